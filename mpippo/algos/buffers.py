@@ -1,0 +1,49 @@
+"""Rollout storage (allocated once) and the shared running reward normalizer."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class RolloutBuffer:
+    def __init__(self, n_steps: int, num_envs: int, obs_shape, device: torch.device):
+        T, N = n_steps, num_envs
+        self.obs = torch.zeros((T, N) + tuple(obs_shape), dtype=torch.uint8, device=device)
+        self.actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        self.logprobs = torch.zeros((T, N), device=device)
+        self.rewards = torch.zeros((T, N), device=device)
+        self.dones = torch.zeros((T, N), device=device)
+        self.values = torch.zeros((T, N), device=device)
+        self.disc_returns = np.zeros((T, N), dtype=np.float64)  # for the reward normalizer
+
+    def flat_batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> dict:
+        """(T, N, ...) -> (T*N, ...) views, named as ppo_update expects."""
+        return {
+            "b_obs": self.obs.reshape((-1,) + self.obs.shape[2:]),
+            "b_actions": self.actions.reshape(-1),
+            "b_logprobs": self.logprobs.reshape(-1),
+            "b_values": self.values.reshape(-1),
+            "b_advantages": advantages.reshape(-1),
+            "b_returns": returns.reshape(-1),
+        }
+
+
+class RunningMeanStd:
+    """Running mean/var, updated from (count, mean, var) of a batch (Chan et al.)."""
+
+    def __init__(self, epsilon: float = 1e-4):
+        self.mean, self.var, self.count = 0.0, 1.0, epsilon
+
+    def update_from_moments(self, batch_count: float, batch_mean: float, batch_var: float) -> None:
+        if batch_count <= 0:
+            return
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count + delta * delta * self.count * batch_count / total
+        self.mean, self.var, self.count = self.mean + delta * batch_count / total, m2 / total, total
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.mean, self.var, self.count = float(d["mean"]), float(d["var"]), float(d["count"])

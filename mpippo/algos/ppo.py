@@ -1,0 +1,143 @@
+"""PPO, pure torch (no MPI): GAE, the clipped loss, and the minibatch update.
+
+Distributed training enters through one argument of `ppo_update`: `grad_sync`, called
+after every backward. With one process it only checks for non-finite values; under MPI
+it is comm.collectives.GradAllreduce. Names follow CleanRL (b_ = batch, mb_ = minibatch).
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
+                next_value: torch.Tensor, next_done: torch.Tensor,
+                gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over a (T, N) rollout.
+
+    dones[t] = 1 when obs t starts a new episode (gym3's `first`), so step t-1 ended one;
+    next_value/next_done belong to the observation after the last step.
+    Returns (advantages, returns), both (T, N).
+    """
+    T = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(T)):
+        if t == T - 1:
+            nextnonterminal, nextvalues = 1.0 - next_done, next_value
+        else:
+            nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+
+
+def logprob_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logp_all = F.log_softmax(logits, dim=-1)
+    logprob = logp_all.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logprob, entropy
+
+
+@dataclass
+class PPOLoss:
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    v_loss: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    clipfrac: torch.Tensor
+
+
+def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_returns, mb_values,
+             clip_range: float, clip_vloss: bool, ent_coef: float, vf_coef: float) -> PPOLoss:
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - logratio).mean()  # k3 estimator, unbiased and >= 0
+        clipfrac = ((ratio - 1.0).abs() > clip_range).float().mean()
+
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -clip_range, clip_range)
+        v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
+    return PPOLoss(loss, pg_loss, v_loss, entropy_loss, approx_kl, clipfrac)
+
+
+def local_grad_check(params):
+    """grad_sync for a single process: no averaging, only the non-finite check."""
+    params = list(params)
+
+    def sync(approx_kl: float) -> tuple[float, int]:
+        finite = all(bool(torch.isfinite(p.grad).all()) for p in params)
+        return approx_kl, int(not finite)
+    return sync
+
+
+def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, cfg,
+               grad_sync, generator: torch.Generator | None = None, timer=None,
+               nonfinite_streak: int = 0, max_nonfinite_streak: int = 3) -> dict:
+    """n_epochs x num_minibatches clipped-PPO steps on this rank's share of the batch.
+
+    batch: b_obs (B, H, W, C) uint8, b_actions, b_logprobs, b_advantages (already
+    normalized), b_returns, b_values -- all (B,). Every rank must have the same B.
+    Returns mean statistics over the steps taken.
+    """
+    phase = timer if timer is not None else (lambda name: nullcontext())
+    B = batch["b_actions"].shape[0]
+    mb_size = B // cfg.num_minibatches
+    params = [p for p in model.parameters()]
+    totals = dict(pg_loss=0.0, v_loss=0.0, entropy=0.0, approx_kl=0.0, clipfrac=0.0)
+    steps = skipped = 0
+    for epoch in range(cfg.n_epochs):
+        perm = torch.randperm(B, generator=generator, device=batch["b_actions"].device)
+        global_kl = 0.0
+        for start in range(0, B, mb_size):
+            mb = perm[start:start + mb_size]
+            with phase("backward"):
+                logits, newvalue = model(batch["b_obs"][mb])
+                newlogprob, entropy = logprob_entropy(logits, batch["b_actions"][mb])
+                out = ppo_loss(newlogprob, entropy, newvalue, batch["b_logprobs"][mb],
+                               batch["b_advantages"][mb], batch["b_returns"][mb], batch["b_values"][mb],
+                               cfg.clip_range, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef)
+                optimizer.zero_grad(set_to_none=False)  # keep .grad as views of the flat buffer
+                out.loss.backward()
+            with phase("allreduce"):
+                global_kl, n_nonfinite = grad_sync(float(out.approx_kl))
+            if n_nonfinite:
+                # every rank sees the same count, so every rank skips this same step
+                skipped += 1
+                nonfinite_streak += 1
+                if nonfinite_streak >= max_nonfinite_streak:
+                    raise FloatingPointError(f"non-finite loss or gradients on {n_nonfinite} rank(s) in "
+                                             f"{nonfinite_streak} consecutive steps; aborting")
+                continue
+            nonfinite_streak = 0
+            with phase("optimizer"):
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                optimizer.step()
+            steps += 1
+            totals["pg_loss"] += float(out.pg_loss.detach())
+            totals["v_loss"] += float(out.v_loss.detach())
+            totals["entropy"] += float(out.entropy.detach())
+            totals["approx_kl"] += global_kl
+            totals["clipfrac"] += float(out.clipfrac)
+        if cfg.target_kl is not None and global_kl > cfg.target_kl:
+            break  # global_kl is identical on all ranks, so all stop together
+    stats = {k: v / max(steps, 1) for k, v in totals.items()}
+    stats.update(updates=steps, skipped=skipped, epochs_done=epoch + 1, nonfinite_streak=nonfinite_streak)
+    return stats

@@ -1,0 +1,4 @@
+"""The only package that imports mpi4py. Everything else gets a `World` passed in."""
+from mpippo.comm.world import World
+
+__all__ = ["World"]

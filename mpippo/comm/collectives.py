@@ -1,0 +1,73 @@
+"""Collectives of synchronous PPO, each over one preallocated contiguous buffer.
+
+GradAllreduce: per minibatch, the gradients of every parameter already live in one flat
+buffer (see models.flat); two extra slots carry the non-finite flag and approx_kl, so a
+single Allreduce averages gradients, tells every rank whether any rank saw NaN/Inf, and
+gives the global KL for early stopping -- decisions all ranks then take identically.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
+
+from mpippo.comm.world import World
+
+
+class GradAllreduce:
+    SLOT_NONFINITE, SLOT_KL, N_SLOTS = 0, 1, 2
+
+    def __init__(self, world: World, n: int, device: torch.device):
+        self.world, self.n = world, n
+        on_gpu = device.type != "cpu"
+        # On CPU the MPI buffer *is* the gradient storage plus the slots: no copies. On GPU a
+        # pinned host mirror is reduced, which works with any MPI, CUDA-aware or not.
+        self.host = torch.zeros(n + self.N_SLOTS, dtype=torch.float32, pin_memory=on_gpu and torch.cuda.is_available())
+        self.grad = torch.zeros(n, dtype=torch.float32, device=device) if on_gpu else self.host[:n]
+        self.slots = self.host[n:]
+        self._np = self.host.numpy()
+
+    def __call__(self, approx_kl: float) -> tuple[float, int]:
+        """Average grads over ranks in place. Returns (global mean approx_kl, #ranks non-finite)."""
+        finite = bool(torch.isfinite(self.grad).all())
+        if self.world.size == 1:
+            return approx_kl, int(not finite)
+        if self.grad.device.type != "cpu":
+            self.host[: self.n].copy_(self.grad)
+        self.slots[self.SLOT_NONFINITE] = 0.0 if finite else 1.0
+        self.slots[self.SLOT_KL] = approx_kl
+        self.world.allreduce_(self._np, "sum", name="grad_allreduce")
+        if self.grad.device.type != "cpu":
+            self.grad.copy_(self.host[: self.n], non_blocking=False)
+        self.grad.div_(self.world.size)
+        return float(self.slots[self.SLOT_KL]) / self.world.size, int(round(float(self.slots[self.SLOT_NONFINITE])))
+
+
+def global_mean_std(world: World, x: torch.Tensor) -> tuple[float, float]:
+    """Mean and (population) std of the concatenation of every rank's `x`, weighted by counts."""
+    x64 = x.detach().double()
+    buf = np.array([x64.numel(), float(x64.sum()), float((x64 * x64).sum())], dtype=np.float64)
+    n, s, ss = world.allreduce_(buf, "sum", name="moments")
+    mean = s / n
+    var = max(ss / n - mean * mean, 0.0)
+    return mean, var ** 0.5
+
+
+def global_moments(world: World, x: np.ndarray) -> tuple[float, float, float]:
+    """(count, mean, var) of every rank's samples together; for running normalizers."""
+    x = np.asarray(x, dtype=np.float64)
+    buf = np.array([x.size, x.sum(), (x * x).sum()], dtype=np.float64)
+    n, s, ss = world.allreduce_(buf, "sum", name="moments")
+    mean = s / max(n, 1.0)
+    return n, mean, max(ss / max(n, 1.0) - mean * mean, 0.0)
+
+
+def param_checksum(flat_params: torch.Tensor) -> int:
+    return zlib.crc32(flat_params.detach().cpu().numpy().tobytes())
+
+
+def check_replicas(world: World, flat_params: torch.Tensor) -> list[int]:
+    """Ranks whose parameters differ from rank 0's (bitwise). Every rank gets the same list."""
+    sums = world.allgather(np.array([param_checksum(flat_params)], dtype=np.int64), name="checksum")[:, 0]
+    return [r for r in range(world.size) if sums[r] != sums[0]]

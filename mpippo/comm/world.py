@@ -1,0 +1,133 @@
+"""World: rank, size, node-local rank, and the few buffer collectives mpippo uses.
+
+Under a launcher (mpirun, srun) it wraps COMM_WORLD; as plain `python run_mpi.py` the same
+object has size 1 and every collective is an identity, so one code path serves both.
+Collectives take contiguous numpy arrays and use mpi4py's uppercase (buffer) methods:
+no pickling. The lowercase object methods are only used at start-up (config, run dir).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+try:
+    from mpi4py import MPI
+except ImportError:  # no MPI library: single-process mode only
+    MPI = None
+
+_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
+
+
+class World:
+    def __init__(self, collective_timeout_s: float = 0.0):
+        self.comm = MPI.COMM_WORLD if MPI is not None else None
+        self.rank = self.comm.Get_rank() if self.comm else 0
+        self.size = self.comm.Get_size() if self.comm else 1
+        self.hostname = socket.gethostname()
+        if self.comm is not None and self.size > 1:
+            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+            node.Free()
+        else:
+            self.local_rank, self.local_size = 0, 1
+        self._watch_name: str | None = None
+        self._watch_since = 0.0
+        self.collective_timeout_s = 0.0
+        self.set_collective_timeout(collective_timeout_s)
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    # ---- watchdog: a collective that never completes must not hang the job ----
+    def set_collective_timeout(self, seconds: float) -> None:
+        start = seconds > 0 and self.size > 1 and self.collective_timeout_s == 0
+        self.collective_timeout_s = seconds
+        if start:
+            threading.Thread(target=self._watchdog, name="mpippo-watchdog", daemon=True).start()
+
+    def _watchdog(self) -> None:
+        while True:
+            time.sleep(1.0)
+            name, since = self._watch_name, self._watch_since
+            if name is not None and time.monotonic() - since > self.collective_timeout_s:
+                sys.stderr.write(f"[rank {self.rank}] collective '{name}' waited more than "
+                                 f"{self.collective_timeout_s:.0f} s for other ranks; aborting the job\n")
+                sys.stderr.flush()
+                self.abort(1)
+
+    def _run(self, name: str, fn, *args):
+        self._watch_since, self._watch_name = time.monotonic(), name
+        try:
+            return fn(*args)
+        finally:
+            self._watch_name = None
+
+    # ---- buffer collectives (hot path) ----
+    def allreduce_(self, buf: np.ndarray, op: str = "sum", name: str = "allreduce") -> np.ndarray:
+        """In-place Allreduce of a contiguous numpy array."""
+        if self.size > 1:
+            self._run(name, self.comm.Allreduce, MPI.IN_PLACE, buf, getattr(MPI, _OPS[op]))
+        return buf
+
+    def bcast_(self, buf: np.ndarray, root: int = 0, name: str = "bcast") -> np.ndarray:
+        if self.size > 1:
+            self._run(name, self.comm.Bcast, buf, root)
+        return buf
+
+    def gather(self, buf: np.ndarray, root: int = 0, name: str = "gather") -> np.ndarray | None:
+        """Stack every rank's same-shaped `buf` on `root` -> (size, *buf.shape); None elsewhere."""
+        buf = np.ascontiguousarray(buf)
+        if self.size == 1:
+            return buf[None].copy()
+        out = np.empty((self.size,) + buf.shape, buf.dtype) if self.rank == root else None
+        self._run(name, self.comm.Gather, buf, out, root)
+        return out
+
+    def allgather(self, buf: np.ndarray, name: str = "allgather") -> np.ndarray:
+        buf = np.ascontiguousarray(buf)
+        if self.size == 1:
+            return buf[None].copy()
+        out = np.empty((self.size,) + buf.shape, buf.dtype)
+        self._run(name, self.comm.Allgather, buf, out)
+        return out
+
+    def agree(self, flags) -> np.ndarray:
+        """Collective decision: element-wise MAX of every rank's int flags (one small Allreduce)."""
+        arr = np.asarray(flags, dtype=np.int64).copy()
+        return self.allreduce_(arr, "max", name="agree")
+
+    # ---- start-up only (pickles small Python objects) ----
+    def bcast_obj(self, obj, root: int = 0):
+        return self._run("bcast_obj", self.comm.bcast, obj, root) if self.size > 1 else obj
+
+    def allgather_obj(self, obj) -> list:
+        return self._run("allgather_obj", self.comm.allgather, obj) if self.size > 1 else [obj]
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            self._run("barrier", self.comm.Barrier)
+
+    # ---- fail-stop ----
+    def abort(self, code: int = 1) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self.comm is not None and self.size > 1:
+            self.comm.Abort(code)
+        os._exit(code)
+
+    def install_abort_hook(self) -> None:
+        """An unhandled exception on any rank takes the whole job down, never a hang."""
+        def hook(exc_type, exc, tb):
+            text = "".join(traceback.format_exception(exc_type, exc, tb))
+            sys.stderr.write("".join(f"[rank {self.rank}] {line}\n" for line in text.rstrip().splitlines()))
+            self.abort(1)
+
+        sys.excepthook = hook
+        threading.excepthook = lambda args: hook(args.exc_type, args.exc_value, args.exc_traceback)

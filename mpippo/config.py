@@ -1,0 +1,339 @@
+"""Typed configuration: YAML file + CLI overrides -> validated `Config`.
+
+Every field carries its help text in `metadata["help"]`; `python -m mpippo.config`
+prints them all. `validate()` collects *all* errors at once, each one line naming the
+bad value and what is allowed, so a user fixes a config in one round trip.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+PROCGEN_GAMES = (
+    "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
+    "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
+)
+TOY_ENVS = ("toy-cue",)  # tiny built-in env for tests (mpippo/envs/toy.py)
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
+
+
+class ConfigError(ValueError):
+    """Bad user input. Carries one or more one-line messages."""
+
+    def __init__(self, errors: list[str] | str):
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+def _f(default, help: str):
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class EnvConfig:
+    name: str = _f("coinrun", "Procgen game (`coinrun` or `procgen-coinrun-v0`) or the built-in test env `toy-cue`.")
+    distribution_mode: str = _f("easy", "Procgen difficulty: easy | hard | extreme | memory | exploration (procgen's own default is hard).")
+    num_levels: int = _f(0, "Number of distinct training levels; 0 = unlimited.")
+    start_level: int = _f(0, "First level seed of the training set.")
+    num_envs: int = _f(64, "Environments over ALL ranks (strong scaling); divided evenly over the ranks.")
+    num_envs_per_rank: Optional[int] = _f(None, "Environments per rank (weak scaling). When set, it wins over num_envs.")
+
+
+@dataclass
+class ParallelConfig:
+    threads_per_rank: int = _f(0, "torch threads per rank; 0 = auto (SLURM_CPUS_PER_TASK, else cores / ranks on the node).")
+    collective_timeout_s: float = _f(600.0, "Abort when one collective waits longer than this (watchdog); 0 = off.")
+
+
+@dataclass
+class ModelConfig:
+    channels: list = _f([16, 32, 32], "IMPALA-CNN conv channels, one entry per stage.")
+    hidden_size: int = _f(256, "Width of the dense layer after the conv stack.")
+
+
+@dataclass
+class TrainingConfig:
+    algo: str = _f("ppo", "Algorithm: ppo.")
+    total_timesteps: int = _f(25_000_000, "Env steps over all ranks; the run ends when reached (or at duration_hours).")
+    duration_hours: Optional[float] = _f(None, "Wall-clock budget in hours (timed training); null = none.")
+    seed: int = _f(1, "Base seed; rank r uses derived seeds, so a run is reproducible for a given seed and world size.")
+    n_steps: int = _f(256, "Steps per env per rollout. batch_size = num_envs * n_steps.")
+    n_epochs: int = _f(3, "Passes over the rollout per update.")
+    num_minibatches: int = _f(8, "Minibatches per epoch (global); each rank splits its share of the batch into this many.")
+    learning_rate: float = _f(5e-4, "Adam learning rate.")
+    anneal_lr: bool = _f(False, "Linearly anneal the learning rate to 0 over total_timesteps.")
+    adam_eps: float = _f(1e-5, "Adam epsilon.")
+    gamma: float = _f(0.999, "Discount factor.")
+    gae_lambda: float = _f(0.95, "GAE lambda.")
+    clip_range: float = _f(0.2, "PPO ratio clip.")
+    clip_vloss: bool = _f(True, "Clip the value loss around the old values (as ppo2).")
+    ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
+    vf_coef: float = _f(0.5, "Value loss coefficient.")
+    max_grad_norm: float = _f(0.5, "Clip gradients by this global norm (after the Allreduce).")
+    target_kl: Optional[float] = _f(None, "Stop the epochs early when the global approx_kl exceeds this; null = off.")
+    norm_adv: bool = _f(True, "Normalize advantages with the global (all ranks) mean and std.")
+    normalize_reward: bool = _f(True, "Scale rewards by a running std of discounted returns, shared by all ranks (as the Procgen paper).")
+    device: str = _f("cpu", "cpu | cuda | auto. cuda picks the GPU from the local rank.")
+
+
+@dataclass
+class LoggingConfig:
+    log_interval: int = _f(1, "Iterations between metric reductions, TensorBoard points and benchmark_metrics.json writes.")
+    print_interval: int = _f(5, "Iterations between console lines (rank 0).")
+    tensorboard: bool = _f(True, "Write TensorBoard event files to <output_dir>/logs.")
+    progress: bool = _f(True, "Show a progress bar on rank 0.")
+    checksum_interval: int = _f(10, "Updates between cross-rank parameter checksum comparisons (also after the last).")
+
+
+@dataclass
+class CheckpointConfig:
+    interval_iterations: int = _f(50, "Save every this many iterations; 0 = only at the end.")
+    keep_last: int = _f(3, "Periodic checkpoints kept (latest.pt is always kept).")
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+
+
+def _section_classes() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {name: hints[name] for name in SECTIONS}
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return f"{_type_name(args[0])} or null"
+    if tp is list:
+        return "list"
+    return tp.__name__
+
+
+def _coerce(value: Any, tp, where: str) -> Any:
+    """Check `value` against the annotated type; ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(value, inner, where)
+    ok = {
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str),
+        list: lambda v: isinstance(v, list),
+    }[tp](value)
+    if not ok:
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    return float(value) if tp is float else value
+
+
+def _closest(name: str, allowed) -> str:
+    near = difflib.get_close_matches(name, list(allowed), n=1)
+    return f" (did you mean '{near[0]}'?)" if near else ""
+
+
+def from_dict(data: dict, errors: list[str]) -> Config:
+    """Build a Config from nested dicts; unknown keys and type errors go to `errors`."""
+    cfg = Config()
+    classes = _section_classes()
+    if not isinstance(data, dict):
+        errors.append(f"config: top level must be a mapping of sections {sorted(SECTIONS)}, got {type(data).__name__}")
+        return cfg
+    for sec_name, sec_data in data.items():
+        if sec_name not in classes:
+            errors.append(f"unknown section '{sec_name}'{_closest(sec_name, classes)}; allowed: {', '.join(classes)}")
+            continue
+        if sec_data is None:
+            continue
+        if not isinstance(sec_data, dict):
+            errors.append(f"section '{sec_name}' must be a mapping, got {sec_data!r}")
+            continue
+        section = getattr(cfg, sec_name)
+        hints = typing.get_type_hints(classes[sec_name])
+        for key, value in sec_data.items():
+            if key not in hints:
+                errors.append(f"unknown key '{sec_name}.{key}'{_closest(key, hints)}; allowed: {', '.join(hints)}")
+                continue
+            try:
+                setattr(section, key, _coerce(value, hints[key], f"{sec_name}.{key}"))
+            except ConfigError as e:
+                errors.extend(e.errors)
+    return cfg
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: '{path}'")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"malformed YAML in '{path}'{where}: {problem}") from None
+    return data or {}
+
+
+def parse_override(item: str) -> tuple[str, str, Any]:
+    """'section.key=value' -> (section, key, YAML-typed value)."""
+    if "=" not in item or "." not in item.split("=", 1)[0]:
+        raise ConfigError(f"--set expects section.key=value, got '{item}'")
+    dotted, raw = item.split("=", 1)
+    section, key = dotted.split(".", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return section, key, value
+
+
+def merge_overrides(data: dict, overrides: list[tuple[str, str, Any]]) -> dict:
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or {}).items()}
+    for section, key, value in overrides:
+        sec = data.get(section)
+        if not isinstance(sec, dict):
+            sec = {}
+            data[section] = sec
+        sec[key] = value
+    return data
+
+
+def canonical_env_name(name: str) -> str:
+    """'procgen-coinrun-v0' and 'coinrun' both -> 'coinrun'."""
+    if name.startswith("procgen-") and name.endswith("-v0"):
+        return name[len("procgen-"):-len("-v0")]
+    if name.startswith("procgen:procgen-") and name.endswith("-v0"):
+        return name[len("procgen:procgen-"):-len("-v0")]
+    return name
+
+
+def validate(cfg: Config, world_size: int = 1) -> list[str]:
+    """All problems with `cfg` for a job of `world_size` ranks, each one line."""
+    errs: list[str] = []
+    e, t, lg, ck, m, p = cfg.env, cfg.training, cfg.logging, cfg.checkpoint, cfg.model, cfg.parallel
+
+    name = canonical_env_name(e.name)
+    if name not in PROCGEN_GAMES + TOY_ENVS:
+        errs.append(f"env.name: unknown environment '{e.name}'{_closest(name, PROCGEN_GAMES + TOY_ENVS)}; "
+                    f"allowed: {', '.join(PROCGEN_GAMES + TOY_ENVS)} (or procgen-<game>-v0)")
+    modes = ("easy", "hard", "extreme", "memory", "exploration")
+    if e.distribution_mode not in modes:
+        errs.append(f"env.distribution_mode: '{e.distribution_mode}' is not one of {', '.join(modes)}")
+    for key in ("num_levels", "start_level"):
+        if getattr(e, key) < 0:
+            errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
+    if t.algo != "ppo":
+        errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo")
+    if t.device not in ("cpu", "cuda", "auto"):
+        errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
+
+    positive = {
+        "training.total_timesteps": t.total_timesteps, "training.n_steps": t.n_steps,
+        "training.n_epochs": t.n_epochs, "training.num_minibatches": t.num_minibatches,
+        "training.learning_rate": t.learning_rate, "training.adam_eps": t.adam_eps,
+        "training.clip_range": t.clip_range, "training.max_grad_norm": t.max_grad_norm,
+        "logging.log_interval": lg.log_interval, "logging.print_interval": lg.print_interval,
+        "logging.checksum_interval": lg.checksum_interval, "model.hidden_size": m.hidden_size,
+        "checkpoint.keep_last": ck.keep_last,
+    }
+    if e.num_envs_per_rank is None:
+        positive["env.num_envs"] = e.num_envs
+    else:
+        positive["env.num_envs_per_rank"] = e.num_envs_per_rank
+    for key, val in positive.items():
+        if not val > 0 or (isinstance(val, float) and not math.isfinite(val)):
+            errs.append(f"{key}: must be > 0, got {val}")
+    for key, val in {"training.gamma": t.gamma, "training.gae_lambda": t.gae_lambda}.items():
+        if not 0.0 <= val <= 1.0:
+            errs.append(f"{key}: must be in [0, 1], got {val}")
+    for key, val in {"training.ent_coef": t.ent_coef, "training.vf_coef": t.vf_coef,
+                     "checkpoint.interval_iterations": ck.interval_iterations,
+                     "parallel.threads_per_rank": p.threads_per_rank,
+                     "parallel.collective_timeout_s": p.collective_timeout_s}.items():
+        if val < 0:
+            errs.append(f"{key}: must be >= 0, got {val}")
+    if t.duration_hours is not None and not t.duration_hours > 0:
+        errs.append(f"training.duration_hours: must be > 0 or null, got {t.duration_hours}")
+    if t.target_kl is not None and not t.target_kl > 0:
+        errs.append(f"training.target_kl: must be > 0 or null, got {t.target_kl}")
+    if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):
+        errs.append(f"model.channels: must be a non-empty list of positive ints, got {m.channels}")
+
+    if errs:  # the divisibility checks below need sane numbers
+        return errs
+    if e.num_envs_per_rank is None and e.num_envs % world_size != 0:
+        errs.append(f"env.num_envs: {e.num_envs} envs cannot be divided evenly over {world_size} ranks; "
+                    f"use a multiple of {world_size} or set env.num_envs_per_rank (--num-envs-per-rank)")
+        return errs
+    envs_local = local_num_envs(cfg, world_size)
+    local_batch = envs_local * t.n_steps
+    if local_batch % t.num_minibatches != 0:
+        errs.append(f"training.num_minibatches: the per-rank batch ({envs_local} envs x {t.n_steps} steps = "
+                    f"{local_batch}) is not divisible by num_minibatches={t.num_minibatches}")
+    return errs
+
+
+def local_num_envs(cfg: Config, world_size: int) -> int:
+    e = cfg.env
+    return e.num_envs_per_rank if e.num_envs_per_rank is not None else e.num_envs // world_size
+
+
+def resolve(cfg: Config, world_size: int) -> Config:
+    """Fill derived values so the saved config.yaml states what actually ran."""
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env))
+    per_rank = local_num_envs(cfg, world_size)
+    cfg.env.num_envs_per_rank = per_rank
+    cfg.env.num_envs = per_rank * world_size
+    cfg.env.name = canonical_env_name(cfg.env.name)
+    return cfg
+
+
+def build(data: dict, overrides: list[tuple[str, str, Any]], world_size: int) -> Config:
+    """Merge + type-check + validate; raises ConfigError with every problem found."""
+    errors: list[str] = []
+    cfg = from_dict(merge_overrides(data, overrides), errors)
+    if errors:
+        raise ConfigError(errors)
+    errors = validate(cfg, world_size)
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def describe() -> str:
+    lines = []
+    for sec_name, cls in _section_classes().items():
+        lines.append(f"{sec_name}:")
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            lines.append(f"  {f.name}: {default!r:<14} # {f.metadata['help']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())

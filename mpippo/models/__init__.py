@@ -1,0 +1,3 @@
+from mpippo.models.impala_cnn import ImpalaCNNPolicy
+
+__all__ = ["ImpalaCNNPolicy"]

@@ -1,0 +1,60 @@
+"""IMPALA-CNN actor-critic (Espeholt et al. 2018), the network of the Procgen paper.
+
+Per stage: conv3x3 -> maxpool3x3/2 -> two residual blocks. Then ReLU -> dense(hidden)
+-> ReLU -> policy logits and value. With channels 16-32-32 and hidden 256 on 64x64x3
+frames and 15 actions it has 626,256 parameters.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ConvSequence(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.res0 = ResidualBlock(out_channels)
+        self.res1 = ResidualBlock(out_channels)
+
+    def forward(self, x):
+        return self.res1(self.res0(self.pool(self.conv(x))))
+
+
+class ImpalaCNNPolicy(nn.Module):
+    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int,
+                 channels=(16, 32, 32), hidden_size: int = 256):
+        super().__init__()
+        h, w, c = obs_shape  # frames arrive as uint8 HWC, as procgen gives them
+        stages, in_ch = [], c
+        for out_ch in channels:
+            stages.append(ConvSequence(in_ch, out_ch))
+            in_ch = out_ch
+            h, w = (h + 1) // 2, (w + 1) // 2
+        self.stages = nn.Sequential(*stages)
+        self.fc = nn.Linear(in_ch * h * w, hidden_size)
+        self.policy = nn.Linear(hidden_size, num_actions)
+        self.value = nn.Linear(hidden_size, 1)
+        # Small policy init -> near-uniform first policy; unit value init (as CleanRL/baselines).
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)
+        nn.init.zeros_(self.policy.bias)
+        nn.init.orthogonal_(self.value.weight, gain=1.0)
+        nn.init.zeros_(self.value.bias)
+
+    def forward(self, obs_u8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
+        x = obs_u8.permute(0, 3, 1, 2).float().div_(255.0)
+        x = self.stages(x)
+        x = torch.relu(self.fc(torch.relu(torch.flatten(x, 1))))
+        return self.policy(x), self.value(x).squeeze(-1)

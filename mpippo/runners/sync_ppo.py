@@ -1,0 +1,277 @@
+"""Synchronous data-parallel PPO: every rank steps its own envs with its own replica of the
+policy; gradients are averaged with one Allreduce per minibatch, so replicas stay identical.
+
+One iteration on each rank:
+  rollout (no communication) -> reward normalizer moments (1 small Allreduce) -> GAE ->
+  advantage mean/std (1 small Allreduce) -> epochs x minibatches of
+  [backward -> 1 Allreduce of the flat gradient buffer -> clip -> Adam step] ->
+  stop/preempt flags (1 small Allreduce) -> every log_interval: stats Gather to rank 0.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
+from mpippo.algos.ppo import compute_gae, ppo_update
+from mpippo.checkpoint import save_checkpoint
+from mpippo.comm import World
+from mpippo.comm.collectives import GradAllreduce, check_replicas, global_mean_std, global_moments
+from mpippo.config import Config, ConfigError
+from mpippo.envs import make_env, rank_seed
+from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
+from mpippo.metrics.timers import PhaseTimer
+from mpippo.models import ImpalaCNNPolicy
+from mpippo.models.flat import attach_flat_grads_, flatten_parameters_
+
+REWARD_CLIP = 10.0
+
+
+def pick_device(cfg: Config, world: World) -> torch.device:
+    want = cfg.training.device
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("training.device: 'cuda' requested but no CUDA device is available; use cpu or auto")
+        return torch.device("cuda", world.local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def threads_per_rank(cfg: Config, world: World) -> int:
+    if cfg.parallel.threads_per_rank > 0:
+        return cfg.parallel.threads_per_rank
+    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    # the affinity mask may already be this rank's share (bound launch) or the whole node
+    return max(1, cores // world.local_size) if cores >= world.local_size else 1
+
+
+class SyncPPO:
+    def __init__(self, cfg: Config, world: World, run_dir: Path, resume_state: dict | None = None):
+        self.cfg, self.world, self.run_dir = cfg, world, Path(run_dir)
+        t = cfg.training
+        self.device = pick_device(cfg, world)
+        self.threads = threads_per_rank(cfg, world)
+        torch.set_num_threads(self.threads)
+        cfg.parallel.threads_per_rank = self.threads
+
+        seed = rank_seed(t.seed, world.rank)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+        self.generator = torch.Generator(device="cpu").manual_seed(seed + 1)  # minibatch shuffles
+
+        self.num_envs = cfg.env.num_envs_per_rank
+        self.env = make_env(cfg, self.num_envs, seed=seed)
+        self.batch_size = cfg.env.num_envs * t.n_steps  # global: all ranks
+        self.num_iterations = math.ceil(t.total_timesteps / self.batch_size)
+
+        self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions,
+                                     tuple(cfg.model.channels), cfg.model.hidden_size).to(self.device)
+        self.flat_params = flatten_parameters_(self.model)
+        self.grad_sync = GradAllreduce(world, self.flat_params.numel(), self.device)
+        attach_flat_grads_(self.model, self.grad_sync.grad)
+        # Adam over the single flat tensor: one fused update instead of one per layer.
+        self.flat_params.grad = self.grad_sync.grad
+        self.optimizer = torch.optim.Adam([self.flat_params], lr=t.learning_rate, eps=t.adam_eps)
+
+        self.ret_rms = RunningMeanStd()
+        self.global_step, self.iteration, self.episodes_total = 0, 0, 0
+        if resume_state is not None:
+            self._load(resume_state)
+
+        self.buf = RolloutBuffer(t.n_steps, self.num_envs, self.env.obs_shape, self.device)
+        self.ret_tracker = np.zeros(self.num_envs, dtype=np.float64)
+        self.ep_ret = np.zeros(self.num_envs, dtype=np.float64)
+        self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
+        self.win_returns: deque = deque(maxlen=100)
+        self.timer = PhaseTimer()
+
+    # ---- state ----
+    def model_spec(self) -> dict:
+        return {"obs_shape": list(self.env.obs_shape), "num_actions": int(self.env.num_actions),
+                "channels": list(self.cfg.model.channels), "hidden_size": self.cfg.model.hidden_size}
+
+    def state_dict(self) -> dict:
+        return {
+            "algo": "ppo", "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "timesteps": self.global_step, "iteration": self.iteration, "config": self.cfg.to_dict(),
+            "world_size": self.world.size, "model_spec": self.model_spec(),
+            "ret_rms": self.ret_rms.state_dict(), "episodes": self.episodes_total,
+        }
+
+    def _load(self, state: dict) -> None:
+        if state["algo"] != "ppo":
+            raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is ppo")
+        spec = state.get("model_spec")
+        if spec != self.model_spec():
+            raise ConfigError(f"checkpoint: network shape {spec} does not match this config's {self.model_spec()}")
+        self.model.load_state_dict(state["model"])  # copies into the flat views
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
+        self.episodes_total = int(state.get("episodes", 0))
+        if "ret_rms" in state:
+            self.ret_rms.load_state_dict(state["ret_rms"])
+
+    def _broadcast_parameters(self) -> None:
+        host = self.flat_params.detach().cpu().numpy().copy() if self.device.type != "cpu" else self.flat_params.numpy()
+        self.world.bcast_(host, root=0, name="bcast_params")
+        if self.device.type != "cpu":
+            self.flat_params.data.copy_(torch.from_numpy(host))
+
+    # ---- one iteration, in pieces ----
+    @torch.inference_mode()
+    def collect_rollout(self, obs, first):
+        buf, env, timer, gamma = self.buf, self.env, self.timer, self.cfg.training.gamma
+        ep_ret_sum = ep_len_sum = ep_count = 0.0
+        for step in range(self.cfg.training.n_steps):
+            with timer("inference"):
+                obs_t = torch.from_numpy(obs).to(self.device, non_blocking=True)
+                buf.obs[step].copy_(obs_t)
+                buf.dones[step].copy_(torch.from_numpy(first))
+                logits, value = self.model(obs_t)
+                probs = torch.softmax(logits, dim=-1)
+                action = torch.multinomial(probs, 1).squeeze(1)
+                buf.actions[step] = action
+                buf.logprobs[step] = torch.log(probs.gather(1, action.unsqueeze(1)).squeeze(1))
+                buf.values[step] = value
+                action_np = action.cpu().numpy()
+            with timer("env_step"):
+                env.act(action_np)
+                rew, obs, first = env.observe()
+            # episode bookkeeping on raw rewards; discounted-return tracker for the normalizer
+            self.ep_ret += rew
+            self.ep_len += 1
+            self.ret_tracker = self.ret_tracker * gamma + rew
+            buf.disc_returns[step] = self.ret_tracker
+            buf.rewards[step].copy_(torch.from_numpy(rew))
+            if first.any():
+                done_ret, done_len = self.ep_ret[first], self.ep_len[first]
+                ep_ret_sum += done_ret.sum()
+                ep_len_sum += done_len.sum()
+                ep_count += len(done_ret)
+                self.win_returns.extend(done_ret.tolist())
+                self.ep_ret[first] = 0.0
+                self.ep_len[first] = 0
+                self.ret_tracker[first] = 0.0
+        self.episodes_total += int(ep_count)
+        return obs, first, (ep_ret_sum, ep_count, ep_len_sum)
+
+    def advantages(self, next_obs, next_first):
+        t, buf = self.cfg.training, self.buf
+        if t.normalize_reward:
+            # shared normalizer: moments of every rank's discounted returns, weighted by count
+            self.ret_rms.update_from_moments(*global_moments(self.world, buf.disc_returns))
+            buf.rewards.div_(math.sqrt(self.ret_rms.var + 1e-8)).clamp_(-REWARD_CLIP, REWARD_CLIP)
+        with torch.inference_mode():
+            _, next_value = self.model(torch.from_numpy(next_obs).to(self.device))
+        next_done = torch.from_numpy(next_first.astype(np.float32)).to(self.device)
+        adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done, t.gamma, t.gae_lambda)
+        if t.norm_adv:
+            mean, std = global_mean_std(self.world, adv)
+            adv = (adv - mean) / (std + 1e-8)
+        return adv, ret
+
+    def _lr(self) -> float:
+        t = self.cfg.training
+        if not t.anneal_lr:
+            return t.learning_rate
+        return t.learning_rate * (1.0 - (self.iteration - 1) / self.num_iterations)
+
+    # ---- the loop ----
+    def train(self) -> dict:
+        cfg, world, t = self.cfg, self.world, self.cfg.training
+        self._broadcast_parameters()  # rule: initial weights come from rank 0, never from equal seeds
+        reporter = None
+        if world.is_root:
+            hostnames = world.allgather_obj(world.hostname)
+            reporter = Reporter(cfg, self.run_dir, world.size, hostnames, self.global_step, self.iteration,
+                                t.total_timesteps, cfg.logging.progress)
+        else:
+            world.allgather_obj(world.hostname)
+        stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
+        interval_ep = np.zeros(3)
+        ev = np.zeros(5)
+        deadline = time.monotonic() + t.duration_hours * 3600 if t.duration_hours else None
+        nonfinite_streak, updates_since_check = 0, 0
+        rew, obs, first = self.env.observe()
+        train_t0 = time.perf_counter()
+        update_stats = {}
+        stop = self.iteration >= self.num_iterations
+        while not stop:
+            self.iteration += 1
+            iter_t0 = time.perf_counter()
+            lr = self._lr()
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+
+            obs, first, ep = self.collect_rollout(obs, first)
+            interval_ep += ep
+            with self.timer("gae"):
+                adv, ret = self.advantages(obs, first)
+                batch = self.buf.flat_batch(adv, ret)
+                y, v = batch["b_returns"].double(), batch["b_values"].double()
+                ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()), float(((y - v) ** 2).sum())]
+            self.model.train()
+            update_stats = ppo_update(self.model, self.optimizer, batch, t, self.grad_sync, self.generator,
+                                      self.timer, nonfinite_streak)
+            nonfinite_streak = update_stats["nonfinite_streak"]
+            self.global_step += self.batch_size
+            updates_since_check += update_stats["updates"]
+
+            # ---- decisions all ranks take together ----
+            time_up = deadline is not None and time.monotonic() >= deadline
+            (any_time_up,) = world.agree([time_up])
+            stop = self.iteration >= self.num_iterations or bool(any_time_up)
+            if updates_since_check >= cfg.logging.checksum_interval or stop:
+                bad = check_replicas(world, self.flat_params)
+                if bad:
+                    raise RuntimeError(f"replica parameters diverged: ranks {bad} differ from rank 0 "
+                                       f"at iteration {self.iteration}")
+                updates_since_check = 0
+
+            self.timer.add_other(time.perf_counter() - train_t0)
+            log_now = stop or self.iteration % cfg.logging.log_interval == 0
+            if log_now:
+                stats_vec[:] = 0.0
+                stats_vec[[IDX["ep_ret_sum"], IDX["ep_count"], IDX["ep_len_sum"]]] = interval_ep
+                stats_vec[IDX["win_ret_sum"]] = sum(self.win_returns)
+                stats_vec[IDX["win_count"]] = len(self.win_returns)
+                stats_vec[IDX["episodes_total"]] = self.episodes_total
+                for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped"):
+                    stats_vec[IDX[key]] = update_stats[key]
+                stats_vec[IDX["ev_n"]:IDX["ev_sum_r2"] + 1] = ev
+                stats_vec[IDX["peak_rss_mb"]] = peak_rss_mb()
+                stats_vec[IDX["cpu_seconds"]] = cpu_seconds()
+                stats_vec[IDX["t_env_step"]:] = self.timer.vector()
+                M = world.gather(stats_vec, name="stats_gather")
+                interval_ep[:] = 0.0
+                ev[:] = 0.0
+                if reporter is not None:
+                    print_line = stop or self.iteration % cfg.logging.print_interval == 0 or self.iteration == 1
+                    reporter.log(M, self.global_step, self.iteration, lr, print_line)
+                    reporter.write_benchmark(done=False)
+            if reporter is not None:
+                reporter.progress(self.global_step)
+
+            ck = cfg.checkpoint.interval_iterations
+            if world.is_root and (stop or (ck > 0 and self.iteration % ck == 0)):
+                save_checkpoint(self.run_dir / "checkpoints", self.state_dict(), self.iteration,
+                                cfg.checkpoint.keep_last)
+
+        summary = {}
+        if reporter is not None:
+            summary = reporter.write_benchmark(done=True)
+            reporter.close()
+        self.env.close()
+        return summary
+
