@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg_data = C.load_yaml(config_path or C.DEFAULT_CONFIG)
         cfg = C.build(cfg_data, overrides, world.size)
         cfg = C.resolve(cfg, world.size)
-        world.set_collective_timeout(cfg.parallel.collective_timeout_s)
+        world.set_collective_timeout(cfg.guards.collective_timeout_s)
         state = load_checkpoint(ckpt_bytes, str(run_dir / "checkpoints" / LATEST)) if ckpt_bytes else None
         from mpippo.runners.sync_ppo import SyncPPO
         trainer = SyncPPO(cfg, world, run_dir, resume_state=state)

@@ -51,7 +51,13 @@ class EnvConfig:
 @dataclass
 class ParallelConfig:
     threads_per_rank: int = _f(0, "torch threads per rank; 0 = auto (SLURM_CPUS_PER_TASK, else cores / ranks on the node).")
-    collective_timeout_s: float = _f(600.0, "Abort when one collective waits longer than this (watchdog); 0 = off.")
+
+
+@dataclass
+class GuardsConfig:
+    collective_timeout_s: float = _f(600.0, "Abort the job when one collective waits longer than this (watchdog); 0 = off.")
+    max_nonfinite_skips: int = _f(3, "Abort after this many consecutive optimizer steps skipped for NaN/Inf on any rank.")
+    checksum_interval: int = _f(10, "Updates between cross-rank parameter checksum comparisons (also after the last).")
 
 
 @dataclass
@@ -91,7 +97,6 @@ class LoggingConfig:
     print_interval: int = _f(5, "Iterations between console lines (rank 0).")
     tensorboard: bool = _f(True, "Write TensorBoard event files to <output_dir>/logs.")
     progress: bool = _f(True, "Show a progress bar on rank 0.")
-    checksum_interval: int = _f(10, "Updates between cross-rank parameter checksum comparisons (also after the last).")
 
 
 @dataclass
@@ -104,6 +109,7 @@ class CheckpointConfig:
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    guards: GuardsConfig = field(default_factory=GuardsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -139,6 +145,11 @@ def _coerce(value: Any, tp, where: str) -> Any:
             return None
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
         return _coerce(value, inner, where)
+    if tp is float and isinstance(value, str):
+        try:  # PyYAML reads 3e-4 (no dot) as a string; users mean a float
+            value = float(value)
+        except ValueError:
+            pass
     ok = {
         bool: lambda v: isinstance(v, bool),
         int: lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -258,7 +269,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
         "training.learning_rate": t.learning_rate, "training.adam_eps": t.adam_eps,
         "training.clip_range": t.clip_range, "training.max_grad_norm": t.max_grad_norm,
         "logging.log_interval": lg.log_interval, "logging.print_interval": lg.print_interval,
-        "logging.checksum_interval": lg.checksum_interval, "model.hidden_size": m.hidden_size,
+        "guards.checksum_interval": cfg.guards.checksum_interval,
+        "guards.max_nonfinite_skips": cfg.guards.max_nonfinite_skips, "model.hidden_size": m.hidden_size,
         "checkpoint.keep_last": ck.keep_last,
     }
     if e.num_envs_per_rank is None:
@@ -274,7 +286,7 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     for key, val in {"training.ent_coef": t.ent_coef, "training.vf_coef": t.vf_coef,
                      "checkpoint.interval_iterations": ck.interval_iterations,
                      "parallel.threads_per_rank": p.threads_per_rank,
-                     "parallel.collective_timeout_s": p.collective_timeout_s}.items():
+                     "guards.collective_timeout_s": cfg.guards.collective_timeout_s}.items():
         if val < 0:
             errs.append(f"{key}: must be >= 0, got {val}")
     if t.duration_hours is not None and not t.duration_hours > 0:

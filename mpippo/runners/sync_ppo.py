@@ -26,6 +26,7 @@ from mpippo.comm import World
 from mpippo.comm.collectives import GradAllreduce, check_replicas, global_mean_std, global_moments
 from mpippo.config import Config, ConfigError
 from mpippo.envs import make_env, rank_seed
+from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
 from mpippo.models import ImpalaCNNPolicy
@@ -209,7 +210,8 @@ class SyncPPO:
         stop = self.iteration >= self.num_iterations
         while not stop:
             self.iteration += 1
-            iter_t0 = time.perf_counter()
+            if maybe_inject(world.rank, self.iteration) == "nan":
+                self.grad_sync.poison_next = True
             lr = self._lr()
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
@@ -223,7 +225,7 @@ class SyncPPO:
                 ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()), float(((y - v) ** 2).sum())]
             self.model.train()
             update_stats = ppo_update(self.model, self.optimizer, batch, t, self.grad_sync, self.generator,
-                                      self.timer, nonfinite_streak)
+                                      self.timer, nonfinite_streak, cfg.guards.max_nonfinite_skips)
             nonfinite_streak = update_stats["nonfinite_streak"]
             self.global_step += self.batch_size
             updates_since_check += update_stats["updates"]
@@ -232,7 +234,7 @@ class SyncPPO:
             time_up = deadline is not None and time.monotonic() >= deadline
             (any_time_up,) = world.agree([time_up])
             stop = self.iteration >= self.num_iterations or bool(any_time_up)
-            if updates_since_check >= cfg.logging.checksum_interval or stop:
+            if updates_since_check >= cfg.guards.checksum_interval or stop:
                 bad = check_replicas(world, self.flat_params)
                 if bad:
                     raise RuntimeError(f"replica parameters diverged: ranks {bad} differ from rank 0 "

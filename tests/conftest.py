@@ -1,0 +1,56 @@
+"""Helpers shared by the suites: run the real CLI or an MPI script with a hard timeout."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+MPIRUN = str(BIN / "mpirun") if (BIN / "mpirun").exists() else "mpirun"
+
+
+def mpi_env() -> dict:
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PRTE_MCA_hwloc_default_binding_policy="none",
+               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    return env
+
+
+def run(cmd: list[str], timeout: float, cwd=ROOT) -> subprocess.CompletedProcess:
+    """Run with a hard timeout; on timeout kill the whole process group and fail (a hang is a bug)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s (deadlock?): {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def mpirun(n: int, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return run([MPIRUN, "--oversubscribe", "-n", str(n), sys.executable] + args, timeout)
+
+
+def trainer(n: int | None, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    """The real CLI: under mpirun with n ranks, or plain python when n is None."""
+    if n is None:
+        return run([sys.executable, "run_mpi.py"] + args, timeout)
+    return mpirun(n, ["run_mpi.py"] + args, timeout)
+
+
+def ok(res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert res.returncode == 0, f"exit {res.returncode}\nSTDOUT:\n{res.stdout[-4000:]}\nSTDERR:\n{res.stderr[-4000:]}"
+    return res
+
+
+def metrics(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "benchmark_metrics.json").read_text())

@@ -1,0 +1,94 @@
+import pytest
+
+from mpippo import config as C
+
+
+def build(overrides: dict, world_size: int = 1, base: dict | None = None):
+    items = [tuple(k.split(".", 1)) + (v,) for k, v in overrides.items()]
+    return C.build(base if base is not None else C.load_yaml(C.DEFAULT_CONFIG), items, world_size)
+
+
+def errors_of(overrides: dict, world_size: int = 1, base=None) -> list[str]:
+    with pytest.raises(C.ConfigError) as e:
+        build(overrides, world_size, base)
+    return e.value.errors
+
+
+def test_default_config_is_the_procgen_paper_setting():
+    cfg = build({})
+    t = cfg.training
+    assert (cfg.env.name, cfg.env.distribution_mode, cfg.env.num_envs, t.n_steps) == ("coinrun", "easy", 64, 256)
+    assert (t.learning_rate, t.gamma, t.gae_lambda, t.n_epochs, t.num_minibatches) == (5e-4, 0.999, 0.95, 3, 8)
+    assert (t.clip_range, t.ent_coef, t.vf_coef, t.max_grad_norm) == (0.2, 0.01, 0.5, 0.5)
+
+
+def test_every_default_field_is_in_the_default_yaml():
+    data = C.load_yaml(C.DEFAULT_CONFIG)
+    for section, cls in C._section_classes().items():
+        assert set(data[section]) == {f.name for f in C.dataclasses.fields(cls)}, section
+
+
+def test_unknown_key_names_it_and_suggests():
+    (msg,) = errors_of({"training.learning_rat": 1e-3})
+    assert "training.learning_rat" in msg and "did you mean 'learning_rate'" in msg
+
+
+def test_wrong_type_names_value_and_type():
+    (msg,) = errors_of({"training.n_steps": "abc"})
+    assert msg == "training.n_steps: expected int, got 'abc' (str)"
+
+
+def test_all_errors_reported_at_once():
+    errs = errors_of({"training.gamma": 1.5, "training.n_epochs": 0, "env.name": "pong"})
+    assert len(errs) == 3
+    assert any("training.gamma" in e and "1.5" in e for e in errs)
+    assert any("'pong'" in e and "coinrun" in e for e in errs)
+
+
+def test_env_name_aliases():
+    assert C.resolve(build({"env.name": "procgen-starpilot-v0"}), 1).env.name == "starpilot"
+
+
+def test_strong_scaling_divides_global_envs_and_rejects_remainders():
+    cfg = C.resolve(build({}, world_size=4), 4)
+    assert (cfg.env.num_envs_per_rank, cfg.env.num_envs) == (16, 64)
+    (msg,) = errors_of({}, world_size=3)
+    assert "64 envs cannot be divided evenly over 3 ranks" in msg
+
+
+def test_weak_scaling_per_rank_wins():
+    cfg = C.resolve(build({"env.num_envs_per_rank": 5, "training.num_minibatches": 5}, world_size=3), 3)
+    assert (cfg.env.num_envs_per_rank, cfg.env.num_envs) == (5, 15)
+
+
+def test_minibatch_must_divide_local_batch():
+    (msg,) = errors_of({"training.num_minibatches": 7})
+    assert "num_minibatches=7" in msg and "64 envs x 256 steps = 16384" in msg
+
+
+def test_non_positive_steps_and_bad_device():
+    errs = errors_of({"training.total_timesteps": 0, "training.device": "tpu"})
+    assert any("training.total_timesteps: must be > 0, got 0" == e for e in errs)
+    assert any("'tpu'" in e for e in errs)
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training:\n  n_steps: [1, 2\n")
+    with pytest.raises(C.ConfigError, match="malformed YAML .* line"):
+        C.load_yaml(bad)
+    with pytest.raises(C.ConfigError, match="config file not found: '.*nope.yaml'"):
+        C.load_yaml(tmp_path / "nope.yaml")
+
+
+def test_override_parsing_types_values():
+    assert C.parse_override("training.n_steps=128") == ("training", "n_steps", 128)
+    assert build({"training.learning_rate": "3e-4"}).training.learning_rate == 3e-4  # YAML 1.1 reads it as str
+    assert C.parse_override("env.num_envs_per_rank=null") == ("env", "num_envs_per_rank", None)
+    with pytest.raises(C.ConfigError, match="section.key=value"):
+        C.parse_override("learning_rate")
+
+
+def test_describe_lists_every_key():
+    text = C.describe()
+    assert "training:" in text and "learning_rate" in text and "num_envs_per_rank" in text
