@@ -101,7 +101,7 @@ class Reporter:
             "entropy": float(col("entropy").mean()), "approx_kl": float(col("approx_kl").mean()),
             "clipfrac": float(col("clipfrac").mean()),
             "explained_variance": float(1.0 - var_r / var_y) if var_y > 0 else float("nan"),
-            "skipped_steps": int(col("skipped").sum()),
+            "skipped_steps": int(col("skipped").max()),  # a global decision: every rank skipped the same steps
             "learning_rate": lr, "steps_per_s": interval_fps,
             "fps": (global_step - self.start_step) / max(elapsed, 1e-9),
             "elapsed_s": elapsed,
@@ -120,6 +120,7 @@ class Reporter:
             for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
                 w.add_scalar(f"losses/{key}", m[key], s)
             w.add_scalar("charts/learning_rate", lr, s)
+            w.add_scalar("charts/skipped_steps", m["skipped_steps"], s)
             w.add_scalar("charts/steps_per_s", interval_fps, s)
             for p, sec in m["interval_phase_seconds"].items():
                 w.add_scalar(f"time/{p}_s", sec, s)
