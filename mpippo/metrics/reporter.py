@@ -58,6 +58,7 @@ class Reporter:
         self.prev = None  # previous gathered matrix, for per-interval phase deltas
         self.prev_step, self.prev_t = start_step, self.t0
         self.last = {}
+        self.first_log = None  # (time, step) at the first logged iteration: start of steady state
         self.commit = git_commit()
         self.writer = None
         if cfg.logging.tensorboard:
@@ -90,6 +91,9 @@ class Reporter:
         interval_fps = (global_step - self.prev_step) / max(now - self.prev_t, 1e-9)
         self.prev_step, self.prev_t = global_step, now
         elapsed = now - self.t0
+        if self.first_log is None:
+            self.first_log = (now, global_step)
+        t_first, step_first = self.first_log
         m = {
             "iteration": iteration,
             "timesteps": global_step,
@@ -104,6 +108,7 @@ class Reporter:
             "skipped_steps": int(col("skipped").max()),  # a global decision: every rank skipped the same steps
             "learning_rate": lr, "steps_per_s": interval_fps,
             "fps": (global_step - self.start_step) / max(elapsed, 1e-9),
+            "fps_steady": (global_step - step_first) / (now - t_first) if now > t_first else None,
             "elapsed_s": elapsed,
             "phase_seconds": dict(zip(PHASES, phases.mean(0).tolist())),
             "phase_seconds_per_rank": {p: phases[:, i].tolist() for i, p in enumerate(PHASES)},
@@ -146,6 +151,7 @@ class Reporter:
             "n_steps": cfg.training.n_steps, "total_timesteps": m.get("timesteps", self.start_step),
             "target_timesteps": cfg.training.total_timesteps, "iterations": m.get("iteration", 0),
             "duration_s": m.get("elapsed_s", 0.0), "fps": m.get("fps", 0.0),
+            "fps_steady": m.get("fps_steady"),  # excludes the first iteration (warm-up)
             "phase_seconds": m.get("phase_seconds", {}), "phase_seconds_per_rank": m.get("phase_seconds_per_rank", {}),
             "peak_rss_mb_per_rank": rss, "peak_rss_mb_total": float(sum(rss)),
             "cpu_percent": float(np.mean(cpu)), "cpu_percent_per_rank": cpu,
