@@ -337,15 +337,26 @@ def build(data: dict, overrides: list[tuple[str, str, Any]], world_size: int) ->
     return cfg
 
 
-def describe() -> str:
-    lines = []
+def _yaml_value(v) -> str:
+    return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def describe(markdown: bool = False) -> str:
+    """Every key with its default and help: YAML-like text, or a Markdown table (README)."""
+    lines = ["| key | default | meaning |", "|---|---|---|"] if markdown else []
     for sec_name, cls in _section_classes().items():
-        lines.append(f"{sec_name}:")
+        if not markdown:
+            lines.append(f"{sec_name}:")
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            lines.append(f"  {f.name}: {default!r:<14} # {f.metadata['help']}")
+            if markdown:
+                text = f.metadata["help"].replace("|", "\\|")
+                lines.append(f"| `{sec_name}.{f.name}` | `{_yaml_value(default)}` | {text} |")
+            else:
+                lines.append(f"  {f.name + ':':<22} {_yaml_value(default):<14} # {f.metadata['help']}")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(describe())
+    import sys
+    print(describe(markdown="--markdown" in sys.argv))

@@ -92,3 +92,10 @@ def test_override_parsing_types_values():
 def test_describe_lists_every_key():
     text = C.describe()
     assert "training:" in text and "learning_rate" in text and "num_envs_per_rank" in text
+
+
+def test_readme_documents_every_config_key():
+    readme = (C.DEFAULT_CONFIG.parent.parent / "README.md").read_text()
+    for line in C.describe(markdown=True).splitlines()[2:]:
+        key = line.split("`")[1]
+        assert f"`{key}`" in readme, f"README lacks config key {key} (regenerate with python -m mpippo.config --markdown)"
