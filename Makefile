@@ -9,7 +9,8 @@ ARGS    ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
-MPIRUN  := $(BIN)/mpirun --oversubscribe
+# the launcher relays SIGTERM/Ctrl-C so the ranks checkpoint before stopping (see README)
+LAUNCH  := $(BIN)/python -m mpippo.launch --mpirun-args=--oversubscribe
 
 .PHONY: venv train test test-fast bench clean help
 
@@ -28,7 +29,7 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 train: venv
-	$(MPIRUN) -n $(NPROC) $(BIN)/python run_mpi.py $(ARGS)
+	$(LAUNCH) -n $(NPROC) $(ARGS)
 
 test: venv
 	$(BIN)/python -m pytest -q tests

@@ -13,18 +13,24 @@ from pathlib import Path
 
 import torch
 
+from mpippo import faults
 from mpippo.config import ConfigError
 
 LATEST = "latest.pt"
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, _midway=None) -> None:
+    """`_midway` (tests only) runs after half of the data is written, to kill or fail the write there."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if _midway is not None:
+                f.write(data[: len(data) // 2])
+                f.flush()
+                _midway()
+            f.write(data[len(data) // 2:] if _midway is not None else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -52,12 +58,24 @@ def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last
     torch.save(state, buf)
     data = buf.getvalue()
     path = ckpt_dir / f"ckpt_{iteration:07d}.pt"
-    atomic_write_bytes(path, data)
-    atomic_write_bytes(ckpt_dir / LATEST, data)
+    atomic_write_bytes(path, data, _midway=faults.save_fault(iteration))
+    _atomic_link_or_copy(path, ckpt_dir / LATEST, data)
     periodic = sorted(ckpt_dir.glob("ckpt_*.pt"))
     for old in periodic[:-keep_last] if keep_last > 0 else []:
         old.unlink(missing_ok=True)
     return path
+
+
+def _atomic_link_or_copy(src: Path, dst: Path, data: bytes) -> None:
+    """Point dst at src's bytes atomically: a hard link (no second write), else a copy."""
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(src, tmp)
+        os.replace(tmp, dst)
+    except OSError:  # file systems without hard links
+        tmp.unlink(missing_ok=True)
+        atomic_write_bytes(dst, data)
 
 
 REQUIRED_KEYS = ("algo", "model", "optimizer", "timesteps", "iteration", "config", "world_size")

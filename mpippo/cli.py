@@ -21,8 +21,10 @@ import yaml
 from mpippo import config as C
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
+from mpippo.errors import JobFailure
+from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
-EXIT_USAGE = 2
+EXIT_CODES = {"done": EXIT_OK, "duration": EXIT_OK, "requeue": EXIT_REQUEUE, "stopped": EXIT_STOPPED}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,6 +101,7 @@ def _choose_run_dir(args) -> tuple[Path, bytes | None]:
 def main(argv: list[str] | None = None) -> int:
     world = World()
     world.install_abort_hook()
+    signals = SignalFlags().install()  # from here on a signal is only a flag, acted on together
     argv = sys.argv[1:] if argv is None else argv
 
     # A. every rank parses and validates (same inputs -> same verdict; agreed anyway)
@@ -147,14 +150,21 @@ def main(argv: list[str] | None = None) -> int:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         from mpippo.checkpoint import atomic_write_bytes
         atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
+        if trainer.resume_note:
+            print(f"mpippo: {trainer.resume_note}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if ckpt_bytes else "starting"
         print(f"mpippo: {verb}: ppo on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
               f"{trainer.threads} thread(s)/rank, device {trainer.device}; output {run_dir}", flush=True)
-    summary = trainer.train()
+    try:
+        summary = trainer.train(signals)
+    except JobFailure as e:  # detected by all ranks together: one message, clean exit
+        if world.is_root:
+            sys.stderr.write(f"mpippo: error: {e}\n")
+        return EXIT_FAILURE
     if world.is_root:
         print_summary(summary, run_dir)
-    return 0
+    return EXIT_CODES[summary["stop_reason"]]
 
 
 def print_summary(s: dict, run_dir: Path) -> None:
@@ -169,7 +179,10 @@ def print_summary(s: dict, run_dir: Path) -> None:
         ("outputs", f"{run_dir}/ (config.yaml, logs/, checkpoints/, benchmark_metrics.json)"),
     ]
     width = max(len(k) for k, _ in rows)
-    print("\nmpippo: run finished")
+    why = {"done": "run finished", "duration": "run finished (time budget reached)",
+           "requeue": f"stopped by SIGUSR1 after a checkpoint; exit {EXIT_REQUEUE} asks the batch script to requeue",
+           "stopped": f"stopped by a signal after a checkpoint (exit {EXIT_STOPPED}); continue with --resume"}
+    print(f"\nmpippo: {why[s['stop_reason']]}")
     for k, v in rows:
         print(f"  {k:<{width}}  {v}")
     sys.stdout.flush()

@@ -101,7 +101,8 @@ class LoggingConfig:
 
 @dataclass
 class CheckpointConfig:
-    interval_iterations: int = _f(50, "Save every this many iterations; 0 = only at the end.")
+    interval_iterations: int = _f(50, "Save every this many iterations; 0 = off (a checkpoint is always written at the end).")
+    interval_minutes: float = _f(30.0, "Also save when this many minutes passed since the last save; 0 = off.")
     keep_last: int = _f(3, "Periodic checkpoints kept (latest.pt is always kept).")
 
 
@@ -285,6 +286,7 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
             errs.append(f"{key}: must be in [0, 1], got {val}")
     for key, val in {"training.ent_coef": t.ent_coef, "training.vf_coef": t.vf_coef,
                      "checkpoint.interval_iterations": ck.interval_iterations,
+                     "checkpoint.interval_minutes": ck.interval_minutes,
                      "parallel.threads_per_rank": p.threads_per_rank,
                      "guards.collective_timeout_s": cfg.guards.collective_timeout_s}.items():
         if val < 0:

@@ -1,8 +1,10 @@
 """Fault injection for tests of fail-stop behaviour.
 
-MPIPPO_FAULT="rank=1,iteration=3,kind=raise|kill|hang|nan" makes that rank, at the start
-of that iteration, raise an exception, die with SIGKILL, block forever, or (nan) poison
-its next gradients. Unset (the normal case) it costs one dict lookup per iteration.
+MPIPPO_FAULT="rank=1,iteration=3,kind=raise|kill|hang|nan[,count=N]" makes that rank, at
+the start of that iteration, raise an exception, die with SIGKILL, block forever, or (nan)
+poison its next `count` gradient steps. kind=kill_in_save|enospc act inside the checkpoint
+write of that iteration on rank 0: die half-way through writing the temp file, or fail
+there as a full disk would. Unset (the normal case) it costs one lookup per iteration.
 """
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import os
 import signal
 import time
 
-KINDS = ("raise", "kill", "hang", "nan")
+import errno
+
+KINDS = ("raise", "kill", "hang", "nan", "kill_in_save", "enospc")
 
 
 class InjectedFault(RuntimeError):
@@ -22,7 +26,7 @@ def parse(spec: str | None) -> dict | None:
         return None
     fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
     fault = {"rank": int(fields.get("rank", 0)), "iteration": int(fields.get("iteration", 1)),
-             "kind": fields.get("kind", "raise")}
+             "kind": fields.get("kind", "raise"), "count": int(fields.get("count", 1))}
     if fault["kind"] not in KINDS:
         raise ValueError(f"MPIPPO_FAULT: kind '{fault['kind']}' is not one of {', '.join(KINDS)}")
     return fault
@@ -31,10 +35,10 @@ def parse(spec: str | None) -> dict | None:
 FAULT = parse(os.environ.get("MPIPPO_FAULT"))
 
 
-def maybe_inject(rank: int, iteration: int) -> str | None:
-    """Trigger the configured fault here; returns 'nan' for the caller to poison gradients."""
+def maybe_inject(rank: int, iteration: int) -> int:
+    """Trigger the configured fault here; returns how many gradient steps to poison with NaN."""
     if FAULT is None or FAULT["rank"] != rank or FAULT["iteration"] != iteration:
-        return None
+        return 0
     kind = FAULT["kind"]
     if kind == "raise":
         raise InjectedFault(f"injected fault on rank {rank} at iteration {iteration}")
@@ -43,4 +47,16 @@ def maybe_inject(rank: int, iteration: int) -> str | None:
     if kind == "hang":
         while True:
             time.sleep(3600)
-    return kind
+    return FAULT["count"] if kind == "nan" else 0
+
+
+def save_fault(iteration: int):
+    """A callback for checkpoint.atomic_write_bytes, run after half the bytes are written; or None."""
+    if FAULT is None or FAULT["iteration"] != iteration or FAULT["kind"] not in ("kill_in_save", "enospc"):
+        return None
+
+    def fail():
+        if FAULT["kind"] == "kill_in_save":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return fail

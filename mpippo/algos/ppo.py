@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mpippo.errors import NonFiniteError
+
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
                 next_value: torch.Tensor, next_done: torch.Tensor,
@@ -123,7 +125,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, 
                 skipped += 1
                 nonfinite_streak += 1
                 if nonfinite_streak >= max_nonfinite_streak:
-                    raise FloatingPointError(f"non-finite loss or gradients on {n_nonfinite} rank(s) in "
+                    raise NonFiniteError(f"non-finite loss or gradients on {n_nonfinite} rank(s) in "
                                              f"{nonfinite_streak} consecutive steps; aborting")
                 continue
             nonfinite_streak = 0

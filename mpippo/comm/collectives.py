@@ -27,13 +27,13 @@ class GradAllreduce:
         self.grad = torch.zeros(n, dtype=torch.float32, device=device) if on_gpu else self.host[:n]
         self.slots = self.host[n:]
         self._np = self.host.numpy()
-        self.poison_next = False  # fault injection (tests): NaN gradients at the next call
+        self.poison_steps = 0  # fault injection (tests): NaN gradients in the next this-many calls
 
     def __call__(self, approx_kl: float) -> tuple[float, int]:
         """Average grads over ranks in place. Returns (global mean approx_kl, #ranks non-finite)."""
-        if self.poison_next:
+        if self.poison_steps:
             self.grad.fill_(float("nan"))
-            self.poison_next = False
+            self.poison_steps -= 1
         finite = bool(torch.isfinite(self.grad).all())
         if self.world.size == 1:
             return approx_kl, int(not finite)

@@ -38,6 +38,9 @@ class World:
             self.local_rank, self.local_size = 0, 1
         self._watch_name: str | None = None
         self._watch_since = 0.0
+        self._seq = 0  # collectives entered so far: equal on all ranks that are in step
+        # A private communicator for the watchdog's diagnosis, so its messages never mix with training's.
+        self._diag = self.comm.Dup() if self.comm is not None and self.size > 1 else None
         self.collective_timeout_s = 0.0
         self.set_collective_timeout(collective_timeout_s)
 
@@ -52,17 +55,55 @@ class World:
         if start:
             threading.Thread(target=self._watchdog, name="mpippo-watchdog", daemon=True).start()
 
+    _QUERY, _REPLY = 7001, 7002
+
     def _watchdog(self) -> None:
+        """Answers other ranks' "where are you?" queries; aborts when this rank's collective stalls."""
+        threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        query, status, pending = np.zeros(1, np.int64), MPI.Status(), []
+        req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY) if threaded else None
         while True:
-            time.sleep(1.0)
-            name, since = self._watch_name, self._watch_since
+            time.sleep(0.5)
+            while req is not None and req.Test(status):
+                reply = np.array([self._seq, self._watch_name is not None], dtype=np.int64)
+                pending.append((self._diag.Isend(reply, dest=status.Get_source(), tag=self._REPLY), reply))
+                req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY)
+            pending = [(r, b) for r, b in pending if not r.Test()]
+            name, since, seq = self._watch_name, self._watch_since, self._seq
             if name is not None and time.monotonic() - since > self.collective_timeout_s:
-                sys.stderr.write(f"[rank {self.rank}] collective '{name}' waited more than "
-                                 f"{self.collective_timeout_s:.0f} s for other ranks; aborting the job\n")
+                where = self._diagnose(seq) if threaded else "ranks not known (MPI without THREAD_MULTIPLE)"
+                sys.stderr.write(f"[rank {self.rank}] collective '{name}' (#{seq}) waited more than "
+                                 f"{self.collective_timeout_s:.0f} s for other ranks; {where}; aborting the job\n")
                 sys.stderr.flush()
                 self.abort(1)
 
+    def _diagnose(self, seq: int, wait_s: float = 5.0) -> str:
+        """Ask every other rank which collective it is in; name those that did not arrive."""
+        others = [r for r in range(self.size) if r != self.rank]
+        ask = np.array([seq], dtype=np.int64)
+        replies = {r: np.full(2, -1, dtype=np.int64) for r in others}
+        sends = [self._diag.Isend(ask, dest=r, tag=self._QUERY) for r in others]
+        recvs = {r: self._diag.Irecv(replies[r], source=r, tag=self._REPLY) for r in others}
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not all(q.Test() for q in recvs.values()):
+            time.sleep(0.05)
+        missing, notes = [], []
+        for r in others:
+            r_seq, inside = replies[r]
+            if r_seq < 0:
+                missing.append(r)
+                notes.append(f"rank {r}: no answer (dead or stuck)")
+            elif r_seq != seq or not inside:
+                missing.append(r)
+                state = "waiting in" if inside else "not in a collective, last entered"
+                notes.append(f"rank {r}: {state} #{r_seq}")
+        del sends
+        if not missing:
+            return "every rank is in it (a slow network or MPI stall)"
+        return f"ranks that did not arrive: {missing} ({'; '.join(notes)})"
+
     def _run(self, name: str, fn, *args):
+        self._seq += 1
         self._watch_since, self._watch_name = time.monotonic(), name
         try:
             return fn(*args)
@@ -106,6 +147,10 @@ class World:
     # ---- start-up only (pickles small Python objects) ----
     def bcast_obj(self, obj, root: int = 0):
         return self._run("bcast_obj", self.comm.bcast, obj, root) if self.size > 1 else obj
+
+    def gather_obj(self, obj, root: int = 0) -> list | None:
+        """Checkpoint time only: every rank's (picklable) state, as a list on root."""
+        return self._run("gather_obj", self.comm.gather, obj, root) if self.size > 1 else [obj]
 
     def allgather_obj(self, obj) -> list:
         return self._run("allgather_obj", self.comm.allgather, obj) if self.size > 1 else [obj]

@@ -64,7 +64,7 @@ class Reporter:
         if cfg.logging.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             # purge_step drops points past the resume step, so a resumed run has no duplicates
-            self.writer = SummaryWriter(str(run_dir / "logs"), purge_step=start_step if start_iteration > 0 else None)
+            self.writer = SummaryWriter(str(run_dir / "logs"), purge_step=start_step + 1 if start_iteration > 0 else None)
         self.bar = None
         if progress:
             from tqdm import tqdm

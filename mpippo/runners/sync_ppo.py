@@ -26,7 +26,9 @@ from mpippo.comm import World
 from mpippo.comm.collectives import GradAllreduce, check_replicas, global_mean_std, global_moments
 from mpippo.config import Config, ConfigError
 from mpippo.envs import make_env, rank_seed
+from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
+from mpippo.preemption import SignalFlags
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
 from mpippo.models import ImpalaCNNPolicy
@@ -74,7 +76,6 @@ class SyncPPO:
         self.num_envs = cfg.env.num_envs_per_rank
         self.env = make_env(cfg, self.num_envs, seed=seed)
         self.batch_size = cfg.env.num_envs * t.n_steps  # global: all ranks
-        self.num_iterations = math.ceil(t.total_timesteps / self.batch_size)
 
         self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions,
                                      tuple(cfg.model.channels), cfg.model.hidden_size).to(self.device)
@@ -86,15 +87,20 @@ class SyncPPO:
         self.optimizer = torch.optim.Adam([self.flat_params], lr=t.learning_rate, eps=t.adam_eps)
 
         self.ret_rms = RunningMeanStd()
-        self.global_step, self.iteration, self.episodes_total = 0, 0, 0
-        if resume_state is not None:
-            self._load(resume_state)
-
+        self.global_step, self.iteration = 0, 0
+        # per-rank running state (saved per rank in checkpoints for exact resume)
         self.buf = RolloutBuffer(t.n_steps, self.num_envs, self.env.obs_shape, self.device)
         self.ret_tracker = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_ret = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self.win_returns: deque = deque(maxlen=100)
+        self.episodes_total = 0
+        self.interval_ep = np.zeros(3)  # finished-episode return sum, count, length sum since last log
+        self.interval_ev = np.zeros(5)  # explained-variance sums since last log
+        self.obs = self.first = None    # the observation the next step acts on
+        self.resume_note = None
+        if resume_state is not None:
+            self._load(resume_state)
         self.timer = PhaseTimer()
 
     # ---- state ----
@@ -102,12 +108,24 @@ class SyncPPO:
         return {"obs_shape": list(self.env.obs_shape), "num_actions": int(self.env.num_actions),
                 "channels": list(self.cfg.model.channels), "hidden_size": self.cfg.model.hidden_size}
 
-    def state_dict(self) -> dict:
+    def rank_state(self) -> dict:
+        """What differs between ranks: RNG streams, env states, episode statistics."""
+        return {
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                    "shuffle": self.generator.get_state(),
+                    "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None},
+            "env": self.env.get_state(), "obs": self.obs.copy(), "first": self.first.copy(),
+            "ret_tracker": self.ret_tracker.copy(), "ep_ret": self.ep_ret.copy(), "ep_len": self.ep_len.copy(),
+            "win_returns": list(self.win_returns), "episodes_total": self.episodes_total,
+            "interval_ep": self.interval_ep.copy(), "interval_ev": self.interval_ev.copy(),
+        }
+
+    def state_dict(self, rank_states: list) -> dict:
         return {
             "algo": "ppo", "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "timesteps": self.global_step, "iteration": self.iteration, "config": self.cfg.to_dict(),
             "world_size": self.world.size, "model_spec": self.model_spec(),
-            "ret_rms": self.ret_rms.state_dict(), "episodes": self.episodes_total,
+            "ret_rms": self.ret_rms.state_dict(), "ranks": rank_states,
         }
 
     def _load(self, state: dict) -> None:
@@ -116,12 +134,32 @@ class SyncPPO:
         spec = state.get("model_spec")
         if spec != self.model_spec():
             raise ConfigError(f"checkpoint: network shape {spec} does not match this config's {self.model_spec()}")
-        self.model.load_state_dict(state["model"])  # copies into the flat views
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.model.load_state_dict(state["model"])  # copies into the flat views
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ConfigError(f"checkpoint: model or optimizer state does not fit ({str(e).splitlines()[0][:160]})") from None
         self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
-        self.episodes_total = int(state.get("episodes", 0))
-        if "ret_rms" in state:
-            self.ret_rms.load_state_dict(state["ret_rms"])
+        self.ret_rms.load_state_dict(state["ret_rms"])
+        ranks = state.get("ranks") or []
+        if state["world_size"] != self.world.size or len(ranks) != self.world.size:
+            self.resume_note = (f"warning: checkpoint was written by {state['world_size']} rank(s), this job has "
+                                f"{self.world.size}: restored model, optimizer, counters and reward normalizer; "
+                                f"env states, RNG streams and episode statistics start fresh (not an exact resume)")
+            return
+        r = ranks[self.world.rank]
+        random.setstate(r["rng"]["python"])
+        np.random.set_state(r["rng"]["numpy"])
+        torch.set_rng_state(r["rng"]["torch"])
+        self.generator.set_state(r["rng"]["shuffle"])
+        if r["rng"]["cuda"] is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(r["rng"]["cuda"], self.device)
+        self.env.set_state(r["env"])
+        self.obs, self.first = r["obs"], r["first"]
+        self.ret_tracker, self.ep_ret, self.ep_len = r["ret_tracker"], r["ep_ret"], r["ep_len"]
+        self.win_returns.extend(r["win_returns"])
+        self.episodes_total = int(r["episodes_total"])
+        self.interval_ep, self.interval_ev = r["interval_ep"], r["interval_ev"]
 
     def _broadcast_parameters(self) -> None:
         host = self.flat_params.detach().cpu().numpy().copy() if self.device.type != "cpu" else self.flat_params.numpy()
@@ -186,94 +224,120 @@ class SyncPPO:
         t = self.cfg.training
         if not t.anneal_lr:
             return t.learning_rate
-        return t.learning_rate * (1.0 - (self.iteration - 1) / self.num_iterations)
+        # by steps, not iterations, so the schedule survives a resume with another batch size
+        return t.learning_rate * max(1.0 - self.global_step / t.total_timesteps, 0.0)
+
+    def save_checkpoint(self) -> None:
+        """Collective: gather every rank's state to rank 0, which writes atomically; all agree on success."""
+        rank_states = self.world.gather_obj(self.rank_state())
+        error = ""
+        if self.world.is_root:
+            try:
+                save_checkpoint(self.run_dir / "checkpoints", self.state_dict(rank_states), self.iteration,
+                                self.cfg.checkpoint.keep_last)
+            except OSError as e:  # disk full, quota, permissions: the previous latest.pt is untouched
+                error = (f"checkpoint: writing iteration {self.iteration} to '{self.run_dir / 'checkpoints'}' failed "
+                         f"({e.strerror or e}); the previous checkpoint is intact")
+        (failed,) = self.world.agree([bool(error)])
+        if failed:
+            raise CheckpointError(error or "checkpoint: rank 0 could not write the checkpoint")
 
     # ---- the loop ----
-    def train(self) -> dict:
+    def train(self, signals: SignalFlags | None = None) -> dict:
         cfg, world, t = self.cfg, self.world, self.cfg.training
         self._broadcast_parameters()  # rule: initial weights come from rank 0, never from equal seeds
+        hostnames = world.allgather_obj(world.hostname)
         reporter = None
         if world.is_root:
-            hostnames = world.allgather_obj(world.hostname)
             reporter = Reporter(cfg, self.run_dir, world.size, hostnames, self.global_step, self.iteration,
                                 t.total_timesteps, cfg.logging.progress)
-        else:
-            world.allgather_obj(world.hostname)
+        signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
-        interval_ep = np.zeros(3)
-        ev = np.zeros(5)
         deadline = time.monotonic() + t.duration_hours * 3600 if t.duration_hours else None
+        ck_every_s = cfg.checkpoint.interval_minutes * 60
+        last_ckpt = time.monotonic()
         nonfinite_streak, updates_since_check = 0, 0
-        rew, obs, first = self.env.observe()
+        if self.obs is None:
+            _, self.obs, self.first = self.env.observe()
         train_t0 = time.perf_counter()
         update_stats = {}
-        stop = self.iteration >= self.num_iterations
-        while not stop:
+        stop_reason = "done" if self.global_step >= t.total_timesteps else None
+        while stop_reason is None:
             self.iteration += 1
-            if maybe_inject(world.rank, self.iteration) == "nan":
-                self.grad_sync.poison_next = True
+            self.grad_sync.poison_steps += maybe_inject(world.rank, self.iteration)
             lr = self._lr()
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
 
-            obs, first, ep = self.collect_rollout(obs, first)
-            interval_ep += ep
+            self.obs, self.first, ep = self.collect_rollout(self.obs, self.first)
+            self.interval_ep += ep
             with self.timer("gae"):
-                adv, ret = self.advantages(obs, first)
+                adv, ret = self.advantages(self.obs, self.first)
                 batch = self.buf.flat_batch(adv, ret)
                 y, v = batch["b_returns"].double(), batch["b_values"].double()
-                ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()), float(((y - v) ** 2).sum())]
-            self.model.train()
+                self.interval_ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()),
+                                     float(((y - v) ** 2).sum())]
             update_stats = ppo_update(self.model, self.optimizer, batch, t, self.grad_sync, self.generator,
                                       self.timer, nonfinite_streak, cfg.guards.max_nonfinite_skips)
             nonfinite_streak = update_stats["nonfinite_streak"]
             self.global_step += self.batch_size
             updates_since_check += update_stats["updates"]
 
-            # ---- decisions all ranks take together ----
-            time_up = deadline is not None and time.monotonic() >= deadline
-            (any_time_up,) = world.agree([time_up])
-            stop = self.iteration >= self.num_iterations or bool(any_time_up)
+            # ---- decisions all ranks take together: one Allreduce(MAX) of flags ----
+            now = time.monotonic()
+            time_up, ckpt_due, requeue, stop_req = world.agree([
+                deadline is not None and now >= deadline,
+                ck_every_s > 0 and now - last_ckpt >= ck_every_s,
+                signals.requeue, signals.stop])
+            if self.global_step >= t.total_timesteps:
+                stop_reason = "done"
+            elif requeue:
+                stop_reason = "requeue"
+            elif stop_req:
+                stop_reason = "stopped"
+            elif time_up:
+                stop_reason = "duration"
+            stop = stop_reason is not None
             if updates_since_check >= cfg.guards.checksum_interval or stop:
                 bad = check_replicas(world, self.flat_params)
                 if bad:
-                    raise RuntimeError(f"replica parameters diverged: ranks {bad} differ from rank 0 "
+                    raise ReplicaDivergence(f"replica parameters diverged: ranks {bad} differ from rank 0 "
                                        f"at iteration {self.iteration}")
                 updates_since_check = 0
 
             self.timer.add_other(time.perf_counter() - train_t0)
-            log_now = stop or self.iteration % cfg.logging.log_interval == 0
-            if log_now:
+            if stop or self.iteration % cfg.logging.log_interval == 0:
                 stats_vec[:] = 0.0
-                stats_vec[[IDX["ep_ret_sum"], IDX["ep_count"], IDX["ep_len_sum"]]] = interval_ep
+                stats_vec[[IDX["ep_ret_sum"], IDX["ep_count"], IDX["ep_len_sum"]]] = self.interval_ep
                 stats_vec[IDX["win_ret_sum"]] = sum(self.win_returns)
                 stats_vec[IDX["win_count"]] = len(self.win_returns)
                 stats_vec[IDX["episodes_total"]] = self.episodes_total
                 for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped"):
                     stats_vec[IDX[key]] = update_stats[key]
-                stats_vec[IDX["ev_n"]:IDX["ev_sum_r2"] + 1] = ev
+                stats_vec[IDX["ev_n"]:IDX["ev_sum_r2"] + 1] = self.interval_ev
                 stats_vec[IDX["peak_rss_mb"]] = peak_rss_mb()
                 stats_vec[IDX["cpu_seconds"]] = cpu_seconds()
                 stats_vec[IDX["t_env_step"]:] = self.timer.vector()
                 M = world.gather(stats_vec, name="stats_gather")
-                interval_ep[:] = 0.0
-                ev[:] = 0.0
+                self.interval_ep[:] = 0.0
+                self.interval_ev[:] = 0.0
                 if reporter is not None:
                     print_line = stop or self.iteration % cfg.logging.print_interval == 0 or self.iteration == 1
                     reporter.log(M, self.global_step, self.iteration, lr, print_line)
-                    reporter.write_benchmark(done=False)
+                    reporter.write_benchmark(done=stop_reason == "done")
             if reporter is not None:
                 reporter.progress(self.global_step)
 
             ck = cfg.checkpoint.interval_iterations
-            if world.is_root and (stop or (ck > 0 and self.iteration % ck == 0)):
-                save_checkpoint(self.run_dir / "checkpoints", self.state_dict(), self.iteration,
-                                cfg.checkpoint.keep_last)
+            if stop or ckpt_due or (ck > 0 and self.iteration % ck == 0):
+                self.save_checkpoint()
+                last_ckpt = time.monotonic()
 
         summary = {}
         if reporter is not None:
-            summary = reporter.write_benchmark(done=True)
+            summary = reporter.write_benchmark(done=stop_reason == "done")
             reporter.close()
         self.env.close()
+        summary["stop_reason"] = stop_reason
         return summary
 

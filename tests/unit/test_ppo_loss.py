@@ -91,3 +91,16 @@ def test_nonfinite_gradients_skip_steps_then_abort():
     assert torch.equal(before, flat)  # no step taken with NaN
     with pytest.raises(FloatingPointError, match="consecutive"):
         ppo_update(model, opt, batch, cfg, local_grad_check([flat]), nonfinite_streak=2, max_nonfinite_streak=3)
+
+
+def test_atomic_write_failure_keeps_previous_file(tmp_path):
+    from mpippo.checkpoint import atomic_write_bytes
+    target = tmp_path / "latest.pt"
+    atomic_write_bytes(target, b"old contents")
+
+    def disk_full():
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        atomic_write_bytes(target, b"new contents that never fully arrive", _midway=disk_full)
+    assert target.read_bytes() == b"old contents"
+    assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]

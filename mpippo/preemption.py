@@ -1,0 +1,36 @@
+"""Signals only set flags; the ranks act on them together at the next iteration boundary.
+
+SIGUSR1        -> checkpoint, exit EXIT_REQUEUE (3): "stopped early, requeue me" (Slurm --signal).
+SIGTERM/SIGINT -> checkpoint, exit EXIT_STOPPED (4): stopped on request, resumable with --resume.
+SIGUSR2        -> the same as SIGTERM; `python -m mpippo.launch` relays SIGTERM/SIGINT as SIGUSR2,
+                  because mpirun kills the ranks right after forwarding a SIGTERM.
+A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts).
+Whichever rank or ranks got the signal, the flags are combined with one Allreduce(MAX), so
+a signal delivered to mpirun (which forwards it) or to a single rank works the same.
+"""
+from __future__ import annotations
+
+import signal
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
+
+
+class SignalFlags:
+    def __init__(self):
+        self.requeue = False  # SIGUSR1
+        self.stop = False     # SIGTERM / SIGINT
+
+    def install(self) -> "SignalFlags":
+        signal.signal(signal.SIGUSR1, self._on_usr1)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGUSR2, self._on_stop)
+        return self
+
+    def _on_usr1(self, signum, frame):
+        self.requeue = True
+
+    def _on_stop(self, signum, frame):
+        if signum == signal.SIGINT and self.stop:
+            raise KeyboardInterrupt  # impatient second Ctrl-C
+        self.stop = True
