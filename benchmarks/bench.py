@@ -42,8 +42,9 @@ def run_trainer(ranks: int, args, out_dir: Path) -> dict:
            "--total-timesteps", str(steps), "--output-dir", str(out_dir), "--no-progress",
            "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
            "--set", "logging.tensorboard=false", "--set", f"training.num_minibatches={args.minibatches}"]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PRTE_MCA_hwloc_default_binding_policy="none")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if ranks * args.threads > len(os.sched_getaffinity(0)):
+        env["PRTE_MCA_hwloc_default_binding_policy"] = "none"  # oversubscribed: binding would stack ranks
     t0 = time.perf_counter()
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if res.returncode != 0:

@@ -20,7 +20,7 @@ from mpippo.metrics.timers import PHASES
 FIELDS = ("ep_ret_sum", "ep_count", "ep_len_sum", "win_ret_sum", "win_count", "episodes_total",
           "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped",
           "ev_n", "ev_sum_y", "ev_sum_y2", "ev_sum_r", "ev_sum_r2",
-          "peak_rss_mb", "cpu_seconds") + tuple(f"t_{p}" for p in PHASES)
+          "peak_rss_mb", "cpu_seconds", "replica_checks") + tuple(f"t_{p}" for p in PHASES)
 IDX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -105,7 +105,8 @@ class Reporter:
             "entropy": float(col("entropy").mean()), "approx_kl": float(col("approx_kl").mean()),
             "clipfrac": float(col("clipfrac").mean()),
             "explained_variance": float(1.0 - var_r / var_y) if var_y > 0 else float("nan"),
-            "skipped_steps": int(col("skipped").max()),  # a global decision: every rank skipped the same steps
+            "skipped_steps": int(col("skipped").max()),
+            "replica_checks": int(col("replica_checks").min()),  # a global decision: every rank skipped the same steps
             "learning_rate": lr, "steps_per_s": interval_fps,
             "fps": (global_step - self.start_step) / max(elapsed, 1e-9),
             "fps_steady": (global_step - step_first) / (now - t_first) if now > t_first else None,
@@ -156,6 +157,7 @@ class Reporter:
             "peak_rss_mb_per_rank": rss, "peak_rss_mb_total": float(sum(rss)),
             "cpu_percent": float(np.mean(cpu)), "cpu_percent_per_rank": cpu,
             "episode_return_mean": m.get("episode_return_mean"), "episodes": m.get("episodes", 0),
+            "replica_checks": m.get("replica_checks", 0),
             "hostnames": self.hostnames, "git_commit": self.commit, "finished": done,
             "device": cfg.training.device, "threads_per_rank": cfg.parallel.threads_per_rank,
         }

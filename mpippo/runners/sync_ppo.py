@@ -99,6 +99,7 @@ class SyncPPO:
         self.interval_ev = np.zeros(5)  # explained-variance sums since last log
         self.obs = self.first = None    # the observation the next step acts on
         self.resume_note = None
+        self.replica_checks = 0
         if resume_state is not None:
             self._load(resume_state)
         self.timer = PhaseTimer()
@@ -300,6 +301,7 @@ class SyncPPO:
             stop = stop_reason is not None
             if updates_since_check >= cfg.guards.checksum_interval or stop:
                 bad = check_replicas(world, self.flat_params)
+                self.replica_checks += 1
                 if bad:
                     raise ReplicaDivergence(f"replica parameters diverged: ranks {bad} differ from rank 0 "
                                        f"at iteration {self.iteration}")
@@ -317,6 +319,7 @@ class SyncPPO:
                 stats_vec[IDX["ev_n"]:IDX["ev_sum_r2"] + 1] = self.interval_ev
                 stats_vec[IDX["peak_rss_mb"]] = peak_rss_mb()
                 stats_vec[IDX["cpu_seconds"]] = cpu_seconds()
+                stats_vec[IDX["replica_checks"]] = self.replica_checks
                 stats_vec[IDX["t_env_step"]:] = self.timer.vector()
                 M = world.gather(stats_vec, name="stats_gather")
                 self.interval_ep[:] = 0.0

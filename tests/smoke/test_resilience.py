@@ -12,6 +12,8 @@ import torch
 from conftest import MPIRUN, ROOT, metrics, mpi_env, ok, trainer
 
 # starpilot ends random-play episodes quickly and with non-zero returns, so curves are informative
+pytestmark = pytest.mark.slow
+
 FAST = ["--config", "configs/smoke.yaml", "--set", "env.name=starpilot", "--no-progress"]
 K_STEPS = 8 * 256  # 8 iterations of 2 ranks x 4 envs x 32 steps
 

@@ -53,4 +53,12 @@ assert stats["updates"] == 3, stats
 assert check_replicas(world, flat) == [], "replicas differ after identical updates"
 if r == 0:
     np.save(sys.argv[1], flat.numpy())
+
+# KL early stopping is a collective decision: with a tiny target every rank stops after epoch 1
+cfg_kl = TrainingConfig(n_epochs=3, num_minibatches=2, target_kl=1e-12)
+local["b_logprobs"] = local["b_logprobs"] - 0.5  # the old policy differs: KL > 0 from the first step
+stats = ppo_update(model, opt, local, cfg_kl, sync, generator=torch.Generator().manual_seed(8))
+epochs = world.allgather(np.array([stats["epochs_done"]]))[:, 0]
+assert list(epochs) == [1] * W, epochs
+assert check_replicas(world, flat) == []
 print(f"rank {r}/{W} ok", flush=True)
