@@ -41,7 +41,8 @@ def run_trainer(ranks: int, args, out_dir: Path) -> dict:
            "--num-envs-per-rank", str(args.envs_per_rank), "--n-steps", str(args.n_steps),
            "--total-timesteps", str(steps), "--output-dir", str(out_dir), "--no-progress",
            "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
-           "--set", "logging.tensorboard=false", "--set", f"training.num_minibatches={args.minibatches}"]
+           "--set", "logging.tensorboard=false", "--set", f"training.num_minibatches={args.minibatches}",
+           "--set", f"training.n_epochs={args.epochs}"]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if ranks * args.threads > len(os.sched_getaffinity(0)):
         env["PRTE_MCA_hwloc_default_binding_policy"] = "none"  # oversubscribed: binding would stack ranks
@@ -73,6 +74,7 @@ def main() -> int:
     p.add_argument("--envs-per-rank", type=int, default=8)
     p.add_argument("--n-steps", type=int, default=256)
     p.add_argument("--minibatches", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--iterations", type=int, default=3, help="per run; the first is warm-up")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--out", type=Path, default=None)
@@ -88,7 +90,7 @@ def main() -> int:
             m = run_trainer(n, args, Path(tmp) / f"r{n}")
             ph = m["phase_seconds"]
             total = sum(ph.values())
-            calls = args.iterations * 3 * args.minibatches  # epochs x minibatches per iteration (default 3 epochs)
+            calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
             transfer = allreduce_seconds(n) * calls
             rows.append({"ranks": n, "oversubscribed": n * args.threads > cores, "fps": m["fps_steady"] or m["fps"],
                          "fps_all": m["fps"], "phase_seconds": ph,
