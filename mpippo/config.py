@@ -51,6 +51,7 @@ class EnvConfig:
 @dataclass
 class ParallelConfig:
     threads_per_rank: int = _f(0, "torch threads per rank; 0 = auto (SLURM_CPUS_PER_TASK, else cores / ranks on the node).")
+    expected_world_size: Optional[int] = _f(None, "Fail unless the job has exactly this many ranks (the Slurm scripts pass SLURM_NTASKS); null = any.")
 
 
 @dataclass
@@ -298,6 +299,9 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):
         errs.append(f"model.channels: must be a non-empty list of positive ints, got {m.channels}")
 
+    if p.expected_world_size is not None and p.expected_world_size != world_size:
+        errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "
+                    f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
     if errs:  # the divisibility checks below need sane numbers
         return errs
     if e.num_envs_per_rank is None and e.num_envs % world_size != 0:

@@ -30,6 +30,8 @@ class World:
         self.rank = self.comm.Get_rank() if self.comm else 0
         self.size = self.comm.Get_size() if self.comm else 1
         self.hostname = socket.gethostname()
+        # Slurm's node name: differs from the hostname when several slurmd emulate nodes on one host
+        self.node = os.environ.get("SLURMD_NODENAME", self.hostname)
         if self.comm is not None and self.size > 1:
             node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
             self.local_rank, self.local_size = node.Get_rank(), node.Get_size()

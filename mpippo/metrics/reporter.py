@@ -50,9 +50,10 @@ def _fmt_duration(s: float) -> str:
 class Reporter:
     """Lives on rank 0 only."""
 
-    def __init__(self, cfg, run_dir: Path, world_size: int, hostnames: list[str], start_step: int,
+    def __init__(self, cfg, run_dir: Path, world_size: int, hosts: list[tuple[str, str]], start_step: int,
                  start_iteration: int, total_timesteps: int, progress: bool):
-        self.cfg, self.run_dir, self.world_size, self.hostnames = cfg, run_dir, world_size, hostnames
+        self.cfg, self.run_dir, self.world_size = cfg, run_dir, world_size
+        self.hostnames, self.nodes = [h for h, _ in hosts], [n for _, n in hosts]
         self.total = total_timesteps
         self.start_step, self.t0 = start_step, time.perf_counter()
         self.prev = None  # previous gathered matrix, for per-interval phase deltas
@@ -158,7 +159,7 @@ class Reporter:
             "cpu_percent": float(np.mean(cpu)), "cpu_percent_per_rank": cpu,
             "episode_return_mean": m.get("episode_return_mean"), "episodes": m.get("episodes", 0),
             "replica_checks": m.get("replica_checks", 0),
-            "hostnames": self.hostnames, "git_commit": self.commit, "finished": done,
+            "hostnames": self.hostnames, "nodes": self.nodes, "git_commit": self.commit, "finished": done,
             "device": cfg.training.device, "threads_per_rank": cfg.parallel.threads_per_rank,
         }
         atomic_write_json(self.run_dir / "benchmark_metrics.json", out)

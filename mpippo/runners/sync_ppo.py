@@ -247,10 +247,10 @@ class SyncPPO:
     def train(self, signals: SignalFlags | None = None) -> dict:
         cfg, world, t = self.cfg, self.world, self.cfg.training
         self._broadcast_parameters()  # rule: initial weights come from rank 0, never from equal seeds
-        hostnames = world.allgather_obj(world.hostname)
+        hosts = world.allgather_obj((world.hostname, world.node))
         reporter = None
         if world.is_root:
-            reporter = Reporter(cfg, self.run_dir, world.size, hostnames, self.global_step, self.iteration,
+            reporter = Reporter(cfg, self.run_dir, world.size, hosts, self.global_step, self.iteration,
                                 t.total_timesteps, cfg.logging.progress)
         signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
