@@ -1,0 +1,72 @@
+# Shared body of mpippo's batch scripts; sourced by slurm/*.sh after their #SBATCH header.
+# Everything here adapts to the allocation; site edits belong in the ENVIRONMENT block below
+# or in the environment variables it reads.
+#
+#   MPIPPO_ROOT      the repository (default: the directory sbatch was run from)
+#   MPIPPO_PYTHON    python with mpippo's dependencies (default: $MPIPPO_ROOT/.venv/bin/python)
+#   MPIPPO_LAUNCHER  mpirun (default) or srun (PMIx)
+#   MPIPPO_RUN_DIR   run folder (default: $MPIPPO_ROOT/runs/slurm-<job id>, so a requeued job finds its run)
+#   MPIPPO_MPIRUN_ARGS  extra mpirun options (e.g. "--bind-to none")
+#   MPIPPO_SRUN_MPI  srun's --mpi plugin (default pmix)
+set -uo pipefail
+
+MPIPPO_ROOT=${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
+cd "$MPIPPO_ROOT" || { echo "mpippo: cannot cd to MPIPPO_ROOT=$MPIPPO_ROOT" >&2; exit 2; }
+
+# ---- ENVIRONMENT: edit for your site -------------------------------------------------------
+# module load openmpi            # a site MPI, if mpi4py was built against it
+# source activate mpippo         # the conda env from environment.yml
+MPIPPO_PYTHON=${MPIPPO_PYTHON:-$MPIPPO_ROOT/.venv/bin/python}
+# ---------------------------------------------------------------------------------------------
+
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+THREADS=${SLURM_CPUS_PER_TASK:-1}
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+RUN_DIR=${MPIPPO_RUN_DIR:-$MPIPPO_ROOT/runs/slurm-${SLURM_JOB_ID:?not inside a Slurm job}}
+LAUNCHER=${MPIPPO_LAUNCHER:-mpirun}
+RESTARTS=${SLURM_RESTART_COUNT:-0}
+
+ARGS=(--output-dir "$RUN_DIR" --no-progress
+      --set "parallel.threads_per_rank=$THREADS"
+      --set "parallel.expected_world_size=$SLURM_NTASKS")
+if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
+    ARGS+=(--resume)  # a requeued or restarted job continues its own run
+fi
+
+case "$LAUNCHER" in
+  mpirun)
+    MPIRUN=${MPIPPO_MPIRUN:-$(dirname "$MPIPPO_PYTHON")/mpirun}
+    [ -x "$MPIRUN" ] || MPIRUN=mpirun
+    # shellcheck disable=SC2086
+    CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py) ;;
+  srun)
+    CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$MPIPPO_PYTHON" run_mpi.py) ;;
+  *)
+    echo "mpippo: MPIPPO_LAUNCHER='$LAUNCHER' is not one of mpirun, srun" >&2; exit 2 ;;
+esac
+
+echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER, run $RUN_DIR"
+
+# Signals: Slurm sends --signal=B:USR1@T to this shell (and, with preempt_send_user_signal, at
+# preemption). Forward it to the trainer, which checkpoints at the end of its iteration and exits 3.
+# SIGTERM is relayed as SIGUSR2 ("checkpoint and stop"): mpirun would kill the ranks on a TERM.
+forward() { [ -n "${PID:-}" ] && kill "-$1" "$PID" 2>/dev/null; }
+trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward USR1' USR1
+trap 'echo "mpippo: TERM received, asking the trainer to checkpoint and stop"; forward USR2' TERM
+
+"${CMD[@]}" "${ARGS[@]}" "$@" &
+PID=$!
+# `wait` returns early when a trapped signal arrives; keep waiting for the trainer itself.
+while true; do
+    wait "$PID"; RC=$?
+    kill -0 "$PID" 2>/dev/null || break
+done
+
+case $RC in
+  0) echo "mpippo: finished" ;;
+  3) echo "mpippo: checkpointed after USR1; requeueing job $SLURM_JOB_ID"
+     if scontrol requeue "$SLURM_JOB_ID"; then RC=0; else echo "mpippo: scontrol requeue failed (already requeued by a preemption?)"; fi ;;
+  4) echo "mpippo: checkpointed and stopped after TERM" ;;
+  *) echo "mpippo: trainer exited with status $RC" ;;
+esac
+exit $RC
