@@ -147,7 +147,7 @@ def reference(tmp_path: Path, steps: int) -> dict:
 
 @pytest.mark.parametrize("how", ["usr1", "preempt"])
 def test_requeue_resumes_to_the_exact_uninterrupted_result(cluster, tmp_path, how):
-    steps = 40 * 256
+    steps = 16 * 256
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     args = SMALL + ["--total-timesteps", str(steps), "--set", "logging.print_interval=1",
                     "--set", "checkpoint.interval_iterations=0"]
