@@ -34,3 +34,17 @@ def attach_flat_grads_(module: nn.Module, grad_flat: torch.Tensor) -> None:
 
 def num_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+def flat_model_(module: nn.Module, grad_flat: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flatten parameters and gradients of `module` in place; returns (flat params, flat grads).
+
+    The flat parameter tensor carries the flat gradient as its .grad, so an optimizer over
+    [flat params] updates every layer in one fused step. Pass `grad_flat` to choose the
+    gradient storage (the MPI buffer); otherwise it is allocated here.
+    """
+    flat = flatten_parameters_(module)
+    grad = torch.zeros_like(flat) if grad_flat is None else grad_flat
+    attach_flat_grads_(module, grad)
+    flat.grad = grad
+    return flat, grad

@@ -32,7 +32,7 @@ from mpippo.preemption import SignalFlags
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
 from mpippo.models import ImpalaCNNPolicy
-from mpippo.models.flat import attach_flat_grads_, flatten_parameters_
+from mpippo.models.flat import flat_model_, num_params
 
 REWARD_CLIP = 10.0
 
@@ -79,11 +79,10 @@ class SyncPPO:
 
         self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions,
                                      tuple(cfg.model.channels), cfg.model.hidden_size).to(self.device)
-        self.flat_params = flatten_parameters_(self.model)
-        self.grad_sync = GradAllreduce(world, self.flat_params.numel(), self.device)
-        attach_flat_grads_(self.model, self.grad_sync.grad)
+        self.grad_sync = GradAllreduce(world, num_params(self.model), self.device)
+        # params and grads become views of two flat buffers; the grads' buffer is the MPI buffer.
         # Adam over the single flat tensor: one fused update instead of one per layer.
-        self.flat_params.grad = self.grad_sync.grad
+        self.flat_params, _ = flat_model_(self.model, self.grad_sync.grad)
         self.optimizer = torch.optim.Adam([self.flat_params], lr=t.learning_rate, eps=t.adam_eps)
 
         self.ret_rms = RunningMeanStd()

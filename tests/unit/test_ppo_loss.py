@@ -6,7 +6,7 @@ import torch
 from mpippo.algos.ppo import local_grad_check, logprob_entropy, ppo_loss, ppo_update
 from mpippo.config import TrainingConfig
 from mpippo.models import ImpalaCNNPolicy
-from mpippo.models.flat import attach_flat_grads_, flatten_parameters_
+from mpippo.models.flat import flat_model_
 
 
 def loss(newlp, oldlp, adv, newv=None, oldv=None, ret=None, clip_vloss=True):
@@ -53,10 +53,7 @@ def test_logprob_and_entropy_match_torch_categorical():
 def test_flat_gradient_views_survive_backward_and_update():
     torch.manual_seed(0)
     model = ImpalaCNNPolicy((8, 8, 3), 4, channels=(4,), hidden_size=8)
-    flat = flatten_parameters_(model)
-    grad = torch.zeros_like(flat)
-    attach_flat_grads_(model, grad)
-    flat.grad = grad
+    flat, grad = flat_model_(model)
     opt = torch.optim.Adam([flat], lr=1e-2)
     before = flat.clone()
     B = 16
@@ -75,10 +72,7 @@ def test_flat_gradient_views_survive_backward_and_update():
 
 def test_nonfinite_gradients_skip_steps_then_abort():
     model = ImpalaCNNPolicy((8, 8, 3), 4, channels=(4,), hidden_size=8)
-    flat = flatten_parameters_(model)
-    grad = torch.zeros_like(flat)
-    attach_flat_grads_(model, grad)
-    flat.grad = grad
+    flat, grad = flat_model_(model)
     opt = torch.optim.Adam([flat], lr=1e-2)
     B = 8
     batch = {"b_obs": torch.zeros((B, 8, 8, 3), dtype=torch.uint8), "b_actions": torch.zeros(B, dtype=torch.long),

@@ -11,7 +11,7 @@ from mpippo.comm import World
 from mpippo.comm.collectives import GradAllreduce, check_replicas, global_mean_std
 from mpippo.config import TrainingConfig
 from mpippo.models import ImpalaCNNPolicy
-from mpippo.models.flat import attach_flat_grads_, flatten_parameters_
+from mpippo.models.flat import flat_model_, num_params
 
 world = World(collective_timeout_s=60)
 world.install_abort_hook()
@@ -34,11 +34,9 @@ local = {k: v[lo:hi] for k, v in full.items()}
 # Different init on every rank: only the broadcast may make the replicas equal.
 torch.manual_seed(1000 + r)
 model = ImpalaCNNPolicy((8, 8, 3), 4, channels=(4, 8), hidden_size=16)
-flat = flatten_parameters_(model)
+sync = GradAllreduce(world, num_params(model), torch.device("cpu"))
+flat, _ = flat_model_(model, sync.grad)
 world.bcast_(flat.numpy())
-sync = GradAllreduce(world, flat.numel(), torch.device("cpu"))
-attach_flat_grads_(model, sync.grad)
-flat.grad = sync.grad
 opt = torch.optim.Adam([flat], lr=1e-3, eps=1e-5)
 
 mean, std = global_mean_std(world, adv_raw[lo:hi])
