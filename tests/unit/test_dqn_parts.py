@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+import torch
+
+from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, SumTree, apex_epsilons, double_dqn_loss
+
+
+def test_sum_tree_totals_and_prefix_search():
+    tree = SumTree(5)  # rounds up to 8 leaves
+    tree.update(np.arange(5), np.array([1.0, 2.0, 3.0, 4.0, 0.0]))
+    assert tree.total == 10.0
+    # prefix sums: [0,1) -> 0, [1,3) -> 1, [3,6) -> 2, [6,10) -> 3; leaf 4 has zero mass
+    assert list(tree.find(np.array([0.0, 0.99, 1.0, 2.5, 3.0, 5.99, 6.0, 9.99]))) == [0, 0, 1, 1, 2, 2, 3, 3]
+    tree.update(np.array([1, 1]), np.array([5.0, 7.0]))  # duplicate index: last write wins
+    assert tree.total == 1.0 + 7.0 + 3.0 + 4.0
+
+
+def test_prioritized_sampling_follows_priorities():
+    buf = PrioritizedReplay(4, (2, 2, 1), alpha=1.0, eps=0.0, seed=0)
+    frames = np.arange(4, dtype=np.uint8).reshape(4, 1, 1, 1).repeat(2, 1).repeat(2, 2)
+    buf.add(frames, np.arange(4), np.zeros(4), np.ones(4), frames, priorities=np.array([1.0, 1.0, 2.0, 4.0]))
+    counts = np.zeros(4)
+    for _ in range(500):
+        idx, batch, w = buf.sample(8, beta=1.0)
+        counts += np.bincount(idx, minlength=4)
+        assert np.array_equal(batch["actions"], idx)  # rows stay aligned with their indices
+    freq = counts / counts.sum()
+    np.testing.assert_allclose(freq, [1 / 8, 1 / 8, 2 / 8, 4 / 8], atol=0.02)
+    # importance weights undo the bias: w ~ 1/p, normalized to max 1
+    idx, _, w = buf.sample(64, beta=1.0)
+    p = np.array([1, 1, 2, 4])[idx]
+    np.testing.assert_allclose(w, (1 / p) / (1 / p).max(), rtol=1e-6)
+
+
+def test_priority_update_and_ring_overwrite():
+    buf = PrioritizedReplay(3, (1, 1, 1), alpha=1.0, eps=0.0)
+    z = np.zeros((2, 1, 1, 1), np.uint8)
+    buf.add(z, np.array([0, 1]), np.zeros(2), np.ones(2), z)
+    buf.add(z, np.array([2, 3]), np.zeros(2), np.ones(2), z)  # wraps: slot 0 now holds action 3
+    assert buf.size == 3 and list(buf.actions) == [3, 1, 2]
+    buf.update_priorities(np.array([0, 1, 2]), np.array([0.0, 0.0, 5.0]))
+    idx, _, _ = buf.sample(16, beta=0.4)
+    assert set(idx) == {2}
+    assert PrioritizedReplay.nbytes(1000, (64, 64, 3)) > 1000 * 2 * 64 * 64 * 3
+
+
+def test_n_step_returns_truncate_at_episode_end():
+    gamma = 0.5
+    acc = NStepAccumulator(3, gamma, num_envs=2, obs_shape=(1, 1, 1))
+    obs = lambda t: np.full((2, 1, 1, 1), t, np.uint8)  # noqa: E731
+    rewards = [np.array([1.0, 1.0]), np.array([2.0, 2.0]), np.array([4.0, 4.0]), np.array([8.0, 8.0])]
+    dones = [np.array([False, False]), np.array([False, True]), np.array([False, False]), np.array([False, False])]
+    out = [acc.push(obs(t), np.array([t, t]), rewards[t], dones[t], obs(t + 1)) for t in range(4)]
+    assert out[0] is None and out[1] is None
+    o, a, R, disc, nxt = out[2]  # the transition of step 0
+    assert list(a) == [0, 0]
+    np.testing.assert_allclose(R, [1 + 0.5 * 2 + 0.25 * 4, 1 + 0.5 * 2])  # env 1: episode ended at step 1
+    np.testing.assert_allclose(disc, [0.125, 0.0])
+    assert nxt[0, 0, 0, 0] == 3  # obs after the 3rd step
+    o, a, R, disc, nxt = out[3]  # the transition of step 1
+    np.testing.assert_allclose(R, [2 + 0.5 * 4 + 0.25 * 8, 2.0])
+    np.testing.assert_allclose(disc, [0.125, 0.0])
+
+
+def test_apex_epsilon_ladder():
+    eps = apex_epsilons(8, 0.4, 7.0)
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
+    assert np.all(np.diff(eps) < 0)
+    assert apex_epsilons(1)[0] == pytest.approx(0.4)
+
+
+def test_double_dqn_target_uses_online_argmax_and_target_values():
+    q_online = torch.tensor([[1.0, 2.0]], requires_grad=True)
+    q_next_online = torch.tensor([[0.0, 5.0]])   # online picks action 1
+    q_next_target = torch.tensor([[10.0, 3.0]])  # target's value of action 1 is 3 (not its max, 10)
+    loss, td = double_dqn_loss(q_online, q_next_online, q_next_target, torch.tensor([0]),
+                               torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([1.0]))
+    assert td.item() == pytest.approx(1.0 + 0.5 * 3.0 - 1.0)
+    loss.backward()
+    assert q_online.grad[0, 1] == 0 and q_online.grad[0, 0] < 0  # only the taken action's value moves
