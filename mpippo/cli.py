@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from mpippo import config as C
-from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
+from mpippo.checkpoint import LATEST, atomic_write_bytes, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.errors import JobFailure
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
@@ -139,16 +139,28 @@ def main(argv: list[str] | None = None) -> int:
         cfg = C.resolve(cfg, world.size)
         world.set_collective_timeout(cfg.guards.collective_timeout_s)
         state = load_checkpoint(ckpt_bytes, str(run_dir / "checkpoints" / LATEST)) if ckpt_bytes else None
-        from mpippo.runners.sync_ppo import SyncPPO
-        trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
+        if cfg.training.algo == "dqn":
+            if state is not None:
+                raise C.ConfigError("--resume: resuming DQN runs is not supported yet (PPO only)")
+            from mpippo.runners.dqn import ApeXDQN
+            trainer = ApeXDQN(cfg, world, run_dir)
+        else:
+            from mpippo.runners.sync_ppo import SyncPPO
+            trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
         errors = None
     except C.ConfigError as e:
         errors = e.errors
     _agree_or_exit(world, errors)
 
+    if cfg.training.algo == "dqn":
+        if world.is_root:
+            atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
+        world.barrier()
+        trainer.train()
+        world.barrier()  # every agent has written its outputs
+        return EXIT_OK
     if world.is_root:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        from mpippo.checkpoint import atomic_write_bytes
         atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)

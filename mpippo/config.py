@@ -93,6 +93,26 @@ class TrainingConfig:
 
 
 @dataclass
+class DQNConfig:
+    num_agents: int = _f(1, "Independent agents in one job: COMM_WORLD is split into this many groups, each with its own learner (its own GPU).")
+    buffer_size: int = _f(100_000, "Replay capacity in transitions (uint8 frames; the learner prints the memory it takes).")
+    batch_size: int = _f(64, "Transitions per learner update.")
+    n_step: int = _f(3, "n-step returns, computed on the actors.")
+    learning_starts: int = _f(5000, "Transitions in replay before the learner starts updating.")
+    replay_ratio: float = _f(4.0, "Samples trained per env step received; actors wait for the learner beyond it.")
+    target_update_period: int = _f(2000, "Learner updates between target-network copies.")
+    weight_sync_period: int = _f(25, "Learner updates between weight sends to the actors (non-blocking).")
+    eps: float = _f(0.4, "Ape-X exploration base: actor i uses eps ** (1 + eps_alpha * i / (N - 1)).")
+    eps_alpha: float = _f(7.0, "Ape-X exploration exponent.")
+    per_alpha: float = _f(0.6, "Prioritized replay exponent (0 = uniform).")
+    per_beta: float = _f(0.4, "Importance-weight exponent at the start; annealed to 1 over total_timesteps.")
+    dueling: bool = _f(True, "Dueling Q head.")
+    double: bool = _f(True, "Double-DQN target (online argmax, target value); false = max of the target.")
+    chunk_size: int = _f(64, "Transitions per actor -> learner message.")
+    max_inflight: int = _f(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
+
+
+@dataclass
 class LoggingConfig:
     log_interval: int = _f(1, "Iterations between metric reductions, TensorBoard points and benchmark_metrics.json writes.")
     print_interval: int = _f(5, "Iterations between console lines (rank 0).")
@@ -114,6 +134,7 @@ class Config:
     guards: GuardsConfig = field(default_factory=GuardsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
@@ -260,8 +281,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     for key in ("num_levels", "start_level"):
         if getattr(e, key) < 0:
             errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
-    if t.algo != "ppo":
-        errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo")
+    if t.algo not in ("ppo", "dqn"):
+        errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo, dqn")
     if t.device not in ("cpu", "cuda", "auto"):
         errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
 
@@ -302,6 +323,25 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     if p.expected_world_size is not None and p.expected_world_size != world_size:
         errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "
                     f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
+    if t.algo == "dqn":
+        d = cfg.dqn
+        for key in ("num_agents", "buffer_size", "batch_size", "n_step", "target_update_period",
+                    "weight_sync_period", "chunk_size", "max_inflight"):
+            if getattr(d, key) < 1:
+                errs.append(f"dqn.{key}: must be >= 1, got {getattr(d, key)}")
+        for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha"):
+            if getattr(d, key) < 0:
+                errs.append(f"dqn.{key}: must be >= 0, got {getattr(d, key)}")
+        for key in ("eps", "per_beta"):
+            if not 0.0 <= getattr(d, key) <= 1.0:
+                errs.append(f"dqn.{key}: must be in [0, 1], got {getattr(d, key)}")
+        if not errs and (world_size % d.num_agents or world_size // d.num_agents < 2):
+            errs.append(f"dqn.num_agents: {world_size} rank(s) cannot form {d.num_agents} agent(s) of a learner and "
+                        f">= 1 actor each; run with a multiple of {d.num_agents} ranks, at least {2 * d.num_agents}")
+        if not errs and e.num_envs_per_rank is None and e.num_envs % (world_size - d.num_agents):
+            errs.append(f"env.num_envs: {e.num_envs} envs cannot be divided evenly over {world_size - d.num_agents} "
+                        f"actors; use a multiple or set env.num_envs_per_rank")
+        return errs
     if errs:  # the divisibility checks below need sane numbers
         return errs
     if e.num_envs_per_rank is None and e.num_envs % world_size != 0:
@@ -317,8 +357,12 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
 
 
 def local_num_envs(cfg: Config, world_size: int) -> int:
+    """Envs per rank (PPO) or per actor (DQN, where the learner ranks step no envs)."""
     e = cfg.env
-    return e.num_envs_per_rank if e.num_envs_per_rank is not None else e.num_envs // world_size
+    if e.num_envs_per_rank is not None:
+        return e.num_envs_per_rank
+    stepping = world_size - cfg.dqn.num_agents if cfg.training.algo == "dqn" else world_size
+    return e.num_envs // max(stepping, 1)
 
 
 def resolve(cfg: Config, world_size: int) -> Config:
@@ -326,7 +370,7 @@ def resolve(cfg: Config, world_size: int) -> Config:
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env))
     per_rank = local_num_envs(cfg, world_size)
     cfg.env.num_envs_per_rank = per_rank
-    cfg.env.num_envs = per_rank * world_size
+    cfg.env.num_envs = per_rank * (world_size - cfg.dqn.num_agents if cfg.training.algo == "dqn" else world_size)
     cfg.env.name = canonical_env_name(cfg.env.name)
     return cfg
 

@@ -1,3 +1,3 @@
-from mpippo.models.impala_cnn import ImpalaCNNPolicy
+from mpippo.models.impala_cnn import DuelingQNetwork, ImpalaCNNPolicy
 
-__all__ = ["ImpalaCNNPolicy"]
+__all__ = ["DuelingQNetwork", "ImpalaCNNPolicy"]

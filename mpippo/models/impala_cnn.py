@@ -32,9 +32,10 @@ class ConvSequence(nn.Module):
         return self.res1(self.res0(self.pool(self.conv(x))))
 
 
-class ImpalaCNNPolicy(nn.Module):
-    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int,
-                 channels=(16, 32, 32), hidden_size: int = 256):
+class ImpalaTrunk(nn.Module):
+    """Conv stages + dense layer: uint8 HWC frames -> (B, hidden_size) features."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], channels=(16, 32, 32), hidden_size: int = 256):
         super().__init__()
         h, w, c = obs_shape  # frames arrive as uint8 HWC, as procgen gives them
         stages, in_ch = [], c
@@ -44,6 +45,20 @@ class ImpalaCNNPolicy(nn.Module):
             h, w = (h + 1) // 2, (w + 1) // 2
         self.stages = nn.Sequential(*stages)
         self.fc = nn.Linear(in_ch * h * w, hidden_size)
+
+    def features(self, obs_u8: torch.Tensor) -> torch.Tensor:
+        # (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
+        x = obs_u8.permute(0, 3, 1, 2).float().div_(255.0)
+        x = self.stages(x)
+        return torch.relu(self.fc(torch.relu(torch.flatten(x, 1))))
+
+
+class ImpalaCNNPolicy(ImpalaTrunk):
+    """Actor-critic for PPO: policy logits and a state value."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int,
+                 channels=(16, 32, 32), hidden_size: int = 256):
+        super().__init__(obs_shape, channels, hidden_size)
         self.policy = nn.Linear(hidden_size, num_actions)
         self.value = nn.Linear(hidden_size, 1)
         # Small policy init -> near-uniform first policy; unit value init (as CleanRL/baselines).
@@ -53,8 +68,23 @@ class ImpalaCNNPolicy(nn.Module):
         nn.init.zeros_(self.value.bias)
 
     def forward(self, obs_u8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
-        x = obs_u8.permute(0, 3, 1, 2).float().div_(255.0)
-        x = self.stages(x)
-        x = torch.relu(self.fc(torch.relu(torch.flatten(x, 1))))
+        x = self.features(obs_u8)
         return self.policy(x), self.value(x).squeeze(-1)
+
+
+class DuelingQNetwork(ImpalaTrunk):
+    """Q-values for DQN with a dueling head (Wang et al. 2016): Q = V + A - mean(A)."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int,
+                 channels=(16, 32, 32), hidden_size: int = 256, dueling: bool = True):
+        super().__init__(obs_shape, channels, hidden_size)
+        self.dueling = dueling
+        self.advantage = nn.Linear(hidden_size, num_actions)
+        self.value = nn.Linear(hidden_size, 1) if dueling else None
+
+    def forward(self, obs_u8: torch.Tensor) -> torch.Tensor:
+        x = self.features(obs_u8)
+        adv = self.advantage(x)
+        if not self.dueling:
+            return adv
+        return self.value(x) + adv - adv.mean(dim=1, keepdim=True)

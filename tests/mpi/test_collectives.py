@@ -41,3 +41,18 @@ def test_three_uneven_ranks_real_run_keeps_replicas_identical(tmp_path):
     m = metrics(run_dir)
     assert m["world_size"] == 3 and m["total_timesteps"] == 3840
     assert m["replica_checks"] == 5  # one per iteration (>= 1 update each), all passed
+
+
+def test_actor_learner_messages_arrive_exactly_once():
+    """1 learner + 3 actors: every chunk sent is received once, intact, with credits and weights flowing."""
+    res = ok(mpirun(4, [f"{SCRIPTS}/p2p_exchange.py"], timeout=90))
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    learner = [r for r in rows if r["role"] == "learner"]
+    actors = {r["rank"]: r for r in rows if r["role"] == "actor"}
+    assert len(learner) == 3 and set(actors) == {1, 2, 3}
+    for row in learner:
+        a = actors[row["actor"]]
+        assert row["received"] == row["sent"] == a["sent"] == 16 * (a["chunks"] - 1) + 3 * row["actor"]
+        assert row["checksum_ok"] and row["seqs_exact"] and row["chunks"] == a["chunks"]
+        assert row["weights_versions"] >= 1
+    assert all(a["versions_increasing"] for a in actors.values())

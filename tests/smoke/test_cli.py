@@ -96,6 +96,7 @@ BAD_INPUT = [
     (["--total-timesteps", "-5"], "training.total_timesteps: must be > 0, got -5"),
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--resume", "--output-dir", "EMPTYDIR"], "--resume: no checkpoint at"),
+    (["--config", "configs/dqn_toy.yaml", "--set", "dqn.num_agents=2"], "2 rank(s) cannot form 2 agent(s)"),
 ]
 
 

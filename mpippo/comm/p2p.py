@@ -1,0 +1,213 @@
+"""Actor <-> learner messages of the DQN layout: fixed-layout numpy buffers, Isend/Irecv, no pickle.
+
+Actor -> learner, tag CHUNK: one contiguous byte buffer per chunk of transitions (layout
+below). Flow control by credits: an actor has at most `max_inflight` chunks not yet
+acknowledged; the learner acknowledges (tag ACK) a chunk when its replay-ratio budget lets
+it take more data, so fast actors wait for a slow learner instead of flooding it.
+Actor -> learner, tag STOP: [transitions sent, env steps, checksum] after the last chunk.
+Learner -> actor, tag WEIGHTS: [version, flat parameters] (float64 version slot + float32
+params in one buffer), sent without blocking; an actor picks it up when it has arrived.
+Learner -> actor, tag DONE: everything of this actor was received; the actor may exit.
+
+MPI keeps messages of one sender in order only per matching receive, so the learner does not
+rely on STOP arriving last: it keeps draining an actor's chunks until it has as many as the
+STOP message announced.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from mpippo.comm.world import MPI
+
+CHUNK, ACK, STOP, WEIGHTS, DONE = 101, 102, 103, 104, 105
+
+
+class ChunkLayout:
+    """Byte offsets of one chunk: header + C transitions (obs, next_obs, actions, returns, discounts, priorities)."""
+
+    HEADER = 8  # int64: count, actor, seq, then slots the runner may use (runners/dqn.py)
+
+    def __init__(self, chunk_size: int, obs_shape):
+        self.chunk_size, self.obs_shape = chunk_size, tuple(obs_shape)
+        C = chunk_size
+        fields = [("header", np.int64, (self.HEADER,)), ("actions", np.int64, (C,)),
+                  ("returns", np.float32, (C,)), ("discounts", np.float32, (C,)), ("priorities", np.float32, (C,)),
+                  ("obs", np.uint8, (C,) + self.obs_shape), ("next_obs", np.uint8, (C,) + self.obs_shape)]
+        self.fields, offset = [], 0
+        for name, dtype, shape in fields:
+            offset = (offset + 7) // 8 * 8  # 8-byte alignment for every field
+            self.fields.append((name, dtype, shape, offset))
+            offset += int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self.nbytes = (offset + 7) // 8 * 8
+
+    def new_buffer(self) -> np.ndarray:
+        return np.zeros(self.nbytes, dtype=np.uint8)
+
+    def views(self, raw: np.ndarray) -> dict:
+        out = {}
+        for name, dtype, shape, offset in self.fields:
+            n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            out[name] = raw[offset:offset + n].view(dtype).reshape(shape)
+        return out
+
+
+def chunk_checksum(views: dict, count: int) -> int:
+    """CRC of the payload of the first `count` transitions (to prove nothing was lost or mangled)."""
+    crc = 0
+    for name in ("actions", "returns", "discounts", "obs", "next_obs"):
+        crc = zlib.crc32(np.ascontiguousarray(views[name][:count]).tobytes(), crc)
+    return crc
+
+
+class ActorChannel:
+    """Actor side: send chunks with credits, receive weights, finish with STOP/DONE."""
+
+    def __init__(self, comm, learner: int, layout: ChunkLayout, n_params: int, max_inflight: int = 4):
+        self.comm, self.learner, self.layout, self.max_inflight = comm, learner, layout, max_inflight
+        self.buffers = [layout.new_buffer() for _ in range(max_inflight)]
+        self.send_reqs: list = [None] * max_inflight
+        self.next_slot = 0
+        self.inflight = 0
+        self.ack = np.zeros(1, dtype=np.int64)
+        self.ack_req = comm.Irecv(self.ack, source=learner, tag=ACK)
+        self.weights = np.zeros(2 + n_params, dtype=np.float32)  # [version as 2 float32 = 1 float64, params]
+        self.weights_req = comm.Irecv(self.weights, source=learner, tag=WEIGHTS)
+        self.sent = self.seq = 0
+        self.checksum = 0
+
+    def _drain_acks(self, block: bool) -> None:
+        while True:
+            if block:
+                self.ack_req.Wait()
+            elif not self.ack_req.Test():
+                return
+            self.inflight -= int(self.ack[0])
+            self.ack_req = self.comm.Irecv(self.ack, source=self.learner, tag=ACK)
+            block = False
+
+    def chunk(self) -> dict:
+        """Views of a free chunk buffer to fill; blocks while max_inflight chunks await credit."""
+        self._drain_acks(block=False)
+        while self.inflight >= self.max_inflight:
+            self._drain_acks(block=True)
+        slot = self.next_slot
+        if self.send_reqs[slot] is not None:
+            self.send_reqs[slot].Wait()  # acknowledged, so long delivered; returns at once
+        return self.layout.views(self.buffers[slot])
+
+    def send(self, count: int, actor_id: int) -> None:
+        slot = self.next_slot
+        views = self.layout.views(self.buffers[slot])
+        views["header"][:3] = (count, actor_id, self.seq)
+        self.checksum = zlib.crc32(chunk_checksum(views, count).to_bytes(8, "little"), self.checksum)
+        self.send_reqs[slot] = self.comm.Isend(self.buffers[slot], dest=self.learner, tag=CHUNK)
+        self.next_slot = (slot + 1) % self.max_inflight
+        self.inflight += 1
+        self.sent += count
+        self.seq += 1
+
+    def poll_weights(self):
+        """(version, flat params) of the newest weights that arrived since the last call, or None."""
+        latest = None
+        while self.weights_req.Test():
+            latest = (int(self.weights[:2].view(np.float64)[0]), self.weights[2:].copy())
+            self.weights_req = self.comm.Irecv(self.weights, source=self.learner, tag=WEIGHTS)
+        return latest
+
+    def finish(self, env_steps: int) -> None:
+        """Announce the totals, then keep taking acks and weights until the learner says DONE."""
+        stop = np.array([self.sent, env_steps, self.checksum, self.seq], dtype=np.int64)
+        self.comm.Send(stop, dest=self.learner, tag=STOP)
+        done = np.zeros(1, dtype=np.int64)
+        done_req = self.comm.Irecv(done, source=self.learner, tag=DONE)
+        while not done_req.Test():
+            self._drain_acks(block=False)
+            self.poll_weights()
+        for req in (self.ack_req, self.weights_req):
+            req.Cancel()
+            req.Wait()
+        for req in self.send_reqs:
+            if req is not None:
+                req.Wait()
+
+
+class LearnerChannel:
+    """Learner side: one posted Irecv per actor buffer; never blocks on one actor."""
+
+    def __init__(self, comm, actors: list[int], layout: ChunkLayout, n_params: int, max_inflight: int = 4):
+        self.comm, self.actors, self.layout = comm, actors, layout
+        self.buffers = {a: [layout.new_buffer() for _ in range(max_inflight)] for a in actors}
+        self.reqs, self.owners = [], []
+        for a in actors:
+            for buf in self.buffers[a]:
+                self.reqs.append(comm.Irecv(buf, source=a, tag=CHUNK))
+                self.owners.append((a, buf))
+        self.stop_bufs = {a: np.zeros(4, dtype=np.int64) for a in actors}
+        self.stop_reqs = {a: comm.Irecv(self.stop_bufs[a], source=a, tag=STOP) for a in actors}
+        self.received = {a: 0 for a in actors}
+        self.checksums = {a: 0 for a in actors}
+        self.chunks = {a: 0 for a in actors}
+        self.stopped: dict[int, np.ndarray] = {}
+        self.unacked = {a: 0 for a in actors}
+        self.pending_sends: list = []
+        self.weights = np.zeros(2 + n_params, dtype=np.float32)
+        self.weight_reqs: list = []
+
+    def poll(self) -> list[tuple[int, int, dict, int]]:
+        """Chunks that have arrived: [(slot, actor, views, count)]; call release(slot) once copied out."""
+        out = []
+        idx = MPI.Request.Testsome(self.reqs)
+        for i in idx or []:
+            actor, buf = self.owners[i]
+            views = self.layout.views(buf)
+            count = int(views["header"][0])
+            self.received[actor] += count
+            self.chunks[actor] += 1
+            self.checksums[actor] = zlib.crc32(chunk_checksum(views, count).to_bytes(8, "little"), self.checksums[actor])
+            out.append((i, actor, views, count))
+        for a, req in self.stop_reqs.items():
+            if a not in self.stopped and req.Test():
+                self.stopped[a] = self.stop_bufs[a]
+        return out
+
+    def release(self, i: int) -> None:
+        """The chunk in slot i was copied out: post the receive again and owe its actor a credit."""
+        actor, buf = self.owners[i]
+        self.reqs[i] = self.comm.Irecv(buf, source=actor, tag=CHUNK)
+        self.unacked[actor] += 1
+
+    def grant(self, actor: int | None = None) -> None:
+        """Acknowledge the chunks taken so far (all actors, or one), letting actors send more."""
+        for a in ([actor] if actor is not None else self.actors):
+            if self.unacked[a]:
+                msg = np.array([self.unacked[a]], dtype=np.int64)
+                self.pending_sends.append((self.comm.Isend(msg, dest=a, tag=ACK), msg))
+                self.unacked[a] = 0
+        self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
+
+    def send_weights(self, version: int, flat_params: np.ndarray) -> bool:
+        """Start sending weights to every actor unless the previous round is still in flight."""
+        if self.weight_reqs and not MPI.Request.Testall(self.weight_reqs):
+            return False
+        self.weights[:2].view(np.float64)[0] = version
+        self.weights[2:] = flat_params
+        self.weight_reqs = [self.comm.Isend(self.weights, dest=a, tag=WEIGHTS) for a in self.actors]
+        return True
+
+    def all_done(self) -> bool:
+        """Every actor sent STOP and every transition it announced has arrived."""
+        return len(self.stopped) == len(self.actors) and all(
+            self.received[a] == int(self.stopped[a][0]) for a in self.actors)
+
+    def finish(self) -> None:
+        """Credit everything, let the weight sends complete, tell actors DONE, cancel spare receives."""
+        self.grant()
+        MPI.Request.Waitall([r for r, _ in self.pending_sends])
+        MPI.Request.Waitall(self.weight_reqs)
+        done = np.zeros(1, dtype=np.int64)
+        MPI.Request.Waitall([self.comm.Isend(done, dest=a, tag=DONE) for a in self.actors])
+        for req in self.reqs:
+            req.Cancel()
+        MPI.Request.Waitall(self.reqs)

@@ -1,0 +1,263 @@
+"""DQN in the Ape-X layout: per agent, one learner rank and several actor ranks.
+
+COMM_WORLD is split into `dqn.num_agents` contiguous groups; in each group rank 0 is the
+learner (replay, target network, optimizer; on a GPU when there is one) and the others are
+actors. Actors step their envs with their own epsilon, compute n-step transitions and stream
+them in fixed-size chunks (comm.p2p); the learner drains chunks without blocking on any one
+actor, trains at `dqn.replay_ratio` samples per env step, hands out credit so actors neither
+flood nor starve it, and sends fresh weights every `weight_sync_period` updates.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+
+from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss
+from mpippo.checkpoint import atomic_write_json, save_checkpoint
+from mpippo.comm import World
+from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
+from mpippo.config import Config, ConfigError
+from mpippo.envs import make_env, rank_seed
+from mpippo.metrics.reporter import git_commit, peak_rss_mb
+from mpippo.models import DuelingQNetwork
+from mpippo.models.flat import flatten_parameters_
+
+# chunk header slots (int64): count, actor, seq, weights version, episodes, return sum (float64), length sum, env steps
+H_COUNT, H_ACTOR, H_SEQ, H_VERSION, H_EPISODES, H_RETSUM, H_LENSUM, H_STEPS = range(8)
+
+
+def learner_device(cfg: Config, agent: int) -> torch.device:
+    want = cfg.training.device
+    if want in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda", agent % torch.cuda.device_count())
+    if want == "cuda":
+        print(f"mpippo: warning: agent {agent}: training.device is cuda but CUDA is not usable here "
+              f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}); the learner runs on the CPU",
+              flush=True)
+    return torch.device("cpu")
+
+
+class ApeXDQN:
+    def __init__(self, cfg: Config, world: World, run_dir: Path):
+        self.cfg, self.world, d = cfg, world, cfg.dqn
+        per_agent = world.size // d.num_agents
+        self.agent = world.rank // per_agent
+        self.comm = world.comm.Split(self.agent, world.rank) if world.size > 1 else None
+        self.local_rank = self.comm.Get_rank()
+        self.is_learner = self.local_rank == 0
+        self.num_actors = per_agent - 1
+        self.actor_index = self.local_rank - 1
+        self.run_dir = Path(run_dir) / f"agent_{self.agent}" if d.num_agents > 1 else Path(run_dir)
+        torch.set_num_threads(max(1, cfg.parallel.threads_per_rank or 1))
+        seed = rank_seed(cfg.training.seed, world.rank)
+        torch.manual_seed(rank_seed(cfg.training.seed, self.agent))  # same init on a group's ranks
+        self.num_envs = cfg.env.num_envs_per_rank
+        # the learner only needs the spaces; actors step envs
+        self.env = make_env(cfg, self.num_envs if not self.is_learner else 1, seed=seed)
+        self.obs_shape, self.num_actions = tuple(self.env.obs_shape), int(self.env.num_actions)
+        self.model = DuelingQNetwork(self.obs_shape, self.num_actions, tuple(cfg.model.channels),
+                                     cfg.model.hidden_size, d.dueling)
+        self.layout = ChunkLayout(d.chunk_size, self.obs_shape)
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+        self.actor_steps = cfg.training.total_timesteps // (self.num_actors * d.num_agents) // self.num_envs
+        if self.is_learner:
+            need = PrioritizedReplay.nbytes(d.buffer_size, self.obs_shape)
+            avail = psutil.virtual_memory().available
+            if need > 0.9 * avail:
+                raise ConfigError(f"dqn.buffer_size: {d.buffer_size} transitions need {need / 2**30:.1f} GiB, "
+                                  f"more than the {avail / 2**30:.1f} GiB available; lower it")
+            self.replay_gib = need / 2**30
+
+    def train(self) -> dict:
+        return self._learn() if self.is_learner else self._act()
+
+    # ------------------------------------------------------------------ actor
+    def _act(self) -> dict:
+        cfg, d = self.cfg, self.cfg.dqn
+        flat = flatten_parameters_(self.model)
+        ch = ActorChannel(self.comm, 0, self.layout, self.n_params, d.max_inflight)
+        eps = float(apex_epsilons(self.num_actors, d.eps, d.eps_alpha)[self.actor_index])
+        rng = np.random.default_rng(rank_seed(cfg.training.seed, self.world.rank) + 17)
+        version = -1
+        while version < 0:  # start acting with the learner's weights, not a random net of our own
+            w = ch.poll_weights()
+            if w is not None:
+                version = w[0]
+                flat.copy_(torch.from_numpy(w[1]))
+            time.sleep(0.001)
+        acc = NStepAccumulator(d.n_step, cfg.training.gamma, self.num_envs, self.obs_shape)
+        _, obs, _ = self.env.observe()
+        ep_ret = np.zeros(self.num_envs)
+        ep_len = np.zeros(self.num_envs, dtype=np.int64)
+        views, filled = ch.chunk(), 0
+        stats = np.zeros(3)  # episodes, return sum, length sum since the last chunk
+        t0 = time.perf_counter()
+        for step in range(self.actor_steps):
+            w = ch.poll_weights()
+            if w is not None:
+                version = w[0]
+                flat.copy_(torch.from_numpy(w[1]))
+            with torch.inference_mode():
+                greedy = self.model(torch.from_numpy(obs)).argmax(1).numpy()
+            explore = rng.random(self.num_envs) < eps
+            actions = np.where(explore, rng.integers(self.num_actions, size=self.num_envs), greedy)
+            self.env.act(actions)
+            rew, next_obs, first = self.env.observe()
+            ep_ret += rew
+            ep_len += 1
+            if first.any():
+                stats += (first.sum(), ep_ret[first].sum(), ep_len[first].sum())
+                ep_ret[first], ep_len[first] = 0.0, 0
+            out = acc.push(obs, actions, rew, first, next_obs)
+            obs = next_obs
+            if out is None:
+                continue
+            o, a, r, disc, nxt = out
+            i = 0
+            while i < len(a):  # a step's transitions may straddle two chunks
+                k = min(len(a) - i, d.chunk_size - filled)
+                sl = slice(filled, filled + k)
+                views["obs"][sl], views["next_obs"][sl] = o[i:i + k], nxt[i:i + k]
+                views["actions"][sl], views["returns"][sl], views["discounts"][sl] = a[i:i + k], r[i:i + k], disc[i:i + k]
+                filled += k
+                i += k
+                if filled == d.chunk_size:
+                    self._stamp(views, version, stats, step + 1)
+                    ch.send(filled, self.local_rank)
+                    views, filled = ch.chunk(), 0
+        if filled:
+            self._stamp(views, version, stats, self.actor_steps)
+            ch.send(filled, self.local_rank)
+        ch.finish(env_steps=self.actor_steps * self.num_envs)
+        self.env.close()
+        return {"role": "actor", "sent": ch.sent, "eps": eps,
+                "steps_per_s": self.actor_steps * self.num_envs / (time.perf_counter() - t0)}
+
+    def _stamp(self, views, version, stats, steps):
+        h = views["header"]
+        h[H_VERSION], h[H_EPISODES], h[H_LENSUM], h[H_STEPS] = version, int(stats[0]), int(stats[2]), steps * self.num_envs
+        h[H_RETSUM:H_RETSUM + 1].view(np.float64)[0] = stats[1]
+        stats[:] = 0.0
+
+    # ---------------------------------------------------------------- learner
+    def _learn(self) -> dict:
+        cfg, d, t = self.cfg, self.cfg.dqn, self.cfg.training
+        device = learner_device(cfg, self.agent)
+        q = self.model.to(device)
+        flat = flatten_parameters_(q)
+        target = copy.deepcopy(q)
+        opt = torch.optim.Adam(q.parameters(), lr=t.learning_rate, eps=t.adam_eps)
+        replay = PrioritizedReplay(d.buffer_size, self.obs_shape, d.per_alpha, seed=rank_seed(t.seed, self.world.rank))
+        actors = list(range(1, self.num_actors + 1))
+        ch = LearnerChannel(self.comm, actors, self.layout, self.n_params, d.max_inflight)
+        eps = apex_epsilons(self.num_actors, d.eps, d.eps_alpha)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        from torch.utils.tensorboard import SummaryWriter
+        writer = SummaryWriter(str(self.run_dir / "logs")) if cfg.logging.tensorboard else None
+        print(f"mpippo: agent {self.agent}: learner on {device}, {self.num_actors} actor(s) x {self.num_envs} envs, "
+              f"replay {d.buffer_size:,} transitions = {self.replay_gib:.2f} GiB, epsilons "
+              f"{', '.join(f'{e:.4f}' for e in eps)}", flush=True)
+
+        def weights():
+            return flat.detach().cpu().numpy()
+        ch.send_weights(0, weights())
+        received = updates = episodes = 0
+        ret_window: list[float] = []
+        lag_sum = lag_n = 0
+        env_steps = np.zeros(len(actors) + 1, dtype=np.int64)
+        t0 = last_log = time.perf_counter()
+        last = {"received": 0, "updates": 0}
+        total_updates_target = max(1, int(d.replay_ratio * t.total_timesteps / d.batch_size))
+        while not ch.all_done():
+            for slot, actor, views, count in ch.poll():
+                h = views["header"]
+                replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
+                           views["discounts"][:count], views["next_obs"][:count])
+                received += count
+                env_steps[actor] = h[H_STEPS]
+                if h[H_EPISODES]:
+                    episodes += int(h[H_EPISODES])
+                    ret_window.append(float(h[H_RETSUM:H_RETSUM + 1].view(np.float64)[0]) / int(h[H_EPISODES]))
+                    ret_window = ret_window[-100:]
+                lag_sum += updates - int(h[H_VERSION])
+                lag_n += 1
+                ch.release(slot)
+            behind = replay.size >= d.learning_starts and \
+                updates * d.batch_size < d.replay_ratio * (received - d.learning_starts)
+            if not behind:
+                ch.grant()  # caught up (or still warming up): let the actors send more
+                time.sleep(0.0002)
+                continue
+            beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, updates / total_updates_target)
+            idx, batch, w = replay.sample(d.batch_size, beta)
+            b = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+            q_all = q(b["obs"])
+            with torch.no_grad():
+                q_next_target = target(b["next_obs"])
+                q_next_online = q(b["next_obs"]) if d.double else q_next_target
+            loss, td = double_dqn_loss(q_all, q_next_online, q_next_target, b["actions"], b["returns"],
+                                       b["discounts"], torch.from_numpy(w).to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(q.parameters(), t.max_grad_norm)
+            opt.step()
+            replay.update_priorities(idx, td.cpu().numpy())
+            updates += 1
+            if updates % d.target_update_period == 0:
+                target.load_state_dict(q.state_dict())
+            if updates % d.weight_sync_period == 0:
+                ch.send_weights(updates, weights())
+            now = time.perf_counter()
+            if writer is not None and now - last_log > 5.0:
+                dt = now - last_log
+                writer.add_scalar("learner/updates_per_s", (updates - last["updates"]) / dt, received)
+                writer.add_scalar("learner/samples_per_s", (updates - last["updates"]) * d.batch_size / dt, received)
+                writer.add_scalar("charts/env_steps_per_s", (received - last["received"]) / dt, received)
+                writer.add_scalar("learner/replay_size", replay.size, received)
+                writer.add_scalar("losses/td_loss", float(loss.detach()), received)
+                writer.add_scalar("learner/weight_lag", lag_sum / max(lag_n, 1), received)
+                if ret_window:
+                    writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), received)
+                last, last_log = {"received": received, "updates": updates}, now
+                print(f"agent {self.agent} | {received:>10,} transitions | {updates:>8,} updates | "
+                      f"return {np.mean(ret_window) if ret_window else float('nan'):6.2f} | replay {replay.size:,}",
+                      flush=True)
+        ch.finish()
+        elapsed = time.perf_counter() - t0
+        sent = {a: int(ch.stopped[a][0]) for a in actors}
+        if sum(sent.values()) != received:
+            raise RuntimeError(f"agent {self.agent}: actors sent {sum(sent.values())} transitions, learner got {received}")
+        if writer is not None:
+            if ret_window:
+                writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), received)
+            writer.close()
+        state = {"algo": "dqn", "model": q.state_dict(), "target": target.state_dict(), "optimizer": opt.state_dict(),
+                 "timesteps": received, "iteration": updates, "config": cfg.to_dict(), "world_size": self.world.size,
+                 "model_spec": {"obs_shape": list(self.obs_shape), "num_actions": self.num_actions}}
+        save_checkpoint(self.run_dir / "checkpoints", state, updates, cfg.checkpoint.keep_last)
+        steps_total = int(sum(int(ch.stopped[a][1]) for a in actors))
+        summary = {
+            "algo": "dqn", "env": cfg.env.name, "agent": self.agent, "world_size": self.world.size,
+            "num_actors": self.num_actors, "num_envs_per_rank": self.num_envs, "total_timesteps": steps_total,
+            "duration_s": elapsed, "fps": steps_total / elapsed,
+            "actor_steps_per_s": steps_total / elapsed / self.num_actors,
+            "learner_updates_per_s": updates / elapsed, "learner_samples_per_s": updates * d.batch_size / elapsed,
+            "learner_device": str(device), "updates": updates, "replay_size": replay.size,
+            "replay_ratio": updates * d.batch_size / max(received, 1), "weight_lag": lag_sum / max(lag_n, 1),
+            "epsilons": eps.tolist(), "transitions_sent": sum(sent.values()), "transitions_received": received,
+            "episode_return_mean": float(np.mean(ret_window)) if ret_window else None, "episodes": episodes,
+            "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
+        }
+        atomic_write_json(self.run_dir / "benchmark_metrics.json", summary)
+        print(f"mpippo: agent {self.agent} finished: {steps_total:,} env steps in {elapsed:.1f} s "
+              f"({summary['fps']:.0f} steps/s), {updates:,} updates ({summary['learner_samples_per_s']:.0f} samples/s), "
+              f"replay ratio {summary['replay_ratio']:.2f}, return {summary['episode_return_mean']}, "
+              f"transitions sent {summary['transitions_sent']:,} = received {received:,}", flush=True)
+        return summary
+
