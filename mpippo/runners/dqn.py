@@ -36,8 +36,8 @@ def learner_device(cfg: Config, agent: int) -> torch.device:
     want = cfg.training.device
     if want in ("auto", "cuda") and torch.cuda.is_available():
         return torch.device("cuda", agent % torch.cuda.device_count())
-    if want == "cuda":
-        print(f"mpippo: warning: agent {agent}: training.device is cuda but CUDA is not usable here "
+    if want == "cuda" or (want == "auto" and os.environ.get("CUDA_VISIBLE_DEVICES")):
+        print(f"mpippo: warning: agent {agent}: training.device is {want} and GPUs were allocated, but CUDA is not usable here "
               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}); the learner runs on the CPU",
               flush=True)
     return torch.device("cpu")

@@ -168,6 +168,32 @@ def test_requeue_resumes_to_the_exact_uninterrupted_result(cluster, tmp_path, ho
     assert_same_params(reference(tmp_path, steps), state)
 
 
+DQN_TINY = ["--config", "configs/dqn_toy.yaml", "--total-timesteps", "6000", "--set", "logging.tensorboard=false"]
+
+
+def test_dqn_6gpu_script_learner_falls_back_to_cpu_on_fake_gpus(cluster, tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job = sbatch("dqn_6gpu.sh", ["--ntasks=3"], DQN_TINY + ["--set", "training.device=auto"], job_env(run_dir), out)
+    info = wait_state(job, FINAL, 300, out)
+    log = out.read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    assert log.count("CUDA is not usable here") == 1 and "learner on cpu" in log
+    m = metrics(run_dir)
+    assert m["world_size"] == 3 and m["num_actors"] == 2
+    assert m["transitions_sent"] == m["transitions_received"] == 6000
+
+
+def test_dqn_6agents_script_writes_one_folder_per_agent(cluster, tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job = sbatch("dqn_6agents.sh", ["--ntasks=12"], DQN_TINY + ["--total-timesteps", "12000"], job_env(run_dir), out)
+    info = wait_state(job, FINAL, 400, out)
+    assert info["JobState"] == "COMPLETED", out.read_text()[-3000:]
+    for k in range(6):
+        m = metrics(run_dir / f"agent_{k}")
+        assert m["agent"] == k and m["num_actors"] == 1 and m["world_size"] == 12
+        assert m["transitions_sent"] == m["transitions_received"] == 2000
+
+
 def test_impossible_request_fails_at_submit(cluster, tmp_path):
     res = subprocess.run(["sbatch", "--ntasks=49", "slurm/ppo_48core.sh"], cwd=ROOT, capture_output=True, text=True,
                          env=job_env(tmp_path / "run"), timeout=60)
