@@ -18,7 +18,7 @@ help:
 	@echo "make train      install if needed, then mpirun -n $(NPROC) run_mpi.py on configs/ppo_procgen.yaml (ARGS='...' adds options)"
 	@echo "make test       install if needed, then the whole suite (unit, MPI, smoke, learning)"
 	@echo "make test-fast  unit + MPI tests only"
-	@echo "make bench      throughput at 1, 2 and 4 ranks -> benchmarks/results/<date>.json"
+	@echo "make bench      PPO throughput at 1, 2 and 4 ranks, DQN collection and learner speed -> benchmarks/results/"
 
 venv: $(STAMP)
 
@@ -39,6 +39,7 @@ test-fast: venv
 
 bench: venv
 	$(BIN)/python benchmarks/bench.py $(ARGS)
+	$(BIN)/python benchmarks/bench_dqn.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

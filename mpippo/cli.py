@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     _agree_or_exit(world, errors)
 
     if cfg.training.algo == "dqn":
+        signals.uninstall()  # the DQN runner does not checkpoint on signals yet: let them stop it
         if world.is_root:
             atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
         world.barrier()

@@ -27,6 +27,12 @@ class SignalFlags:
         signal.signal(signal.SIGUSR2, self._on_stop)
         return self
 
+    @staticmethod
+    def uninstall() -> None:
+        """Back to the default actions (terminate), for runners that do not check the flags."""
+        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+
     def _on_usr1(self, signum, frame):
         self.requeue = True
 

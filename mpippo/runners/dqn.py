@@ -170,7 +170,6 @@ class ApeXDQN:
         received = updates = episodes = 0
         ret_window: list[float] = []
         lag_sum = lag_n = 0
-        env_steps = np.zeros(len(actors) + 1, dtype=np.int64)
         t0 = last_log = time.perf_counter()
         last = {"received": 0, "updates": 0}
         total_updates_target = max(1, int(d.replay_ratio * t.total_timesteps / d.batch_size))
@@ -180,7 +179,6 @@ class ApeXDQN:
                 replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
                            views["discounts"][:count], views["next_obs"][:count])
                 received += count
-                env_steps[actor] = h[H_STEPS]
                 if h[H_EPISODES]:
                     episodes += int(h[H_EPISODES])
                     ret_window.append(float(h[H_RETSUM:H_RETSUM + 1].view(np.float64)[0]) / int(h[H_EPISODES]))
