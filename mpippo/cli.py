@@ -99,6 +99,12 @@ def _choose_run_dir(args) -> tuple[Path, bytes | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run(argv)[0]
+
+
+def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
+    """The whole program; returns (exit code, this rank's summary: rank 0's run summary for PPO,
+    each learner's metrics and each actor's counts for DQN)."""
     world = World()
     world.install_abort_hook()
     signals = SignalFlags().install()  # from here on a signal is only a flag, acted on together
@@ -157,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         if world.is_root:
             atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
         world.barrier()
-        trainer.train()
+        summary = trainer.train()
         world.barrier()  # every agent has written its outputs
-        return EXIT_OK
+        return EXIT_OK, summary
     if world.is_root:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
@@ -174,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     except JobFailure as e:  # detected by all ranks together: one message, clean exit
         if world.is_root:
             sys.stderr.write(f"mpippo: error: {e}\n")
-        return EXIT_FAILURE
+        return EXIT_FAILURE, None
     if world.is_root:
         print_summary(summary, run_dir)
-    return EXIT_CODES[summary["stop_reason"]]
+    return EXIT_CODES[summary["stop_reason"]], summary
 
 
 def print_summary(s: dict, run_dir: Path) -> None:

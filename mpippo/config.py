@@ -108,6 +108,9 @@ class DQNConfig:
     per_beta: float = _f(0.4, "Importance-weight exponent at the start; annealed to 1 over total_timesteps.")
     dueling: bool = _f(True, "Dueling Q head.")
     double: bool = _f(True, "Double-DQN target (online argmax, target value); false = max of the target.")
+    max_episodes: int = _f(0, "Stop once the agent's actors finished this many episodes; 0 = off (total_timesteps decides).")
+    episodes_per_batch: int = _f(4, "With learning_steps_per_batch: the episodes that earn that many updates.")
+    learning_steps_per_batch: Optional[int] = _f(None, "When set, the learner may do this many updates per episodes_per_batch finished episodes, instead of following replay_ratio.")
     chunk_size: int = _f(64, "Transitions per actor -> learner message.")
     max_inflight: int = _f(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
 
@@ -326,12 +329,14 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     if t.algo == "dqn":
         d = cfg.dqn
         for key in ("num_agents", "buffer_size", "batch_size", "n_step", "target_update_period",
-                    "weight_sync_period", "chunk_size", "max_inflight"):
+                    "weight_sync_period", "chunk_size", "max_inflight", "episodes_per_batch"):
             if getattr(d, key) < 1:
                 errs.append(f"dqn.{key}: must be >= 1, got {getattr(d, key)}")
-        for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha"):
+        for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes"):
             if getattr(d, key) < 0:
                 errs.append(f"dqn.{key}: must be >= 0, got {getattr(d, key)}")
+        if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
+            errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
         for key in ("eps", "per_beta"):
             if not 0.0 <= getattr(d, key) <= 1.0:
                 errs.append(f"dqn.{key}: must be in [0, 1], got {getattr(d, key)}")

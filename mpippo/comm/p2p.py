@@ -7,6 +7,7 @@ it take more data, so fast actors wait for a slow learner instead of flooding it
 Actor -> learner, tag STOP: [transitions sent, env steps, checksum] after the last chunk.
 Learner -> actor, tag WEIGHTS: [version, flat parameters] (float64 version slot + float32
 params in one buffer), sent without blocking; an actor picks it up when it has arrived.
+Learner -> actor, tag STOPREQ: stop stepping early (an episode budget was reached).
 Learner -> actor, tag DONE: everything of this actor was received; the actor may exit.
 
 MPI keeps messages of one sender in order only per matching receive, so the learner does not
@@ -21,7 +22,7 @@ import numpy as np
 
 from mpippo.comm.world import MPI
 
-CHUNK, ACK, STOP, WEIGHTS, DONE = 101, 102, 103, 104, 105
+CHUNK, ACK, STOP, WEIGHTS, DONE, STOPREQ = 101, 102, 103, 104, 105, 106
 
 
 class ChunkLayout:
@@ -61,6 +62,11 @@ def chunk_checksum(views: dict, count: int) -> int:
     return crc
 
 
+def combine(total: int, crc: int) -> int:
+    """Order-independent sum of chunk CRCs: chunks that complete together are handled in buffer order."""
+    return (total + crc) % (1 << 62)
+
+
 class ActorChannel:
     """Actor side: send chunks with credits, receive weights, finish with STOP/DONE."""
 
@@ -76,6 +82,15 @@ class ActorChannel:
         self.weights_req = comm.Irecv(self.weights, source=learner, tag=WEIGHTS)
         self.sent = self.seq = 0
         self.checksum = 0
+        self.stopreq = np.zeros(1, dtype=np.int64)
+        self.stopreq_req = comm.Irecv(self.stopreq, source=learner, tag=STOPREQ)
+        self._stop_requested = False
+
+    def stop_requested(self) -> bool:
+        """True once the learner asked this actor to stop early (checked without blocking)."""
+        if not self._stop_requested and self.stopreq_req.Test():
+            self._stop_requested = True
+        return self._stop_requested
 
     def _drain_acks(self, block: bool) -> None:
         while True:
@@ -101,7 +116,7 @@ class ActorChannel:
         slot = self.next_slot
         views = self.layout.views(self.buffers[slot])
         views["header"][:3] = (count, actor_id, self.seq)
-        self.checksum = zlib.crc32(chunk_checksum(views, count).to_bytes(8, "little"), self.checksum)
+        self.checksum = combine(self.checksum, chunk_checksum(views, count))
         self.send_reqs[slot] = self.comm.Isend(self.buffers[slot], dest=self.learner, tag=CHUNK)
         self.next_slot = (slot + 1) % self.max_inflight
         self.inflight += 1
@@ -125,7 +140,7 @@ class ActorChannel:
         while not done_req.Test():
             self._drain_acks(block=False)
             self.poll_weights()
-        for req in (self.ack_req, self.weights_req):
+        for req in (self.ack_req, self.weights_req) + (() if self._stop_requested else (self.stopreq_req,)):
             req.Cancel()
             req.Wait()
         for req in self.send_reqs:
@@ -165,7 +180,7 @@ class LearnerChannel:
             count = int(views["header"][0])
             self.received[actor] += count
             self.chunks[actor] += 1
-            self.checksums[actor] = zlib.crc32(chunk_checksum(views, count).to_bytes(8, "little"), self.checksums[actor])
+            self.checksums[actor] = combine(self.checksums[actor], chunk_checksum(views, count))
             out.append((i, actor, views, count))
         for a, req in self.stop_reqs.items():
             if a not in self.stopped and req.Test():
@@ -195,6 +210,11 @@ class LearnerChannel:
         self.weights[2:] = flat_params
         self.weight_reqs = [self.comm.Isend(self.weights, dest=a, tag=WEIGHTS) for a in self.actors]
         return True
+
+    def request_stop(self) -> None:
+        """Ask every actor to stop stepping; they then send their last chunk and STOP as usual."""
+        msg = np.zeros(1, dtype=np.int64)
+        MPI.Request.Waitall([self.comm.Isend(msg, dest=a, tag=STOPREQ) for a in self.actors])
 
     def all_done(self) -> bool:
         """Every actor sent STOP and every transition it announced has arrived."""

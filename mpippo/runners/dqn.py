@@ -98,7 +98,11 @@ class ApeXDQN:
         views, filled = ch.chunk(), 0
         stats = np.zeros(3)  # episodes, return sum, length sum since the last chunk
         t0 = time.perf_counter()
+        steps_done = 0
         for step in range(self.actor_steps):
+            if ch.stop_requested():
+                break
+            steps_done = step + 1
             w = ch.poll_weights()
             if w is not None:
                 version = w[0]
@@ -131,13 +135,13 @@ class ApeXDQN:
                     self._stamp(views, version, stats, step + 1)
                     ch.send(filled, self.local_rank)
                     views, filled = ch.chunk(), 0
-        if filled:
-            self._stamp(views, version, stats, self.actor_steps)
+        if filled or stats[0]:
+            self._stamp(views, version, stats, steps_done)
             ch.send(filled, self.local_rank)
-        ch.finish(env_steps=self.actor_steps * self.num_envs)
+        ch.finish(env_steps=steps_done * self.num_envs)
         self.env.close()
         return {"role": "actor", "sent": ch.sent, "eps": eps,
-                "steps_per_s": self.actor_steps * self.num_envs / (time.perf_counter() - t0)}
+                "steps_per_s": steps_done * self.num_envs / (time.perf_counter() - t0)}
 
     def _stamp(self, views, version, stats, steps):
         h = views["header"]
@@ -168,16 +172,17 @@ class ApeXDQN:
             return flat.detach().cpu().numpy()
         ch.send_weights(0, weights())
         received = updates = episodes = 0
+        stop_sent = False
         ret_window: list[float] = []
         lag_sum = lag_n = 0
         t0 = last_log = time.perf_counter()
         last = {"received": 0, "updates": 0}
-        total_updates_target = max(1, int(d.replay_ratio * t.total_timesteps / d.batch_size))
         while not ch.all_done():
             for slot, actor, views, count in ch.poll():
                 h = views["header"]
-                replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
-                           views["discounts"][:count], views["next_obs"][:count])
+                if count:  # a last chunk may carry only episode statistics
+                    replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
+                               views["discounts"][:count], views["next_obs"][:count])
                 received += count
                 if h[H_EPISODES]:
                     episodes += int(h[H_EPISODES])
@@ -186,13 +191,20 @@ class ApeXDQN:
                 lag_sum += updates - int(h[H_VERSION])
                 lag_n += 1
                 ch.release(slot)
-            behind = replay.size >= d.learning_starts and \
-                updates * d.batch_size < d.replay_ratio * (received - d.learning_starts)
+            if d.max_episodes and episodes >= d.max_episodes and not stop_sent:
+                ch.request_stop()
+                stop_sent = True
+            if d.learning_steps_per_batch is not None:  # budget by episodes (the train_dqn() API)
+                allowed = d.learning_steps_per_batch * episodes / d.episodes_per_batch
+            else:  # budget by samples per env step
+                allowed = d.replay_ratio * (received - d.learning_starts) / d.batch_size
+            behind = replay.size >= d.learning_starts and updates < allowed
             if not behind:
                 ch.grant()  # caught up (or still warming up): let the actors send more
                 time.sleep(0.0002)
                 continue
-            beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, updates / total_updates_target)
+            progress = max(received / t.total_timesteps, episodes / d.max_episodes if d.max_episodes else 0.0)
+            beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
             idx, batch, w = replay.sample(d.batch_size, beta)
             b = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
             q_all = q(b["obs"])

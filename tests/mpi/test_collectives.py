@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok
+from conftest import MPIRUN, mpirun, ok
 
 pytestmark = pytest.mark.mpi
 SCRIPTS = "tests/mpi/scripts"
@@ -56,3 +56,27 @@ def test_actor_learner_messages_arrive_exactly_once():
         assert row["checksum_ok"] and row["seqs_exact"] and row["chunks"] == a["chunks"]
         assert row["weights_versions"] >= 1
     assert all(a["versions_increasing"] for a in actors.values())
+
+
+def test_train_dqn_api_stops_on_its_episode_budget(tmp_path):
+    """train_dqn(n_episodes, num_workers, episodes_per_batch, learning_steps_per_batch) under mpirun -n 3."""
+    res = ok(mpirun(3, [f"{SCRIPTS}/train_dqn_api.py", str(tmp_path / "run")], timeout=180))
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 1  # the learner returns its metrics, actors None
+    m = rows[0]
+    assert 300 <= m["episodes"] < 300 + 2 * 8 * 4  # stopped soon after the budget (2 actors x 8 envs, a few steps late)
+    assert m["total_timesteps"] < 24000  # long before dqn_toy.yaml's step budget
+    assert m["transitions_sent"] == m["transitions_received"]
+    # 8 updates per 4 episodes, minus warm-up: the learner follows the episode-based budget
+    assert 0.5 * 2 * m["episodes"] <= m["updates"] <= 2 * m["episodes"]
+
+
+def test_train_dqn_api_rejects_a_worker_count_that_is_not_the_job(tmp_path):
+    import sys as _sys
+
+    from conftest import run as run_cmd
+    script = ("from mpippo import train_dqn; train_dqn(n_episodes=10, num_workers=5, "
+              "config='configs/dqn_toy.yaml', output_dir=%r)" % str(tmp_path / "r"))
+    res = run_cmd([MPIRUN, "--oversubscribe", "-n", "3", _sys.executable, "-c", script], timeout=60)
+    assert res.returncode == 2
+    assert "6 tasks were allocated but this job has 3 rank(s)" in res.stderr
