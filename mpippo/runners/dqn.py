@@ -24,6 +24,7 @@ from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 from mpippo.config import Config, ConfigError
 from mpippo.envs import make_env, rank_seed
+from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.models import DuelingQNetwork
 from mpippo.models.flat import flatten_parameters_
@@ -103,6 +104,7 @@ class ApeXDQN:
             if ch.stop_requested():
                 break
             steps_done = step + 1
+            maybe_inject(self.world.rank, steps_done)  # tests only: MPIPPO_FAULT, counted in actor steps
             w = ch.poll_weights()
             if w is not None:
                 version = w[0]
@@ -219,6 +221,7 @@ class ApeXDQN:
             opt.step()
             replay.update_priorities(idx, td.cpu().numpy())
             updates += 1
+            maybe_inject(self.world.rank, updates)  # tests only: MPIPPO_FAULT, counted in learner updates
             if updates % d.target_update_period == 0:
                 target.load_state_dict(q.state_dict())
             if updates % d.weight_sync_period == 0:

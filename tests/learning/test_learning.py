@@ -47,3 +47,16 @@ def test_two_dqn_agents_in_one_job_train_independently(tmp_path):
     w0 = torch.load(run_dir / "agent_0" / "checkpoints" / "latest.pt", weights_only=False)["model"]
     w1 = torch.load(run_dir / "agent_1" / "checkpoints" / "latest.pt", weights_only=False)["model"]
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)  # separate learners, separate weights
+
+
+@pytest.mark.parametrize("where,kind", [("actor", "raise"), ("actor", "kill"), ("learner", "raise")])
+def test_a_dying_dqn_actor_or_learner_ends_the_job(tmp_path, monkeypatch, where, kind):
+    import time
+    rank, when = (2, 200) if where == "actor" else (0, 20)  # actor steps / learner updates
+    monkeypatch.setenv("MPIPPO_FAULT", f"rank={rank},iteration={when},kind={kind}")
+    t0 = time.monotonic()
+    res = trainer(3, ["--config", "configs/dqn_toy.yaml", "--output-dir", str(tmp_path / "run")], timeout=120)
+    assert res.returncode not in (0, 2)
+    assert time.monotonic() - t0 < 30
+    if kind == "raise":
+        assert f"[rank {rank}]" in res.stderr and "InjectedFault" in res.stderr
