@@ -17,7 +17,7 @@ LAUNCH  := $(BIN)/python -m mpippo.launch --mpirun-args=--oversubscribe
 help:
 	@echo "make train      install if needed, then mpirun -n $(NPROC) run_mpi.py on configs/ppo_procgen.yaml (ARGS='...' adds options)"
 	@echo "make test       install if needed, then the whole suite (unit, MPI, smoke, learning)"
-	@echo "make test-fast  unit + MPI tests only"
+	@echo "make test-fast  the suite without the tests marked slow (learning, resilience, Slurm)"
 	@echo "make bench      PPO throughput at 1, 2 and 4 ranks, DQN collection and learner speed -> benchmarks/results/"
 
 venv: $(STAMP)
