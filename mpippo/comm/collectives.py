@@ -48,23 +48,19 @@ class GradAllreduce:
         return float(self.slots[self.SLOT_KL]) / self.world.size, int(round(float(self.slots[self.SLOT_NONFINITE])))
 
 
-def global_mean_std(world: World, x: torch.Tensor) -> tuple[float, float]:
-    """Mean and (population) std of the concatenation of every rank's `x`, weighted by counts."""
-    x64 = x.detach().double()
-    buf = np.array([x64.numel(), float(x64.sum()), float((x64 * x64).sum())], dtype=np.float64)
-    n, s, ss = world.allreduce_(buf, "sum", name="moments")
-    mean = s / n
-    var = max(ss / n - mean * mean, 0.0)
-    return mean, var ** 0.5
-
-
 def global_moments(world: World, x: np.ndarray) -> tuple[float, float, float]:
-    """(count, mean, var) of every rank's samples together; for running normalizers."""
+    """(count, mean, var) of every rank's samples together, weighted by counts: one Allreduce of 3 numbers."""
     x = np.asarray(x, dtype=np.float64)
     buf = np.array([x.size, x.sum(), (x * x).sum()], dtype=np.float64)
     n, s, ss = world.allreduce_(buf, "sum", name="moments")
     mean = s / max(n, 1.0)
     return n, mean, max(ss / max(n, 1.0) - mean * mean, 0.0)
+
+
+def global_mean_std(world: World, x: torch.Tensor) -> tuple[float, float]:
+    """Mean and (population) std of the concatenation of every rank's `x`."""
+    _, mean, var = global_moments(world, x.detach().double().cpu().numpy())
+    return mean, var ** 0.5
 
 
 def param_checksum(flat_params: torch.Tensor) -> int:
