@@ -158,17 +158,15 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         errors = e.errors
     _agree_or_exit(world, errors)
 
+    if world.is_root:
+        atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
     if cfg.training.algo == "dqn":
         signals.uninstall()  # the DQN runner does not checkpoint on signals yet: let them stop it
-        if world.is_root:
-            atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
-        world.barrier()
         summary = trainer.train()
         world.barrier()  # every agent has written its outputs
         return EXIT_OK, summary
     if world.is_root:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if ckpt_bytes else "starting"
