@@ -21,16 +21,26 @@ LATEST = "latest.pt"
 
 def atomic_write_bytes(path: str | Path, data: bytes, _midway=None) -> None:
     """`_midway` (tests only) runs after half of the data is written, to kill or fail the write there."""
+    def write(f):
+        if _midway is not None:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            _midway()
+            f.write(data[len(data) // 2:])
+        else:
+            f.write(data)
+    atomic_write_with(path, write)
+
+
+def atomic_write_with(path: str | Path, write) -> None:
+    """Call write(binary file) on a temp file next to `path`, fsync, rename over `path`, fsync the folder.
+    For outputs too large to build in memory first (the replay buffer)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            if _midway is not None:
-                f.write(data[: len(data) // 2])
-                f.flush()
-                _midway()
-            f.write(data[len(data) // 2:] if _midway is not None else data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

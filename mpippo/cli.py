@@ -84,6 +84,8 @@ def _choose_run_dir(args) -> tuple[Path, bytes | None]:
     else:
         run_dir = Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.resume:
+        if not (run_dir / "checkpoints" / LATEST).is_file() and (run_dir / "agent_0" / "checkpoints" / LATEST).is_file():
+            return run_dir, None  # several DQN agents: each learner reads its own agent_<i>/checkpoints
         return run_dir, read_checkpoint_bytes(run_dir / "checkpoints" / LATEST)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise C.ConfigError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
@@ -144,13 +146,13 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         cfg = C.build(cfg_data, overrides, world.size)
         cfg = C.resolve(cfg, world.size)
         world.set_collective_timeout(cfg.guards.collective_timeout_s)
-        state = load_checkpoint(ckpt_bytes, str(run_dir / "checkpoints" / LATEST)) if ckpt_bytes else None
-        if cfg.training.algo == "dqn":
-            if state is not None:
-                raise C.ConfigError("--resume: resuming DQN runs is not supported yet (PPO only)")
+        if cfg.training.algo == "dqn":  # each learner reads its own agent's checkpoint
             from mpippo.runners.dqn import ApeXDQN
-            trainer = ApeXDQN(cfg, world, run_dir)
+            trainer = ApeXDQN(cfg, world, run_dir, resume=args.resume)
         else:
+            if args.resume and ckpt_bytes is None:
+                raise C.ConfigError(f"--resume: '{run_dir}' holds DQN agent checkpoints (agent_*/), not a PPO run")
+            state = load_checkpoint(ckpt_bytes, str(run_dir / "checkpoints" / LATEST)) if ckpt_bytes else None
             from mpippo.runners.sync_ppo import SyncPPO
             trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
         errors = None
@@ -161,10 +163,16 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     if world.is_root:
         atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
     if cfg.training.algo == "dqn":
-        signals.uninstall()  # the DQN runner does not checkpoint on signals yet: let them stop it
-        summary = trainer.train()
-        world.barrier()  # every agent has written its outputs
-        return EXIT_OK, summary
+        summary = trainer.train(signals)
+        # every agent has written its outputs; all ranks exit with the same code. Agents may end
+        # minutes apart, so this waits without the collective watchdog (a tiny pickled int, once).
+        from mpippo.runners.dqn import STOP_REASONS
+        from mpippo.comm.world import MPI
+        code = STOP_REASONS.index(summary.get("stop_reason", "done"))
+        code = world.comm.allreduce(code, op=MPI.MAX) if world.size > 1 else code
+        if world.is_root and code:
+            print(f"mpippo: {STOP_WHY[STOP_REASONS[code]]}", flush=True)
+        return EXIT_CODES[STOP_REASONS[code]], summary
     if world.is_root:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         if trainer.resume_note:
@@ -184,6 +192,11 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     return EXIT_CODES[summary["stop_reason"]], summary
 
 
+STOP_WHY = {"done": "run finished", "duration": "run finished (time budget reached)",
+            "requeue": f"stopped by SIGUSR1 after a checkpoint; exit {EXIT_REQUEUE} asks the batch script to requeue",
+            "stopped": f"stopped by a signal after a checkpoint (exit {EXIT_STOPPED}); continue with --resume"}
+
+
 def print_summary(s: dict, run_dir: Path) -> None:
     ret = s.get("episode_return_mean")
     rows = [
@@ -196,10 +209,7 @@ def print_summary(s: dict, run_dir: Path) -> None:
         ("outputs", f"{run_dir}/ (config.yaml, logs/, checkpoints/, benchmark_metrics.json)"),
     ]
     width = max(len(k) for k, _ in rows)
-    why = {"done": "run finished", "duration": "run finished (time budget reached)",
-           "requeue": f"stopped by SIGUSR1 after a checkpoint; exit {EXIT_REQUEUE} asks the batch script to requeue",
-           "stopped": f"stopped by a signal after a checkpoint (exit {EXIT_STOPPED}); continue with --resume"}
-    print(f"\nmpippo: {why[s['stop_reason']]}")
+    print(f"\nmpippo: {STOP_WHY[s['stop_reason']]}")
     for k, v in rows:
         print(f"  {k:<{width}}  {v}")
     sys.stdout.flush()

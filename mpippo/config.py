@@ -113,6 +113,8 @@ class DQNConfig:
     learning_steps_per_batch: Optional[int] = _f(None, "When set, the learner may do this many updates per episodes_per_batch finished episodes, instead of following replay_ratio.")
     chunk_size: int = _f(64, "Transitions per actor -> learner message.")
     max_inflight: int = _f(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
+    checkpoint_interval_updates: int = _f(0, "Learner updates between periodic checkpoints; 0 = off (checkpoint.interval_minutes, signals and the end still save).")
+    save_replay: bool = _f(False, "Write the replay buffer to checkpoints/replay.npz with each checkpoint, so a resume starts with a full buffer (as large on disk as in memory).")
 
 
 @dataclass
@@ -125,7 +127,7 @@ class LoggingConfig:
 
 @dataclass
 class CheckpointConfig:
-    interval_iterations: int = _f(50, "Save every this many iterations; 0 = off (a checkpoint is always written at the end).")
+    interval_iterations: int = _f(50, "PPO: save every this many iterations; 0 = off (a checkpoint is always written at the end). DQN: see dqn.checkpoint_interval_updates.")
     interval_minutes: float = _f(30.0, "Also save when this many minutes passed since the last save; 0 = off.")
     keep_last: int = _f(3, "Periodic checkpoints kept (latest.pt is always kept).")
 
@@ -332,7 +334,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
                     "weight_sync_period", "chunk_size", "max_inflight", "episodes_per_batch"):
             if getattr(d, key) < 1:
                 errs.append(f"dqn.{key}: must be >= 1, got {getattr(d, key)}")
-        for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes"):
+        for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes",
+                    "checkpoint_interval_updates"):
             if getattr(d, key) < 0:
                 errs.append(f"dqn.{key}: must be >= 0, got {getattr(d, key)}")
         if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:

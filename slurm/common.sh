@@ -29,7 +29,7 @@ RESTARTS=${SLURM_RESTART_COUNT:-0}
 ARGS=(--output-dir "$RUN_DIR" --no-progress
       --set "parallel.threads_per_rank=$THREADS"
       --set "parallel.expected_world_size=$SLURM_NTASKS")
-if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
+if [ -f "$RUN_DIR/checkpoints/latest.pt" ] || [ -f "$RUN_DIR/agent_0/checkpoints/latest.pt" ]; then
     ARGS+=(--resume)  # a requeued or restarted job continues its own run
 fi
 

@@ -105,6 +105,36 @@ class PrioritizedReplay:
                  "discounts": self.discounts[idx], "next_obs": self.next_obs[idx]}
         return idx, batch, weights.astype(np.float32)
 
+    def save(self, f, tag: int) -> None:
+        """Write the stored transitions, their priorities and the write position to the open binary
+        file `f` (npz, uncompressed); `tag` names the checkpoint this file belongs to."""
+        n = self.size  # until the buffer wraps, the first `size` slots are the stored ones
+        np.savez(f, tag=np.int64(tag), capacity=np.int64(self.capacity), pos=np.int64(self.pos), size=np.int64(n),
+                 max_priority=np.float64(self.max_priority), leaves=self.tree.get(np.arange(n)),
+                 obs=self.obs[:n], next_obs=self.next_obs[:n], actions=self.actions[:n],
+                 returns=self.returns[:n], discounts=self.discounts[:n])
+
+    def load(self, path, tag: int) -> str | None:
+        """Refill from a file written by save(); returns why it was not used, or None when it was."""
+        try:
+            with np.load(path) as z:
+                if int(z["tag"]) != tag:
+                    return f"it belongs to update {int(z['tag'])}, the checkpoint to update {tag}"
+                if int(z["capacity"]) != self.capacity or z["obs"].shape[1:] != self.obs.shape[1:]:
+                    return (f"it holds {int(z['capacity'])} transitions of shape {z['obs'].shape[1:]}, this buffer "
+                            f"{self.capacity} of {self.obs.shape[1:]}")
+                n = int(z["size"])
+                for name in ("obs", "next_obs", "actions", "returns", "discounts"):
+                    getattr(self, name)[:n] = z[name]
+                if n:
+                    self.tree.update(np.arange(n), z["leaves"])
+                self.pos, self.size, self.max_priority = int(z["pos"]), n, float(z["max_priority"])
+        except FileNotFoundError:
+            return "the file is missing"
+        except (OSError, ValueError, KeyError) as e:
+            return f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
+        return None
+
     def update_priorities(self, idx: np.ndarray, td_errors: np.ndarray) -> None:
         p = np.abs(td_errors).astype(np.float64) + self.eps
         self.max_priority = max(self.max_priority, float(p.max()))

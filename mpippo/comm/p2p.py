@@ -4,7 +4,9 @@ Actor -> learner, tag CHUNK: one contiguous byte buffer per chunk of transitions
 below). Flow control by credits: an actor has at most `max_inflight` chunks not yet
 acknowledged; the learner acknowledges (tag ACK) a chunk when its replay-ratio budget lets
 it take more data, so fast actors wait for a slow learner instead of flooding it.
-Actor -> learner, tag STOP: [transitions sent, env steps, checksum] after the last chunk.
+Actor -> learner, tag STOP: [transitions sent, env steps, checksum, chunks, reason] after the
+last chunk; reason is nonzero when a signal made the actor stop early (the learner then stops
+the other actors too).
 Learner -> actor, tag WEIGHTS: [version, flat parameters] (float64 version slot + float32
 params in one buffer), sent without blocking; an actor picks it up when it has arrived.
 Learner -> actor, tag STOPREQ: stop stepping early (an episode budget was reached).
@@ -131,9 +133,9 @@ class ActorChannel:
             self.weights_req = self.comm.Irecv(self.weights, source=self.learner, tag=WEIGHTS)
         return latest
 
-    def finish(self, env_steps: int) -> None:
+    def finish(self, env_steps: int, reason: int = 0) -> None:
         """Announce the totals, then keep taking acks and weights until the learner says DONE."""
-        stop = np.array([self.sent, env_steps, self.checksum, self.seq], dtype=np.int64)
+        stop = np.array([self.sent, env_steps, self.checksum, self.seq, reason], dtype=np.int64)
         self.comm.Send(stop, dest=self.learner, tag=STOP)
         done = np.zeros(1, dtype=np.int64)
         done_req = self.comm.Irecv(done, source=self.learner, tag=DONE)
@@ -159,7 +161,7 @@ class LearnerChannel:
             for buf in self.buffers[a]:
                 self.reqs.append(comm.Irecv(buf, source=a, tag=CHUNK))
                 self.owners.append((a, buf))
-        self.stop_bufs = {a: np.zeros(4, dtype=np.int64) for a in actors}
+        self.stop_bufs = {a: np.zeros(5, dtype=np.int64) for a in actors}
         self.stop_reqs = {a: comm.Irecv(self.stop_bufs[a], source=a, tag=STOP) for a in actors}
         self.received = {a: 0 for a in actors}
         self.checksums = {a: 0 for a in actors}
@@ -215,6 +217,10 @@ class LearnerChannel:
         """Ask every actor to stop stepping; they then send their last chunk and STOP as usual."""
         msg = np.zeros(1, dtype=np.int64)
         MPI.Request.Waitall([self.comm.Isend(msg, dest=a, tag=STOPREQ) for a in self.actors])
+
+    def stop_reason(self) -> int:
+        """The largest reason code in the STOP messages so far (0: none stopped early)."""
+        return max((int(b[4]) for b in self.stopped.values()), default=0)
 
     def all_done(self) -> bool:
         """Every actor sent STOP and every transition it announced has arrived."""

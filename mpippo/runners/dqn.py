@@ -6,11 +6,20 @@ actors. Actors step their envs with their own epsilon, compute n-step transition
 them in fixed-size chunks (comm.p2p); the learner drains chunks without blocking on any one
 actor, trains at `dqn.replay_ratio` samples per env step, hands out credit so actors neither
 flood nor starve it, and sends fresh weights every `weight_sync_period` updates.
+
+Checkpoints (the learner's): online and target networks, Adam, counters, the return window,
+the replay RNG and, with `dqn.save_replay`, the replay buffer in a separate file. They are
+written every `dqn.checkpoint_interval_updates` updates / `checkpoint.interval_minutes`, on a
+signal and at the end. A signal on any rank of an agent stops its actors (STOPREQ), the learner
+drains every chunk in flight, checkpoints and the job exits 3 (SIGUSR1: requeue) or 4. A resume
+continues the counters and budgets; it is not bit-exact (actor/learner timing is not), and after
+a crash the env steps since the last checkpoint are collected again.
 """
 from __future__ import annotations
 
 import copy
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -19,18 +28,27 @@ import psutil
 import torch
 
 from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss
-from mpippo.checkpoint import atomic_write_json, save_checkpoint
+from mpippo.checkpoint import (LATEST, atomic_write_json, atomic_write_with, load_checkpoint,
+                               read_checkpoint_bytes, save_checkpoint)
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 from mpippo.config import Config, ConfigError
 from mpippo.envs import make_env, rank_seed
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
+from mpippo.preemption import SignalFlags
 from mpippo.models import DuelingQNetwork
 from mpippo.models.flat import flatten_parameters_
 
 # chunk header slots (int64): count, actor, seq, weights version, episodes, return sum (float64), length sum, env steps
 H_COUNT, H_ACTOR, H_SEQ, H_VERSION, H_EPISODES, H_RETSUM, H_LENSUM, H_STEPS = range(8)
+# why a segment ended, in increasing precedence (the largest code over all ranks wins)
+STOP_REASONS = ("done", "duration", "stopped", "requeue")
+REPLAY_FILE = "replay.npz"
+
+
+def signal_code(signals: SignalFlags) -> int:
+    return STOP_REASONS.index("requeue") if signals.requeue else STOP_REASONS.index("stopped") if signals.stop else 0
 
 
 def learner_device(cfg: Config, agent: int) -> torch.device:
@@ -45,7 +63,7 @@ def learner_device(cfg: Config, agent: int) -> torch.device:
 
 
 class ApeXDQN:
-    def __init__(self, cfg: Config, world: World, run_dir: Path):
+    def __init__(self, cfg: Config, world: World, run_dir: Path, resume: bool = False):
         self.cfg, self.world, d = cfg, world, cfg.dqn
         per_agent = world.size // d.num_agents
         self.agent = world.rank // per_agent
@@ -66,7 +84,14 @@ class ApeXDQN:
                                      cfg.model.hidden_size, d.dueling)
         self.layout = ChunkLayout(d.chunk_size, self.obs_shape)
         self.n_params = sum(p.numel() for p in self.model.parameters())
-        self.actor_steps = cfg.training.total_timesteps // (self.num_actors * d.num_agents) // self.num_envs
+        self.resume_state = None
+        start = self._resume_point(resume)  # env steps done so far, and how often this agent was resumed
+        self.steps_before, self.resumes = start["steps"], start["resumes"]
+        budget = cfg.training.total_timesteps // d.num_agents - self.steps_before  # this agent's remaining steps
+        self.actor_steps = max(budget, 0) // self.num_actors // self.num_envs
+        if start["resumes"] and not self.is_learner:  # fresh episodes and exploration, not a replay of segment 1
+            self.env.close()
+            self.env = make_env(cfg, self.num_envs, seed=seed + 7919 * self.resumes)
         if self.is_learner:
             need = PrioritizedReplay.nbytes(d.buffer_size, self.obs_shape)
             avail = psutil.virtual_memory().available
@@ -75,16 +100,49 @@ class ApeXDQN:
                                   f"more than the {avail / 2**30:.1f} GiB available; lower it")
             self.replay_gib = need / 2**30
 
-    def train(self) -> dict:
-        return self._learn() if self.is_learner else self._act()
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def _resume_point(self, resume: bool) -> dict:
+        """The learner reads its agent's checkpoint; the group learns the outcome (one start-up bcast),
+        so a bad checkpoint ends every rank with the same message."""
+        outcome = {"steps": 0, "resumes": 0}
+        if resume and self.is_learner:
+            try:
+                path = self.ckpt_dir / LATEST
+                state = load_checkpoint(read_checkpoint_bytes(path), str(path))
+                if state["algo"] != "dqn":
+                    raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is dqn")
+                spec = {"obs_shape": list(self.obs_shape), "num_actions": self.num_actions}
+                if state.get("model_spec") != spec or state.get("agent", 0) != self.agent:
+                    raise ConfigError(f"checkpoint: network {state.get('model_spec')} of agent {state.get('agent', 0)} "
+                                      f"does not match this config's {spec} for agent {self.agent}")
+                try:
+                    self.model.load_state_dict(state["model"])
+                except RuntimeError as e:
+                    raise ConfigError(f"checkpoint: model state does not fit ({str(e).splitlines()[0][:160]})") from None
+                self.resume_state = state
+                outcome = {"steps": int(state["timesteps"]), "resumes": int(state.get("resumes", 0)) + 1}
+            except ConfigError as e:
+                outcome = {"error": e.errors}
+        if self.comm is not None:
+            outcome = self.comm.bcast(outcome, root=0)
+        if "error" in outcome:
+            raise ConfigError(outcome["error"])
+        return outcome
+
+    def train(self, signals: SignalFlags | None = None) -> dict:
+        signals = signals or SignalFlags()
+        return self._learn(signals) if self.is_learner else self._act(signals)
 
     # ------------------------------------------------------------------ actor
-    def _act(self) -> dict:
+    def _act(self, signals: SignalFlags) -> dict:
         cfg, d = self.cfg, self.cfg.dqn
         flat = flatten_parameters_(self.model)
         ch = ActorChannel(self.comm, 0, self.layout, self.n_params, d.max_inflight)
         eps = float(apex_epsilons(self.num_actors, d.eps, d.eps_alpha)[self.actor_index])
-        rng = np.random.default_rng(rank_seed(cfg.training.seed, self.world.rank) + 17)
+        rng = np.random.default_rng(rank_seed(cfg.training.seed, self.world.rank) + 17 + 7919 * self.resumes)
         version = -1
         while version < 0:  # start acting with the learner's weights, not a random net of our own
             w = ch.poll_weights()
@@ -99,9 +157,10 @@ class ApeXDQN:
         views, filled = ch.chunk(), 0
         stats = np.zeros(3)  # episodes, return sum, length sum since the last chunk
         t0 = time.perf_counter()
-        steps_done = 0
+        steps_done = reason = 0
         for step in range(self.actor_steps):
-            if ch.stop_requested():
+            reason = signal_code(signals)
+            if reason or ch.stop_requested():
                 break
             steps_done = step + 1
             maybe_inject(self.world.rank, steps_done)  # tests only: MPIPPO_FAULT, counted in actor steps
@@ -140,9 +199,9 @@ class ApeXDQN:
         if filled or stats[0]:
             self._stamp(views, version, stats, steps_done)
             ch.send(filled, self.local_rank)
-        ch.finish(env_steps=steps_done * self.num_envs)
+        ch.finish(env_steps=steps_done * self.num_envs, reason=reason)
         self.env.close()
-        return {"role": "actor", "sent": ch.sent, "eps": eps,
+        return {"role": "actor", "sent": ch.sent, "eps": eps, "stop_reason": STOP_REASONS[reason],
                 "steps_per_s": steps_done * self.num_envs / (time.perf_counter() - t0)}
 
     def _stamp(self, views, version, stats, steps):
@@ -152,7 +211,7 @@ class ApeXDQN:
         stats[:] = 0.0
 
     # ---------------------------------------------------------------- learner
-    def _learn(self) -> dict:
+    def _learn(self, signals: SignalFlags) -> dict:
         cfg, d, t = self.cfg, self.cfg.dqn, self.cfg.training
         device = learner_device(cfg, self.agent)
         q = self.model.to(device)
@@ -160,25 +219,74 @@ class ApeXDQN:
         target = copy.deepcopy(q)
         opt = torch.optim.Adam(q.parameters(), lr=t.learning_rate, eps=t.adam_eps)
         replay = PrioritizedReplay(d.buffer_size, self.obs_shape, d.per_alpha, seed=rank_seed(t.seed, self.world.rank))
+        # counters over the whole run (all segments); `received` and the sent totals are this segment's
+        c = {"updates": 0, "episodes": 0, "transitions": 0, "lag_sum": 0, "lag_n": 0}
+        ret_window: list[float] = []
+        resumed = ""
+        if self.resume_state is not None:
+            st = self.resume_state
+            target.load_state_dict(st["target"])
+            try:
+                opt.load_state_dict(st["optimizer"])
+            except (ValueError, KeyError) as e:
+                raise ConfigError(f"checkpoint: optimizer state does not fit ({str(e).splitlines()[0][:160]})") from None
+            c.update(st["counters"])
+            ret_window = list(st["ret_window"])
+            replay.rng.bit_generator.state = st["replay_rng"]
+            torch.set_rng_state(st["torch_rng"])
+            if st.get("replay_file"):
+                why = replay.load(self.ckpt_dir / st["replay_file"], c["updates"])
+                resumed = (f"; restored replay of {replay.size:,} transitions" if why is None else
+                           f"; warning: replay file not used ({why}), the buffer refills from empty")
+            self.resume_state = None
         actors = list(range(1, self.num_actors + 1))
         ch = LearnerChannel(self.comm, actors, self.layout, self.n_params, d.max_inflight)
         eps = apex_epsilons(self.num_actors, d.eps, d.eps_alpha)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         from torch.utils.tensorboard import SummaryWriter
-        writer = SummaryWriter(str(self.run_dir / "logs")) if cfg.logging.tensorboard else None
-        print(f"mpippo: agent {self.agent}: learner on {device}, {self.num_actors} actor(s) x {self.num_envs} envs, "
+        writer = None
+        if cfg.logging.tensorboard:  # continue the curves after the last logged point
+            writer = SummaryWriter(str(self.run_dir / "logs"), purge_step=c["transitions"] + 1 if self.resumes else None)
+        verb = f"resuming at {self.steps_before:,} env steps, {c['updates']:,} updates{resumed}" if self.resumes else "starting"
+        print(f"mpippo: agent {self.agent}: {verb}: learner on {device}, {self.num_actors} actor(s) x {self.num_envs} envs, "
               f"replay {d.buffer_size:,} transitions = {self.replay_gib:.2f} GiB, epsilons "
               f"{', '.join(f'{e:.4f}' for e in eps)}", flush=True)
 
         def weights():
             return flat.detach().cpu().numpy()
-        ch.send_weights(0, weights())
-        received = updates = episodes = 0
+
+        def env_steps(final: bool) -> int:
+            """Env steps of the run so far: exact from the STOP messages at the end, else from chunk headers."""
+            per_actor = {a: int(ch.stopped[a][1]) for a in actors} if final else seen_steps
+            return self.steps_before + sum(per_actor.values())
+
+        def checkpoint(final: bool) -> None:
+            state = {"algo": "dqn", "agent": self.agent, "model": q.state_dict(), "target": target.state_dict(),
+                     "optimizer": opt.state_dict(), "timesteps": env_steps(final), "iteration": c["updates"],
+                     "counters": dict(c), "ret_window": list(ret_window), "resumes": self.resumes,
+                     "replay_rng": replay.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                     "replay_file": REPLAY_FILE if d.save_replay else None, "config": cfg.to_dict(),
+                     "world_size": self.world.size,
+                     "model_spec": {"obs_shape": list(self.obs_shape), "num_actions": self.num_actions}}
+            try:
+                if d.save_replay:  # first the replay file, then the checkpoint that names it (by its tag)
+                    atomic_write_with(self.ckpt_dir / REPLAY_FILE, lambda f: replay.save(f, c["updates"]))
+                save_checkpoint(self.ckpt_dir, state, c["updates"], cfg.checkpoint.keep_last)
+            except OSError as e:  # disk full, quota: one line, the previous checkpoint is intact; end the job
+                sys.stderr.write(f"mpippo: error: checkpoint: writing update {c['updates']} of agent {self.agent} to "
+                                 f"'{self.ckpt_dir}' failed ({e.strerror or e}); the previous checkpoint is intact\n")
+                self.world.abort(1)
+
+        ch.send_weights(c["updates"], weights())
+        received = 0
+        seen_steps = {a: 0 for a in actors}  # env steps each actor had done at its latest chunk
         stop_sent = False
-        ret_window: list[float] = []
-        lag_sum = lag_n = 0
+        reason = 0
+        deadline = time.monotonic() + t.duration_hours * 3600 if t.duration_hours else None
+        ck_every_s, last_ckpt = cfg.checkpoint.interval_minutes * 60, time.monotonic()
         t0 = last_log = time.perf_counter()
-        last = {"received": 0, "updates": 0}
+        last = {"received": 0, "updates": c["updates"]}
+        updates0 = c["updates"]
         while not ch.all_done():
             for slot, actor, views, count in ch.poll():
                 h = views["header"]
@@ -186,26 +294,31 @@ class ApeXDQN:
                     replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
                                views["discounts"][:count], views["next_obs"][:count])
                 received += count
+                seen_steps[actor] = max(seen_steps[actor], int(h[H_STEPS]))
                 if h[H_EPISODES]:
-                    episodes += int(h[H_EPISODES])
+                    c["episodes"] += int(h[H_EPISODES])
                     ret_window.append(float(h[H_RETSUM:H_RETSUM + 1].view(np.float64)[0]) / int(h[H_EPISODES]))
                     ret_window = ret_window[-100:]
-                lag_sum += updates - int(h[H_VERSION])
-                lag_n += 1
+                c["lag_sum"] += c["updates"] - int(h[H_VERSION])
+                c["lag_n"] += 1
                 ch.release(slot)
-            if d.max_episodes and episodes >= d.max_episodes and not stop_sent:
+            # stop early: a signal here or at an actor, the time budget, or the episode budget
+            reason = max(reason, signal_code(signals), ch.stop_reason(),
+                         STOP_REASONS.index("duration") if deadline is not None and time.monotonic() >= deadline else 0)
+            if not stop_sent and (reason or (d.max_episodes and c["episodes"] >= d.max_episodes)):
                 ch.request_stop()
                 stop_sent = True
+            transitions = c["transitions"] + received
             if d.learning_steps_per_batch is not None:  # budget by episodes (the train_dqn() API)
-                allowed = d.learning_steps_per_batch * episodes / d.episodes_per_batch
+                allowed = d.learning_steps_per_batch * c["episodes"] / d.episodes_per_batch
             else:  # budget by samples per env step
-                allowed = d.replay_ratio * (received - d.learning_starts) / d.batch_size
-            behind = replay.size >= d.learning_starts and updates < allowed
-            if not behind:
-                ch.grant()  # caught up (or still warming up): let the actors send more
+                allowed = d.replay_ratio * (transitions - d.learning_starts) / d.batch_size
+            behind = not reason and replay.size >= d.learning_starts and c["updates"] < allowed
+            if not behind:  # caught up, warming up, or stopping: let the actors send (their last) chunks
+                ch.grant()
                 time.sleep(0.0002)
                 continue
-            progress = max(received / t.total_timesteps, episodes / d.max_episodes if d.max_episodes else 0.0)
+            progress = max(transitions / t.total_timesteps, c["episodes"] / d.max_episodes if d.max_episodes else 0.0)
             beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
             idx, batch, w = replay.sample(d.batch_size, beta)
             b = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
@@ -220,25 +333,34 @@ class ApeXDQN:
             torch.nn.utils.clip_grad_norm_(q.parameters(), t.max_grad_norm)
             opt.step()
             replay.update_priorities(idx, td.cpu().numpy())
-            updates += 1
-            maybe_inject(self.world.rank, updates)  # tests only: MPIPPO_FAULT, counted in learner updates
+            c["updates"] += 1
+            updates = c["updates"]
+            maybe_inject(self.world.rank, updates - updates0)  # tests only: MPIPPO_FAULT, counted in this segment's updates
             if updates % d.target_update_period == 0:
                 target.load_state_dict(q.state_dict())
             if updates % d.weight_sync_period == 0:
                 ch.send_weights(updates, weights())
             now = time.perf_counter()
-            if writer is not None and now - last_log > 5.0:
+            if (d.checkpoint_interval_updates and updates % d.checkpoint_interval_updates == 0) or (
+                    ck_every_s > 0 and time.monotonic() - last_ckpt >= ck_every_s):
+                c["transitions"] += received  # checkpoint() saves c; keep `received` per segment
+                checkpoint(final=False)
+                c["transitions"] -= received
+                last_ckpt = time.monotonic()
+            if now - last_log > 5.0:
                 dt = now - last_log
-                writer.add_scalar("learner/updates_per_s", (updates - last["updates"]) / dt, received)
-                writer.add_scalar("learner/samples_per_s", (updates - last["updates"]) * d.batch_size / dt, received)
-                writer.add_scalar("charts/env_steps_per_s", (received - last["received"]) / dt, received)
-                writer.add_scalar("learner/replay_size", replay.size, received)
-                writer.add_scalar("losses/td_loss", float(loss.detach()), received)
-                writer.add_scalar("learner/weight_lag", lag_sum / max(lag_n, 1), received)
-                if ret_window:
-                    writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), received)
+                x = c["transitions"] + received
+                if writer is not None:
+                    writer.add_scalar("learner/updates_per_s", (updates - last["updates"]) / dt, x)
+                    writer.add_scalar("learner/samples_per_s", (updates - last["updates"]) * d.batch_size / dt, x)
+                    writer.add_scalar("charts/env_steps_per_s", (received - last["received"]) / dt, x)
+                    writer.add_scalar("learner/replay_size", replay.size, x)
+                    writer.add_scalar("losses/td_loss", float(loss.detach()), x)
+                    writer.add_scalar("learner/weight_lag", c["lag_sum"] / max(c["lag_n"], 1), x)
+                    if ret_window:
+                        writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), x)
                 last, last_log = {"received": received, "updates": updates}, now
-                print(f"agent {self.agent} | {received:>10,} transitions | {updates:>8,} updates | "
+                print(f"agent {self.agent} | {x:>10,} transitions | {updates:>8,} updates | "
                       f"return {np.mean(ret_window) if ret_window else float('nan'):6.2f} | replay {replay.size:,}",
                       flush=True)
         ch.finish()
@@ -246,31 +368,33 @@ class ApeXDQN:
         sent = {a: int(ch.stopped[a][0]) for a in actors}
         if sum(sent.values()) != received:
             raise RuntimeError(f"agent {self.agent}: actors sent {sum(sent.values())} transitions, learner got {received}")
+        c["transitions"] += received
         if writer is not None:
             if ret_window:
-                writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), received)
+                writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), c["transitions"])
             writer.close()
-        state = {"algo": "dqn", "model": q.state_dict(), "target": target.state_dict(), "optimizer": opt.state_dict(),
-                 "timesteps": received, "iteration": updates, "config": cfg.to_dict(), "world_size": self.world.size,
-                 "model_spec": {"obs_shape": list(self.obs_shape), "num_actions": self.num_actions}}
-        save_checkpoint(self.run_dir / "checkpoints", state, updates, cfg.checkpoint.keep_last)
-        steps_total = int(sum(int(ch.stopped[a][1]) for a in actors))
+        checkpoint(final=True)
+        steps_segment = env_steps(final=True) - self.steps_before
+        updates = c["updates"] - updates0
         summary = {
             "algo": "dqn", "env": cfg.env.name, "agent": self.agent, "world_size": self.world.size,
-            "num_actors": self.num_actors, "num_envs_per_rank": self.num_envs, "total_timesteps": steps_total,
-            "duration_s": elapsed, "fps": steps_total / elapsed,
-            "actor_steps_per_s": steps_total / elapsed / self.num_actors,
+            "num_actors": self.num_actors, "num_envs_per_rank": self.num_envs,
+            "total_timesteps": env_steps(final=True), "target_timesteps": t.total_timesteps // d.num_agents,
+            "stop_reason": STOP_REASONS[reason], "resumes": self.resumes,
+            "duration_s": elapsed, "fps": steps_segment / elapsed,
+            "actor_steps_per_s": steps_segment / elapsed / self.num_actors,
             "learner_updates_per_s": updates / elapsed, "learner_samples_per_s": updates * d.batch_size / elapsed,
-            "learner_device": str(device), "updates": updates, "replay_size": replay.size,
-            "replay_ratio": updates * d.batch_size / max(received, 1), "weight_lag": lag_sum / max(lag_n, 1),
+            "learner_device": str(device), "updates": c["updates"], "replay_size": replay.size,
+            "replay_ratio": c["updates"] * d.batch_size / max(c["transitions"], 1),
+            "weight_lag": c["lag_sum"] / max(c["lag_n"], 1),
             "epsilons": eps.tolist(), "transitions_sent": sum(sent.values()), "transitions_received": received,
-            "episode_return_mean": float(np.mean(ret_window)) if ret_window else None, "episodes": episodes,
+            "episode_return_mean": float(np.mean(ret_window)) if ret_window else None, "episodes": c["episodes"],
             "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
         }
         atomic_write_json(self.run_dir / "benchmark_metrics.json", summary)
-        print(f"mpippo: agent {self.agent} finished: {steps_total:,} env steps in {elapsed:.1f} s "
-              f"({summary['fps']:.0f} steps/s), {updates:,} updates ({summary['learner_samples_per_s']:.0f} samples/s), "
+        print(f"mpippo: agent {self.agent} {'finished' if not reason else 'stopped (' + STOP_REASONS[reason] + ')'}: "
+              f"{summary['total_timesteps']:,} env steps ({steps_segment:,} in {elapsed:.1f} s, {summary['fps']:.0f} steps/s), "
+              f"{c['updates']:,} updates ({summary['learner_samples_per_s']:.0f} samples/s), "
               f"replay ratio {summary['replay_ratio']:.2f}, return {summary['episode_return_mean']}, "
               f"transitions sent {summary['transitions_sent']:,} = received {received:,}", flush=True)
         return summary
-

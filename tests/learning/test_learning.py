@@ -48,6 +48,15 @@ def test_two_dqn_agents_in_one_job_train_independently(tmp_path):
     w1 = torch.load(run_dir / "agent_1" / "checkpoints" / "latest.pt", weights_only=False)["model"]
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)  # separate learners, separate weights
 
+    # each learner resumes from its own agent_<i>/checkpoints with a larger budget
+    updates = {a: metrics(run_dir / f"agent_{a}")["updates"] for a in (0, 1)}
+    res = ok(trainer(6, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "16000"], timeout=300))
+    for a in (0, 1):
+        m = metrics(run_dir / f"agent_{a}")
+        assert f"agent {a}: resuming at 6,000 env steps" in res.stdout
+        assert m["resumes"] == 1 and m["total_timesteps"] == 8000 and m["transitions_received"] == 2000
+        assert m["updates"] > updates[a]
+
 
 @pytest.mark.parametrize("where,kind", [("actor", "raise"), ("actor", "kill"), ("learner", "raise")])
 def test_a_dying_dqn_actor_or_learner_ends_the_job(tmp_path, monkeypatch, where, kind):

@@ -194,6 +194,23 @@ def test_dqn_6agents_script_writes_one_folder_per_agent(cluster, tmp_path):
         assert m["transitions_sent"] == m["transitions_received"] == 2000
 
 
+def test_dqn_agents_requeue_and_each_resumes_its_own_run(cluster, tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    per_agent = 16000
+    args = DQN_TINY + ["--total-timesteps", str(6 * per_agent), "--set", "dqn.save_replay=true"]
+    job = sbatch("dqn_6agents.sh", ["--ntasks=12"], args, job_env(run_dir), out)
+    wait_for_text(out, "agent 0 |", 300)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], check=True, timeout=30)
+    info = wait_state(job, FINAL, 600, out)
+    log = out.read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    assert int(info["Restarts"]) >= 1 and "restart 1" in log, info
+    for k in range(6):
+        m = metrics(run_dir / f"agent_{k}")
+        assert m["resumes"] >= 1 and m["total_timesteps"] == per_agent and m["stop_reason"] == "done", m
+        assert f"agent {k}: resuming at" in log and m["transitions_sent"] == m["transitions_received"]
+
+
 def test_impossible_request_fails_at_submit(cluster, tmp_path):
     res = subprocess.run(["sbatch", "--ntasks=49", "slurm/ppo_48core.sh"], cwd=ROOT, capture_output=True, text=True,
                          env=job_env(tmp_path / "run"), timeout=60)

@@ -79,7 +79,8 @@ def wait_for_line(proc, prefix, timeout=120):
             return line
         if not line and proc.poll() is not None:
             break
-    os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
     pytest.fail(f"never printed {prefix!r}: {proc.stderr.read()[-2000:]}")
 
 
@@ -233,6 +234,8 @@ def test_damaged_or_foreign_checkpoints_are_refused(small_run, tmp_path):
     state["algo"] = "dqn"
     torch.save(state, run / "checkpoints" / "latest.pt")
     assert "from algorithm 'dqn'" in _bad_resume(run)
+    assert "from algorithm 'ppo'" in _bad_resume(small_run, ["--config", "configs/dqn_toy.yaml"])
+    assert latest.read_bytes() == good
 
 
 def test_unwritable_output_dir(tmp_path):

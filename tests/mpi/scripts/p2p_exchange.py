@@ -38,7 +38,7 @@ if rank == 0:
             version += 1
     ch.finish()
     for a in actors:
-        sent, steps, checksum, chunks = (int(x) for x in ch.stopped[a])
+        sent, steps, checksum, chunks, _ = (int(x) for x in ch.stopped[a])
         print(json.dumps({"role": "learner", "actor": a, "received": ch.received[a], "sent": sent,
                           "checksum_ok": ch.checksums[a] == checksum, "chunks": chunks,
                           "seqs_exact": sorted(seen[a]) == list(range(chunks)), "weights_versions": version}),
