@@ -1,11 +1,14 @@
 #!/usr/bin/env python
-"""Throughput of synchronous PPO at several rank counts (weak scaling: per-rank batch fixed).
+"""Throughput of synchronous PPO against the machine's ceiling and a peer, in one run.
 
-Runs the real trainer (`mpirun -n K run_mpi.py`) on coinrun with the default network,
-one torch thread per rank, and reads each run's benchmark_metrics.json. Prints steps/s,
-speedup and efficiency against 1 rank, the phase breakdown, the allreduce share and peak
-memory, and writes benchmarks/results/<date>.json. Throughput is measured after the first
-iteration (warm-up). Ranks beyond the core count are oversubscribed: expect them to share cores.
+Runs the real trainer (`mpirun -n K run_mpi.py`) on coinrun with the default network and
+hyperparameters (per rank: the default job's 32 envs x 256 steps, minibatch 1024), one torch
+thread per rank (weak scaling: per-rank batch fixed), and reads each run's
+benchmark_metrics.json. Also measures: the component costs that give the machine ceiling
+(benchmarks/components.py), bf16 at the full-machine rank count, CleanRL's stock
+ppo_procgen.py on the same machine (benchmarks/peers.py), and peak memory over a longer run.
+Prints the comparison table and each target, and writes benchmarks/results/<date>.json.
+Throughput is measured after the first iteration (warm-up), for the peer too.
 """
 from __future__ import annotations
 
@@ -34,15 +37,17 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def run_trainer(ranks: int, args, out_dir: Path) -> dict:
-    steps = ranks * args.envs_per_rank * args.n_steps * args.iterations
+def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_per_rank: int | None = None,
+                n_steps: int | None = None, iterations: int | None = None, tensorboard: bool = False) -> dict:
+    envs_per_rank, n_steps = envs_per_rank or args.envs_per_rank, n_steps or args.n_steps
+    steps = ranks * envs_per_rank * n_steps * (iterations or args.iterations)
     cmd = [str(Path(sys.executable).parent / "mpirun"), "--oversubscribe", "-n", str(ranks), sys.executable,
            str(ROOT / "run_mpi.py"), "--set", f"env.name={args.env}",
-           "--num-envs-per-rank", str(args.envs_per_rank), "--n-steps", str(args.n_steps),
+           "--num-envs-per-rank", str(envs_per_rank), "--n-steps", str(n_steps),
            "--total-timesteps", str(steps), "--output-dir", str(out_dir), "--no-progress",
            "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
-           "--set", "logging.tensorboard=false", "--set", f"training.num_minibatches={args.minibatches}",
-           "--set", f"training.n_epochs={args.epochs}"]
+           "--set", f"logging.tensorboard={str(tensorboard).lower()}", "--set", f"training.num_minibatches={args.minibatches}",
+           "--set", f"training.n_epochs={args.epochs}", "--set", f"training.precision={precision}"]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if ranks * args.threads > len(os.sched_getaffinity(0)):
         env["PRTE_MCA_hwloc_default_binding_policy"] = "none"  # oversubscribed: binding would stack ranks
@@ -53,6 +58,36 @@ def run_trainer(ranks: int, args, out_dir: Path) -> dict:
     m = json.loads((out_dir / "benchmark_metrics.json").read_text())
     m["wall_s_with_startup"] = time.perf_counter() - t0
     return m
+
+
+def components(args, precision: str) -> dict:
+    """Per-step component costs on one core and the machine ceiling (benchmarks/components.py)."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "components.py"), "--env", args.env,
+           "--envs-per-rank", str(args.envs_per_rank), "--precision", precision,
+           "--minibatch", str(args.envs_per_rank * args.n_steps // args.minibatches)]
+    res = subprocess.run(cmd, env=dict(os.environ, THP_MEM_ALLOC_ENABLE="1"), capture_output=True, text=True,
+                         timeout=900, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def peer(args) -> dict | None:
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--env", args.env,
+                          "--iterations", str(args.peer_iterations)], capture_output=True, text=True, timeout=7200)
+    if res.returncode != 0:
+        print(f"bench: peer skipped: {res.stderr.strip()[-500:]}", flush=True)
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def memory_growth(args, out_dir: Path) -> dict:
+    """A longer 2-rank run with small iterations: peak RSS (max over ranks) after each iteration."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run_trainer(2, args, out_dir, envs_per_rank=8, n_steps=64, iterations=args.memory_iterations, tensorboard=True)
+    acc = EventAccumulator(str(out_dir / "logs"))
+    acc.Reload()
+    curve = [e.value for e in acc.Scalars("charts/peak_rss_mb_max_rank")]
+    return {"iterations": len(curve), "peak_rss_mb_max_rank": curve,
+            "growth_mb_after_iteration_2": curve[-1] - curve[1] if len(curve) > 2 else None}
 
 
 def allreduce_seconds(ranks: int) -> float:
@@ -69,63 +104,111 @@ def allreduce_seconds(ranks: int) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     p.add_argument("--env", default="coinrun")
-    p.add_argument("--envs-per-rank", type=int, default=8)
+    p.add_argument("--envs-per-rank", type=int, default=32, help="default: the default job (64 envs) on 2 ranks")
     p.add_argument("--n-steps", type=int, default=256)
     p.add_argument("--minibatches", type=int, default=8)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--iterations", type=int, default=3, help="per run; the first is warm-up")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure training.precision=bf16 at the largest rank count that fits the cores")
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                   help="run CleanRL's ppo_procgen.py side by side (benchmarks/peers.py)")
+    p.add_argument("--peer-iterations", type=int, default=2)
+    p.add_argument("--memory-iterations", type=int, default=21, help="0 = skip the memory-growth run")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
 
     cores = len(os.sched_getaffinity(0))
     print(f"bench: {args.env}, {args.envs_per_rank} envs x {args.n_steps} steps per rank, {args.iterations} "
           f"iterations, {args.threads} thread(s)/rank, ranks {args.ranks} on {cores} cores ({cpu_model()})", flush=True)
+    precisions = ["fp32"] + (["bf16"] if args.bf16 else [])
+    ceilings = {}
+    for prec in precisions:
+        print(f"bench: component costs ({prec}) ...", flush=True)
+        ceilings[prec] = components(args, prec)
     rows = []
+    full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
+    runs = [(n, "fp32") for n in args.ranks] + [(full, prec) for prec in precisions[1:]]
     with tempfile.TemporaryDirectory(prefix="mpippo-bench-") as tmp:
-        for n in args.ranks:
-            print(f"bench: running {n} rank(s) ...", flush=True)
-            m = run_trainer(n, args, Path(tmp) / f"r{n}")
+        for n, prec in runs:
+            print(f"bench: running {n} rank(s), {prec} ...", flush=True)
+            m = run_trainer(n, args, Path(tmp) / f"r{n}-{prec}", precision=prec)
             ph = m["phase_seconds"]
             total = sum(ph.values())
             calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
             transfer = allreduce_seconds(n) * calls
-            rows.append({"ranks": n, "oversubscribed": n * args.threads > cores, "fps": m["fps_steady"] or m["fps"],
-                         "fps_all": m["fps"], "phase_seconds": ph,
+            over = n * args.threads > cores
+            ceiling = ceilings[prec]["ceiling_per_core"] * min(n * args.threads, cores)
+            rows.append({"ranks": n, "precision": prec, "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
+                         "fps_all": m["fps"], "ceiling": ceiling, "phase_seconds": ph,
                          "phase_share": {k: v / total for k, v in ph.items()},
                          "allreduce_share": ph["allreduce"] / total,
                          "allreduce_transfer_share": transfer / total,
                          "peak_rss_mb_per_rank": max(m["peak_rss_mb_per_rank"]),
                          "peak_rss_mb_total": m["peak_rss_mb_total"], "duration_s": m["duration_s"]})
-    base = next((r for r in rows if r["ranks"] == 1), rows[0])
+        memory = None
+        if args.memory_iterations:
+            print(f"bench: memory over {args.memory_iterations} iterations (2 ranks, 8 envs x 64 steps) ...", flush=True)
+            memory = memory_growth(args, Path(tmp) / "memory")
+    cleanrl = None
+    if args.peers:
+        print(f"bench: CleanRL ppo_procgen.py (stock), {args.peer_iterations} iterations of 64 envs x 256 steps ...",
+              flush=True)
+        cleanrl = peer(args)
+
+    fp32 = [r for r in rows if r["precision"] == "fp32"]
+    base = next((r for r in fp32 if r["ranks"] == 1), fp32[0])
     for r in rows:
         r["speedup"] = r["fps"] / base["fps"]
         r["efficiency"] = r["speedup"] / (r["ranks"] / base["ranks"])
+        r["of_ceiling"] = r["fps"] / r["ceiling"]
+        r["vs_cleanrl"] = r["fps"] / cleanrl["fps_steady"] if cleanrl else None
 
-    hdr = (f"{'ranks':>5} {'steps/s':>9} {'speedup':>8} {'eff.':>6} {'allreduce':>9} {'transfer':>8} "
-           + " ".join(f"{p[:8]:>8}" for p in PHASES) + f" {'MB/rank':>8}")
+    for prec, c in ceilings.items():
+        print(f"\nceiling ({prec}, one core, one thread): env {1e6 * c['env_step_s']:.0f} us + inference "
+              f"{1e6 * c['inference_s']:.0f} us + {c['epochs']} x update {1e6 * c['update_s']:.0f} us per step "
+              f"= {c['ceiling_per_core']:.1f} steps/s per core, {c['ceiling']:.1f} on {c['cores']} cores")
+    hdr = (f"{'run':<30} {'steps/s':>8} {'vs CleanRL':>10} {'ceiling':>8} {'of ceil.':>8} {'speedup':>8} {'eff.':>6} "
+           f"{'allreduce':>9} {'transfer':>8} {'MB/rank':>8}")
     print("\n" + hdr + "\n" + "-" * len(hdr))
+    if cleanrl:
+        print(f"{cleanrl['peer']:<30} {cleanrl['fps_steady']:>8.1f} {'1.00x':>10}")
     for r in rows:
-        note = " (oversubscribed)" if r["oversubscribed"] else ""
-        print(f"{r['ranks']:>5} {r['fps']:>9.1f} {r['speedup']:>7.2f}x {100 * r['efficiency']:>5.1f}% "
-              f"{100 * r['allreduce_share']:>8.2f}% {100 * r['allreduce_transfer_share']:>7.2f}% " + " ".join(f"{100 * r['phase_share'][p]:>7.1f}%" for p in PHASES)
-              + f" {r['peak_rss_mb_per_rank']:>8.0f}{note}")
-    two = next((r for r in rows if r["ranks"] == 2), None)
+        name = f"mpippo {r['ranks']} rank(s) {r['precision']}" + (" (oversub.)" if r["oversubscribed"] else "")
+        vs = f"{r['vs_cleanrl']:.2f}x" if r["vs_cleanrl"] else "-"
+        print(f"{name:<30} {r['fps']:>8.1f} {vs:>10} {r['ceiling']:>8.1f} {100 * r['of_ceiling']:>7.1f}% "
+              f"{r['speedup']:>7.2f}x {100 * r['efficiency']:>5.1f}% {100 * r['allreduce_share']:>8.2f}% "
+              f"{100 * r['allreduce_transfer_share']:>7.2f}% {r['peak_rss_mb_per_rank']:>8.0f}")
+    print("\nphases (share of an iteration):")
+    for r in rows:
+        print(f"  {r['ranks']} rank(s) {r['precision']}: " + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
+
+    two = next((r for r in fp32 if r["ranks"] == 2), None)
+    bf = next((r for r in rows if r["precision"] == "bf16"), None)
+    print("\ntargets:")
+    if two and cleanrl:
+        print(f"  1. 2 ranks fp32 vs CleanRL stock: {two['vs_cleanrl']:.2f}x (target >= 2x)")
     if two:
-        print(f"\n2-rank weak-scaling efficiency {100 * two['efficiency']:.1f}% (target >= 90%); allreduce "
-              f"{100 * two['allreduce_share']:.2f}% of an iteration including waiting for the slower rank, "
+        print(f"  2. 2 ranks fp32 at {100 * two['of_ceiling']:.1f}% of the machine ceiling (target >= 90%)")
+        print(f"  3. weak scaling 1 -> 2 ranks {100 * two['efficiency']:.1f}% (target >= 95%); allreduce "
+              f"{100 * two['allreduce_share']:.2f}% of an iteration as seen (transfer + waiting for the slower rank), "
               f"{100 * two['allreduce_transfer_share']:.2f}% pure transfer (target <= 2%)")
-    print("allreduce = time inside the gradient Allreduce as the trainer sees it (transfer + waiting for the "
-          "slowest rank); transfer = microbenchmarked Allreduce of the same buffer x calls per run")
+    if memory:
+        print(f"  4. peak memory per rank {max(r['peak_rss_mb_per_rank'] for r in rows):.0f} MB; growth from iteration 2 "
+              f"to {memory['iterations']}: {memory['growth_mb_after_iteration_2']:+.1f} MB (target: flat)")
+    if bf and two:
+        print(f"  5. bf16 {bf['fps']:.1f} steps/s = {bf['fps'] / two['fps']:.2f}x fp32 at {bf['ranks']} ranks"
+              + (f", {bf['vs_cleanrl']:.2f}x CleanRL stock" if cleanrl else ""))
 
     import torch
     from mpi4py import MPI
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
               "cpu": cpu_model(), "cores": cores, "torch": torch.__version__,
               "mpi": MPI.Get_library_version().splitlines()[0], "settings": vars(args) | {"out": None},
-              "results": rows}
+              "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows}
     out = args.out or ROOT / "benchmarks" / "results" / f"{datetime.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

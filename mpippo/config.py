@@ -90,6 +90,7 @@ class TrainingConfig:
     norm_adv: bool = _f(True, "Normalize advantages with the global (all ranks) mean and std.")
     normalize_reward: bool = _f(True, "Scale rewards by a running std of discounted returns, shared by all ranks (as the Procgen paper).")
     device: str = _f("cpu", "cpu | cuda | auto. cuda picks the GPU from the local rank.")
+    precision: str = _f("fp32", "fp32 | bf16. bf16 runs the network's forward and backward under autocast (CPUs with AVX-512 BF16/AMX, GPUs); parameters, optimizer and losses stay fp32.")
 
 
 @dataclass
@@ -288,6 +289,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
             errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
     if t.algo not in ("ppo", "dqn"):
         errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo, dqn")
+    if t.precision not in ("fp32", "bf16"):
+        errs.append(f"training.precision: '{t.precision}' is not one of fp32, bf16")
     if t.device not in ("cpu", "cuda", "auto"):
         errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
 

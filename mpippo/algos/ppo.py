@@ -39,7 +39,15 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
     return advantages, advantages + values
 
 
+def autocast(device: torch.device, precision: str):
+    """The network's mixed-precision context: bf16 autocast, or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
 def logprob_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float()  # the softmax and the losses in fp32 whatever the network ran in
     logp_all = F.log_softmax(logits, dim=-1)
     logprob = logp_all.gather(1, actions.long().unsqueeze(1)).squeeze(1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
@@ -111,7 +119,9 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, 
         for start in range(0, B, mb_size):
             mb = perm[start:start + mb_size]
             with phase("backward"):
-                logits, newvalue = model(batch["b_obs"][mb])
+                with autocast(batch["b_actions"].device, getattr(cfg, "precision", "fp32")):
+                    logits, newvalue = model(batch["b_obs"][mb])
+                newvalue = newvalue.float()
                 newlogprob, entropy = logprob_entropy(logits, batch["b_actions"][mb])
                 out = ppo_loss(newlogprob, entropy, newvalue, batch["b_logprobs"][mb],
                                batch["b_advantages"][mb], batch["b_returns"][mb], batch["b_values"][mb],

@@ -129,6 +129,7 @@ class Reporter:
             w.add_scalar("charts/learning_rate", lr, s)
             w.add_scalar("charts/skipped_steps", m["skipped_steps"], s)
             w.add_scalar("charts/steps_per_s", interval_fps, s)
+            w.add_scalar("charts/peak_rss_mb_max_rank", max(m["peak_rss_mb_per_rank"]), s)
             for p, sec in m["interval_phase_seconds"].items():
                 w.add_scalar(f"time/{p}_s", sec, s)
         if self.bar is not None:
@@ -160,7 +161,8 @@ class Reporter:
             "episode_return_mean": m.get("episode_return_mean"), "episodes": m.get("episodes", 0),
             "replica_checks": m.get("replica_checks", 0),
             "hostnames": self.hostnames, "nodes": self.nodes, "git_commit": self.commit, "finished": done,
-            "device": cfg.training.device, "threads_per_rank": cfg.parallel.threads_per_rank,
+            "device": cfg.training.device, "precision": cfg.training.precision,
+            "threads_per_rank": cfg.parallel.threads_per_rank,
         }
         atomic_write_json(self.run_dir / "benchmark_metrics.json", out)
         return out

@@ -27,6 +27,7 @@ import numpy as np
 import psutil
 import torch
 
+from mpippo.algos.ppo import autocast
 from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss
 from mpippo.checkpoint import (LATEST, atomic_write_json, atomic_write_with, load_checkpoint,
                                read_checkpoint_bytes, save_checkpoint)
@@ -168,8 +169,8 @@ class ApeXDQN:
             if w is not None:
                 version = w[0]
                 flat.copy_(torch.from_numpy(w[1]))
-            with torch.inference_mode():
-                greedy = self.model(torch.from_numpy(obs)).argmax(1).numpy()
+            with torch.inference_mode(), autocast(torch.device("cpu"), cfg.training.precision):
+                greedy = self.model(torch.from_numpy(obs)).float().argmax(1).numpy()
             explore = rng.random(self.num_envs) < eps
             actions = np.where(explore, rng.integers(self.num_actions, size=self.num_envs), greedy)
             self.env.act(actions)
@@ -322,10 +323,12 @@ class ApeXDQN:
             beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
             idx, batch, w = replay.sample(d.batch_size, beta)
             b = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
-            q_all = q(b["obs"])
-            with torch.no_grad():
-                q_next_target = target(b["next_obs"])
-                q_next_online = q(b["next_obs"]) if d.double else q_next_target
+            with autocast(device, t.precision):
+                q_all = q(b["obs"])
+                with torch.no_grad():
+                    q_next_target = target(b["next_obs"])
+                    q_next_online = q(b["next_obs"]) if d.double else q_next_target
+            q_all, q_next_target, q_next_online = q_all.float(), q_next_target.float(), q_next_online.float()
             loss, td = double_dqn_loss(q_all, q_next_online, q_next_target, b["actions"], b["returns"],
                                        b["discounts"], torch.from_numpy(w).to(device))
             opt.zero_grad(set_to_none=True)

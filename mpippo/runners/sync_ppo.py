@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
-from mpippo.algos.ppo import compute_gae, ppo_update
+from mpippo.algos.ppo import autocast, compute_gae, ppo_update
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import GradAllreduce, check_replicas, global_mean_std, global_moments
@@ -177,8 +177,9 @@ class SyncPPO:
                 obs_t = torch.from_numpy(obs).to(self.device, non_blocking=True)
                 buf.obs[step].copy_(obs_t)
                 buf.dones[step].copy_(torch.from_numpy(first))
-                logits, value = self.model(obs_t)
-                probs = torch.softmax(logits, dim=-1)
+                with autocast(self.device, self.cfg.training.precision):
+                    logits, value = self.model(obs_t)
+                probs = torch.softmax(logits.float(), dim=-1)
                 action = torch.multinomial(probs, 1).squeeze(1)
                 buf.actions[step] = action
                 buf.logprobs[step] = torch.log(probs.gather(1, action.unsqueeze(1)).squeeze(1))
@@ -211,8 +212,9 @@ class SyncPPO:
             # shared normalizer: moments of every rank's discounted returns, weighted by count
             self.ret_rms.update_from_moments(*global_moments(self.world, buf.disc_returns))
             buf.rewards.div_(math.sqrt(self.ret_rms.var + 1e-8)).clamp_(-REWARD_CLIP, REWARD_CLIP)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, t.precision):
             _, next_value = self.model(torch.from_numpy(next_obs).to(self.device))
+        next_value = next_value.float()
         next_done = torch.from_numpy(next_first.astype(np.float32)).to(self.device)
         adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done, t.gamma, t.gae_lambda)
         if t.norm_adv:

@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""Peers on the same machine: CleanRL's stock ppo_procgen.py (the strongest single-file peer).
+
+Nothing of the peer is stored in this repository: on first use the script is downloaded, at a
+pinned commit, into .venv-peers/ (git-ignored; offline, point MPIPPO_CLEANRL_SCRIPT at a copy), next to a virtual environment with the versions
+it needs (gym 0.23, tyro; torch and procgen as ours). Runs it on the CPU as shipped (one process,
+torch's default threads, no THP) with the default Procgen hyperparameters, and reports its
+steady steps/s over the iterations after the first, computed from its own "SPS:" lines the same
+way bench.py computes mpippo's. Prints one JSON line; exits 3 when the peer cannot be set up
+(no network), so bench.py can say so and go on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = ROOT / ".venv-peers"
+CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, 2025
+CLEANRL_URL = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/ppo_procgen.py"
+PACKAGES = ["torch==2.13.0", "procgen-mirror==0.10.7", "gym==0.23.1", "tyro==1.0.17", "tensorboard", "numpy<2"]
+
+
+def setup() -> Path:
+    script = PEERS / "cleanrl_ppo_procgen.py"
+    python = PEERS / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PACKAGES], check=True)
+    if not script.exists():
+        local = os.environ.get("MPIPPO_CLEANRL_SCRIPT")  # a copy at that commit, for machines without the web
+        if local:
+            script.write_bytes(Path(local).read_bytes())
+        else:
+            with urllib.request.urlopen(CLEANRL_URL, timeout=60) as r:
+                script.write_bytes(r.read())
+    return script
+
+
+def steady_sps(lines: list[str], batch: int) -> tuple[float, float]:
+    """(steady, overall) steps/s from CleanRL's cumulative 'SPS: n' prints, one per iteration."""
+    sps = [int(line.split()[1]) for line in lines if line.startswith("SPS:")]
+    times = [(i + 1) * batch / s for i, s in enumerate(sps)]  # elapsed seconds at the end of each iteration
+    steady = (len(times) - 1) * batch / (times[-1] - times[0]) if len(times) > 1 else sps[-1]
+    return steady, float(sps[-1])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--iterations", type=int, default=2, help="of 64 envs x 256 steps; the first is warm-up")
+    p.add_argument("--env", default="coinrun")
+    p.add_argument("--thp", action="store_true", help="also give the peer THP_MEM_ALLOC_ENABLE=1 (not stock)")
+    args = p.parse_args()
+    try:
+        script = setup()
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"peers: cannot set up CleanRL ({e}); skipped", file=sys.stderr)
+        return 3
+    batch = 64 * 256
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if args.thp:
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
+    cmd = [str(PEERS / "bin" / "python"), str(script), "--env-id", args.env, "--no-cuda", "--exp-name", "peer-bench",
+           "--total-timesteps", str(args.iterations * batch)]
+    res = subprocess.run(cmd, cwd=PEERS, env=env, capture_output=True, text=True, timeout=7200)
+    if res.returncode != 0:
+        print(f"peers: CleanRL failed (exit {res.returncode}): {res.stderr[-1500:]}", file=sys.stderr)
+        return 1
+    steady, overall = steady_sps(res.stdout.splitlines(), batch)
+    print(json.dumps({"peer": "cleanrl ppo_procgen.py" + (" + THP" if args.thp else " (stock)"),
+                      "commit": CLEANRL_COMMIT, "fps_steady": steady, "fps": overall,
+                      "threads": "torch default", "thp": args.thp}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
