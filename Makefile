@@ -12,24 +12,48 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 # the launcher relays SIGTERM/Ctrl-C so the ranks checkpoint before stopping (see README)
 LAUNCH  := $(BIN)/python -m mpippo.launch --mpirun-args=--oversubscribe
 
-.PHONY: venv train test test-fast bench clean help
+RUN     ?= $(shell ls -td runs/*/ 2>/dev/null | head -1)
+RUNS    ?= $(shell ls -td runs/*/ 2>/dev/null | head -2)
+HOURS   ?= 0.25
+RANKS   ?= 1 2
+MODE    ?= weak
+
+.PHONY: venv train train-timed test test-fast bench evaluate compare scaling clean help
 
 help:
 	@echo "make train      install if needed, then mpirun -n $(NPROC) run_mpi.py on configs/ppo_procgen.yaml (ARGS='...' adds options)"
 	@echo "make test       install if needed, then the whole suite (unit, MPI, smoke, learning)"
 	@echo "make test-fast  the suite without the tests marked slow (learning, resilience, Slurm)"
-	@echo "make bench      PPO throughput at 1, 2 and 4 ranks, DQN collection and learner speed -> benchmarks/results/"
+	@echo "make bench      PPO vs the machine ceiling and CleanRL, bf16, memory; DQN collection and learner speed -> benchmarks/results/"
+	@echo "make train-timed HOURS=0.5   the main job for a wall-clock budget instead of a step count"
+	@echo "make evaluate [RUN=runs/<run>] [ARGS='--video play.mp4 --levels test']   returns of a checkpoint (default: newest run)"
+	@echo "make compare [RUNS='runs/a runs/b']   table + comparison.png of runs (default: the two newest)"
+	@echo "make scaling [RANKS='1 2 4 8'] [MODE=weak|strong]   scaling sweep -> analysis/data/, then analysis/scaling.ipynb"
 
 venv: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	# gym3 pins imageio-ffmpeg<0.4, whose wheel has no ffmpeg; this one bundles it (for evaluation videos)
+	$(BIN)/python -m pip install --quiet --no-deps imageio-ffmpeg==0.6.0
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 train: venv
 	$(LAUNCH) -n $(NPROC) $(ARGS)
+
+train-timed: venv
+	$(LAUNCH) -n $(NPROC) --duration $(HOURS) $(ARGS)
+
+evaluate: venv
+	$(BIN)/python -m mpippo.evaluate --checkpoint $(RUN) $(ARGS)
+
+compare: venv
+	$(BIN)/python analysis/compare_results.py $(RUNS) $(ARGS)
+
+scaling: venv
+	$(BIN)/python analysis/scaling_sweep.py --ranks $(RANKS) --mode $(MODE) $(ARGS)
 
 test: venv
 	$(BIN)/python -m pytest -q tests

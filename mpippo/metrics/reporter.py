@@ -61,6 +61,7 @@ class Reporter:
         self.last = {}
         self.first_log = None  # (time, step) at the first logged iteration: start of steady state
         self.commit = git_commit()
+        self.extra: dict = {}  # set by the runner: facts of the job that the metrics file should carry
         self.writer = None
         if cfg.logging.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -144,7 +145,7 @@ class Reporter:
             (self.bar.write if self.bar is not None else print)(line)
         return m
 
-    def write_benchmark(self, done: bool) -> dict:
+    def write_benchmark(self, done: bool, stop_reason: str | None = None) -> dict:
         cfg, m = self.cfg, self.last
         rss = m.get("peak_rss_mb_per_rank", [peak_rss_mb()])
         cpu = m.get("cpu_percent_per_rank", [0.0])
@@ -161,8 +162,9 @@ class Reporter:
             "episode_return_mean": m.get("episode_return_mean"), "episodes": m.get("episodes", 0),
             "replica_checks": m.get("replica_checks", 0),
             "hostnames": self.hostnames, "nodes": self.nodes, "git_commit": self.commit, "finished": done,
+            "stop_reason": stop_reason,
             "device": cfg.training.device, "precision": cfg.training.precision,
-            "threads_per_rank": cfg.parallel.threads_per_rank,
+            "threads_per_rank": cfg.parallel.threads_per_rank, **self.extra,
         }
         atomic_write_json(self.run_dir / "benchmark_metrics.json", out)
         return out

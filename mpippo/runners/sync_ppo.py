@@ -253,6 +253,8 @@ class SyncPPO:
         if world.is_root:
             reporter = Reporter(cfg, self.run_dir, world.size, hosts, self.global_step, self.iteration,
                                 t.total_timesteps, cfg.logging.progress)
+            reporter.extra = {"allreduce_bytes": int(self.grad_sync.host.numel() * 4),
+                              "allreduce_calls_per_iteration": t.n_epochs * t.num_minibatches}
         signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
         deadline = time.monotonic() + t.duration_hours * 3600 if t.duration_hours else None
@@ -339,7 +341,7 @@ class SyncPPO:
 
         summary = {}
         if reporter is not None:
-            summary = reporter.write_benchmark(done=stop_reason == "done")
+            summary = reporter.write_benchmark(done=stop_reason == "done", stop_reason=stop_reason)
             reporter.close()
         self.env.close()
         summary["stop_reason"] = stop_reason

@@ -7,10 +7,13 @@ from conftest import metrics, ok, trainer
 pytestmark = pytest.mark.slow
 
 
-def test_two_rank_ppo_learns_toy_cue(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_two_rank_ppo_learns_toy_cue(tmp_path, precision):
     run_dir = tmp_path / "run"
-    ok(trainer(2, ["--config", "configs/toy_cue.yaml", "--output-dir", str(run_dir), "--no-progress"], timeout=300))
+    ok(trainer(2, ["--config", "configs/toy_cue.yaml", "--output-dir", str(run_dir), "--no-progress",
+                   "--set", f"training.precision={precision}"], timeout=300))
     m = metrics(run_dir)
+    assert m["precision"] == precision
     assert m["world_size"] == 2 and m["total_timesteps"] == 40960
     assert m["episode_return_mean"] >= 12.0, m["episode_return_mean"]
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env python
+"""Compare mpippo runs: is the parallel run faster than the sequential one, by how much, and
+does it learn the same?
+
+    python analysis/compare_results.py RUN_DIR [RUN_DIR ...] [--out DIR]
+    python analysis/compare_results.py --sequential runs/seq --parallel runs/par
+
+Prints a table (duration, timesteps, steps/s, speedup against the first run, parallel
+efficiency, peak memory, final and best return, status) and writes, to --out (default
+./comparison): comparison.png (return vs timesteps, return vs wall-clock, steps/s, memory)
+and comparison_report.txt (the table and how each number was computed).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runs import NotARun, Run, load_runs  # noqa: E402
+
+
+def table(runs: list[Run]) -> tuple[list[str], list[dict]]:
+    base = runs[0]
+    rows = []
+    for r in runs:
+        speedup = r.fps / base.fps if base.fps else float("nan")
+        rows.append({
+            "run": r.name, "algo": r.metrics.get("algo", "ppo"), "ranks": r.ranks,
+            "duration_s": float(r.metrics.get("duration_s", 0.0)),
+            "timesteps": int(r.metrics.get("total_timesteps", 0)), "steps_per_s": r.fps,
+            "cores": r.cores, "speedup": speedup, "efficiency": speedup / (r.cores / base.cores),
+            "peak_memory_mb": r.peak_memory_mb, "final_return": r.final_return, "best_return": r.best_return,
+            "status": r.status,
+        })
+
+    def ret(x):
+        return "-" if x is None else f"{x:.2f}"
+    header = (f"{'run':<28} {'algo':<4} {'ranks':>5} {'cores':>5} {'duration':>9} {'timesteps':>11} {'steps/s':>8} {'speedup':>8} "
+              f"{'eff.':>6} {'memory MB':>9} {'final':>7} {'best':>7}  status")
+    lines = [header, "-" * len(header)]
+    for x in rows:
+        lines.append(f"{x['run'][:28]:<28} {x['algo']:<4} {x['ranks']:>5} {x['cores']:>5} {x['duration_s']:>8.1f}s {x['timesteps']:>11,} "
+                     f"{x['steps_per_s']:>8.1f} {x['speedup']:>7.2f}x {100 * x['efficiency']:>5.1f}% "
+                     f"{x['peak_memory_mb']:>9.0f} {ret(x['final_return']):>7} {ret(x['best_return']):>7}  {x['status']}")
+    return lines, rows
+
+
+def plot(runs: list[Run], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(2, 2, figsize=(12, 8))
+    for r in runs:
+        label = f"{r.name} ({r.ranks} rank{'s' if r.ranks > 1 else ''})"
+        if len(r.curve_steps):
+            ax[0, 0].plot(r.curve_steps, r.curve_returns, label=label)
+            ax[0, 1].plot(r.curve_wall / 60.0, r.curve_returns, label=label)
+    ax[0, 0].set(title="Return vs timesteps", xlabel="env steps", ylabel="episode return (last 100)")
+    ax[0, 1].set(title="Return vs wall-clock", xlabel="minutes of training", ylabel="episode return (last 100)")
+    for a in ax[0]:
+        a.grid(alpha=0.3)
+        if any(len(r.curve_steps) for r in runs):
+            a.legend(fontsize=8)
+    names = [r.name for r in runs]
+    colors = [f"C{i}" for i in range(len(runs))]
+    bars = ax[1, 0].bar(names, [r.fps for r in runs], color=colors)
+    base = runs[0].fps
+    for b, r in zip(bars, runs):
+        ax[1, 0].annotate(f"{r.fps:.0f}\n{r.fps / base:.2f}x" if base else f"{r.fps:.0f}",
+                          (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
+    ax[1, 0].set(title="Throughput", ylabel="env steps / s")
+    ax[1, 1].bar(names, [r.peak_memory_mb / 1024 for r in runs], color=colors)
+    ax[1, 1].set(title="Peak memory (all ranks)", ylabel="GiB")
+    for a in ax[1]:
+        a.tick_params(axis="x", labelrotation=20, labelsize=8)
+        a.grid(alpha=0.3, axis="y")
+        a.margins(y=0.15)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="*", type=Path, help="run folders; the first is the baseline")
+    p.add_argument("--sequential", type=Path, help="the baseline run (same as giving it first)")
+    p.add_argument("--parallel", type=Path, nargs="+", default=[], help="runs to compare against it")
+    p.add_argument("--out", type=Path, default=Path("comparison"), help="folder for comparison.png and the report")
+    args = p.parse_args(argv)
+    folders = ([args.sequential] if args.sequential else []) + list(args.runs) + list(args.parallel)
+    if not folders:
+        p.print_usage(sys.stderr)
+        sys.stderr.write("compare_results: error: give at least one run folder\n")
+        return 2
+    runs: list[Run] = []
+    try:
+        for f in folders:
+            runs += load_runs(f)
+    except NotARun as e:
+        sys.stderr.write(f"compare_results: error: {e}\n")
+        return 2
+    lines, rows = table(runs)
+    print("\n".join(lines))
+    png, report = args.out / "comparison.png", args.out / "comparison_report.txt"
+    plot(runs, png)
+    notes = [
+        "",
+        f"baseline: {runs[0].name} ({runs[0].ranks} rank(s))",
+        "steps/s: steady throughput after the first iteration (fps_steady), else over the whole run (fps)",
+        "speedup: steps/s / the baseline's; efficiency: speedup / (cores / the baseline's cores), where cores = ranks x "
+        "torch threads per rank (a 1-rank run uses all cores through threads)",
+        "memory: peak resident memory summed over ranks (DQN: the learner's)",
+        "final/best return: last and highest point of the 100-episode mean return curve",
+    ]
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_text("\n".join(lines + notes) + "\n")
+    print(f"\nwrote {png} and {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""Reading mpippo run folders for the analysis tools: metrics, curves, and what kind of run it is.
+
+A run folder holds benchmark_metrics.json (rewritten as the run goes), config.yaml and logs/
+(TensorBoard). A multi-agent DQN run holds one such folder per agent (agent_<k>/). Runs that
+are still going or were resumed are fine: metrics are the latest written, curves are read from
+the event files (a resume purges the steps it repeats, so each step appears once).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+class NotARun(ValueError):
+    pass
+
+
+@dataclass
+class Run:
+    path: Path
+    name: str
+    metrics: dict
+    curve_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    curve_returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    curve_wall: np.ndarray = field(default_factory=lambda: np.zeros(0))  # seconds of training (gaps removed)
+
+    @property
+    def ranks(self) -> int:
+        return int(self.metrics.get("world_size", 1))
+
+    @property
+    def cores(self) -> int:
+        """Cores the run used: ranks x torch threads per rank (a 1-rank run may use several threads)."""
+        return self.ranks * int(self.metrics.get("threads_per_rank") or 1)
+
+    @property
+    def fps(self) -> float:
+        return float(self.metrics.get("fps_steady") or self.metrics.get("fps") or 0.0)
+
+    @property
+    def status(self) -> str:
+        m = self.metrics
+        if m.get("stop_reason") in ("requeue", "stopped"):
+            return "stopped (resumable)"
+        if m.get("finished") or m.get("stop_reason") == "done":
+            return "finished"
+        if m.get("stop_reason") == "duration" or (self.budget_hours and m.get("duration_s", 0) >= 0.99 * self.budget_hours * 3600):
+            return "finished (time budget)"
+        return "running or ended early"
+
+    @property
+    def budget_hours(self):
+        cfg = self.path / "config.yaml"
+        if not cfg.is_file():
+            return None
+        import yaml
+        return (yaml.safe_load(cfg.read_text()) or {}).get("training", {}).get("duration_hours")
+
+    @property
+    def peak_memory_mb(self) -> float:
+        return float(self.metrics.get("peak_rss_mb_total") or self.metrics.get("peak_rss_mb_learner") or 0.0)
+
+    @property
+    def final_return(self):
+        if len(self.curve_returns):
+            return float(self.curve_returns[-1])
+        return self.metrics.get("episode_return_mean")
+
+    @property
+    def best_return(self):
+        return float(self.curve_returns.max()) if len(self.curve_returns) else self.metrics.get("episode_return_mean")
+
+
+def training_seconds(wall: np.ndarray) -> np.ndarray:
+    """Elapsed training time at each logged point, with downtime between segments of a resumed
+    run removed (a gap much longer than the usual logging interval counts as one usual interval)."""
+    if len(wall) == 0:
+        return wall
+    d = np.diff(wall, prepend=wall[0])
+    if len(d) > 2:
+        usual = float(np.median(d[1:]))
+        d = np.where((d > 300.0) & (d > 10 * usual), usual, d)
+    return np.cumsum(d)
+
+
+def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    if not logs.is_dir():
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    acc = EventAccumulator(str(logs), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = acc.Tags().get("scalars", [])
+    tag = next((t for t in ("charts/episode_return_mean", "charts/episode_return") if t in tags), None)
+    if tag is None:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    ev = sorted(acc.Scalars(tag), key=lambda e: e.step)
+    steps = np.array([e.step for e in ev], dtype=np.int64)
+    wall = np.array([e.wall_time for e in ev], dtype=np.float64)
+    return steps, np.array([e.value for e in ev], dtype=np.float64), training_seconds(wall)
+
+
+def load_runs(path: str | Path) -> list[Run]:
+    """The run(s) in a folder: one, or one per agent for a multi-agent DQN run."""
+    path = Path(path)
+    if not path.is_dir():
+        raise NotARun(f"'{path}' is not a folder")
+    agents = sorted(path.glob("agent_*/benchmark_metrics.json"))
+    folders = [a.parent for a in agents] if agents else [path]
+    runs = []
+    for f in folders:
+        metrics_file = f / "benchmark_metrics.json"
+        if not metrics_file.is_file():
+            raise NotARun(f"'{path}' is not an mpippo run folder (no benchmark_metrics.json; a run writes it "
+                          f"after its first iteration)")
+        try:
+            metrics = json.loads(metrics_file.read_text())
+        except json.JSONDecodeError as e:
+            raise NotARun(f"'{metrics_file}': not valid JSON ({e})") from None
+        name = path.name if f == path else f"{path.name}/{f.name}"
+        steps, returns, wall = read_curve(f / "logs")
+        runs.append(Run(f, name, metrics, steps, returns, wall))
+    return runs

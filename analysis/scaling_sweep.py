@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Run the trainer at several rank counts and collect one scaling table.
+
+    python analysis/scaling_sweep.py --ranks 1 2 4 8 --mode weak --total-timesteps 65536
+    python analysis/scaling_sweep.py --ranks 1 2 --mode strong --duration 0.05 -- --set env.name=starpilot
+
+weak:   every rank keeps --envs-per-rank envs (the problem grows with the ranks);
+strong: --num-envs envs in total are divided over the ranks (the same problem, split).
+Each run gets the same budget: --total-timesteps (weak: per rank, so every size runs the same
+number of iterations) or --duration hours. Each run's benchmark_metrics.json (phase times of
+every rank, memory, throughput) goes into <out>/sweep.json, with a flat sweep.csv beside it;
+analysis/scaling.ipynb reads sweep.json. Options after `--` go to run_mpi.py unchanged.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
+
+
+def run_one(ranks: int, args, extra: list[str], run_dir: Path) -> dict:
+    python = sys.executable
+    mpirun = Path(python).parent / "mpirun"
+    cmd = [str(mpirun) if mpirun.exists() else "mpirun", "-n", str(ranks)]
+    cores = len(os.sched_getaffinity(0))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if ranks > cores:
+        cmd.append("--oversubscribe")
+        env["PRTE_MCA_hwloc_default_binding_policy"] = "none"
+    cmd += [python, str(ROOT / "run_mpi.py"), "--output-dir", str(run_dir), "--no-progress",
+            "--n-steps", str(args.n_steps), "--set", "checkpoint.interval_iterations=0",
+            "--set", "parallel.threads_per_rank=1"]
+    if args.config:
+        cmd += ["--config", args.config]
+    if args.mode == "weak":
+        cmd += ["--num-envs-per-rank", str(args.envs_per_rank)]
+        per_iteration = ranks * args.envs_per_rank * args.n_steps
+    else:
+        cmd += ["--num-envs", str(args.num_envs)]
+        per_iteration = args.num_envs * args.n_steps
+    if args.duration:
+        cmd += ["--duration", str(args.duration), "--total-timesteps", str(10**12)]
+    else:
+        budget = args.total_timesteps * (ranks if args.mode == "weak" else 1)
+        cmd += ["--total-timesteps", str(max(budget, per_iteration))]
+    cmd += extra
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"{ranks} rank(s) failed (exit {res.returncode}): {res.stderr.strip()[-1500:]}")
+    m = json.loads((run_dir / "benchmark_metrics.json").read_text())
+    m["wall_s_with_startup"] = time.perf_counter() - t0
+    return m
+
+
+def flat_row(m: dict) -> dict:
+    row = {k: m.get(k) for k in ("world_size", "num_envs_per_rank", "num_envs", "n_steps", "total_timesteps",
+                                 "iterations", "duration_s", "fps", "fps_steady", "peak_rss_mb_total")}
+    row["peak_rss_mb_max_rank"] = max(m.get("peak_rss_mb_per_rank") or [0])
+    for p in PHASES:
+        per_rank = m.get("phase_seconds_per_rank", {}).get(p, [0.0])
+        row[f"{p}_s_mean"] = sum(per_rank) / len(per_rank)
+        row[f"{p}_s_min"], row[f"{p}_s_max"] = min(per_rank), max(per_rank)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--mode", choices=("weak", "strong"), default="weak")
+    p.add_argument("--config", help="trainer config (default: the trainer's default)")
+    p.add_argument("--envs-per-rank", type=int, default=32, help="weak scaling")
+    p.add_argument("--num-envs", type=int, default=64, help="strong scaling: total, divided over the ranks")
+    p.add_argument("--n-steps", type=int, default=256)
+    p.add_argument("--total-timesteps", type=int, default=3 * 32 * 256,
+                   help="budget per run (weak: per rank); default 3 iterations of the default per-rank batch")
+    p.add_argument("--duration", type=float, help="budget per run in hours instead of timesteps")
+    p.add_argument("--out", type=Path, help="default analysis/data/sweep-<mode>-<date>")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it counts as hung")
+    args = p.parse_args(argv)
+    if any(n < 1 for n in args.ranks):
+        p.error(f"--ranks must be >= 1, got {args.ranks}")
+    if args.mode == "strong" and any(args.num_envs % n for n in args.ranks):
+        p.error(f"--num-envs {args.num_envs} must divide evenly over every rank count in {args.ranks}")
+    out = args.out or ROOT / "analysis" / "data" / f"sweep-{args.mode}-{datetime.date.today().isoformat()}"
+    out.mkdir(parents=True, exist_ok=True)
+    cores = len(os.sched_getaffinity(0))
+    print(f"scaling_sweep: {args.mode} scaling, ranks {args.ranks} on {cores} cores; output {out}", flush=True)
+    results = []
+    for i, n in enumerate(args.ranks):
+        print(f"[{i + 1}/{len(args.ranks)}] {n} rank(s) ...", end=" ", flush=True)
+        m = run_one(n, args, extra, out / f"ranks{n}")
+        results.append(m)
+        print(f"{m['fps_steady'] or m['fps']:.1f} steps/s, {m['duration_s']:.0f} s", flush=True)
+    import torch
+    sweep = {"mode": args.mode, "cores": cores, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+             "torch": torch.__version__, "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+             "extra_args": extra, "runs": results}
+    from mpippo.checkpoint import atomic_write_json
+    atomic_write_json(out / "sweep.json", sweep)
+    rows = [flat_row(m) for m in results]
+    with open(out / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    base = results[0]["fps_steady"] or results[0]["fps"]
+    print(f"\n{'ranks':>5} {'steps/s':>9} {'speedup':>8} {'eff.':>6} {'allreduce':>9}")
+    for m in results:
+        fps = m["fps_steady"] or m["fps"]
+        ph = m["phase_seconds"]
+        n = m["world_size"] / results[0]["world_size"]  # ideal throughput grows with the ranks in both modes
+        print(f"{m['world_size']:>5} {fps:>9.1f} {fps / base:>7.2f}x {100 * fps / base / n:>5.1f}% "
+              f"{100 * ph['allreduce'] / max(sum(ph.values()), 1e-9):>8.2f}%")
+    print(f"\nwrote {out / 'sweep.json'} and {out / 'sweep.csv'}; plot it with analysis/scaling.ipynb")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())

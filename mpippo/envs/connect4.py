@@ -1,0 +1,189 @@
+"""Connect Four on a 6x7 board, N games at once in numpy, for self-play.
+
+The rules (`drop`, `wins_at`, `legal_mask`) work on a batch of boards: int8 (N, 6, 7), row 0 at
+the top, +1 / -1 for the two players' stones, 0 empty. `ConnectFourVecEnv` wraps them in the
+batch interface of the Procgen envs (observe/act, `first` flags) for one learning player
+against an opponent policy that moves inside `act`, so to an actor the game is an ordinary
+single-player env:
+
+    rew (N,) float32   +1 win, -1 loss (or an illegal move), 0 draw or game on
+    obs (N, 6, 7, 2) uint8   planes from the mover's view: own stones, the other's (255 = stone)
+    first (N,) bool    obs starts a new game (the previous step ended one)
+    mask (N, 7) bool   legal columns (not full), from `action_mask()`
+
+Who moves first alternates per env and game, so the learner plays both sides.
+Opponents are callables (obs, mask) -> actions; `random_opponent` and `lookahead_opponent`
+(win now if possible, else block the other's immediate win, else random) are the fixed
+heuristic opponents used to rate an agent.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+ROWS, COLS = 6, 7
+DIRECTIONS = ((0, 1), (1, 0), (1, 1), (1, -1))  # row, column, both diagonals
+
+
+def legal_mask(board: np.ndarray) -> np.ndarray:
+    """(N, 7) bool: columns whose top cell is empty."""
+    return board[:, 0, :] == 0
+
+
+def drop(board: np.ndarray, cols: np.ndarray, player: np.ndarray) -> np.ndarray:
+    """Drop one stone of `player[i]` into column `cols[i]` of board i (in place); returns the rows
+    it landed in. Every column must be legal."""
+    n = np.arange(len(board))
+    column = board[n, :, cols]  # (N, 6)
+    rows = ROWS - 1 - np.argmax(column[:, ::-1] == 0, axis=1)  # lowest empty cell
+    board[n, rows, cols] = player
+    return rows
+
+
+def wins_at(board: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """(N,) bool: the stone just placed at (rows[i], cols[i]) completes four in a line."""
+    n = np.arange(len(board))
+    player = board[n, rows, cols]
+    won = np.zeros(len(board), dtype=bool)
+    for dr, dc in DIRECTIONS:
+        count = np.ones(len(board), dtype=np.int64)
+        for sign in (1, -1):
+            alive = np.ones(len(board), dtype=bool)
+            for k in range(1, 4):
+                r, c = rows + sign * k * dr, cols + sign * k * dc
+                inside = (r >= 0) & (r < ROWS) & (c >= 0) & (c < COLS)
+                same = np.zeros(len(board), dtype=bool)
+                same[inside] = board[n[inside], r[inside], c[inside]] == player[inside]
+                alive &= same
+                count += alive
+        won |= count >= 4
+    return won
+
+
+def planes(board: np.ndarray, mover: np.ndarray) -> np.ndarray:
+    """(N, 6, 7, 2) uint8 observation of each board from `mover[i]`'s side."""
+    own = board == mover[:, None, None]
+    other = board == -mover[:, None, None]
+    return (np.stack([own, other], axis=-1) * 255).astype(np.uint8)
+
+
+def random_opponent(rng: np.random.Generator):
+    def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        scores = rng.random(mask.shape) + mask  # legal columns score in [1, 2), illegal in [0, 1)
+        return scores.argmax(1)
+    return act
+
+
+def lookahead_opponent(rng: np.random.Generator):
+    """One-step lookahead: a winning move if there is one, else block the other's winning move,
+    else a random legal column."""
+    def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        board = obs[..., 0].astype(np.int8) // 255 - obs[..., 1].astype(np.int8) // 255  # +1 = the mover
+        win = np.zeros(mask.shape, dtype=bool)
+        block = np.zeros(mask.shape, dtype=bool)
+        for c in range(COLS):
+            ok = mask[:, c]
+            if not ok.any():
+                continue
+            cols = np.full(ok.sum(), c)
+            for who, out in ((1, win), (-1, block)):
+                trial = board[ok].copy()
+                rows = drop(trial, cols, np.full(len(trial), who, dtype=np.int8))
+                out[ok, c] = wins_at(trial, rows, cols)
+        scores = rng.random(mask.shape) + mask + 2 * block + 4 * win
+        return scores.argmax(1)
+    return act
+
+
+class ConnectFourVecEnv:
+    """N games of the learning player against `opponent`; see the module docstring."""
+
+    def __init__(self, num_envs: int, seed: int = 0, opponent=None):
+        self.num_envs = num_envs
+        self.obs_shape = (ROWS, COLS, 2)
+        self.num_actions = COLS
+        self.rng = np.random.default_rng(seed)
+        self.opponent = opponent or random_opponent(self.rng)
+        self.board = np.zeros((num_envs, ROWS, COLS), dtype=np.int8)
+        self.me = np.ones(num_envs, dtype=np.int8)  # the learner's colour in each game
+        self.agent_first = self.rng.random(num_envs) < 0.5
+        self.rew = np.zeros(num_envs, dtype=np.float32)
+        self.first = np.ones(num_envs, dtype=bool)
+        self.outcomes = np.zeros(3, dtype=np.int64)  # learner wins, draws, losses since the last call
+        self._start(np.ones(num_envs, dtype=bool))
+
+    def set_opponent(self, opponent) -> None:
+        self.opponent = opponent
+
+    def _start(self, which: np.ndarray) -> None:
+        """New games in envs `which`; the opponent moves first where it is its turn to start."""
+        self.board[which] = 0
+        self.agent_first[which] = ~self.agent_first[which]  # alternate who starts
+        self.me[which] = np.where(self.agent_first[which], 1, -1)
+        opp_starts = which & ~self.agent_first
+        if opp_starts.any():
+            idx = np.flatnonzero(opp_starts)
+            them = -self.me[idx]
+            cols = self.opponent(planes(self.board[idx], them), legal_mask(self.board[idx]))
+            self._place(idx, np.asarray(cols, dtype=np.int64), them)
+
+    def _place(self, idx: np.ndarray, cols: np.ndarray, who: np.ndarray) -> np.ndarray:
+        sub = self.board[idx]
+        rows = drop(sub, cols, who)
+        self.board[idx] = sub
+        return rows
+
+    def observe(self):
+        return self.rew.copy(), planes(self.board, self.me), self.first.copy()
+
+    def action_mask(self) -> np.ndarray:
+        return legal_mask(self.board)
+
+    def act(self, actions: np.ndarray) -> None:
+        actions = np.asarray(actions, dtype=np.int64)
+        n = self.num_envs
+        rew = np.zeros(n, dtype=np.float32)
+        ended = np.zeros(n, dtype=bool)
+        legal = legal_mask(self.board)[np.arange(n), actions]
+        rew[~legal], ended[~legal] = -1.0, True  # an illegal move loses the game
+        idx = np.flatnonzero(legal)
+        if len(idx):
+            rows = self._place(idx, actions[idx], self.me[idx])
+            won = wins_at(self.board[idx], rows, actions[idx])
+            rew[idx[won]], ended[idx[won]] = 1.0, True
+            full = ~legal_mask(self.board[idx]).any(1) & ~won
+            ended[idx[full]] = True
+        # the opponent replies where the game goes on
+        reply = np.flatnonzero(~ended)
+        if len(reply):
+            them = -self.me[reply]
+            cols = self.opponent(planes(self.board[reply], them), legal_mask(self.board[reply]))
+            cols = np.asarray(cols, dtype=np.int64)
+            ok = legal_mask(self.board[reply])[np.arange(len(reply)), cols]
+            rew[reply[~ok]], ended[reply[~ok]] = 1.0, True  # an opponent's illegal move forfeits
+            good = reply[ok]
+            if len(good):
+                rows = self._place(good, cols[ok], them[ok])
+                won = wins_at(self.board[good], rows, cols[ok])
+                rew[good[won]], ended[good[won]] = -1.0, True
+                full = ~legal_mask(self.board[good]).any(1) & ~won
+                ended[good[full]] = True
+        self.outcomes += [(rew[ended] > 0).sum(), (rew[ended] == 0).sum(), (rew[ended] < 0).sum()]
+        self.rew, self.first = rew, ended
+        if ended.any():
+            self._start(ended)
+
+    def take_outcomes(self) -> np.ndarray:
+        """(wins, draws, losses) of the learner since the last call."""
+        out, self.outcomes = self.outcomes, np.zeros(3, dtype=np.int64)
+        return out
+
+    def get_state(self):
+        return {"board": self.board.copy(), "me": self.me.copy(), "agent_first": self.agent_first.copy(),
+                "rng": self.rng.bit_generator.state}
+
+    def set_state(self, state) -> None:
+        self.board, self.me, self.agent_first = state["board"].copy(), state["me"].copy(), state["agent_first"].copy()
+        self.rng.bit_generator.state = state["rng"]
+
+    def close(self) -> None:
+        pass

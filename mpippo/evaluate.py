@@ -1,0 +1,228 @@
+"""`python -m mpippo.evaluate --checkpoint PATH`: how well does a trained agent play?
+
+Runs the policy of a checkpoint (PPO: sampled or --deterministic argmax; DQN: greedy) for a
+fixed number of episodes and prints mean, std, median, min and max return and episode length,
+as a table and optionally as JSON. `--levels test` plays unseen levels (procgen num_levels=0,
+level seeds after the training set) to measure the generalization gap of a run trained on a
+limited set of levels; `--video FILE.mp4` records the first env's episodes (H.264, plays in a
+browser). Under mpirun the episodes are split over the ranks and gathered on rank 0.
+
+Each env slot plays a fixed quota of episodes, so short episodes are not over-represented
+(taking the first N episodes to finish from a batch would favour them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mpippo import config as C
+from mpippo.checkpoint import atomic_write_json, load_checkpoint
+from mpippo.envs import make_env, rank_seed
+from mpippo.preemption import EXIT_USAGE
+
+VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, the same on every rank
+        raise C.ConfigError(f"command line: {message} (see --help)")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m mpippo.evaluate", description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True, help="a checkpoint file, or a run folder (uses checkpoints/latest.pt)")
+    p.add_argument("--num-episodes", type=int, default=100)
+    p.add_argument("--deterministic", action="store_true", help="PPO: argmax action instead of sampling")
+    p.add_argument("--levels", choices=("train", "test"), default="train",
+                   help="train: the run's own levels; test: unseen levels (num_levels=0)")
+    p.add_argument("--num-envs", type=int, default=16, help="envs per rank played in parallel")
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--video", type=Path, help="record the first env's episodes to this .mp4")
+    p.add_argument("--video-episodes", type=int, default=3, help="episodes in the video")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--max-steps", type=int, default=100_000, help="per env; a guard against policies that never finish")
+    return p
+
+
+def resolve_checkpoint(path: str) -> Path:
+    p = Path(path)
+    return p / "checkpoints" / "latest.pt" if p.is_dir() else p
+
+
+def build_policy(state: dict):
+    """(act(obs) -> actions, spec): the checkpoint's network, ready to act."""
+    cfg = state["config"]
+    spec = state["model_spec"]
+    channels, hidden = tuple(cfg["model"]["channels"]), cfg["model"]["hidden_size"]
+    if state["algo"] == "dqn":
+        from mpippo.models import DuelingQNetwork
+        net = DuelingQNetwork(tuple(spec["obs_shape"]), spec["num_actions"], channels, hidden, cfg["dqn"]["dueling"])
+    else:
+        from mpippo.models import ImpalaCNNPolicy
+        net = ImpalaCNNPolicy(tuple(spec["obs_shape"]), spec["num_actions"], channels, hidden)
+    try:
+        net.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise C.ConfigError(f"--checkpoint: model state does not fit its own spec ({str(e).splitlines()[0][:120]})") from None
+    net.eval()
+    return net
+
+
+def make_actor(net, algo: str, deterministic: bool, generator: torch.Generator):
+    @torch.inference_mode()
+    def act(obs: np.ndarray) -> np.ndarray:
+        out = net(torch.from_numpy(obs))
+        if algo == "dqn":
+            return out.argmax(1).numpy()
+        logits = out[0]
+        if deterministic:
+            return logits.argmax(1).numpy()
+        return torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator).squeeze(1).numpy()
+    return act
+
+
+def env_config(state: dict, levels: str, train_seed_note: list) -> C.Config:
+    env = dict(state["config"]["env"])
+    if levels == "test":
+        if env["num_levels"] == 0:
+            train_seed_note.append("the run trained on unlimited levels, so train and test levels are the same distribution")
+        env["start_level"], env["num_levels"] = env["start_level"] + env["num_levels"], 0
+    cfg = C.Config()  # only the env section matters here; the rest was validated when the run started
+    cfg.env = C.EnvConfig(**{k: v for k, v in env.items() if k in {f.name for f in C.dataclasses.fields(C.EnvConfig)}})
+    return cfg
+
+
+def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None, video_episodes: int):
+    """Step until every env slot finished its quota; returns (returns, lengths) of counted episodes."""
+    n = env.num_envs
+    done_count = np.zeros(n, dtype=np.int64)
+    ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
+    returns, lengths = [], []
+    _, obs, _ = env.observe()
+    for _ in range(max_steps):
+        if (done_count >= quota).all():
+            break
+        if video_frames is not None and done_count[0] < min(quota[0], video_episodes):
+            video_frames.append(obs[0].copy())
+        env.act(act(obs))
+        rew, obs, first = env.observe()
+        ep_ret += rew
+        ep_len += 1
+        for i in np.flatnonzero(first):
+            if done_count[i] < quota[i]:
+                returns.append(float(ep_ret[i]))
+                lengths.append(int(ep_len[i]))
+            done_count[i] += 1
+            ep_ret[i], ep_len[i] = 0.0, 0
+    return returns, lengths
+
+
+def write_video(path: Path, frames: list, fps: int = 15) -> None:
+    import imageio.v2 as imageio
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    with imageio.get_writer(tmp, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=16,
+                            ffmpeg_log_level="error") as w:
+        for f in frames:
+            w.append_data(np.repeat(np.repeat(f, VIDEO_SCALE, axis=0), VIDEO_SCALE, axis=1))
+    tmp.replace(path)
+
+
+def summarize(returns: list, lengths: list) -> dict:
+    r, ln = np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.float64)
+    return {"episodes": len(r), "return_mean": float(r.mean()), "return_std": float(r.std()),
+            "return_median": float(np.median(r)), "return_min": float(r.min()), "return_max": float(r.max()),
+            "length_mean": float(ln.mean()), "length_median": float(np.median(ln))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mpippo.comm import World
+    world = World()
+    world.install_abort_hook()
+    error, state = None, None
+    try:
+        args = make_parser().parse_args(argv)
+        if args.num_episodes < 1 or args.num_envs < 1:
+            raise C.ConfigError(f"--num-episodes and --num-envs must be >= 1, got {args.num_episodes} and {args.num_envs}")
+        if args.video is not None and args.video.suffix.lower() != ".mp4":
+            raise C.ConfigError(f"--video: '{args.video}' must end in .mp4")
+        path = resolve_checkpoint(args.checkpoint)
+        if not path.is_file():
+            raise C.ConfigError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
+        state = load_checkpoint(path.read_bytes(), str(path))
+        net = build_policy(state)
+        notes: list[str] = []
+        cfg = env_config(state, args.levels, notes)
+    except C.ConfigError as e:
+        error = e.errors[0]
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    errors = world.allgather_obj(error)
+    if any(errors):
+        if world.is_root:
+            sys.stderr.write(f"mpippo: error: {next(e for e in errors if e)}\n")
+        return EXIT_USAGE
+
+    torch.set_num_threads(1)
+    # episodes split over ranks, then over env slots: the counts add up to --num-episodes exactly
+    mine = args.num_episodes // world.size + (world.rank < args.num_episodes % world.size)
+    n_envs = max(1, min(args.num_envs, mine)) if mine else 1
+    quota = np.array([mine // n_envs + (i < mine % n_envs) for i in range(n_envs)], dtype=np.int64)
+    env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank))
+    act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank))
+    frames = [] if (args.video is not None and world.is_root) else None
+    t0 = time.perf_counter()
+    returns, lengths = play(env, act, quota, args.max_steps, frames, args.video_episodes) if mine else ([], [])
+    env.close()
+    gathered = world.gather_obj((returns, lengths))
+    if not world.is_root:
+        return 0
+    returns = [x for r, _ in gathered for x in r]
+    lengths = [x for _, ln in gathered for x in ln]
+    if len(returns) < args.num_episodes:
+        sys.stderr.write(f"mpippo: error: only {len(returns)} of {args.num_episodes} episodes ended within "
+                         f"--max-steps {args.max_steps}\n")
+        return 1
+    res = {"checkpoint": str(path), "algo": state["algo"], "env": cfg.env.name,
+           "distribution_mode": cfg.env.distribution_mode, "levels": args.levels,
+           "num_levels": cfg.env.num_levels, "start_level": cfg.env.start_level,
+           "deterministic": bool(args.deterministic or state["algo"] == "dqn"),
+           "trained_timesteps": int(state["timesteps"]), "ranks": world.size,
+           **summarize(returns, lengths), "seconds": time.perf_counter() - t0, "notes": notes}
+    if frames is not None:
+        write_video(args.video, frames)
+        res["video"] = str(args.video)
+        res["video_frames"] = len(frames)
+    print_table(res)
+    if args.json is not None:
+        atomic_write_json(args.json, res)
+        print(f"  json          {args.json}")
+    return 0
+
+
+def print_table(res: dict) -> None:
+    levels = "unseen levels" if res["levels"] == "test" else (
+        f"training levels ({res['num_levels']} from {res['start_level']})" if res["num_levels"] else "training levels (all)")
+    print(f"mpippo evaluate: {res['algo']} on {res['env']} ({res['distribution_mode']}), {levels}, "
+          f"{'greedy' if res['deterministic'] else 'sampled'} actions, trained {res['trained_timesteps']:,} steps")
+    rows = [("episodes", f"{res['episodes']} over {res['ranks']} rank(s) in {res['seconds']:.1f} s"),
+            ("return", f"{res['return_mean']:.2f} +- {res['return_std']:.2f} (median {res['return_median']:.2f}, "
+                       f"min {res['return_min']:.2f}, max {res['return_max']:.2f})"),
+            ("length", f"{res['length_mean']:.1f} (median {res['length_median']:.0f})")]
+    if "video" in res:
+        rows.append(("video", f"{res['video']} ({res['video_frames']} frames)"))
+    for k, v in rows:
+        print(f"  {k:<13} {v}")
+    for note in res["notes"]:
+        print(f"  note: {note}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

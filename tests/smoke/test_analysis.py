@@ -1,0 +1,132 @@
+"""Evaluate, compare and scaling tools on tiny real runs; the notebooks execute and write their figures."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, metrics, mpirun, ok, run, trainer
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--config", "configs/smoke.yaml", "--set", "env.name=starpilot", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """A sequential and a parallel run of the same tiny job."""
+    base = tmp_path_factory.mktemp("runs")
+    seq, par = base / "seq", base / "par"
+    ok(trainer(None, TINY + ["--total-timesteps", "1024", "--output-dir", str(seq), "--set", "env.num_levels=10"]))
+    ok(trainer(2, TINY + ["--total-timesteps", "1024", "--output-dir", str(par), "--set", "env.num_levels=10"]))
+    return seq, par
+
+
+def evaluate(args, n=None, timeout=180):
+    cmd = ["-m", "mpippo.evaluate"] + args
+    return mpirun(n, cmd, timeout) if n else run([sys.executable] + cmd, timeout)
+
+
+def test_evaluate_counts_episodes_writes_json_and_a_decodable_video(two_runs, tmp_path):
+    seq, _ = two_runs
+    out, video = tmp_path / "eval.json", tmp_path / "play.mp4"
+    res = ok(evaluate(["--checkpoint", str(seq), "--num-episodes", "6", "--num-envs", "3", "--json", str(out),
+                       "--video", str(video), "--video-episodes", "1"]))
+    r = json.loads(out.read_text())
+    for key in ("return_mean", "return_std", "return_median", "length_mean", "episodes", "levels", "video_frames"):
+        assert key in r, key
+    assert r["episodes"] == 6 and r["levels"] == "train" and r["num_levels"] == 10
+    assert r["return_min"] <= r["return_median"] <= r["return_max"]
+    assert "return" in res.stdout and "episodes" in res.stdout
+
+    import imageio.v2 as imageio
+    reader = imageio.get_reader(video)
+    frames = [f for f in reader]
+    reader.close()
+    assert len(frames) == r["video_frames"] > 10
+    assert frames[0].shape == (256, 256, 3)  # 64x64 procgen frames scaled x4
+    assert np.asarray(frames).std() > 1.0  # real pictures, not a blank clip
+
+
+def test_evaluate_splits_episodes_over_ranks_and_plays_unseen_levels(two_runs, tmp_path):
+    _, par = two_runs
+    out = tmp_path / "eval.json"
+    ok(evaluate(["--checkpoint", str(par / "checkpoints" / "latest.pt"), "--num-episodes", "5", "--levels", "test",
+                 "--deterministic", "--json", str(out)], n=2))
+    r = json.loads(out.read_text())
+    assert r["episodes"] == 5 and r["ranks"] == 2
+    assert (r["levels"], r["num_levels"], r["start_level"]) == ("test", 0, 10) and r["deterministic"]
+
+
+def test_evaluate_bad_checkpoint_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"garbage")
+    for path in (bad, tmp_path / "missing.pt"):
+        res = evaluate(["--checkpoint", str(path)])
+        lines = [ln for ln in res.stderr.splitlines() if ln.startswith("mpippo: error:")]
+        assert res.returncode == 2 and len(lines) == 1 and str(path) in lines[0], res.stderr
+
+
+def test_compare_results_table_equals_the_runs_metrics(two_runs, tmp_path):
+    seq, par = two_runs
+    sys.path.insert(0, str(ROOT / "analysis"))
+    import compare_results
+    from runs import load_runs
+    runs = load_runs(seq) + load_runs(par)
+    _, rows = compare_results.table(runs)
+    ms, mp = metrics(seq), metrics(par)
+    assert rows[0]["steps_per_s"] == ms["fps_steady"] and rows[1]["steps_per_s"] == mp["fps_steady"]
+    assert rows[1]["speedup"] == pytest.approx(mp["fps_steady"] / ms["fps_steady"])
+    assert [x["cores"] for x in rows] == [m["world_size"] * m["threads_per_rank"] for m in (ms, mp)]
+    assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / (rows[1]["cores"] / rows[0]["cores"]))
+    assert rows[0]["timesteps"] == ms["total_timesteps"] and rows[1]["peak_memory_mb"] == mp["peak_rss_mb_total"]
+    assert rows[1]["final_return"] is not None
+
+    out = tmp_path / "cmp"
+    res = ok(run([sys.executable, "analysis/compare_results.py", "--sequential", str(seq), "--parallel", str(par),
+                  "--out", str(out)], 120))
+    assert (out / "comparison.png").stat().st_size > 10_000
+    report = (out / "comparison_report.txt").read_text()
+    assert f"{mp['fps_steady']:.1f}" in report and "speedup" in res.stdout
+
+    res = run([sys.executable, "analysis/compare_results.py", str(seq), str(tmp_path), "--out", str(out)], 60)
+    assert res.returncode == 2 and "is not an mpippo run folder" in res.stderr
+
+
+def execute_notebook(name: str, env: dict):
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(ROOT / "analysis" / name, as_version=4)
+    old = dict(os.environ)
+    os.environ.update(env, MPIPPO_ANALYSIS=str(ROOT / "analysis"))
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "analysis")}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return nb
+
+
+def test_scaling_sweep_then_the_scaling_notebook_runs_and_writes_figures(tmp_path):
+    sweep_dir, figures = tmp_path / "sweep", tmp_path / "figures"
+    res = ok(run([sys.executable, "analysis/scaling_sweep.py", "--ranks", "1", "2", "--mode", "weak",
+                  "--envs-per-rank", "4", "--n-steps", "32", "--total-timesteps", "256", "--out", str(sweep_dir),
+                  "--", "--set", "env.name=starpilot", "--set", "training.num_minibatches=2"], 300))
+    sweep = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [m["world_size"] for m in sweep["runs"]] == [1, 2]
+    assert all(m["total_timesteps"] == 256 * m["world_size"] for m in sweep["runs"])  # weak: budget per rank
+    assert (sweep_dir / "sweep.csv").read_text().count("\n") == 3 and "[2/2]" in res.stdout
+    nb = execute_notebook("scaling.ipynb", {"MPIPPO_SWEEP": str(sweep_dir / "sweep.json"), "MPIPPO_FIGURES": str(figures)})
+    for png in ("scaling_speedup.png", "scaling_phases.png", "scaling_stragglers.png", "scaling_projection.png"):
+        assert (figures / png).stat().st_size > 5_000, png
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "Karp-Flatt" in text and "480" in text
+
+
+def test_shipped_sample_data_runs_both_notebooks(two_runs, tmp_path):
+    seq, par = two_runs
+    execute_notebook("scaling.ipynb", {"MPIPPO_FIGURES": str(tmp_path)})  # analysis/data/sample/sweep.json
+    assert (tmp_path / "scaling_projection.png").exists()
+    execute_notebook("learning_curves.ipynb", {"MPIPPO_RUNS": f"{seq}:{par}", "MPIPPO_FIGURES": str(tmp_path)})
+    assert (tmp_path / "learning_curves.png").stat().st_size > 10_000
