@@ -56,7 +56,7 @@ scaling: venv
 	$(BIN)/python analysis/scaling_sweep.py --ranks $(RANKS) --mode $(MODE) $(ARGS)
 
 test: venv
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=12 tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow" tests

@@ -83,10 +83,16 @@ def components(args, precision: str) -> dict:
     alone = measure(1)[0]
     loaded = measure(len(os.sched_getaffinity(0)))
     out = {k: float(np.mean([c[k] for c in loaded])) for k in ("env_step_s", "inference_s", "update_s", "seconds_per_step")}
-    cores = alone["cores"]
-    out.update(precision=precision, epochs=alone["epochs"], cores=cores, ceiling_per_core=1.0 / out["seconds_per_step"],
-               ceiling=cores / out["seconds_per_step"], alone=alone)
-    return out
+    out.update(precision=precision, epochs=alone["epochs"], cores=alone["cores"], alone=alone)
+    return with_ceiling(out)
+
+
+def with_ceiling(c: dict) -> dict:
+    """Per-core ceiling: the faster of the two measurements (on a shared VM either can come out
+    slow), so that the ceiling is a bound the runs must live up to, never an easy one."""
+    best = min(c["seconds_per_step"], c["alone"]["seconds_per_step"])
+    c.update(ceiling_per_core=1.0 / best, ceiling=c["cores"] / best)
+    return c
 
 
 def peer(args) -> dict | None:
@@ -162,9 +168,7 @@ def main() -> int:
             calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
             transfer = allreduce_seconds(n) * calls
             over = n * args.threads > cores
-            c = ceilings[prec]  # one rank alone runs at the one-core-alone speed; a full machine at the loaded one
-            per_core = c["alone"]["ceiling_per_core"] if n * args.threads == 1 else c["ceiling_per_core"]
-            ceiling = per_core * min(n * args.threads, cores)
+            ceiling = ceilings[prec]["ceiling_per_core"] * min(n * args.threads, cores)
             rows.append({"ranks": n, "precision": prec, "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
                          "fps_all": m["fps"], "ceiling": ceiling, "phase_seconds": ph,
                          "phase_share": {k: v / total for k, v in ph.items()},
@@ -191,10 +195,10 @@ def main() -> int:
         r["vs_cleanrl"] = r["fps"] / cleanrl["fps_steady"] if cleanrl else None
 
     for prec, c in ceilings.items():
-        print(f"\nceiling ({prec}, one thread per core, all cores busy): env {1e6 * c['env_step_s']:.0f} us + inference "
+        print(f"\nceiling ({prec}, one thread per core): all cores busy: env {1e6 * c['env_step_s']:.0f} us + inference "
               f"{1e6 * c['inference_s']:.0f} us + {c['epochs']} x update {1e6 * c['update_s']:.0f} us per step "
-              f"= {c['ceiling_per_core']:.1f} steps/s per core, {c['ceiling']:.1f} on {c['cores']} cores "
-              f"(one core alone: {c['alone']['ceiling_per_core']:.1f} steps/s)")
+              f"= {1 / c['seconds_per_step']:.1f} steps/s per core; one core alone: {c['alone']['ceiling_per_core']:.1f}; "
+              f"ceiling (the faster) {c['ceiling_per_core']:.1f} per core, {c['ceiling']:.1f} on {c['cores']} cores")
     hdr = (f"{'run':<30} {'steps/s':>8} {'vs CleanRL':>10} {'ceiling':>8} {'of ceil.':>8} {'speedup':>8} {'eff.':>6} "
            f"{'allreduce':>9} {'transfer':>8} {'MB/rank':>8}")
     print("\n" + hdr + "\n" + "-" * len(hdr))
