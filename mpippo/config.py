@@ -20,7 +20,7 @@ PROCGEN_GAMES = (
     "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
     "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
 )
-TOY_ENVS = ("toy-cue",)  # tiny built-in env for tests (mpippo/envs/toy.py)
+TOY_ENVS = ("toy-cue", "connect4")  # built-in envs: a tiny test env (envs/toy.py), Connect Four vs an opponent (envs/connect4.py)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
 
 
@@ -40,7 +40,7 @@ def _f(default, help: str):
 
 @dataclass
 class EnvConfig:
-    name: str = _f("coinrun", "Procgen game (`coinrun` or `procgen-coinrun-v0`) or the built-in test env `toy-cue`.")
+    name: str = _f("coinrun", "Procgen game (`coinrun` or `procgen-coinrun-v0`), the built-in test env `toy-cue`, or `connect4` (against a random opponent; actions masked to legal columns in DQN).")
     distribution_mode: str = _f("easy", "Procgen difficulty: easy | hard | extreme | memory | exploration (procgen's own default is hard).")
     num_levels: int = _f(0, "Number of distinct training levels; 0 = unlimited.")
     start_level: int = _f(0, "First level seed of the training set.")

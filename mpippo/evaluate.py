@@ -76,11 +76,14 @@ def build_policy(state: dict):
 
 def make_actor(net, algo: str, deterministic: bool, generator: torch.Generator):
     @torch.inference_mode()
-    def act(obs: np.ndarray) -> np.ndarray:
+    def act(obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         out = net(torch.from_numpy(obs))
+        scores = out if algo == "dqn" else out[0]
+        if mask is not None:  # legal actions only (connect4)
+            scores = scores.masked_fill(~torch.from_numpy(mask), float("-inf"))
         if algo == "dqn":
-            return out.argmax(1).numpy()
-        logits = out[0]
+            return scores.argmax(1).numpy()
+        logits = scores
         if deterministic:
             return logits.argmax(1).numpy()
         return torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator).squeeze(1).numpy()
@@ -110,7 +113,7 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
             break
         if video_frames is not None and done_count[0] < min(quota[0], video_episodes):
             video_frames.append(obs[0].copy())
-        env.act(act(obs))
+        env.act(act(obs, env.action_mask() if hasattr(env, "action_mask") else None))
         rew, obs, first = env.observe()
         ep_ret += rew
         ep_len += 1

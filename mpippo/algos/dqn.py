@@ -67,6 +67,7 @@ class PrioritizedReplay:
         self.actions = np.zeros(capacity, dtype=np.int64)
         self.returns = np.zeros(capacity, dtype=np.float32)
         self.discounts = np.zeros(capacity, dtype=np.float32)
+        self.next_legal = np.full(capacity, -1, dtype=np.int64)  # legal actions of next_obs, bitmask; -1 = all
         self.tree = SumTree(capacity)
         self.max_priority = 1.0
         self.size = self.pos = 0
@@ -76,13 +77,14 @@ class PrioritizedReplay:
     def nbytes(capacity: int, obs_shape) -> int:
         """Memory the buffer will take, to check before allocating."""
         frame = int(np.prod(obs_shape))
-        return capacity * (2 * frame + 8 + 4 + 4) + 2 * (1 << max(int(capacity - 1).bit_length(), 0)) * 8
+        return capacity * (2 * frame + 8 + 4 + 4 + 8) + 2 * (1 << max(int(capacity - 1).bit_length(), 0)) * 8
 
-    def add(self, obs, actions, returns, discounts, next_obs, priorities=None) -> None:
+    def add(self, obs, actions, returns, discounts, next_obs, priorities=None, next_legal=None) -> None:
         n = len(actions)
         idx = (self.pos + np.arange(n)) % self.capacity
         self.obs[idx], self.next_obs[idx] = obs, next_obs
         self.actions[idx], self.returns[idx], self.discounts[idx] = actions, returns, discounts
+        self.next_legal[idx] = -1 if next_legal is None else next_legal
         if priorities is None:
             p = np.full(n, self.max_priority)
         else:
@@ -102,7 +104,7 @@ class PrioritizedReplay:
         weights = (self.size * probs) ** (-beta)
         weights /= weights.max()
         batch = {"obs": self.obs[idx], "actions": self.actions[idx], "returns": self.returns[idx],
-                 "discounts": self.discounts[idx], "next_obs": self.next_obs[idx]}
+                 "discounts": self.discounts[idx], "next_obs": self.next_obs[idx], "next_legal": self.next_legal[idx]}
         return idx, batch, weights.astype(np.float32)
 
     def save(self, f, tag: int) -> None:
@@ -112,7 +114,7 @@ class PrioritizedReplay:
         np.savez(f, tag=np.int64(tag), capacity=np.int64(self.capacity), pos=np.int64(self.pos), size=np.int64(n),
                  max_priority=np.float64(self.max_priority), leaves=self.tree.get(np.arange(n)),
                  obs=self.obs[:n], next_obs=self.next_obs[:n], actions=self.actions[:n],
-                 returns=self.returns[:n], discounts=self.discounts[:n])
+                 returns=self.returns[:n], discounts=self.discounts[:n], next_legal=self.next_legal[:n])
 
     def load(self, path, tag: int) -> str | None:
         """Refill from a file written by save(); returns why it was not used, or None when it was."""
@@ -124,7 +126,7 @@ class PrioritizedReplay:
                     return (f"it holds {int(z['capacity'])} transitions of shape {z['obs'].shape[1:]}, this buffer "
                             f"{self.capacity} of {self.obs.shape[1:]}")
                 n = int(z["size"])
-                for name in ("obs", "next_obs", "actions", "returns", "discounts"):
+                for name in ("obs", "next_obs", "actions", "returns", "discounts", "next_legal"):
                     getattr(self, name)[:n] = z[name]
                 if n:
                     self.tree.update(np.arange(n), z["leaves"])
@@ -175,10 +177,14 @@ class NStepAccumulator:
         return self.obs[first].copy(), self.actions[first].copy(), ret, discount, next_obs
 
 
-def double_dqn_loss(q_online, q_next_online, q_next_target, actions, returns, discounts, weights):
-    """Importance-weighted Huber loss of the double-DQN target. Returns (loss, |td error|)."""
+def double_dqn_loss(q_online, q_next_online, q_next_target, actions, returns, discounts, weights,
+                    next_legal=None):
+    """Importance-weighted Huber loss of the double-DQN target. Returns (loss, |td error|).
+    next_legal (B, A) bool: the target's argmax only over the legal actions of next_obs."""
     q = q_online.gather(1, actions.long().unsqueeze(1)).squeeze(1)
     with torch.no_grad():
+        if next_legal is not None:
+            q_next_online = q_next_online.masked_fill(~next_legal, float("-inf"))
         best = q_next_online.argmax(dim=1, keepdim=True)
         target = returns + discounts * q_next_target.gather(1, best).squeeze(1)
     td = target - q

@@ -28,7 +28,8 @@ CHUNK, ACK, STOP, WEIGHTS, DONE, STOPREQ = 101, 102, 103, 104, 105, 106
 
 
 class ChunkLayout:
-    """Byte offsets of one chunk: header + C transitions (obs, next_obs, actions, returns, discounts, priorities)."""
+    """Byte offsets of one chunk: header + C transitions (obs, next_obs, actions, returns, discounts,
+    priorities, next_legal: the legal actions of next_obs as a bitmask, -1 = all)."""
 
     HEADER = 8  # int64: count, actor, seq, then slots the runner may use (runners/dqn.py)
 
@@ -37,6 +38,7 @@ class ChunkLayout:
         C = chunk_size
         fields = [("header", np.int64, (self.HEADER,)), ("actions", np.int64, (C,)),
                   ("returns", np.float32, (C,)), ("discounts", np.float32, (C,)), ("priorities", np.float32, (C,)),
+                  ("next_legal", np.int64, (C,)),
                   ("obs", np.uint8, (C,) + self.obs_shape), ("next_obs", np.uint8, (C,) + self.obs_shape)]
         self.fields, offset = [], 0
         for name, dtype, shape in fields:
@@ -59,7 +61,7 @@ class ChunkLayout:
 def chunk_checksum(views: dict, count: int) -> int:
     """CRC of the payload of the first `count` transitions (to prove nothing was lost or mangled)."""
     crc = 0
-    for name in ("actions", "returns", "discounts", "obs", "next_obs"):
+    for name in ("actions", "returns", "discounts", "next_legal", "obs", "next_obs"):
         crc = zlib.crc32(np.ascontiguousarray(views[name][:count]).tobytes(), crc)
     return crc
 

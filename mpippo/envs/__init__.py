@@ -3,6 +3,7 @@
     rew (N,) float32, obs (N, H, W, C) uint8, first (N,) bool = env.observe()
     env.act(actions (N,) int32)
     env.get_state() -> list[bytes];  env.set_state(list[bytes])
+    env.action_mask() -> (N, A) bool: legal actions; only envs that have illegal ones (connect4)
 
 `first[i]` is True when obs[i] starts a new episode (so the previous step ended one).
 """
@@ -13,12 +14,34 @@ from mpippo.config import TOY_ENVS, Config, canonical_env_name
 
 def make_env(cfg: Config, num_envs: int, seed: int):
     name = canonical_env_name(cfg.env.name)
+    if name == "connect4":
+        from mpippo.envs.connect4 import ConnectFourVecEnv
+        return ConnectFourVecEnv(num_envs, seed=seed)
     if name in TOY_ENVS:
         from mpippo.envs.toy import CueEnv
         return CueEnv(num_envs, seed=seed)
     from mpippo.envs.procgen import ProcgenVecEnv
     return ProcgenVecEnv(name, num_envs, seed=seed, distribution_mode=cfg.env.distribution_mode,
                          num_levels=cfg.env.num_levels, start_level=cfg.env.start_level)
+
+
+def legal_bits(env) -> "np.ndarray | None":
+    """The env's legal actions as one int64 bitmask per env (bit a = action a legal), or None when
+    every action is always legal. Bitmasks fit a fixed-layout message field (<= 63 actions)."""
+    if not hasattr(env, "action_mask"):
+        return None
+    import numpy as np
+    mask = env.action_mask()
+    return (mask.astype(np.int64) << np.arange(mask.shape[1], dtype=np.int64)).sum(1)
+
+
+def bits_to_mask(bits, num_actions: int):
+    """Inverse of legal_bits for numpy arrays or torch tensors: (N,) int64 -> (N, A) bool."""
+    import numpy as np
+    if isinstance(bits, np.ndarray):
+        return ((bits[:, None] >> np.arange(num_actions)) & 1).astype(bool)
+    import torch
+    return ((bits[:, None] >> torch.arange(num_actions, device=bits.device)) & 1).bool()
 
 
 def rank_seed(base_seed: int, rank: int) -> int:

@@ -34,7 +34,7 @@ from mpippo.checkpoint import (LATEST, atomic_write_json, atomic_write_with, loa
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 from mpippo.config import Config, ConfigError
-from mpippo.envs import make_env, rank_seed
+from mpippo.envs import bits_to_mask, legal_bits, make_env, rank_seed
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.preemption import SignalFlags
@@ -153,6 +153,7 @@ class ApeXDQN:
             time.sleep(0.001)
         acc = NStepAccumulator(d.n_step, cfg.training.gamma, self.num_envs, self.obs_shape)
         _, obs, _ = self.env.observe()
+        legal = legal_bits(self.env)  # None when every action is always legal
         ep_ret = np.zeros(self.num_envs)
         ep_len = np.zeros(self.num_envs, dtype=np.int64)
         views, filled = ch.chunk(), 0
@@ -170,11 +171,19 @@ class ApeXDQN:
                 version = w[0]
                 flat.copy_(torch.from_numpy(w[1]))
             with torch.inference_mode(), autocast(torch.device("cpu"), cfg.training.precision):
-                greedy = self.model(torch.from_numpy(obs)).float().argmax(1).numpy()
+                q_values = self.model(torch.from_numpy(obs)).float()
+            if legal is None:
+                greedy = q_values.argmax(1).numpy()
+                randoms = rng.integers(self.num_actions, size=self.num_envs)
+            else:  # only legal actions, greedy or random
+                mask = bits_to_mask(legal, self.num_actions)
+                greedy = q_values.masked_fill(~torch.from_numpy(mask), float("-inf")).argmax(1).numpy()
+                randoms = (rng.random(mask.shape) + mask).argmax(1)
             explore = rng.random(self.num_envs) < eps
-            actions = np.where(explore, rng.integers(self.num_actions, size=self.num_envs), greedy)
+            actions = np.where(explore, randoms, greedy)
             self.env.act(actions)
             rew, next_obs, first = self.env.observe()
+            legal = legal_bits(self.env)
             ep_ret += rew
             ep_len += 1
             if first.any():
@@ -191,6 +200,7 @@ class ApeXDQN:
                 sl = slice(filled, filled + k)
                 views["obs"][sl], views["next_obs"][sl] = o[i:i + k], nxt[i:i + k]
                 views["actions"][sl], views["returns"][sl], views["discounts"][sl] = a[i:i + k], r[i:i + k], disc[i:i + k]
+                views["next_legal"][sl] = -1 if legal is None else legal[i:i + k]  # next_obs is the current obs
                 filled += k
                 i += k
                 if filled == d.chunk_size:
@@ -240,6 +250,7 @@ class ApeXDQN:
                 resumed = (f"; restored replay of {replay.size:,} transitions" if why is None else
                            f"; warning: replay file not used ({why}), the buffer refills from empty")
             self.resume_state = None
+        masked = hasattr(self.env, "action_mask")  # the target's argmax over legal actions only
         actors = list(range(1, self.num_actors + 1))
         ch = LearnerChannel(self.comm, actors, self.layout, self.n_params, d.max_inflight)
         eps = apex_epsilons(self.num_actors, d.eps, d.eps_alpha)
@@ -293,7 +304,8 @@ class ApeXDQN:
                 h = views["header"]
                 if count:  # a last chunk may carry only episode statistics
                     replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
-                               views["discounts"][:count], views["next_obs"][:count])
+                               views["discounts"][:count], views["next_obs"][:count],
+                               next_legal=views["next_legal"][:count])
                 received += count
                 seen_steps[actor] = max(seen_steps[actor], int(h[H_STEPS]))
                 if h[H_EPISODES]:
@@ -329,8 +341,9 @@ class ApeXDQN:
                     q_next_target = target(b["next_obs"])
                     q_next_online = q(b["next_obs"]) if d.double else q_next_target
             q_all, q_next_target, q_next_online = q_all.float(), q_next_target.float(), q_next_online.float()
+            next_legal = bits_to_mask(b["next_legal"], self.num_actions) if masked else None
             loss, td = double_dqn_loss(q_all, q_next_online, q_next_target, b["actions"], b["returns"],
-                                       b["discounts"], torch.from_numpy(w).to(device))
+                                       b["discounts"], torch.from_numpy(w).to(device), next_legal)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(q.parameters(), t.max_grad_norm)

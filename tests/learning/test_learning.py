@@ -72,3 +72,19 @@ def test_a_dying_dqn_actor_or_learner_ends_the_job(tmp_path, monkeypatch, where,
     assert time.monotonic() - t0 < 30
     if kind == "raise":
         assert f"[rank {rank}]" in res.stderr and "InjectedFault" in res.stderr
+
+
+def test_dqn_with_legal_move_masking_beats_a_random_connect_four_player(tmp_path):
+    """A random player wins about half the games against another; masked DQN should win most."""
+    import json
+    import sys
+    from conftest import run
+    run_dir = tmp_path / "run"
+    ok(trainer(3, ["--config", "configs/dqn_connect4.yaml", "--output-dir", str(run_dir)], timeout=300))
+    m = metrics(run_dir)
+    assert m["transitions_sent"] == m["transitions_received"] == 60000
+    out = tmp_path / "eval.json"
+    ok(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "200",
+            "--json", str(out)], 120))
+    r = json.loads(out.read_text())
+    assert r["episodes"] == 200 and r["return_mean"] >= 0.6, r  # +1 win, -1 loss: >= 80% of games won

@@ -78,3 +78,36 @@ def test_double_dqn_target_uses_online_argmax_and_target_values():
     assert td.item() == pytest.approx(1.0 + 0.5 * 3.0 - 1.0)
     loss.backward()
     assert q_online.grad[0, 1] == 0 and q_online.grad[0, 0] < 0  # only the taken action's value moves
+
+
+def test_double_dqn_target_takes_the_best_legal_next_action_only():
+    import torch
+    from mpippo.algos.dqn import double_dqn_loss
+    from mpippo.envs import bits_to_mask
+    q_online = torch.zeros(1, 3, requires_grad=True)
+    q_next_online = torch.tensor([[5.0, 1.0, 2.0]])   # argmax 0, but action 0 is illegal next
+    q_next_target = torch.tensor([[100.0, 10.0, 20.0]])
+    legal = bits_to_mask(torch.tensor([0b110]), 3)
+    assert legal.tolist() == [[False, True, True]]
+    args = (q_online, q_next_online, q_next_target, torch.tensor([1]), torch.tensor([1.0]), torch.tensor([0.5]),
+            torch.ones(1))
+    _, td_masked = double_dqn_loss(*args, next_legal=legal)
+    _, td_free = double_dqn_loss(*args)
+    assert td_masked.item() == 1.0 + 0.5 * 20.0  # online argmax over legal {1, 2} is 2; target value 20
+    assert td_free.item() == 1.0 + 0.5 * 100.0
+
+
+def test_legal_bits_round_trip_and_replay_keeps_them():
+    import numpy as np
+    from mpippo.algos.dqn import PrioritizedReplay
+    from mpippo.envs import bits_to_mask, legal_bits
+    from mpippo.envs.connect4 import ConnectFourVecEnv
+    env = ConnectFourVecEnv(4, seed=0)
+    env.board[1, :, 3] = np.array([1, -1, 1, -1, 1, -1])  # column 3 full in env 1
+    bits = legal_bits(env)
+    assert (bits_to_mask(bits, 7) == env.action_mask()).all() and not bits_to_mask(bits, 7)[1, 3]
+    replay = PrioritizedReplay(8, (6, 7, 2), seed=0)
+    obs = np.zeros((4, 6, 7, 2), np.uint8)
+    replay.add(obs, np.zeros(4, np.int64), np.zeros(4, np.float32), np.ones(4, np.float32), obs, next_legal=bits)
+    idx, batch, _ = replay.sample(4, 0.4)
+    assert (batch["next_legal"] == bits[idx]).all()
