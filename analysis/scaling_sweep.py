@@ -16,50 +16,33 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from mpippo import launch  # noqa: E402
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 
 
 def run_one(ranks: int, args, extra: list[str], run_dir: Path) -> dict:
-    python = sys.executable
-    mpirun = Path(python).parent / "mpirun"
-    cmd = [str(mpirun) if mpirun.exists() else "mpirun", "-n", str(ranks)]
-    cores = len(os.sched_getaffinity(0))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    if ranks > cores:
-        cmd.append("--oversubscribe")
-        env["PRTE_MCA_hwloc_default_binding_policy"] = "none"
-    cmd += [python, str(ROOT / "run_mpi.py"), "--output-dir", str(run_dir), "--no-progress",
-            "--n-steps", str(args.n_steps), "--set", "checkpoint.interval_iterations=0",
-            "--set", "parallel.threads_per_rank=1"]
+    trainer_args = ["--no-progress", "--n-steps", str(args.n_steps), "--set", "checkpoint.interval_iterations=0",
+                    "--set", "parallel.threads_per_rank=1"]
     if args.config:
-        cmd += ["--config", args.config]
+        trainer_args += ["--config", args.config]
     if args.mode == "weak":
-        cmd += ["--num-envs-per-rank", str(args.envs_per_rank)]
+        trainer_args += ["--num-envs-per-rank", str(args.envs_per_rank)]
         per_iteration = ranks * args.envs_per_rank * args.n_steps
     else:
-        cmd += ["--num-envs", str(args.num_envs)]
+        trainer_args += ["--num-envs", str(args.num_envs)]
         per_iteration = args.num_envs * args.n_steps
     if args.duration:
-        cmd += ["--duration", str(args.duration), "--total-timesteps", str(10**12)]
+        trainer_args += ["--duration", str(args.duration), "--total-timesteps", str(10**12)]
     else:
         budget = args.total_timesteps * (ranks if args.mode == "weak" else 1)
-        cmd += ["--total-timesteps", str(max(budget, per_iteration))]
-    cmd += extra
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"{ranks} rank(s) failed (exit {res.returncode}): {res.stderr.strip()[-1500:]}")
-    m = json.loads((run_dir / "benchmark_metrics.json").read_text())
-    m["wall_s_with_startup"] = time.perf_counter() - t0
-    return m
+        trainer_args += ["--total-timesteps", str(max(budget, per_iteration))]
+    return launch.run_trainer(ranks, trainer_args + extra, run_dir, timeout=args.timeout)
 
 
 def flat_row(m: dict) -> dict:
@@ -128,5 +111,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     raise SystemExit(main())

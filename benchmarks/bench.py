@@ -20,12 +20,14 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from mpippo import launch  # noqa: E402
+
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 
 
@@ -43,23 +45,16 @@ def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_p
                 n_steps: int | None = None, iterations: int | None = None, tensorboard: bool = False) -> dict:
     envs_per_rank, n_steps = envs_per_rank or args.envs_per_rank, n_steps or args.n_steps
     steps = ranks * envs_per_rank * n_steps * (iterations or args.iterations)
-    cmd = [str(Path(sys.executable).parent / "mpirun"), "--oversubscribe", "-n", str(ranks), sys.executable,
-           str(ROOT / "run_mpi.py"), "--set", f"env.name={args.env}",
-           "--num-envs-per-rank", str(envs_per_rank), "--n-steps", str(n_steps),
-           "--total-timesteps", str(steps), "--output-dir", str(out_dir), "--no-progress",
-           "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
-           "--set", f"logging.tensorboard={str(tensorboard).lower()}", "--set", f"training.num_minibatches={args.minibatches}",
-           "--set", f"training.n_epochs={args.epochs}", "--set", f"training.precision={precision}"]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    if ranks * args.threads > len(os.sched_getaffinity(0)):
-        env["PRTE_MCA_hwloc_default_binding_policy"] = "none"  # oversubscribed: binding would stack ranks
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
-    if res.returncode != 0:
-        sys.exit(f"bench: run with {ranks} rank(s) failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
-    m = json.loads((out_dir / "benchmark_metrics.json").read_text())
-    m["wall_s_with_startup"] = time.perf_counter() - t0
-    return m
+    trainer_args = ["--set", f"env.name={args.env}", "--num-envs-per-rank", str(envs_per_rank), "--n-steps", str(n_steps),
+                    "--total-timesteps", str(steps), "--no-progress",
+                    "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
+                    "--set", f"logging.tensorboard={str(tensorboard).lower()}",
+                    "--set", f"training.num_minibatches={args.minibatches}", "--set", f"training.n_epochs={args.epochs}",
+                    "--set", f"training.precision={precision}"]
+    try:
+        return launch.run_trainer(ranks, trainer_args, out_dir, args.threads)
+    except RuntimeError as e:
+        sys.exit(f"bench: {e}")
 
 
 def components(args, precision: str) -> dict:
@@ -121,10 +116,8 @@ def allreduce_seconds(ranks: int) -> float:
     """Pure transfer time of one gradient Allreduce at this rank count (microbenchmark)."""
     if ranks == 1:
         return 0.0
-    cmd = [str(Path(sys.executable).parent / "mpirun"), "--oversubscribe", "-n", str(ranks), sys.executable,
-           str(ROOT / "benchmarks" / "allreduce_micro.py")]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PRTE_MCA_hwloc_default_binding_policy="none", PYTHONPATH=str(ROOT))
+    cmd, env = launch.mpirun_command(ranks, [str(ROOT / "benchmarks" / "allreduce_micro.py")])
+    env["PYTHONPATH"] = str(ROOT)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])["seconds_per_call"]
 

@@ -12,24 +12,21 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from mpippo import launch  # noqa: E402
 
 
 def run(ranks: int, extra: list[str], out: Path) -> dict:
-    cmd = [str(Path(sys.executable).parent / "mpirun"), "--oversubscribe", "-n", str(ranks), sys.executable,
-           str(ROOT / "run_mpi.py"), "--config", "configs/dqn_procgen.yaml", "--output-dir", str(out),
-           "--set", "logging.tensorboard=false", *extra]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PRTE_MCA_hwloc_default_binding_policy="none")
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
-    if res.returncode != 0:
-        sys.exit(f"bench_dqn: run with {ranks} ranks failed:\n{res.stderr[-3000:]}")
-    return json.loads((out / "benchmark_metrics.json").read_text())
+    args = ["--config", "configs/dqn_procgen.yaml", "--set", "logging.tensorboard=false", *extra]
+    try:
+        return launch.run_trainer(ranks, args, out)
+    except RuntimeError as e:
+        sys.exit(f"bench_dqn: {e}")
 
 
 def main() -> int:

@@ -91,11 +91,15 @@ def _atomic_link_or_copy(src: Path, dst: Path, data: bytes) -> None:
 REQUIRED_KEYS = ("algo", "model", "optimizer", "timesteps", "iteration", "config", "world_size")
 
 
-def read_checkpoint_bytes(path: str | Path) -> bytes:
+def require_checkpoint(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--resume: no checkpoint at '{path}' (start without --resume, or pick the run folder that has one)")
-    return path.read_bytes()
+    return path
+
+
+def read_checkpoint_bytes(path: str | Path) -> bytes:
+    return require_checkpoint(path).read_bytes()
 
 
 def load_checkpoint(data: bytes, where: str = "checkpoint") -> dict:

@@ -2,9 +2,10 @@
 
 Start-up is split in phases, each ending in a step all ranks reach, so a problem found
 on any rank ends every rank with the same one-line message and exit code 2, never a hang:
-  A. every rank: parse the command line, load and validate the config;
-  B. rank 0: choose/check the run folder, read the checkpoint; broadcast the outcome;
-  C. every rank: build the trainer (checkpoint checks), then agree again.
+  A. every rank: parse the command line;
+  B. rank 0: choose/check the run folder; broadcast the outcome;
+  C. every rank: load and check the config, agree;
+  D. every rank: build the trainer (rank 0 reads the checkpoint for everyone), agree again.
 """
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ import argparse
 import contextlib
 import datetime
 import io
-import os
 import sys
 from pathlib import Path
 
 import yaml
 
 from mpippo import config as C
-from mpippo.checkpoint import LATEST, atomic_write_bytes, load_checkpoint, read_checkpoint_bytes
+from mpippo.checkpoint import LATEST, atomic_write_bytes, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.comm import World
 from mpippo.errors import JobFailure
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
@@ -77,16 +77,31 @@ def _agree_or_exit(world: World, errors: list[str] | None) -> None:
         sys.exit(EXIT_USAGE)
 
 
-def _choose_run_dir(args) -> tuple[Path, bytes | None]:
-    """Rank 0 only: the run folder, and the checkpoint bytes when resuming."""
+def _on_root(world: World, fn):
+    """fn() on rank 0 only (file system decisions); every rank gets its result, or raises the
+    same ConfigError, so the next agreement sees one verdict."""
+    outcome = None
+    if world.is_root:
+        try:
+            outcome = ("ok", fn())
+        except C.ConfigError as e:
+            outcome = ("error", e.errors)
+    outcome = world.bcast_obj(outcome)
+    if outcome[0] == "error":
+        raise C.ConfigError(outcome[1])
+    return outcome[1]
+
+
+def _choose_run_dir(args) -> Path:
+    """Rank 0 only: the run folder (checked: new and writable, or holding a checkpoint to resume)."""
     if args.output_dir:
         run_dir = Path(args.output_dir)
     else:
         run_dir = Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.resume:
-        if not (run_dir / "checkpoints" / LATEST).is_file() and (run_dir / "agent_0" / "checkpoints" / LATEST).is_file():
-            return run_dir, None  # several DQN agents: each learner reads its own agent_<i>/checkpoints
-        return run_dir, read_checkpoint_bytes(run_dir / "checkpoints" / LATEST)
+        if not (run_dir / "agent_0" / "checkpoints" / LATEST).is_file():  # several DQN agents: one folder each
+            require_checkpoint(run_dir / "checkpoints" / LATEST)
+        return run_dir
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise C.ConfigError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
                             f"that run, or choose a new folder")
@@ -97,7 +112,13 @@ def _choose_run_dir(args) -> tuple[Path, bytes | None]:
         probe.unlink()
     except OSError as e:
         raise C.ConfigError(f"--output-dir: cannot write to '{run_dir}' ({e.strerror})") from None
-    return run_dir, None
+    return run_dir
+
+
+def _ppo_checkpoint_bytes(run_dir: Path) -> bytes:
+    if not (run_dir / "checkpoints" / LATEST).is_file():
+        raise C.ConfigError(f"--resume: '{run_dir}' holds DQN agent checkpoints (agent_*/), not a PPO run")
+    return read_checkpoint_bytes(run_dir / "checkpoints" / LATEST)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,7 +134,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     argv = sys.argv[1:] if argv is None else argv
 
     # A. every rank parses and validates (same inputs -> same verdict; agreed anyway)
-    args = cfg_data = overrides = None
+    args = overrides = None
     try:
         quiet = contextlib.redirect_stdout(io.StringIO()) if not world.is_root else contextlib.nullcontext()
         with quiet:
@@ -124,38 +145,40 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         errors = e.errors
     _agree_or_exit(world, errors)
 
-    # B. rank 0 decides the run folder and reads the checkpoint; everyone gets the outcome
-    outcome = None
-    if world.is_root:
-        try:
-            outcome = ("ok", *_choose_run_dir(args))
-        except C.ConfigError as e:
-            outcome = ("error", e.errors)
-    outcome = world.bcast_obj(outcome)
-    if outcome[0] == "error":
-        _agree_or_exit(world, outcome[1])
-    _, run_dir, ckpt_bytes = outcome
+    # B. rank 0 decides the run folder; everyone gets the outcome
+    run_dir = errors = None
+    try:
+        run_dir = _on_root(world, lambda: _choose_run_dir(args))
+    except C.ConfigError as e:
+        errors = e.errors
+    _agree_or_exit(world, errors)
 
-    # C. config (the run's own config.yaml when resuming without --config), checkpoint, trainer
-    trainer = None
+    # C. config on every rank (the run's own config.yaml when resuming without --config), agreed
+    # before any trainer is built: the trainers' constructors use collectives
     try:
         config_path = args.config
         if config_path is None and args.resume and (run_dir / "config.yaml").is_file():
             config_path = run_dir / "config.yaml"
         cfg_data = C.load_yaml(config_path or C.DEFAULT_CONFIG)
-        cfg = C.build(cfg_data, overrides, world.size)
-        cfg = C.resolve(cfg, world.size)
+        cfg = C.resolve(C.build(cfg_data, overrides, world.size), world.size)
         world.set_collective_timeout(cfg.guards.collective_timeout_s)
+    except C.ConfigError as e:
+        errors = e.errors
+    _agree_or_exit(world, errors)
+
+    # D. checkpoint and trainer
+    trainer = None
+    try:
         if cfg.training.algo == "dqn":  # each learner reads its own agent's checkpoint
             from mpippo.runners.dqn import ApeXDQN
             trainer = ApeXDQN(cfg, world, run_dir, resume=args.resume)
         else:
-            if args.resume and ckpt_bytes is None:
-                raise C.ConfigError(f"--resume: '{run_dir}' holds DQN agent checkpoints (agent_*/), not a PPO run")
-            state = load_checkpoint(ckpt_bytes, str(run_dir / "checkpoints" / LATEST)) if ckpt_bytes else None
+            state = None
+            if args.resume:  # rank 0 reads, every rank needs it (the per-rank states)
+                path = run_dir / "checkpoints" / LATEST
+                state = load_checkpoint(_on_root(world, lambda: _ppo_checkpoint_bytes(run_dir)), str(path))
             from mpippo.runners.sync_ppo import SyncPPO
             trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
-        errors = None
     except C.ConfigError as e:
         errors = e.errors
     _agree_or_exit(world, errors)
@@ -177,7 +200,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
-        verb = f"resuming at {trainer.global_step:,} steps" if ckpt_bytes else "starting"
+        verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
         print(f"mpippo: {verb}: ppo on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
               f"{trainer.threads} thread(s)/rank, device {trainer.device}; output {run_dir}", flush=True)

@@ -13,7 +13,6 @@ Each env slot plays a fixed quota of episodes, so short episodes are not over-re
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -90,15 +89,16 @@ def make_actor(net, algo: str, deterministic: bool, generator: torch.Generator):
     return act
 
 
-def env_config(state: dict, levels: str, train_seed_note: list) -> C.Config:
-    env = dict(state["config"]["env"])
+def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:
+    """The run's env settings, moved to unseen levels for --levels test; and notes for the reader."""
+    env, notes = dict(state["config"]["env"]), []
     if levels == "test":
         if env["num_levels"] == 0:
-            train_seed_note.append("the run trained on unlimited levels, so train and test levels are the same distribution")
+            notes.append("the run trained on unlimited levels, so train and test levels are the same distribution")
         env["start_level"], env["num_levels"] = env["start_level"] + env["num_levels"], 0
     cfg = C.Config()  # only the env section matters here; the rest was validated when the run started
     cfg.env = C.EnvConfig(**{k: v for k, v in env.items() if k in {f.name for f in C.dataclasses.fields(C.EnvConfig)}})
-    return cfg
+    return cfg, notes
 
 
 def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None, video_episodes: int):
@@ -160,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             raise C.ConfigError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
         state = load_checkpoint(path.read_bytes(), str(path))
         net = build_policy(state)
-        notes: list[str] = []
-        cfg = env_config(state, args.levels, notes)
+        cfg, notes = env_config(state, args.levels)
     except C.ConfigError as e:
         error = e.errors[0]
     except SystemExit as e:  # --help

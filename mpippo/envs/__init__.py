@@ -25,18 +25,15 @@ def make_env(cfg: Config, num_envs: int, seed: int):
                          num_levels=cfg.env.num_levels, start_level=cfg.env.start_level)
 
 
-def legal_bits(env) -> "np.ndarray | None":
-    """The env's legal actions as one int64 bitmask per env (bit a = action a legal), or None when
-    every action is always legal. Bitmasks fit a fixed-layout message field (<= 63 actions)."""
-    if not hasattr(env, "action_mask"):
-        return None
+def mask_bits(mask):
+    """Legal actions (N, A) bool -> one int64 bitmask per env (bit a = action a legal), for a
+    fixed-layout message field (<= 63 actions); -1 stands for "all legal"."""
     import numpy as np
-    mask = env.action_mask()
     return (mask.astype(np.int64) << np.arange(mask.shape[1], dtype=np.int64)).sum(1)
 
 
 def bits_to_mask(bits, num_actions: int):
-    """Inverse of legal_bits for numpy arrays or torch tensors: (N,) int64 -> (N, A) bool."""
+    """Inverse of mask_bits for numpy arrays or torch tensors: (N,) int64 -> (N, A) bool."""
     import numpy as np
     if isinstance(bits, np.ndarray):
         return ((bits[:, None] >> np.arange(num_actions)) & 1).astype(bool)

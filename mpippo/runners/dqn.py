@@ -34,7 +34,7 @@ from mpippo.checkpoint import (LATEST, atomic_write_json, atomic_write_with, loa
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 from mpippo.config import Config, ConfigError
-from mpippo.envs import bits_to_mask, legal_bits, make_env, rank_seed
+from mpippo.envs import bits_to_mask, make_env, mask_bits, rank_seed
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.preemption import SignalFlags
@@ -153,7 +153,8 @@ class ApeXDQN:
             time.sleep(0.001)
         acc = NStepAccumulator(d.n_step, cfg.training.gamma, self.num_envs, self.obs_shape)
         _, obs, _ = self.env.observe()
-        legal = legal_bits(self.env)  # None when every action is always legal
+        masked = hasattr(self.env, "action_mask")  # legal actions only (connect4)
+        mask = self.env.action_mask() if masked else None
         ep_ret = np.zeros(self.num_envs)
         ep_len = np.zeros(self.num_envs, dtype=np.int64)
         views, filled = ch.chunk(), 0
@@ -172,18 +173,18 @@ class ApeXDQN:
                 flat.copy_(torch.from_numpy(w[1]))
             with torch.inference_mode(), autocast(torch.device("cpu"), cfg.training.precision):
                 q_values = self.model(torch.from_numpy(obs)).float()
-            if legal is None:
+            if mask is None:
                 greedy = q_values.argmax(1).numpy()
                 randoms = rng.integers(self.num_actions, size=self.num_envs)
             else:  # only legal actions, greedy or random
-                mask = bits_to_mask(legal, self.num_actions)
                 greedy = q_values.masked_fill(~torch.from_numpy(mask), float("-inf")).argmax(1).numpy()
                 randoms = (rng.random(mask.shape) + mask).argmax(1)
             explore = rng.random(self.num_envs) < eps
             actions = np.where(explore, randoms, greedy)
             self.env.act(actions)
             rew, next_obs, first = self.env.observe()
-            legal = legal_bits(self.env)
+            if masked:
+                mask = self.env.action_mask()
             ep_ret += rew
             ep_len += 1
             if first.any():
@@ -194,13 +195,14 @@ class ApeXDQN:
             if out is None:
                 continue
             o, a, r, disc, nxt = out
+            legal = mask_bits(mask) if masked else -1  # of next_obs, which is the current obs
             i = 0
             while i < len(a):  # a step's transitions may straddle two chunks
                 k = min(len(a) - i, d.chunk_size - filled)
                 sl = slice(filled, filled + k)
                 views["obs"][sl], views["next_obs"][sl] = o[i:i + k], nxt[i:i + k]
                 views["actions"][sl], views["returns"][sl], views["discounts"][sl] = a[i:i + k], r[i:i + k], disc[i:i + k]
-                views["next_legal"][sl] = -1 if legal is None else legal[i:i + k]  # next_obs is the current obs
+                views["next_legal"][sl] = legal if not masked else legal[i:i + k]
                 filled += k
                 i += k
                 if filled == d.chunk_size:
@@ -230,7 +232,8 @@ class ApeXDQN:
         target = copy.deepcopy(q)
         opt = torch.optim.Adam(q.parameters(), lr=t.learning_rate, eps=t.adam_eps)
         replay = PrioritizedReplay(d.buffer_size, self.obs_shape, d.per_alpha, seed=rank_seed(t.seed, self.world.rank))
-        # counters over the whole run (all segments); `received` and the sent totals are this segment's
+        # counters over the whole run (all segments); `received` and the sent totals are this segment's,
+        # so the run's transitions are c["transitions"] (before this segment) + received
         c = {"updates": 0, "episodes": 0, "transitions": 0, "lag_sum": 0, "lag_n": 0}
         ret_window: list[float] = []
         resumed = ""
@@ -275,7 +278,8 @@ class ApeXDQN:
         def checkpoint(final: bool) -> None:
             state = {"algo": "dqn", "agent": self.agent, "model": q.state_dict(), "target": target.state_dict(),
                      "optimizer": opt.state_dict(), "timesteps": env_steps(final), "iteration": c["updates"],
-                     "counters": dict(c), "ret_window": list(ret_window), "resumes": self.resumes,
+                     "counters": dict(c, transitions=c["transitions"] + received), "ret_window": list(ret_window),
+                     "resumes": self.resumes,
                      "replay_rng": replay.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
                      "replay_file": REPLAY_FILE if d.save_replay else None, "config": cfg.to_dict(),
                      "world_size": self.world.size,
@@ -359,9 +363,7 @@ class ApeXDQN:
             now = time.perf_counter()
             if (d.checkpoint_interval_updates and updates % d.checkpoint_interval_updates == 0) or (
                     ck_every_s > 0 and time.monotonic() - last_ckpt >= ck_every_s):
-                c["transitions"] += received  # checkpoint() saves c; keep `received` per segment
                 checkpoint(final=False)
-                c["transitions"] -= received
                 last_ckpt = time.monotonic()
             if now - last_log > 5.0:
                 dt = now - last_log
@@ -384,10 +386,10 @@ class ApeXDQN:
         sent = {a: int(ch.stopped[a][0]) for a in actors}
         if sum(sent.values()) != received:
             raise RuntimeError(f"agent {self.agent}: actors sent {sum(sent.values())} transitions, learner got {received}")
-        c["transitions"] += received
+        transitions = c["transitions"] + received
         if writer is not None:
             if ret_window:
-                writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), c["transitions"])
+                writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), transitions)
             writer.close()
         checkpoint(final=True)
         steps_segment = env_steps(final=True) - self.steps_before
@@ -401,7 +403,7 @@ class ApeXDQN:
             "actor_steps_per_s": steps_segment / elapsed / self.num_actors,
             "learner_updates_per_s": updates / elapsed, "learner_samples_per_s": updates * d.batch_size / elapsed,
             "learner_device": str(device), "updates": c["updates"], "replay_size": replay.size,
-            "replay_ratio": c["updates"] * d.batch_size / max(c["transitions"], 1),
+            "replay_ratio": c["updates"] * d.batch_size / max(transitions, 1),
             "weight_lag": c["lag_sum"] / max(c["lag_n"], 1),
             "epsilons": eps.tolist(), "transitions_sent": sum(sent.values()), "transitions_received": received,
             "episode_return_mean": float(np.mean(ret_window)) if ret_window else None, "episodes": c["episodes"],

@@ -1,12 +1,11 @@
 """The real command line, tiny budgets: outputs, bad input, resume, fail-stop."""
-import json
 import time
 
 import pytest
 import torch
 import yaml
 
-from conftest import ROOT, metrics, ok, trainer
+from conftest import metrics, ok, trainer
 
 SMOKE = ["--config", "configs/smoke.yaml", "--no-progress"]
 BENCH_KEYS = {"algo", "env", "world_size", "num_envs_per_rank", "total_timesteps", "duration_s", "fps",

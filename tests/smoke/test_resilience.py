@@ -9,7 +9,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, metrics, mpi_env, ok, trainer
+from conftest import MPIRUN, ROOT, mpi_env, ok, trainer
 
 # starpilot ends random-play episodes quickly and with non-zero returns, so curves are informative
 pytestmark = pytest.mark.slow

@@ -97,14 +97,14 @@ def test_double_dqn_target_takes_the_best_legal_next_action_only():
     assert td_free.item() == 1.0 + 0.5 * 100.0
 
 
-def test_legal_bits_round_trip_and_replay_keeps_them():
+def test_mask_bits_round_trip_and_replay_keeps_them():
     import numpy as np
     from mpippo.algos.dqn import PrioritizedReplay
-    from mpippo.envs import bits_to_mask, legal_bits
+    from mpippo.envs import bits_to_mask, mask_bits
     from mpippo.envs.connect4 import ConnectFourVecEnv
     env = ConnectFourVecEnv(4, seed=0)
     env.board[1, :, 3] = np.array([1, -1, 1, -1, 1, -1])  # column 3 full in env 1
-    bits = legal_bits(env)
+    bits = mask_bits(env.action_mask())
     assert (bits_to_mask(bits, 7) == env.action_mask()).all() and not bits_to_mask(bits, 7)[1, 3]
     replay = PrioritizedReplay(8, (6, 7, 2), seed=0)
     obs = np.zeros((4, 6, 7, 2), np.uint8)

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from mpippo.comm import World
-from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel, chunk_checksum
+from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 
 world = World(collective_timeout_s=60)
 world.install_abort_hook()
