@@ -119,6 +119,21 @@ class DQNConfig:
 
 
 @dataclass
+class SelfPlayConfig:
+    enabled: bool = _f(False, "Self-play (DQN on connect4): actors play frozen snapshots of the learner from an opponent pool instead of the random player.")
+    snapshot_interval_updates: int = _f(200, "Learner updates between snapshots added to the pool (the starting network is member 0).")
+    pool_size: int = _f(8, "Most members kept in the pool (and cached on each actor); beyond it one is dropped, never the newest.")
+    sampling: str = _f("uniform", "Opponent per actor game: latest | uniform | prioritized (by the learner's recent loss rate against each member).")
+    drop: str = _f("oldest", "Member dropped when the pool is full: oldest | lowest_rated.")
+    priority_exponent: float = _f(1.0, "prioritized: p ~ loss_rate ** this (larger = focus on the members the learner loses to).")
+    opponent_eps: float = _f(0.05, "Pool members play a random legal column at this rate (else greedy), so no game is one fixed line.")
+    heuristic_prob: float = _f(0.1, "Share of actor games against the fixed random / one-step-lookahead players (half each).")
+    elo_k: float = _f(16.0, "Elo K-factor of the ratings (learner, members, heuristics; random is the anchor at 0).")
+    eval_interval_updates: int = _f(250, "Learner updates between greedy rating games against the heuristic players (the win-rate curve); 0 = only at start and end.")
+    eval_games: int = _f(100, "Greedy games against each heuristic player per rating round (half with the first move).")
+
+
+@dataclass
 class LoggingConfig:
     log_interval: int = _f(1, "Iterations between metric reductions, TensorBoard points and benchmark_metrics.json writes.")
     print_interval: int = _f(5, "Iterations between console lines (rank 0).")
@@ -141,6 +156,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
@@ -289,6 +305,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
             errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
     if t.algo not in ("ppo", "dqn"):
         errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo, dqn")
+    if cfg.selfplay.enabled and t.algo != "dqn":
+        errs.append(f"selfplay.enabled: self-play runs in the DQN learner layout, training.algo is '{t.algo}'; allowed: dqn")
     if t.precision not in ("fp32", "bf16"):
         errs.append(f"training.precision: '{t.precision}' is not one of fp32, bf16")
     if t.device not in ("cpu", "cuda", "auto"):
@@ -349,6 +367,23 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
         if not errs and (world_size % d.num_agents or world_size // d.num_agents < 2):
             errs.append(f"dqn.num_agents: {world_size} rank(s) cannot form {d.num_agents} agent(s) of a learner and "
                         f">= 1 actor each; run with a multiple of {d.num_agents} ranks, at least {2 * d.num_agents}")
+        sp = cfg.selfplay
+        if sp.enabled:
+            if name != "connect4":
+                errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: connect4")
+            for key in ("snapshot_interval_updates", "pool_size", "eval_games"):
+                if getattr(sp, key) < 1:
+                    errs.append(f"selfplay.{key}: must be >= 1, got {getattr(sp, key)}")
+            for key in ("eval_interval_updates", "elo_k", "priority_exponent"):
+                if getattr(sp, key) < 0:
+                    errs.append(f"selfplay.{key}: must be >= 0, got {getattr(sp, key)}")
+            for key in ("heuristic_prob", "opponent_eps"):
+                if not 0.0 <= getattr(sp, key) <= 1.0:
+                    errs.append(f"selfplay.{key}: must be in [0, 1], got {getattr(sp, key)}")
+            if sp.sampling not in ("latest", "uniform", "prioritized"):
+                errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
+            if sp.drop not in ("oldest", "lowest_rated"):
+                errs.append(f"selfplay.drop: '{sp.drop}' is not one of oldest, lowest_rated")
         if not errs and e.num_envs_per_rank is None and e.num_envs % (world_size - d.num_agents):
             errs.append(f"env.num_envs: {e.num_envs} envs cannot be divided evenly over {world_size - d.num_agents} "
                         f"actors; use a multiple or set env.num_envs_per_rank")

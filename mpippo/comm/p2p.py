@@ -7,8 +7,11 @@ it take more data, so fast actors wait for a slow learner instead of flooding it
 Actor -> learner, tag STOP: [transitions sent, env steps, checksum, chunks, reason] after the
 last chunk; reason is nonzero when a signal made the actor stop early (the learner then stops
 the other actors too).
-Learner -> actor, tag WEIGHTS: [version, flat parameters] (float64 version slot + float32
-params in one buffer), sent without blocking; an actor picks it up when it has arrived.
+Learner -> actor, tag WEIGHTS: [version, table, flat parameters] (float64 version and table
+slots + float32 params in one buffer), sent without blocking; an actor picks it up when it has
+arrived. The table (self-play: the opponent sampling table) is empty otherwise.
+Learner -> actor, tag SNAPSHOT: [member id, flat parameters] of a new opponent-pool member
+(self-play), sent once to every actor without blocking; every one is received, in order.
 Learner -> actor, tag STOPREQ: stop stepping early (an episode budget was reached).
 Learner -> actor, tag DONE: everything of this actor was received; the actor may exit.
 
@@ -24,19 +27,21 @@ import numpy as np
 
 from mpippo.comm.world import MPI
 
-CHUNK, ACK, STOP, WEIGHTS, DONE, STOPREQ = 101, 102, 103, 104, 105, 106
+CHUNK, ACK, STOP, WEIGHTS, DONE, STOPREQ, SNAPSHOT = 101, 102, 103, 104, 105, 106, 107
 
 
 class ChunkLayout:
     """Byte offsets of one chunk: header + C transitions (obs, next_obs, actions, returns, discounts,
-    priorities, next_legal: the legal actions of next_obs as a bitmask, -1 = all)."""
+    priorities, next_legal: the legal actions of next_obs as a bitmask, -1 = all) + `results_rows`
+    rows of game results (self-play: opponent id, wins, draws, losses; all-zero rows are empty)."""
 
     HEADER = 8  # int64: count, actor, seq, then slots the runner may use (runners/dqn.py)
 
-    def __init__(self, chunk_size: int, obs_shape):
+    def __init__(self, chunk_size: int, obs_shape, results_rows: int = 0):
         self.chunk_size, self.obs_shape = chunk_size, tuple(obs_shape)
         C = chunk_size
-        fields = [("header", np.int64, (self.HEADER,)), ("actions", np.int64, (C,)),
+        fields = [("header", np.int64, (self.HEADER,)), ("results", np.int64, (results_rows, 4)),
+                  ("actions", np.int64, (C,)),
                   ("returns", np.float32, (C,)), ("discounts", np.float32, (C,)), ("priorities", np.float32, (C,)),
                   ("next_legal", np.int64, (C,)),
                   ("obs", np.uint8, (C,) + self.obs_shape), ("next_obs", np.uint8, (C,) + self.obs_shape)]
@@ -74,16 +79,21 @@ def combine(total: int, crc: int) -> int:
 class ActorChannel:
     """Actor side: send chunks with credits, receive weights, finish with STOP/DONE."""
 
-    def __init__(self, comm, learner: int, layout: ChunkLayout, n_params: int, max_inflight: int = 4):
+    def __init__(self, comm, learner: int, layout: ChunkLayout, n_params: int, max_inflight: int = 4,
+                 table_size: int = 0, snapshots: bool = False):
         self.comm, self.learner, self.layout, self.max_inflight = comm, learner, layout, max_inflight
+        self.table_size = table_size
         self.buffers = [layout.new_buffer() for _ in range(max_inflight)]
         self.send_reqs: list = [None] * max_inflight
         self.next_slot = 0
         self.inflight = 0
         self.ack = np.zeros(1, dtype=np.int64)
         self.ack_req = comm.Irecv(self.ack, source=learner, tag=ACK)
-        self.weights = np.zeros(2 + n_params, dtype=np.float32)  # [version as 2 float32 = 1 float64, params]
+        # [version and table as float64 (2 float32 each), params]
+        self.weights = np.zeros(2 + 2 * table_size + n_params, dtype=np.float32)
         self.weights_req = comm.Irecv(self.weights, source=learner, tag=WEIGHTS)
+        self.snapshot = np.zeros(2 + n_params, dtype=np.float32) if snapshots else None
+        self.snapshot_req = comm.Irecv(self.snapshot, source=learner, tag=SNAPSHOT) if snapshots else None
         self.sent = self.seq = 0
         self.checksum = 0
         self.stopreq = np.zeros(1, dtype=np.int64)
@@ -128,15 +138,25 @@ class ActorChannel:
         self.seq += 1
 
     def poll_weights(self):
-        """(version, flat params) of the newest weights that arrived since the last call, or None."""
+        """(version, flat params, table) of the newest weights that arrived since the last call, or None."""
         latest = None
+        head = 2 + 2 * self.table_size
         while self.weights_req.Test():
-            latest = (int(self.weights[:2].view(np.float64)[0]), self.weights[2:].copy())
+            meta = self.weights[:head].view(np.float64)
+            latest = (int(meta[0]), self.weights[head:].copy(), meta[1:].copy())
             self.weights_req = self.comm.Irecv(self.weights, source=self.learner, tag=WEIGHTS)
         return latest
 
+    def poll_snapshots(self) -> list:
+        """[(member id, flat params)] of the pool snapshots that arrived since the last call, in order."""
+        out = []
+        while self.snapshot_req is not None and self.snapshot_req.Test():
+            out.append((int(self.snapshot[:2].view(np.float64)[0]), self.snapshot[2:].copy()))
+            self.snapshot_req = self.comm.Irecv(self.snapshot, source=self.learner, tag=SNAPSHOT)
+        return out
+
     def finish(self, env_steps: int, reason: int = 0) -> None:
-        """Announce the totals, then keep taking acks and weights until the learner says DONE."""
+        """Announce the totals, then keep taking acks, weights and snapshots until the learner says DONE."""
         stop = np.array([self.sent, env_steps, self.checksum, self.seq, reason], dtype=np.int64)
         self.comm.Send(stop, dest=self.learner, tag=STOP)
         done = np.zeros(1, dtype=np.int64)
@@ -144,7 +164,9 @@ class ActorChannel:
         while not done_req.Test():
             self._drain_acks(block=False)
             self.poll_weights()
-        for req in (self.ack_req, self.weights_req) + (() if self._stop_requested else (self.stopreq_req,)):
+            self.poll_snapshots()
+        spare = [self.ack_req, self.weights_req] + ([self.snapshot_req] if self.snapshot_req is not None else [])
+        for req in spare + ([] if self._stop_requested else [self.stopreq_req]):
             req.Cancel()
             req.Wait()
         for req in self.send_reqs:
@@ -155,8 +177,10 @@ class ActorChannel:
 class LearnerChannel:
     """Learner side: one posted Irecv per actor buffer; never blocks on one actor."""
 
-    def __init__(self, comm, actors: list[int], layout: ChunkLayout, n_params: int, max_inflight: int = 4):
+    def __init__(self, comm, actors: list[int], layout: ChunkLayout, n_params: int, max_inflight: int = 4,
+                 table_size: int = 0):
         self.comm, self.actors, self.layout = comm, actors, layout
+        self.table_size = table_size
         self.buffers = {a: [layout.new_buffer() for _ in range(max_inflight)] for a in actors}
         self.reqs, self.owners = [], []
         for a in actors:
@@ -171,8 +195,9 @@ class LearnerChannel:
         self.stopped: dict[int, np.ndarray] = {}
         self.unacked = {a: 0 for a in actors}
         self.pending_sends: list = []
-        self.weights = np.zeros(2 + n_params, dtype=np.float32)
+        self.weights = np.zeros(2 + 2 * table_size + n_params, dtype=np.float32)
         self.weight_reqs: list = []
+        self.snapshot_sends: list = []  # (requests, buffer) of pool snapshots still in flight
 
     def poll(self) -> list[tuple[int, int, dict, int]]:
         """Chunks that have arrived: [(slot, actor, views, count)]; call release(slot) once copied out."""
@@ -206,14 +231,26 @@ class LearnerChannel:
                 self.unacked[a] = 0
         self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
 
-    def send_weights(self, version: int, flat_params: np.ndarray) -> bool:
-        """Start sending weights to every actor unless the previous round is still in flight."""
+    def send_weights(self, version: int, flat_params: np.ndarray, table: np.ndarray | None = None) -> bool:
+        """Start sending weights (and the table) to every actor unless the previous round is still in flight."""
         if self.weight_reqs and not MPI.Request.Testall(self.weight_reqs):
             return False
-        self.weights[:2].view(np.float64)[0] = version
-        self.weights[2:] = flat_params
+        head = 2 + 2 * self.table_size
+        meta = self.weights[:head].view(np.float64)
+        meta[0] = version
+        if self.table_size:
+            meta[1:] = table
+        self.weights[head:] = flat_params
         self.weight_reqs = [self.comm.Isend(self.weights, dest=a, tag=WEIGHTS) for a in self.actors]
         return True
+
+    def send_snapshot(self, member_id: int, flat_params: np.ndarray) -> None:
+        """Ship a new pool member to every actor; its own buffer lives until every send completed."""
+        buf = np.empty(2 + len(flat_params), dtype=np.float32)
+        buf[:2].view(np.float64)[0] = member_id
+        buf[2:] = flat_params
+        self.snapshot_sends = [(r, b) for r, b in self.snapshot_sends if not MPI.Request.Testall(r)]
+        self.snapshot_sends.append(([self.comm.Isend(buf, dest=a, tag=SNAPSHOT) for a in self.actors], buf))
 
     def request_stop(self) -> None:
         """Ask every actor to stop stepping; they then send their last chunk and STOP as usual."""
@@ -234,6 +271,8 @@ class LearnerChannel:
         self.grant()
         MPI.Request.Waitall([r for r, _ in self.pending_sends])
         MPI.Request.Waitall(self.weight_reqs)
+        for reqs, _ in self.snapshot_sends:
+            MPI.Request.Waitall(reqs)
         done = np.zeros(1, dtype=np.int64)
         MPI.Request.Waitall([self.comm.Isend(done, dest=a, tag=DONE) for a in self.actors])
         for req in self.reqs:

@@ -14,7 +14,14 @@ single-player env:
 Who moves first alternates per env and game, so the learner plays both sides.
 Opponents are callables (obs, mask) -> actions; `random_opponent` and `lookahead_opponent`
 (win now if possible, else block the other's immediate win, else random) are the fixed
-heuristic opponents used to rate an agent.
+heuristic opponents used to rate an agent. An opponent that plays different policies in
+different envs (a self-play pool, `mpippo.selfplay.OpponentCache`) also has
+`per_env = True`: it is called as opponent(obs, mask, envs) with the env indices, and told
+`games_ended(envs, rewards)` (the learner's rewards) and `games_started(envs)`, so it can pick
+a new policy for each game.
+
+`play_games` pits a policy against an opponent for a fixed number of games (the rating games
+of self-play and `mpippo.evaluate --opponent`).
 """
 from __future__ import annotations
 
@@ -112,19 +119,29 @@ class ConnectFourVecEnv:
         self._start(np.ones(num_envs, dtype=bool))
 
     def set_opponent(self, opponent) -> None:
+        """Play `opponent` from now on; the games in progress are abandoned (uncounted) and start anew."""
         self.opponent = opponent
+        self.rew[:] = 0.0
+        self.first[:] = True
+        self._start(np.ones(self.num_envs, dtype=bool))
+
+    def _opponent_moves(self, idx: np.ndarray) -> np.ndarray:
+        them = -self.me[idx]
+        obs, mask = planes(self.board[idx], them), legal_mask(self.board[idx])
+        cols = self.opponent(obs, mask, idx) if getattr(self.opponent, "per_env", False) else self.opponent(obs, mask)
+        return np.asarray(cols, dtype=np.int64)
 
     def _start(self, which: np.ndarray) -> None:
         """New games in envs `which`; the opponent moves first where it is its turn to start."""
         self.board[which] = 0
         self.agent_first[which] = ~self.agent_first[which]  # alternate who starts
         self.me[which] = np.where(self.agent_first[which], 1, -1)
+        if getattr(self.opponent, "per_env", False):
+            self.opponent.games_started(np.flatnonzero(which))
         opp_starts = which & ~self.agent_first
         if opp_starts.any():
             idx = np.flatnonzero(opp_starts)
-            them = -self.me[idx]
-            cols = self.opponent(planes(self.board[idx], them), legal_mask(self.board[idx]))
-            self._place(idx, np.asarray(cols, dtype=np.int64), them)
+            self._place(idx, self._opponent_moves(idx), -self.me[idx])
 
     def _place(self, idx: np.ndarray, cols: np.ndarray, who: np.ndarray) -> np.ndarray:
         sub = self.board[idx]
@@ -156,8 +173,7 @@ class ConnectFourVecEnv:
         reply = np.flatnonzero(~ended)
         if len(reply):
             them = -self.me[reply]
-            cols = self.opponent(planes(self.board[reply], them), legal_mask(self.board[reply]))
-            cols = np.asarray(cols, dtype=np.int64)
+            cols = self._opponent_moves(reply)
             ok = legal_mask(self.board[reply])[np.arange(len(reply)), cols]
             rew[reply[~ok]], ended[reply[~ok]] = 1.0, True  # an opponent's illegal move forfeits
             good = reply[ok]
@@ -170,6 +186,8 @@ class ConnectFourVecEnv:
         self.outcomes += [(rew[ended] > 0).sum(), (rew[ended] == 0).sum(), (rew[ended] < 0).sum()]
         self.rew, self.first = rew, ended
         if ended.any():
+            if getattr(self.opponent, "per_env", False):
+                self.opponent.games_ended(np.flatnonzero(ended), rew[ended])
             self._start(ended)
 
     def take_outcomes(self) -> np.ndarray:
@@ -187,3 +205,38 @@ class ConnectFourVecEnv:
 
     def close(self) -> None:
         pass
+
+
+def play_games(policy, opponent, num_games: int) -> np.ndarray:
+    """(wins, draws, losses) of `policy` against `opponent`, both callables (obs, mask) -> actions,
+    over `num_games` games played side by side; `policy` moves first in the even-numbered ones.
+    An illegal move loses (neither of ours makes one: both pick among legal columns)."""
+    n = num_games
+    board = np.zeros((n, ROWS, COLS), dtype=np.int8)
+    me = np.where(np.arange(n) % 2 == 0, 1, -1).astype(np.int8)  # +1 moves first
+    result = np.zeros(n, dtype=np.int64)  # +1 policy won, -1 lost, 0 draw (or going on)
+    live = np.ones(n, dtype=bool)
+    mover = np.int8(1)
+    while live.any():
+        idx = np.flatnonzero(live)
+        ours = me[idx] == mover
+        for sub, player in ((idx[ours], policy), (idx[~ours], opponent)):
+            if not len(sub):
+                continue
+            who = np.full(len(sub), mover, dtype=np.int8)
+            mask = legal_mask(board[sub])
+            cols = np.asarray(player(planes(board[sub], who), mask), dtype=np.int64)
+            sign = np.where(me[sub] == mover, 1, -1)
+            bad = ~mask[np.arange(len(sub)), cols]
+            result[sub[bad]], live[sub[bad]] = -sign[bad], False
+            good, cols = sub[~bad], cols[~bad]
+            if len(good):
+                part = board[good]
+                rows = drop(part, cols, who[~bad])
+                board[good] = part
+                won = wins_at(part, rows, cols)
+                result[good[won]] = sign[~bad][won]
+                live[good[won]] = False
+                live[good[~won & ~legal_mask(part).any(1)]] = False  # full board: draw
+        mover = np.int8(-mover)
+    return np.array([(result > 0).sum(), (result == 0).sum(), (result < 0).sum()], dtype=np.int64)

@@ -14,6 +14,11 @@ signal and at the end. A signal on any rank of an agent stops its actors (STOPRE
 drains every chunk in flight, checkpoints and the job exits 3 (SIGUSR1: requeue) or 4. A resume
 continues the counters and budgets; it is not bit-exact (actor/learner timing is not), and after
 a crash the env steps since the last checkpoint are collected again.
+
+Self-play (`selfplay.enabled`, two-player games): the learner keeps an opponent pool of frozen
+snapshots and ships each to the actors (tag SNAPSHOT) and the sampling table with the weights;
+actors play a pool member per game and report results per opponent in the chunks; the learner
+rates (mpippo.selfplay). The pool and the rating history are part of the checkpoint.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from mpippo.envs import bits_to_mask, make_env, mask_bits, rank_seed
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.preemption import SignalFlags
+from mpippo.selfplay import OpponentCache, OpponentPool
 from mpippo.models import DuelingQNetwork
 from mpippo.models.flat import flatten_parameters_
 
@@ -81,9 +87,12 @@ class ApeXDQN:
         # the learner only needs the spaces; actors step envs
         self.env = make_env(cfg, self.num_envs if not self.is_learner else 1, seed=seed)
         self.obs_shape, self.num_actions = tuple(self.env.obs_shape), int(self.env.num_actions)
-        self.model = DuelingQNetwork(self.obs_shape, self.num_actions, tuple(cfg.model.channels),
-                                     cfg.model.hidden_size, d.dueling)
-        self.layout = ChunkLayout(d.chunk_size, self.obs_shape)
+        self.model = self._new_net()
+        self.selfplay = cfg.selfplay if cfg.selfplay.enabled else None
+        sp = self.selfplay
+        # self-play: the sampling table rides with the weights, game results with the chunks
+        self.table_size = 1 + 2 * sp.pool_size if sp else 0
+        self.layout = ChunkLayout(d.chunk_size, self.obs_shape, results_rows=sp.pool_size + 4 if sp else 0)
         self.n_params = sum(p.numel() for p in self.model.parameters())
         self.resume_state = None
         start = self._resume_point(resume)  # env steps done so far, and how often this agent was resumed
@@ -100,6 +109,10 @@ class ApeXDQN:
                 raise ConfigError(f"dqn.buffer_size: {d.buffer_size} transitions need {need / 2**30:.1f} GiB, "
                                   f"more than the {avail / 2**30:.1f} GiB available; lower it")
             self.replay_gib = need / 2**30
+
+    def _new_net(self) -> DuelingQNetwork:
+        return DuelingQNetwork(self.obs_shape, self.num_actions, tuple(self.cfg.model.channels),
+                               self.cfg.model.hidden_size, self.cfg.dqn.dueling)
 
     @property
     def ckpt_dir(self) -> Path:
@@ -141,16 +154,37 @@ class ApeXDQN:
     def _act(self, signals: SignalFlags) -> dict:
         cfg, d = self.cfg, self.cfg.dqn
         flat = flatten_parameters_(self.model)
-        ch = ActorChannel(self.comm, 0, self.layout, self.n_params, d.max_inflight)
+        sp = self.selfplay
+        ch = ActorChannel(self.comm, 0, self.layout, self.n_params, d.max_inflight, self.table_size, snapshots=bool(sp))
         eps = float(apex_epsilons(self.num_actors, d.eps, d.eps_alpha)[self.actor_index])
         rng = np.random.default_rng(rank_seed(cfg.training.seed, self.world.rank) + 17 + 7919 * self.resumes)
-        version = -1
-        while version < 0:  # start acting with the learner's weights, not a random net of our own
+        cache = None
+        if sp:  # the env's opponent: pool members (inference copies) and the heuristic players
+            cache = OpponentCache(self._new_net, self.num_envs, np.random.default_rng(rng.integers(2**62)),
+                                  sp.heuristic_prob, sp.pool_size,
+                                  lambda: autocast(torch.device("cpu"), cfg.training.precision), sp.opponent_eps)
+
+        def receive() -> int | None:
+            """Take new weights (and the opponent table) and pool snapshots; the new version or None."""
+            if cache is not None:
+                for mid, params in ch.poll_snapshots():
+                    cache.add(mid, params)
             w = ch.poll_weights()
-            if w is not None:
-                version = w[0]
-                flat.copy_(torch.from_numpy(w[1]))
+            if w is None:
+                return None
+            flat.copy_(torch.from_numpy(w[1]))
+            if cache is not None:
+                n, size = int(w[2][0]), sp.pool_size
+                cache.set_table(w[2][1:1 + n], w[2][1 + size:1 + size + n])
+            return w[0]
+
+        version = -1
+        while version < 0 or (cache is not None and not cache.nets):  # start with the learner's weights (and pool)
+            new = receive()
+            version = version if new is None else new
             time.sleep(0.001)
+        if cache is not None:
+            self.env.set_opponent(cache)
         acc = NStepAccumulator(d.n_step, cfg.training.gamma, self.num_envs, self.obs_shape)
         _, obs, _ = self.env.observe()
         masked = hasattr(self.env, "action_mask")  # legal actions only (connect4)
@@ -167,10 +201,8 @@ class ApeXDQN:
                 break
             steps_done = step + 1
             maybe_inject(self.world.rank, steps_done)  # tests only: MPIPPO_FAULT, counted in actor steps
-            w = ch.poll_weights()
-            if w is not None:
-                version = w[0]
-                flat.copy_(torch.from_numpy(w[1]))
+            new = receive()
+            version = version if new is None else new
             with torch.inference_mode(), autocast(torch.device("cpu"), cfg.training.precision):
                 q_values = self.model(torch.from_numpy(obs)).float()
             if mask is None:
@@ -206,22 +238,30 @@ class ApeXDQN:
                 filled += k
                 i += k
                 if filled == d.chunk_size:
-                    self._stamp(views, version, stats, step + 1)
+                    self._stamp(views, version, stats, step + 1, cache)
                     ch.send(filled, self.local_rank)
                     views, filled = ch.chunk(), 0
-        if filled or stats[0]:
-            self._stamp(views, version, stats, steps_done)
+        while filled or stats[0] or (cache is not None and cache.results):  # the rest, and every game result
+            self._stamp(views, version, stats, steps_done, cache)
             ch.send(filled, self.local_rank)
+            views, filled = ch.chunk(), 0
         ch.finish(env_steps=steps_done * self.num_envs, reason=reason)
         self.env.close()
         return {"role": "actor", "sent": ch.sent, "eps": eps, "stop_reason": STOP_REASONS[reason],
-                "steps_per_s": steps_done * self.num_envs / (time.perf_counter() - t0)}
+                "steps_per_s": steps_done * self.num_envs / (time.perf_counter() - t0),
+                **({"opponents": cache.summary()} if cache is not None else {})}
 
-    def _stamp(self, views, version, stats, steps):
+    def _stamp(self, views, version, stats, steps, cache=None):
         h = views["header"]
         h[H_VERSION], h[H_EPISODES], h[H_LENSUM], h[H_STEPS] = version, int(stats[0]), int(stats[2]), steps * self.num_envs
         h[H_RETSUM:H_RETSUM + 1].view(np.float64)[0] = stats[1]
         stats[:] = 0.0
+        if cache is not None:
+            res = views["results"]
+            res[:] = 0
+            rows = cache.take_results(len(res))
+            if rows:
+                res[:len(rows)] = rows
 
     # ---------------------------------------------------------------- learner
     def _learn(self, signals: SignalFlags) -> dict:
@@ -237,6 +277,9 @@ class ApeXDQN:
         c = {"updates": 0, "episodes": 0, "transitions": 0, "lag_sum": 0, "lag_n": 0}
         ret_window: list[float] = []
         resumed = ""
+        sp = self.selfplay
+        pool = OpponentPool(sp.pool_size, sp.sampling, sp.drop, sp.elo_k, sp.priority_exponent) if sp else None
+        ratings: list[dict] = []  # self-play: greedy games against the heuristic players, one row per round
         if self.resume_state is not None:
             st = self.resume_state
             target.load_state_dict(st["target"])
@@ -252,10 +295,17 @@ class ApeXDQN:
                 why = replay.load(self.ckpt_dir / st["replay_file"], c["updates"])
                 resumed = (f"; restored replay of {replay.size:,} transitions" if why is None else
                            f"; warning: replay file not used ({why}), the buffer refills from empty")
+            if pool is not None:
+                if "selfplay" not in st:
+                    raise ConfigError("checkpoint: it has no opponent pool (trained without self-play); "
+                                      "resume it with selfplay.enabled=false")
+                pool.load_state_dict(st["selfplay"]["pool"])
+                ratings = list(st["selfplay"]["ratings"])
+                resumed += f"; restored opponent pool of {len(pool.members)} (ids {[m['id'] for m in pool.members]})"
             self.resume_state = None
         masked = hasattr(self.env, "action_mask")  # the target's argmax over legal actions only
         actors = list(range(1, self.num_actors + 1))
-        ch = LearnerChannel(self.comm, actors, self.layout, self.n_params, d.max_inflight)
+        ch = LearnerChannel(self.comm, actors, self.layout, self.n_params, d.max_inflight, self.table_size)
         eps = apex_epsilons(self.num_actors, d.eps, d.eps_alpha)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         from torch.utils.tensorboard import SummaryWriter
@@ -270,6 +320,40 @@ class ApeXDQN:
         def weights():
             return flat.detach().cpu().numpy()
 
+        def table():
+            """The opponent sampling table for the actors: [n, ids (pool_size slots), probabilities]."""
+            if pool is None:
+                return None
+            ids, p = pool.table()
+            out = np.zeros(self.table_size)
+            out[0] = len(ids)
+            out[1:1 + len(ids)], out[1 + sp.pool_size:1 + sp.pool_size + len(ids)] = ids, p
+            return out
+
+        def rate() -> None:
+            """Greedy rating games against the heuristic players (the win-rate curve)."""
+            from mpippo.envs.connect4 import lookahead_opponent, play_games, random_opponent
+
+            @torch.inference_mode()
+            def policy(obs, mask):
+                with autocast(device, t.precision):
+                    qv = q(torch.from_numpy(obs).to(device)).float()
+                return qv.masked_fill(~torch.from_numpy(mask).to(device), float("-inf")).argmax(1).cpu().numpy()
+            rng = np.random.default_rng(rank_seed(t.seed, self.world.rank) + len(ratings))
+            row = {"update": c["updates"], "transitions": c["transitions"] + received}
+            for name, opp in (("random", random_opponent(rng)), ("lookahead", lookahead_opponent(rng))):
+                w_, d_, l_ = (int(x) for x in play_games(policy, opp, sp.eval_games))
+                row[name] = {"wins": w_, "draws": d_, "losses": l_, "win_rate": w_ / sp.eval_games,
+                             "score": (w_ + 0.5 * d_) / sp.eval_games}
+                if writer is not None:
+                    writer.add_scalar(f"selfplay/greedy_win_rate_vs_{name}", w_ / sp.eval_games, row["transitions"])
+                    writer.add_scalar(f"selfplay/greedy_score_vs_{name}", row[name]["score"], row["transitions"])
+            ratings.append(row)
+
+        def snapshot() -> None:
+            member, dropped = pool.snapshot(c["updates"], weights())
+            ch.send_snapshot(member["id"], member["params"])
+
         def env_steps(final: bool) -> int:
             """Env steps of the run so far: exact from the STOP messages at the end, else from chunk headers."""
             per_actor = {a: int(ch.stopped[a][1]) for a in actors} if final else seen_steps
@@ -282,6 +366,7 @@ class ApeXDQN:
                      "resumes": self.resumes,
                      "replay_rng": replay.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
                      "replay_file": REPLAY_FILE if d.save_replay else None, "config": cfg.to_dict(),
+                     **({"selfplay": {"pool": pool.state_dict(), "ratings": list(ratings)}} if pool is not None else {}),
                      "world_size": self.world.size,
                      "model_spec": {"obs_shape": list(self.obs_shape), "num_actions": self.num_actions}}
             try:
@@ -293,8 +378,16 @@ class ApeXDQN:
                                  f"'{self.ckpt_dir}' failed ({e.strerror or e}); the previous checkpoint is intact\n")
                 self.world.abort(1)
 
-        ch.send_weights(c["updates"], weights())
         received = 0
+        if pool is not None:
+            if pool.members:  # resumed: every actor gets the whole pool again
+                for m in pool.members:
+                    ch.send_snapshot(m["id"], m["params"])
+            else:
+                snapshot()  # member 0: the starting network
+            if not ratings:
+                rate()
+        ch.send_weights(c["updates"], weights(), table())
         seen_steps = {a: 0 for a in actors}  # env steps each actor had done at its latest chunk
         stop_sent = False
         reason = 0
@@ -318,6 +411,10 @@ class ApeXDQN:
                     ret_window = ret_window[-100:]
                 c["lag_sum"] += c["updates"] - int(h[H_VERSION])
                 c["lag_n"] += 1
+                if pool is not None:
+                    for mid, w_, d_, l_ in views["results"]:
+                        if w_ or d_ or l_:
+                            pool.record(int(mid), int(w_), int(d_), int(l_))
                 ch.release(slot)
             # stop early: a signal here or at an actor, the time budget, or the episode budget
             reason = max(reason, signal_code(signals), ch.stop_reason(),
@@ -358,8 +455,13 @@ class ApeXDQN:
             maybe_inject(self.world.rank, updates - updates0)  # tests only: MPIPPO_FAULT, counted in this segment's updates
             if updates % d.target_update_period == 0:
                 target.load_state_dict(q.state_dict())
+            if pool is not None:
+                if updates % sp.snapshot_interval_updates == 0:
+                    snapshot()
+                if sp.eval_interval_updates and updates % sp.eval_interval_updates == 0:
+                    rate()
             if updates % d.weight_sync_period == 0:
-                ch.send_weights(updates, weights())
+                ch.send_weights(updates, weights(), table())
             now = time.perf_counter()
             if (d.checkpoint_interval_updates and updates % d.checkpoint_interval_updates == 0) or (
                     ck_every_s > 0 and time.monotonic() - last_ckpt >= ck_every_s):
@@ -377,9 +479,16 @@ class ApeXDQN:
                     writer.add_scalar("learner/weight_lag", c["lag_sum"] / max(c["lag_n"], 1), x)
                     if ret_window:
                         writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), x)
+                    if pool is not None:
+                        writer.add_scalar("selfplay/learner_elo", pool.learner_rating, x)
+                        writer.add_scalar("selfplay/lookahead_elo", pool.heuristics[-2]["rating"], x)
+                        writer.add_scalar("selfplay/pool_size", len(pool.members), x)
                 last, last_log = {"received": received, "updates": updates}, now
+                rated = (f" | elo {pool.learner_rating:6.0f} | pool {len(pool.members)} | greedy vs random "
+                         f"{ratings[-1]['random']['win_rate']:.2f}, lookahead {ratings[-1]['lookahead']['win_rate']:.2f}"
+                         if pool is not None else "")
                 print(f"agent {self.agent} | {x:>10,} transitions | {updates:>8,} updates | "
-                      f"return {np.mean(ret_window) if ret_window else float('nan'):6.2f} | replay {replay.size:,}",
+                      f"return {np.mean(ret_window) if ret_window else float('nan'):6.2f} | replay {replay.size:,}{rated}",
                       flush=True)
         ch.finish()
         elapsed = time.perf_counter() - t0
@@ -387,6 +496,8 @@ class ApeXDQN:
         if sum(sent.values()) != received:
             raise RuntimeError(f"agent {self.agent}: actors sent {sum(sent.values())} transitions, learner got {received}")
         transitions = c["transitions"] + received
+        if pool is not None and ratings[-1]["update"] != c["updates"]:
+            rate()  # the final rating
         if writer is not None:
             if ret_window:
                 writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), transitions)
@@ -409,10 +520,18 @@ class ApeXDQN:
             "episode_return_mean": float(np.mean(ret_window)) if ret_window else None, "episodes": c["episodes"],
             "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
         }
+        if pool is not None:
+            summary["selfplay"] = dict(pool.summary(), ratings=ratings)
         atomic_write_json(self.run_dir / "benchmark_metrics.json", summary)
         print(f"mpippo: agent {self.agent} {'finished' if not reason else 'stopped (' + STOP_REASONS[reason] + ')'}: "
               f"{summary['total_timesteps']:,} env steps ({steps_segment:,} in {elapsed:.1f} s, {summary['fps']:.0f} steps/s), "
               f"{c['updates']:,} updates ({summary['learner_samples_per_s']:.0f} samples/s), "
               f"replay ratio {summary['replay_ratio']:.2f}, return {summary['episode_return_mean']}, "
               f"transitions sent {summary['transitions_sent']:,} = received {received:,}", flush=True)
+        if pool is not None:
+            first, last_ = ratings[0], ratings[-1]
+            print(f"mpippo: agent {self.agent} self-play: {pool.snapshots_taken} snapshots, pool {[m['id'] for m in pool.members]}, "
+                  f"elo {pool.learner_rating:.0f}; greedy win rate vs random {first['random']['win_rate']:.2f} -> "
+                  f"{last_['random']['win_rate']:.2f}, vs lookahead {first['lookahead']['win_rate']:.2f} -> "
+                  f"{last_['lookahead']['win_rate']:.2f} ({sp.eval_games} games each)", flush=True)
         return summary

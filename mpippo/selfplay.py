@@ -1,0 +1,221 @@
+"""Self-play for two-player games in the DQN learner layout: an opponent pool on the learner,
+a cache of opponent networks on each actor, and ratings.
+
+Learner (`OpponentPool`): every `selfplay.snapshot_interval_updates` updates it freezes a copy
+of its network as a new pool member (member 0 is the network it starts from). The pool holds at
+most `selfplay.pool_size` members; beyond that the oldest, or the lowest-rated, is dropped (never
+the newest). Each member is shipped once to every actor (tag SNAPSHOT, non-blocking); with every
+weight sync the learner also sends the sampling table: member ids and the probability of facing
+each. `sampling` sets the table:
+
+    latest       the newest member only (plain self-play)
+    uniform      every member alike (fictitious self-play)
+    prioritized  p_i ~ (loss rate of the learner against i) ** priority_exponent, the loss rate a
+                 running average (loss 1, draw 0.5, win 0) that follows the learner's progress
+
+Actor (`OpponentCache`): the env's opponent. For each new game it draws a member from the table
+(or, with probability `heuristic_prob`, the random or the one-step lookahead player), plays it
+through its own inference copy (greedy, with a random legal move at rate `opponent_eps`), and counts the learner's wins, draws and losses per
+opponent; the counts ride to the learner in the chunk messages.
+
+Ratings: the learner turns those counts into win/draw/loss totals per opponent and an Elo rating
+(K = `elo_k`, one update per game) for itself, every member and both heuristics; the random
+player is the anchor at 0. These are the ratings of the acting (epsilon-greedy) policy. The
+learner also plays `eval_games` greedy games against each heuristic every
+`eval_interval_updates` updates: the win-rate curve.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mpippo.envs.connect4 import lookahead_opponent, random_opponent
+
+RANDOM, LOOKAHEAD = -1, -2  # opponent ids of the heuristic players; pool members have ids >= 0
+HEURISTICS = {RANDOM: "random", LOOKAHEAD: "lookahead"}
+SAMPLING = ("latest", "uniform", "prioritized")
+DROP = ("oldest", "lowest_rated")
+
+
+def elo_expected(r_a: float, r_b: float) -> float:
+    """Expected score of a player rated r_a against one rated r_b."""
+    return 1.0 / (1.0 + 10.0 ** ((r_b - r_a) / 400.0))
+
+
+class OpponentPool:
+    """The learner's pool of frozen snapshots, their statistics and the ratings."""
+
+    def __init__(self, size: int, sampling: str = "uniform", drop: str = "oldest", elo_k: float = 16.0,
+                 priority_exponent: float = 1.0, loss_rate_decay: float = 0.05):
+        self.size, self.sampling, self.drop = size, sampling, drop
+        self.elo_k, self.priority_exponent, self.decay = elo_k, priority_exponent, loss_rate_decay
+        self.members: list[dict] = []  # {id, update, params, wdl, rating, loss_rate}
+        self.next_id = 0
+        self.learner_rating = 0.0
+        self.heuristics = {i: {"wdl": np.zeros(3, dtype=np.int64), "rating": 0.0} for i in HEURISTICS}
+        self.snapshots_taken = 0
+        self.dropped: list[int] = []
+
+    def snapshot(self, update: int, params: np.ndarray) -> tuple[dict, list[int]]:
+        """Freeze `params` as a new member; returns it and the ids dropped to keep the bound."""
+        member = {"id": self.next_id, "update": update, "params": np.array(params, dtype=np.float32, copy=True),
+                  "wdl": np.zeros(3, dtype=np.int64), "rating": self.learner_rating, "loss_rate": 0.5}
+        self.next_id += 1
+        self.snapshots_taken += 1
+        self.members.append(member)
+        dropped = []
+        while len(self.members) > self.size:
+            older = self.members[:-1]  # never the newest
+            victim = older[0] if self.drop == "oldest" else min(older, key=lambda m: (m["rating"], m["id"]))
+            self.members.remove(victim)
+            dropped.append(victim["id"])
+        self.dropped += dropped
+        return member, dropped
+
+    def member(self, mid: int) -> dict | None:
+        return next((m for m in self.members if m["id"] == mid), None)
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, probabilities) of the members actors should face."""
+        ids = np.array([m["id"] for m in self.members], dtype=np.int64)
+        if self.sampling == "latest":
+            p = (ids == ids.max()).astype(np.float64)
+        elif self.sampling == "uniform":
+            p = np.ones(len(ids))
+        else:
+            p = np.array([m["loss_rate"] for m in self.members]) ** self.priority_exponent + 1e-3
+        return ids, p / p.sum()
+
+    def record(self, opponent: int, wins: int, draws: int, losses: int) -> None:
+        """Games the learner played against `opponent` (a member id or a heuristic); games against
+        members already dropped are not counted."""
+        entry = self.heuristics.get(opponent) or self.member(opponent)
+        if entry is None:
+            return
+        entry["wdl"] += (wins, draws, losses)
+        for score, n in ((1.0, wins), (0.5, draws), (0.0, losses)):
+            for _ in range(int(n)):
+                delta = self.elo_k * (score - elo_expected(self.learner_rating, entry["rating"]))
+                self.learner_rating += delta
+                if opponent != RANDOM:  # the anchor stays at 0
+                    entry["rating"] -= delta
+                if "loss_rate" in entry:
+                    entry["loss_rate"] += self.decay * ((1.0 - score) - entry["loss_rate"])
+
+    def state_dict(self) -> dict:
+        return {"members": [dict(m, params=m["params"].copy(), wdl=m["wdl"].copy()) for m in self.members],
+                "next_id": self.next_id, "learner_rating": self.learner_rating,
+                "heuristics": {i: {"wdl": h["wdl"].copy(), "rating": h["rating"]} for i, h in self.heuristics.items()},
+                "snapshots_taken": self.snapshots_taken, "dropped": list(self.dropped)}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.members = [dict(m, params=np.asarray(m["params"], dtype=np.float32).copy(), wdl=np.asarray(m["wdl"]).copy())
+                        for m in st["members"]]
+        self.next_id, self.learner_rating = int(st["next_id"]), float(st["learner_rating"])
+        self.heuristics = {int(i): {"wdl": np.asarray(h["wdl"]).copy(), "rating": float(h["rating"])}
+                           for i, h in st["heuristics"].items()}
+        self.snapshots_taken, self.dropped = int(st["snapshots_taken"]), list(st["dropped"])
+
+    def summary(self) -> dict:
+        """JSON-ready ratings and results (benchmark_metrics.json)."""
+        def row(wdl, rating, **kw):
+            n = int(wdl.sum())
+            return dict(kw, wins=int(wdl[0]), draws=int(wdl[1]), losses=int(wdl[2]), games=n,
+                        score=float((wdl[0] + 0.5 * wdl[1]) / n) if n else None, elo=round(float(rating), 1))
+        ids, p = self.table()
+        prob = dict(zip(ids.tolist(), p.tolist()))
+        return {"learner_elo": round(self.learner_rating, 1), "sampling": self.sampling, "pool_size": len(self.members),
+                "snapshots_taken": self.snapshots_taken, "dropped": list(self.dropped),
+                "pool": [row(m["wdl"], m["rating"], id=m["id"], update=m["update"], p=round(prob[m["id"]], 4))
+                         for m in self.members],
+                "heuristics": {HEURISTICS[i]: row(h["wdl"], h["rating"]) for i, h in self.heuristics.items()}}
+
+
+class OpponentCache:
+    """The actor's opponent (the connect4 env's per-env opponent protocol): inference copies of
+    pool members, one drawn per game from the learner's table."""
+
+    per_env = True
+
+    def __init__(self, make_net, num_envs: int, rng: np.random.Generator, heuristic_prob: float,
+                 max_members: int, precision_ctx, opponent_eps: float = 0.0):
+        self.make_net, self.rng, self.heuristic_prob = make_net, rng, heuristic_prob
+        self.opponent_eps = opponent_eps
+        self.max_members = max_members
+        self.precision_ctx = precision_ctx
+        self.nets: dict[int, torch.nn.Module] = {}
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.probs = np.zeros(0)
+        self.heuristic = {RANDOM: random_opponent(rng), LOOKAHEAD: lookahead_opponent(rng)}
+        self.playing = np.full(num_envs, RANDOM, dtype=np.int64)  # opponent id per env
+        self.results: dict[int, np.ndarray] = {}  # id -> (wins, draws, losses) not yet reported
+        self.games = 0
+
+    def add(self, mid: int, flat_params: np.ndarray) -> None:
+        net = self.make_net()
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(flat_params), net.parameters())
+        net.eval()
+        self.nets[mid] = net
+        self._evict()
+
+    def set_table(self, ids: np.ndarray, probs: np.ndarray) -> None:
+        self.ids, self.probs = ids.astype(np.int64), probs.astype(np.float64)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Drop nets that left the pool, unless a game in progress still uses them; keep at most
+        max_members. Ids grow and the pool keeps its newest member, so a net newer than the table's
+        newest has only not been announced yet."""
+        newest = int(self.ids.max()) if len(self.ids) else -1
+        keep = set(self.ids.tolist()) | set(self.playing.tolist())
+        for mid in [m for m in self.nets if m not in keep and m < newest]:
+            del self.nets[mid]
+        while len(self.nets) > self.max_members:  # table not here yet: keep the newest
+            unused = [m for m in sorted(self.nets) if m not in set(self.playing.tolist())]
+            if not unused:
+                break
+            del self.nets[unused[0]]
+
+    def games_started(self, envs: np.ndarray) -> None:
+        n = len(envs)
+        have = np.isin(self.ids, list(self.nets))
+        pick = np.full(n, RANDOM, dtype=np.int64)
+        if have.any():
+            p = self.probs[have] / self.probs[have].sum() if self.probs[have].sum() > 0 else None
+            pick = self.rng.choice(self.ids[have], size=n, p=p)
+        heur = self.rng.random(n) < (self.heuristic_prob if have.any() else 1.0)
+        pick[heur] = self.rng.choice([RANDOM, LOOKAHEAD], size=int(heur.sum()))
+        self.playing[envs] = pick
+
+    def games_ended(self, envs: np.ndarray, rewards: np.ndarray) -> None:
+        for mid, r in zip(self.playing[envs].tolist(), rewards.tolist()):
+            out = self.results.setdefault(mid, np.zeros(3, dtype=np.int64))
+            out[0 if r > 0 else 1 if r == 0 else 2] += 1
+            self.games += 1
+
+    def take_results(self, max_rows: int) -> list[tuple[int, int, int, int]]:
+        """Up to max_rows (id, wins, draws, losses) rows not yet reported; the rest stay for later."""
+        rows = []
+        for mid in list(self.results)[:max_rows]:
+            w, d, l = self.results.pop(mid)
+            rows.append((mid, int(w), int(d), int(l)))
+        return rows
+
+    def __call__(self, obs: np.ndarray, mask: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        who = self.playing[envs]
+        out = np.zeros(len(envs), dtype=np.int64)
+        for mid in np.unique(who):
+            sel = who == mid
+            if mid in self.heuristic:
+                out[sel] = self.heuristic[mid](obs[sel], mask[sel])
+                continue
+            with torch.inference_mode(), self.precision_ctx():
+                q = self.nets[mid](torch.from_numpy(obs[sel])).float()
+            out[sel] = q.masked_fill(~torch.from_numpy(mask[sel]), float("-inf")).argmax(1).numpy()
+        if self.opponent_eps:  # members explore a little, so a game is not one fixed line to exploit
+            explore = (who >= 0) & (self.rng.random(len(envs)) < self.opponent_eps)
+            out[explore] = (self.rng.random(mask.shape) + mask)[explore].argmax(1)
+        return out
+
+    def summary(self) -> dict:
+        return {"cached": sorted(self.nets), "games": self.games}
