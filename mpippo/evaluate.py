@@ -6,6 +6,8 @@ as a table and optionally as JSON. `--levels test` plays unseen levels (procgen 
 level seeds after the training set) to measure the generalization gap of a run trained on a
 limited set of levels; `--video FILE.mp4` records the first env's episodes (H.264, plays in a
 browser). Under mpirun the episodes are split over the ranks and gathered on rank 0.
+Connect Four checkpoints (self-play included) play `--opponent random|lookahead` and also
+report wins, draws and losses.
 
 Each env slot plays a fixed quota of episodes, so short episodes are not over-represented
 (taking the first N episodes to finish from a batch would favour them).
@@ -45,6 +47,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--video", type=Path, help="record the first env's episodes to this .mp4")
     p.add_argument("--video-episodes", type=int, default=3, help="episodes in the video")
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--opponent", choices=("random", "lookahead"), default=None,
+                   help="connect4: the heuristic player to face (default random)")
     p.add_argument("--max-steps", type=int, default=100_000, help="per env; a guard against policies that never finish")
     return p
 
@@ -126,14 +130,14 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
     return returns, lengths
 
 
-def write_video(path: Path, frames: list, fps: int = 15) -> None:
+def write_video(path: Path, frames: list, fps: int = 15, scale: int = VIDEO_SCALE) -> None:
     import imageio.v2 as imageio
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     with imageio.get_writer(tmp, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=16,
                             ffmpeg_log_level="error") as w:
         for f in frames:
-            w.append_data(np.repeat(np.repeat(f, VIDEO_SCALE, axis=0), VIDEO_SCALE, axis=1))
+            w.append_data(np.repeat(np.repeat(f, scale, axis=0), scale, axis=1))
     tmp.replace(path)
 
 
@@ -161,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         state = load_checkpoint(path.read_bytes(), str(path))
         net = build_policy(state)
         cfg, notes = env_config(state, args.levels)
+        two_player = C.canonical_env_name(cfg.env.name) == "connect4"
+        if args.opponent is not None and not two_player:
+            raise C.ConfigError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
+                                f"'{cfg.env.name}' (allowed: connect4)")
     except C.ConfigError as e:
         error = e.errors[0]
     except SystemExit as e:  # --help
@@ -177,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     n_envs = max(1, min(args.num_envs, mine)) if mine else 1
     quota = np.array([mine // n_envs + (i < mine % n_envs) for i in range(n_envs)], dtype=np.int64)
     env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank))
+    if two_player and args.opponent == "lookahead":
+        from mpippo.envs.connect4 import lookahead_opponent
+        env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank))
     frames = [] if (args.video is not None and world.is_root) else None
     t0 = time.perf_counter()
@@ -197,8 +208,15 @@ def main(argv: list[str] | None = None) -> int:
            "deterministic": bool(args.deterministic or state["algo"] == "dqn"),
            "trained_timesteps": int(state["timesteps"]), "ranks": world.size,
            **summarize(returns, lengths), "seconds": time.perf_counter() - t0, "notes": notes}
+    if two_player:  # +1 win, 0 draw, -1 loss
+        r = np.asarray(returns)
+        res.update(opponent=args.opponent or "random", wins=int((r > 0).sum()), draws=int((r == 0).sum()),
+                   losses=int((r < 0).sum()), win_rate=float((r > 0).mean()))
     if frames is not None:
-        write_video(args.video, frames)
+        if two_player:
+            from mpippo.envs.connect4 import rgb_frame
+            frames = [rgb_frame(f) for f in frames]
+        write_video(args.video, frames, scale=1 if two_player else VIDEO_SCALE)
         res["video"] = str(args.video)
         res["video_frames"] = len(frames)
     print_table(res)
@@ -211,12 +229,18 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(res: dict) -> None:
     levels = "unseen levels" if res["levels"] == "test" else (
         f"training levels ({res['num_levels']} from {res['start_level']})" if res["num_levels"] else "training levels (all)")
-    print(f"mpippo evaluate: {res['algo']} on {res['env']} ({res['distribution_mode']}), {levels}, "
+    if "wins" in res:  # a board game: no levels
+        levels = f"against the {res['opponent']} player"
+    print(f"mpippo evaluate: {res['algo']} on {res['env']}"
+          f"{'' if 'wins' in res else ' (' + res['distribution_mode'] + ')'}, {levels}, "
           f"{'greedy' if res['deterministic'] else 'sampled'} actions, trained {res['trained_timesteps']:,} steps")
     rows = [("episodes", f"{res['episodes']} over {res['ranks']} rank(s) in {res['seconds']:.1f} s"),
             ("return", f"{res['return_mean']:.2f} +- {res['return_std']:.2f} (median {res['return_median']:.2f}, "
                        f"min {res['return_min']:.2f}, max {res['return_max']:.2f})"),
             ("length", f"{res['length_mean']:.1f} (median {res['length_median']:.0f})")]
+    if "wins" in res:
+        rows.append((f"vs {res['opponent']}", f"{res['wins']} wins, {res['draws']} draws, {res['losses']} losses "
+                                              f"(win rate {res['win_rate']:.2f})"))
     if "video" in res:
         rows.append(("video", f"{res['video']} ({res['video_frames']} frames)"))
     for k, v in rows:

@@ -32,6 +32,7 @@ import torch
 from mpippo.envs.connect4 import lookahead_opponent, random_opponent
 
 RANDOM, LOOKAHEAD = -1, -2  # opponent ids of the heuristic players; pool members have ids >= 0
+ILLEGAL = -3  # results row of an actor's illegal moves (count in the wins column); should stay 0
 HEURISTICS = {RANDOM: "random", LOOKAHEAD: "lookahead"}
 SAMPLING = ("latest", "uniform", "prioritized")
 DROP = ("oldest", "lowest_rated")

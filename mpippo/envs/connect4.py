@@ -73,6 +73,18 @@ def planes(board: np.ndarray, mover: np.ndarray) -> np.ndarray:
     return (np.stack([own, other], axis=-1) * 255).astype(np.uint8)
 
 
+def rgb_frame(obs: np.ndarray, cell: int = 32) -> np.ndarray:
+    """One observation (6, 7, 2) as an RGB picture for videos: the mover's stones red, the other's
+    yellow, on a blue board; (6 * cell, 7 * cell, 3) uint8."""
+    img = np.empty((ROWS, COLS, 3), dtype=np.uint8)
+    img[:] = (30, 60, 170)
+    img[obs[..., 0] > 0] = (220, 40, 40)
+    img[obs[..., 1] > 0] = (240, 210, 40)
+    big = np.repeat(np.repeat(img, cell, axis=0), cell, axis=1)
+    big[::cell], big[:, ::cell] = 10, 10  # grid lines
+    return big
+
+
 def random_opponent(rng: np.random.Generator):
     def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         scores = rng.random(mask.shape) + mask  # legal columns score in [1, 2), illegal in [0, 1)
@@ -116,6 +128,7 @@ class ConnectFourVecEnv:
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
         self.outcomes = np.zeros(3, dtype=np.int64)  # learner wins, draws, losses since the last call
+        self.illegal_moves = 0  # by the learning player, ever (each lost its game)
         self._start(np.ones(num_envs, dtype=bool))
 
     def set_opponent(self, opponent) -> None:
@@ -162,6 +175,7 @@ class ConnectFourVecEnv:
         ended = np.zeros(n, dtype=bool)
         legal = legal_mask(self.board)[np.arange(n), actions]
         rew[~legal], ended[~legal] = -1.0, True  # an illegal move loses the game
+        self.illegal_moves += int((~legal).sum())
         idx = np.flatnonzero(legal)
         if len(idx):
             rows = self._place(idx, actions[idx], self.me[idx])

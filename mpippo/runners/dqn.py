@@ -43,7 +43,7 @@ from mpippo.envs import bits_to_mask, make_env, mask_bits, rank_seed
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.preemption import SignalFlags
-from mpippo.selfplay import OpponentCache, OpponentPool
+from mpippo.selfplay import ILLEGAL, OpponentCache, OpponentPool
 from mpippo.models import DuelingQNetwork
 from mpippo.models.flat import flatten_parameters_
 
@@ -159,6 +159,7 @@ class ApeXDQN:
         eps = float(apex_epsilons(self.num_actors, d.eps, d.eps_alpha)[self.actor_index])
         rng = np.random.default_rng(rank_seed(cfg.training.seed, self.world.rank) + 17 + 7919 * self.resumes)
         cache = None
+        self.illegal_reported = 0
         if sp:  # the env's opponent: pool members (inference copies) and the heuristic players
             cache = OpponentCache(self._new_net, self.num_envs, np.random.default_rng(rng.integers(2**62)),
                                   sp.heuristic_prob, sp.pool_size,
@@ -259,9 +260,11 @@ class ApeXDQN:
         if cache is not None:
             res = views["results"]
             res[:] = 0
-            rows = cache.take_results(len(res))
+            rows = cache.take_results(len(res) - 1)
             if rows:
                 res[:len(rows)] = rows
+            illegal, self.illegal_reported = self.env.illegal_moves - self.illegal_reported, self.env.illegal_moves
+            res[-1] = (ILLEGAL, illegal, 0, 0)
 
     # ---------------------------------------------------------------- learner
     def _learn(self, signals: SignalFlags) -> dict:
@@ -379,6 +382,7 @@ class ApeXDQN:
                 self.world.abort(1)
 
         received = 0
+        illegal_moves = 0  # self-play: moves actors made into full columns (masking makes it 0)
         if pool is not None:
             if pool.members:  # resumed: every actor gets the whole pool again
                 for m in pool.members:
@@ -413,7 +417,9 @@ class ApeXDQN:
                 c["lag_n"] += 1
                 if pool is not None:
                     for mid, w_, d_, l_ in views["results"]:
-                        if w_ or d_ or l_:
+                        if mid == ILLEGAL:
+                            illegal_moves += int(w_)
+                        elif w_ or d_ or l_:
                             pool.record(int(mid), int(w_), int(d_), int(l_))
                 ch.release(slot)
             # stop early: a signal here or at an actor, the time budget, or the episode budget
@@ -521,7 +527,7 @@ class ApeXDQN:
             "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
         }
         if pool is not None:
-            summary["selfplay"] = dict(pool.summary(), ratings=ratings)
+            summary["selfplay"] = dict(pool.summary(), ratings=ratings, illegal_moves=illegal_moves)
         atomic_write_json(self.run_dir / "benchmark_metrics.json", summary)
         print(f"mpippo: agent {self.agent} {'finished' if not reason else 'stopped (' + STOP_REASONS[reason] + ')'}: "
               f"{summary['total_timesteps']:,} env steps ({steps_segment:,} in {elapsed:.1f} s, {summary['fps']:.0f} steps/s), "
