@@ -17,8 +17,9 @@ RUNS    ?= $(shell ls -td runs/*/ 2>/dev/null | head -2)
 HOURS   ?= 0.25
 RANKS   ?= 1 2
 MODE    ?= weak
+SELFPLAY_DIR ?= runs/selfplay-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: venv train train-timed test test-fast bench evaluate compare scaling clean help
+.PHONY: venv train train-timed test test-fast bench evaluate compare scaling selfplay clean help
 
 help:
 	@echo "make train      install if needed, then mpirun -n $(NPROC) run_mpi.py on configs/ppo_procgen.yaml (ARGS='...' adds options)"
@@ -29,6 +30,7 @@ help:
 	@echo "make evaluate [RUN=runs/<run>] [ARGS='--video play.mp4 --levels test']   returns of a checkpoint (default: newest run)"
 	@echo "make compare [RUNS='runs/a runs/b']   table + comparison.png of runs (default: the two newest)"
 	@echo "make scaling [RANKS='1 2 4 8'] [MODE=weak|strong]   scaling sweep -> analysis/data/, then analysis/scaling.ipynb"
+	@echo "make selfplay   self-play DQN on Connect Four (3 ranks, about a minute), then its rating games and win-rate curve"
 
 venv: $(STAMP)
 
@@ -64,6 +66,12 @@ test-fast: venv
 bench: venv
 	$(BIN)/python benchmarks/bench.py $(ARGS)
 	$(BIN)/python benchmarks/bench_dqn.py
+
+selfplay: venv
+	$(LAUNCH) -n 3 --config configs/dqn_selfplay.yaml --output-dir $(SELFPLAY_DIR) $(ARGS)
+	$(BIN)/python -m mpippo.evaluate --checkpoint $(SELFPLAY_DIR) --num-episodes 400 --opponent random
+	$(BIN)/python -m mpippo.evaluate --checkpoint $(SELFPLAY_DIR) --num-episodes 400 --opponent lookahead
+	$(BIN)/python analysis/selfplay_curve.py $(SELFPLAY_DIR)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

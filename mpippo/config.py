@@ -40,7 +40,7 @@ def _f(default, help: str):
 
 @dataclass
 class EnvConfig:
-    name: str = _f("coinrun", "Procgen game (`coinrun` or `procgen-coinrun-v0`), the built-in test env `toy-cue`, or `connect4` (against a random opponent; actions masked to legal columns in DQN).")
+    name: str = _f("coinrun", "Procgen game (`coinrun` or `procgen-coinrun-v0`), the built-in test env `toy-cue`, or `connect4` (two-player: against the random player, or a self-play pool with selfplay.enabled; actions masked to legal columns in DQN).")
     distribution_mode: str = _f("easy", "Procgen difficulty: easy | hard | extreme | memory | exploration (procgen's own default is hard).")
     num_levels: int = _f(0, "Number of distinct training levels; 0 = unlimited.")
     start_level: int = _f(0, "First level seed of the training set.")
@@ -77,7 +77,7 @@ class TrainingConfig:
     n_epochs: int = _f(3, "Passes over the rollout per update.")
     num_minibatches: int = _f(8, "Minibatches per epoch (global); each rank splits its share of the batch into this many.")
     learning_rate: float = _f(5e-4, "Adam learning rate.")
-    anneal_lr: bool = _f(False, "Linearly anneal the learning rate to 0 over total_timesteps.")
+    anneal_lr: bool = _f(False, "Linearly anneal the learning rate to 0 over total_timesteps (DQN: over the transitions received, to 2% of it).")
     adam_eps: float = _f(1e-5, "Adam epsilon.")
     gamma: float = _f(0.999, "Discount factor.")
     gae_lambda: float = _f(0.95, "GAE lambda.")
@@ -115,6 +115,7 @@ class DQNConfig:
     chunk_size: int = _f(64, "Transitions per actor -> learner message.")
     max_inflight: int = _f(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
     checkpoint_interval_updates: int = _f(0, "Learner updates between periodic checkpoints; 0 = off (checkpoint.interval_minutes, signals and the end still save).")
+    mirror_augment: bool = _f(False, "Train on a left-right mirrored copy of half of each batch (games symmetric under it: connect4).")
     save_replay: bool = _f(False, "Write the replay buffer to checkpoints/replay.npz with each checkpoint, so a resume starts with a full buffer (as large on disk as in memory).")
 
 
@@ -367,6 +368,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
         if not errs and (world_size % d.num_agents or world_size // d.num_agents < 2):
             errs.append(f"dqn.num_agents: {world_size} rank(s) cannot form {d.num_agents} agent(s) of a learner and "
                         f">= 1 actor each; run with a multiple of {d.num_agents} ranks, at least {2 * d.num_agents}")
+        if d.mirror_augment and name != "connect4":
+            errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: connect4")
         sp = cfg.selfplay
         if sp.enabled:
             if name != "connect4":

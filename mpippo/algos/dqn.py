@@ -190,3 +190,18 @@ def double_dqn_loss(q_online, q_next_online, q_next_target, actions, returns, di
     td = target - q
     loss = (weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
     return loss, td.detach().abs()
+
+
+def mirror_half(batch: dict, rng: np.random.Generator, num_actions: int) -> dict:
+    """Left-right mirror a random half of a batch (in place), for games whose rules are symmetric
+    under it (Connect Four): the board flips along its width, action a becomes num_actions-1-a,
+    and the next state's legal-move bits reverse. Twice the distinct data at no env cost."""
+    from mpippo.envs import bits_to_mask, mask_bits
+    flip = rng.random(len(batch["actions"])) < 0.5
+    if flip.any():
+        for key in ("obs", "next_obs"):  # (N, H, W, C)
+            batch[key][flip] = batch[key][flip][:, :, ::-1]
+        batch["actions"][flip] = num_actions - 1 - batch["actions"][flip]
+        legal = batch["next_legal"][flip]
+        batch["next_legal"][flip] = np.where(legal == -1, -1, mask_bits(bits_to_mask(legal, num_actions)[:, ::-1]))
+    return batch

@@ -33,7 +33,7 @@ import psutil
 import torch
 
 from mpippo.algos.ppo import autocast
-from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss
+from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half
 from mpippo.checkpoint import (LATEST, atomic_write_json, atomic_write_with, load_checkpoint,
                                read_checkpoint_bytes, save_checkpoint)
 from mpippo.comm import World
@@ -307,6 +307,7 @@ class ApeXDQN:
                 resumed += f"; restored opponent pool of {len(pool.members)} (ids {[m['id'] for m in pool.members]})"
             self.resume_state = None
         masked = hasattr(self.env, "action_mask")  # the target's argmax over legal actions only
+        aug_rng = np.random.default_rng(rank_seed(t.seed, self.world.rank) + 99 + 7919 * self.resumes)
         actors = list(range(1, self.num_actors + 1))
         ch = LearnerChannel(self.comm, actors, self.layout, self.n_params, d.max_inflight, self.table_size)
         eps = apex_epsilons(self.num_actors, d.eps, d.eps_alpha)
@@ -343,7 +344,8 @@ class ApeXDQN:
                     qv = q(torch.from_numpy(obs).to(device)).float()
                 return qv.masked_fill(~torch.from_numpy(mask).to(device), float("-inf")).argmax(1).cpu().numpy()
             rng = np.random.default_rng(rank_seed(t.seed, self.world.rank) + len(ratings))
-            row = {"update": c["updates"], "transitions": c["transitions"] + received}
+            row = {"update": c["updates"], "transitions": c["transitions"] + received,
+                   "elo": round(pool.learner_rating, 1)}
             for name, opp in (("random", random_opponent(rng)), ("lookahead", lookahead_opponent(rng))):
                 w_, d_, l_ = (int(x) for x in play_games(policy, opp, sp.eval_games))
                 row[name] = {"wins": w_, "draws": d_, "losses": l_, "win_rate": w_ / sp.eval_games,
@@ -438,9 +440,14 @@ class ApeXDQN:
                 ch.grant()
                 time.sleep(0.0002)
                 continue
-            progress = max(transitions / t.total_timesteps, c["episodes"] / d.max_episodes if d.max_episodes else 0.0)
+            progress = max(transitions / (t.total_timesteps // d.num_agents), c["episodes"] / d.max_episodes if d.max_episodes else 0.0)
             beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
+            if t.anneal_lr:  # linearly to 0 over the run's budget (the last updates settle the policy)
+                for group in opt.param_groups:
+                    group["lr"] = t.learning_rate * max(1.0 - progress, 0.02)
             idx, batch, w = replay.sample(d.batch_size, beta)
+            if d.mirror_augment:
+                mirror_half(batch, aug_rng, self.num_actions)
             b = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
             with autocast(device, t.precision):
                 q_all = q(b["obs"])

@@ -102,3 +102,24 @@ def test_readme_documents_every_config_key():
     for line in C.describe(markdown=True).splitlines()[2:]:
         key = line.split("`")[1]
         assert f"`{key}`" in readme, f"README lacks config key {key} (regenerate with python -m mpippo.config --markdown)"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in C.DEFAULT_CONFIG.parent.glob("*.yaml")))
+def test_every_shipped_config_is_valid(name):
+    data = C.load_yaml(C.DEFAULT_CONFIG.parent / name)
+    ranks = 3 if data.get("training", {}).get("algo") == "dqn" else 2  # a learner and two actors, or two ranks
+    cfg = C.build(data, [], ranks)
+    assert cfg.training.total_timesteps > 0
+
+
+def test_selfplay_needs_dqn_and_a_two_player_game():
+    base = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_selfplay.yaml")
+    errs = errors_of({"env.name": "coinrun"}, 3, base)
+    assert any("selfplay.enabled: self-play needs a two-player game, env.name is 'coinrun'" in e for e in errs)
+    assert any("dqn.mirror_augment" in e for e in errs)
+    errs = errors_of({"training.algo": "ppo"}, 3, base)
+    assert any("selfplay.enabled: self-play runs in the DQN learner layout" in e for e in errs)
+    errs = errors_of({"selfplay.sampling": "best", "selfplay.pool_size": 0, "selfplay.opponent_eps": 2}, 3, base)
+    assert any("selfplay.sampling: 'best' is not one of latest, uniform, prioritized" in e for e in errs)
+    assert any("selfplay.pool_size: must be >= 1, got 0" in e for e in errs)
+    assert any("selfplay.opponent_eps: must be in [0, 1], got 2" in e for e in errs)

@@ -185,3 +185,26 @@ def test_play_games_counts_and_sides():
         q = net(torch.from_numpy(obs))
         return q.masked_fill(~torch.from_numpy(mask), float("-inf")).argmax(1).numpy()
     assert sum(play_games(greedy, greedy, 4)) == 4
+
+
+def test_mirror_half_flips_board_action_and_legal_bits_together():
+    from mpippo.algos.dqn import mirror_half
+    from mpippo.envs import bits_to_mask, mask_bits
+    rng = np.random.default_rng(0)
+    n = 64
+    obs = rng.integers(0, 2, size=(n, 6, 7, 2)).astype(np.uint8) * 255
+    legal = rng.random((n, 7)) < 0.7
+    batch = {"obs": obs.copy(), "next_obs": obs.copy() // 2, "actions": rng.integers(7, size=n),
+             "next_legal": mask_bits(legal), "returns": np.zeros(n, np.float32)}
+    orig = {k: v.copy() for k, v in batch.items()}
+    mirror_half(batch, np.random.default_rng(1), 7)
+    flipped = batch["actions"] != orig["actions"]
+    flipped |= (batch["obs"] != orig["obs"]).any((1, 2, 3))
+    assert 10 < flipped.sum() < n - 10  # about half
+    for i in range(n):
+        if (batch["obs"][i] == orig["obs"][i][:, ::-1]).all() and batch["actions"][i] == 6 - orig["actions"][i]:
+            assert (batch["next_obs"][i] == orig["next_obs"][i][:, ::-1]).all()
+            assert (bits_to_mask(batch["next_legal"][i:i + 1], 7)[0] == legal[i][::-1]).all()
+        else:  # untouched
+            assert (batch["obs"][i] == orig["obs"][i]).all() and batch["actions"][i] == orig["actions"][i]
+            assert batch["next_legal"][i] == orig["next_legal"][i]

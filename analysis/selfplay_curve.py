@@ -1,0 +1,75 @@
+"""Win-rate curve of a self-play run: `python analysis/selfplay_curve.py RUN_DIR [--out PNG]`.
+
+Reads the rating rounds the learner logged in RUN_DIR/benchmark_metrics.json (greedy games against
+the random and the one-step-lookahead player every `selfplay.eval_interval_updates` updates, and the
+learner's Elo at each round) and draws them over env steps; prints the first and last rounds and the
+final pool with its ratings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def load(run_dir: Path) -> dict:
+    path = run_dir / "benchmark_metrics.json"
+    if not path.is_file():
+        raise SystemExit(f"selfplay_curve: error: no benchmark_metrics.json in '{run_dir}' (give a self-play run folder)")
+    m = json.loads(path.read_text())
+    if "selfplay" not in m:
+        raise SystemExit(f"selfplay_curve: error: '{run_dir}' is not a self-play run (no 'selfplay' in its metrics)")
+    return m
+
+
+def plot(m: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rounds = m["selfplay"]["ratings"]
+    x = [r["transitions"] for r in rounds]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, style in (("random", "o-"), ("lookahead", "s-")):
+        ax1.plot(x, [r[name]["win_rate"] for r in rounds], style, ms=3, label=f"vs {name} player")
+    ax1.axhline(0.5, color="grey", lw=0.5)
+    ax1.set(xlabel="env steps", ylabel="greedy win rate", ylim=(0, 1.02),
+            title=f"win rate ({rounds[-1]['random']['wins'] + rounds[-1]['random']['draws'] + rounds[-1]['random']['losses']}"
+                  " games per point)")
+    ax1.legend(loc="center right")
+    if all("elo" in r for r in rounds):
+        ax2.plot(x, [r["elo"] for r in rounds], "-", color="C2", label="learner")
+    sp = m["selfplay"]
+    ax2.axhline(sp["heuristics"]["lookahead"]["elo"], color="C1", ls="--", label="lookahead player (final)")
+    ax2.axhline(0.0, color="C0", ls=":", label="random player (anchor)")
+    ax2.set(xlabel="env steps", ylabel="Elo", title=f"Elo ({sp['sampling']} sampling, pool of {sp['pool_size']})")
+    ax2.legend(loc="upper left")
+    fig.suptitle(f"self-play DQN on {m['env']}: {m['total_timesteps']:,} env steps, {m['updates']:,} updates")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--out", type=Path, help="PNG to write (default RUN_DIR/selfplay.png)")
+    args = p.parse_args(argv)
+    m = load(args.run_dir)
+    sp, rounds = m["selfplay"], m["selfplay"]["ratings"]
+    out = args.out or args.run_dir / "selfplay.png"
+    plot(m, out)
+    print(f"self-play run {args.run_dir}: {m['total_timesteps']:,} env steps, {sp['snapshots_taken']} snapshots, "
+          f"learner Elo {sp['learner_elo']:.0f}")
+    print(f"  {'env steps':>10} {'update':>7} {'vs random':>10} {'vs lookahead':>13}")
+    for r in (rounds[0], rounds[-1]):
+        print(f"  {r['transitions']:>10,} {r['update']:>7,} {r['random']['win_rate']:>10.2f} {r['lookahead']['win_rate']:>13.2f}")
+    print("  pool: " + ", ".join(f"#{e['id']} (update {e['update']}, Elo {e['elo']:.0f}, learner score "
+                                 f"{'-' if e['score'] is None else format(e['score'], '.2f')})" for e in sp["pool"]))
+    print(f"  figure: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
