@@ -13,13 +13,17 @@ import sys
 from pathlib import Path
 
 
+class BadRun(ValueError):
+    pass
+
+
 def load(run_dir: Path) -> dict:
     path = run_dir / "benchmark_metrics.json"
     if not path.is_file():
-        raise SystemExit(f"selfplay_curve: error: no benchmark_metrics.json in '{run_dir}' (give a self-play run folder)")
+        raise BadRun(f"no benchmark_metrics.json in '{run_dir}' (give a self-play run folder)")
     m = json.loads(path.read_text())
     if "selfplay" not in m:
-        raise SystemExit(f"selfplay_curve: error: '{run_dir}' is not a self-play run (no 'selfplay' in its metrics)")
+        raise BadRun(f"'{run_dir}' is not a self-play run (its metrics have no 'selfplay' block)")
     return m
 
 
@@ -56,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--out", type=Path, help="PNG to write (default RUN_DIR/selfplay.png)")
     args = p.parse_args(argv)
-    m = load(args.run_dir)
+    try:
+        m = load(args.run_dir)
+    except BadRun as e:
+        sys.stderr.write(f"selfplay_curve: error: {e}\n")
+        return 2
     sp, rounds = m["selfplay"], m["selfplay"]["ratings"]
     out = args.out or args.run_dir / "selfplay.png"
     plot(m, out)

@@ -21,6 +21,7 @@ STOP message announced.
 """
 from __future__ import annotations
 
+import time
 import zlib
 
 import numpy as np
@@ -108,8 +109,9 @@ class ActorChannel:
 
     def _drain_acks(self, block: bool) -> None:
         while True:
-            if block:
-                self.ack_req.Wait()
+            if block:  # Test and nap instead of Wait: MPI's Wait spins, taking a core from the learner
+                while not self.ack_req.Test():                # wherever actors and learner share cores
+                    time.sleep(0.0005)
             elif not self.ack_req.Test():
                 return
             self.inflight -= int(self.ack[0])

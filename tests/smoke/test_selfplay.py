@@ -41,6 +41,13 @@ def test_pool_schedule_bound_reaches_actors_and_survives_a_resume(tmp_path):
     assert sp["illegal_moves"] == 0  # actors only pick legal columns
     assert [r["update"] for r in sp["ratings"]][0] == 0 and sp["ratings"][-1]["update"] == updates
     assert "self-play:" in res.stdout
+    # the win-rate curve of the run
+    import sys
+    from conftest import run
+    res = ok(run([sys.executable, "analysis/selfplay_curve.py", str(run_dir)], 60))
+    assert (run_dir / "selfplay.png").stat().st_size > 10_000 and "pool: #" in res.stdout
+    bad = run([sys.executable, "analysis/selfplay_curve.py", str(tmp_path)], 60)
+    assert bad.returncode == 2 and "no benchmark_metrics.json" in bad.stderr
 
     # resume: the pool comes back as it was (ids, frozen weights, ratings), snapshots continue
     before = load(run_dir)["selfplay"]

@@ -25,10 +25,12 @@ def test_default_config_is_the_procgen_paper_setting():
 def test_every_default_field_is_in_the_default_yaml():
     data = C.load_yaml(C.DEFAULT_CONFIG)
     for section, cls in C._section_classes().items():
-        if section != "dqn":  # the PPO default leaves the DQN section out; dqn_procgen.yaml has it
+        if section not in ("dqn", "selfplay"):  # the PPO default leaves them out; the DQN configs have them
             assert set(data[section]) == {f.name for f in C.dataclasses.fields(cls)}, section
     dqn = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_procgen.yaml")["dqn"]
     assert set(dqn) == {f.name for f in C.dataclasses.fields(C.DQNConfig)}
+    sp = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_selfplay.yaml")["selfplay"]
+    assert set(sp) == {f.name for f in C.dataclasses.fields(C.SelfPlayConfig)}
 
 
 def test_unknown_key_names_it_and_suggests():
