@@ -65,6 +65,7 @@ class GuardsConfig:
 class ModelConfig:
     channels: list = _f([16, 32, 32], "IMPALA-CNN conv channels, one entry per stage.")
     hidden_size: int = _f(256, "Width of the dense layer after the conv stack.")
+    downsample: bool = _f(True, "Max-pool by 2 in every conv stage (IMPALA); false keeps full resolution, for small boards (connect4). DQN only.")
 
 
 @dataclass
@@ -344,6 +345,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
         errs.append(f"training.duration_hours: must be > 0 or null, got {t.duration_hours}")
     if t.target_kl is not None and not t.target_kl > 0:
         errs.append(f"training.target_kl: must be > 0 or null, got {t.target_kl}")
+    if not m.downsample and t.algo != "dqn":
+        errs.append(f"model.downsample: false is for the DQN network (small boards); training.algo is '{t.algo}'")
     if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):
         errs.append(f"model.channels: must be a non-empty list of positive ints, got {m.channels}")
 

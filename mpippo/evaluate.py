@@ -65,7 +65,8 @@ def build_policy(state: dict):
     channels, hidden = tuple(cfg["model"]["channels"]), cfg["model"]["hidden_size"]
     if state["algo"] == "dqn":
         from mpippo.models import DuelingQNetwork
-        net = DuelingQNetwork(tuple(spec["obs_shape"]), spec["num_actions"], channels, hidden, cfg["dqn"]["dueling"])
+        net = DuelingQNetwork(tuple(spec["obs_shape"]), spec["num_actions"], channels, hidden, cfg["dqn"]["dueling"],
+                              cfg["model"].get("downsample", True))
     else:
         from mpippo.models import ImpalaCNNPolicy
         net = ImpalaCNNPolicy(tuple(spec["obs_shape"]), spec["num_actions"], channels, hidden)

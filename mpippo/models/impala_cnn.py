@@ -21,10 +21,10 @@ class ResidualBlock(nn.Module):
 
 
 class ConvSequence(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int):
+    def __init__(self, in_channels: int, out_channels: int, downsample: bool = True):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
-        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1) if downsample else nn.Identity()
         self.res0 = ResidualBlock(out_channels)
         self.res1 = ResidualBlock(out_channels)
 
@@ -35,14 +35,16 @@ class ConvSequence(nn.Module):
 class ImpalaTrunk(nn.Module):
     """Conv stages + dense layer: uint8 HWC frames -> (B, hidden_size) features."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], channels=(16, 32, 32), hidden_size: int = 256):
+    def __init__(self, obs_shape: tuple[int, int, int], channels=(16, 32, 32), hidden_size: int = 256,
+                 downsample: bool = True):
         super().__init__()
         h, w, c = obs_shape  # frames arrive as uint8 HWC, as procgen gives them
         stages, in_ch = [], c
         for out_ch in channels:
-            stages.append(ConvSequence(in_ch, out_ch))
+            stages.append(ConvSequence(in_ch, out_ch, downsample))
             in_ch = out_ch
-            h, w = (h + 1) // 2, (w + 1) // 2
+            if downsample:
+                h, w = (h + 1) // 2, (w + 1) // 2
         self.stages = nn.Sequential(*stages)
         self.fc = nn.Linear(in_ch * h * w, hidden_size)
 
@@ -76,8 +78,8 @@ class DuelingQNetwork(ImpalaTrunk):
     """Q-values for DQN with a dueling head (Wang et al. 2016): Q = V + A - mean(A)."""
 
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int,
-                 channels=(16, 32, 32), hidden_size: int = 256, dueling: bool = True):
-        super().__init__(obs_shape, channels, hidden_size)
+                 channels=(16, 32, 32), hidden_size: int = 256, dueling: bool = True, downsample: bool = True):
+        super().__init__(obs_shape, channels, hidden_size, downsample)
         self.dueling = dueling
         self.advantage = nn.Linear(hidden_size, num_actions)
         self.value = nn.Linear(hidden_size, 1) if dueling else None

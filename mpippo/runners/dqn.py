@@ -112,7 +112,7 @@ class ApeXDQN:
 
     def _new_net(self) -> DuelingQNetwork:
         return DuelingQNetwork(self.obs_shape, self.num_actions, tuple(self.cfg.model.channels),
-                               self.cfg.model.hidden_size, self.cfg.dqn.dueling)
+                               self.cfg.model.hidden_size, self.cfg.dqn.dueling, self.cfg.model.downsample)
 
     @property
     def ckpt_dir(self) -> Path:

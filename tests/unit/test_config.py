@@ -121,6 +121,7 @@ def test_selfplay_needs_dqn_and_a_two_player_game():
     assert any("dqn.mirror_augment" in e for e in errs)
     errs = errors_of({"training.algo": "ppo"}, 3, base)
     assert any("selfplay.enabled: self-play runs in the DQN learner layout" in e for e in errs)
+    assert any("model.downsample: false is for the DQN network" in e for e in errs)
     errs = errors_of({"selfplay.sampling": "best", "selfplay.pool_size": 0, "selfplay.opponent_eps": 2}, 3, base)
     assert any("selfplay.sampling: 'best' is not one of latest, uniform, prioritized" in e for e in errs)
     assert any("selfplay.pool_size: must be >= 1, got 0" in e for e in errs)
