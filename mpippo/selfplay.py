@@ -103,6 +103,16 @@ class OpponentPool:
                 if "loss_rate" in entry:
                     entry["loss_rate"] += self.decay * ((1.0 - score) - entry["loss_rate"])
 
+    def scores(self) -> dict:
+        """The learner's score (wins + draws / 2) / games against the current pool (all members
+        together) and each heuristic player, over the games so far; opponents not yet met are left out."""
+        out = {}
+        for name, wdl in [("pool", sum((m["wdl"] for m in self.members), np.zeros(3, dtype=np.int64)))] + [
+                (HEURISTICS[i], h["wdl"]) for i, h in self.heuristics.items()]:
+            if wdl.sum():
+                out[name] = float((wdl[0] + 0.5 * wdl[1]) / wdl.sum())
+        return out
+
     def state_dict(self) -> dict:
         return {"members": [dict(m, params=m["params"].copy(), wdl=m["wdl"].copy()) for m in self.members],
                 "next_id": self.next_id, "learner_rating": self.learner_rating,

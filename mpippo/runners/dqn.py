@@ -492,10 +492,13 @@ class ApeXDQN:
                     writer.add_scalar("learner/weight_lag", c["lag_sum"] / max(c["lag_n"], 1), x)
                     if ret_window:
                         writer.add_scalar("charts/episode_return", float(np.mean(ret_window)), x)
-                    if pool is not None:
+                    if pool is not None:  # ratings of the acting policy, from the actors' games
                         writer.add_scalar("selfplay/learner_elo", pool.learner_rating, x)
                         writer.add_scalar("selfplay/lookahead_elo", pool.heuristics[-2]["rating"], x)
                         writer.add_scalar("selfplay/pool_size", len(pool.members), x)
+                        writer.add_scalar("selfplay/snapshots", pool.snapshots_taken, x)
+                        for name, score in pool.scores().items():  # (W + D/2) / games, over the run
+                            writer.add_scalar(f"selfplay/acting_score_vs_{name}", score, x)
                 last, last_log = {"received": received, "updates": updates}, now
                 rated = (f" | elo {pool.learner_rating:6.0f} | pool {len(pool.members)} | greedy vs random "
                          f"{ratings[-1]['random']['win_rate']:.2f}, lookahead {ratings[-1]['lookahead']['win_rate']:.2f}"

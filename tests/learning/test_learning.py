@@ -100,3 +100,10 @@ def test_selfplay_dqn_beats_the_random_player_and_gains_on_the_lookahead_player(
     assert rates["random"] >= 0.9, (rates, start)
     assert rates["lookahead"] >= start["lookahead"]["win_rate"] + 0.08, (rates, start)
     assert sp["learner_elo"] > 0  # above the random player, the anchor
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(run_dir / "logs"))
+    acc.Reload()
+    curve = [e.value for e in acc.Scalars("selfplay/greedy_win_rate_vs_lookahead")]
+    assert curve == pytest.approx([r["lookahead"]["win_rate"] for r in sp["ratings"]])  # the curve, every round
+    assert {"selfplay/acting_score_vs_pool", "selfplay/acting_score_vs_random", "selfplay/learner_elo"} <= set(
+        acc.Tags()["scalars"])

@@ -208,3 +208,14 @@ def test_mirror_half_flips_board_action_and_legal_bits_together():
         else:  # untouched
             assert (batch["obs"][i] == orig["obs"][i]).all() and batch["actions"][i] == orig["actions"][i]
             assert batch["next_legal"][i] == orig["next_legal"][i]
+
+
+def test_scores_against_the_pool_and_each_heuristic():
+    pool = OpponentPool(size=3)
+    pool.snapshot(0, params(0))
+    pool.snapshot(1, params(1))
+    assert pool.scores() == {}
+    pool.record(0, wins=2, draws=0, losses=0)
+    pool.record(1, wins=0, draws=2, losses=0)
+    pool.record(RANDOM, wins=3, draws=0, losses=1)
+    assert pool.scores() == {"pool": 0.75, "random": 0.75}
