@@ -128,6 +128,9 @@ class ApeXDQN:
                 state = load_checkpoint(read_checkpoint_bytes(path), str(path))
                 if state["algo"] != "dqn":
                     raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is dqn")
+                if self.selfplay and "selfplay" not in state:
+                    raise ConfigError("checkpoint: it has no opponent pool (trained without self-play); "
+                                      "resume it with selfplay.enabled=false")
                 spec = {"obs_shape": list(self.obs_shape), "num_actions": self.num_actions}
                 if state.get("model_spec") != spec or state.get("agent", 0) != self.agent:
                     raise ConfigError(f"checkpoint: network {state.get('model_spec')} of agent {state.get('agent', 0)} "
@@ -298,10 +301,7 @@ class ApeXDQN:
                 why = replay.load(self.ckpt_dir / st["replay_file"], c["updates"])
                 resumed = (f"; restored replay of {replay.size:,} transitions" if why is None else
                            f"; warning: replay file not used ({why}), the buffer refills from empty")
-            if pool is not None:
-                if "selfplay" not in st:
-                    raise ConfigError("checkpoint: it has no opponent pool (trained without self-play); "
-                                      "resume it with selfplay.enabled=false")
+            if pool is not None:  # (_resume_point checked that it has one)
                 pool.load_state_dict(st["selfplay"]["pool"])
                 ratings = list(st["selfplay"]["ratings"])
                 resumed += f"; restored opponent pool of {len(pool.members)} (ids {[m['id'] for m in pool.members]})"

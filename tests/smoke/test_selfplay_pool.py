@@ -69,3 +69,17 @@ def test_pool_schedule_bound_reaches_actors_and_survives_a_resume(tmp_path):
         assert (mem["params"] == old[mem["id"]]["params"]).all() and mem["update"] == old[mem["id"]]["update"]
     # restored members reached the actors again and were played after the resume
     assert any(mem["wdl"].sum() > old[mem["id"]]["wdl"].sum() for mem in kept)
+
+
+def test_a_checkpoint_without_a_pool_is_refused_for_self_play(tmp_path):
+    run_dir = tmp_path / "run"
+    ok(trainer(3, ["--config", "configs/dqn_connect4.yaml", "--output-dir", str(run_dir), "--total-timesteps", "2048",
+                   "--set", "dqn.learning_starts=500", "--set", "logging.tensorboard=false"], timeout=120))
+    before = (run_dir / "checkpoints" / "latest.pt").read_bytes()
+    res = trainer(3, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "4096",
+                      "--set", "selfplay.enabled=true"], timeout=120)
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("mpippo: error:")]
+    assert lines == ["mpippo: error: checkpoint: it has no opponent pool (trained without self-play); "
+                     "resume it with selfplay.enabled=false"]  # once, one line
+    assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before  # nothing written over
