@@ -30,7 +30,7 @@ help:
 	@echo "make evaluate [RUN=runs/<run>] [ARGS='--video play.mp4 --levels test']   returns of a checkpoint (default: newest run)"
 	@echo "make compare [RUNS='runs/a runs/b']   table + comparison.png of runs (default: the two newest)"
 	@echo "make scaling [RANKS='1 2 4 8'] [MODE=weak|strong]   scaling sweep -> analysis/data/, then analysis/scaling.ipynb"
-	@echo "make selfplay   self-play DQN on Connect Four (3 ranks, about a minute), then its rating games and win-rate curve"
+	@echo "make selfplay   self-play DQN on Connect Four (3 ranks, about 75 s), then its rating games and win-rate curve"
 
 venv: $(STAMP)
 

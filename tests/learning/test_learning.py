@@ -75,7 +75,7 @@ def test_a_dying_dqn_actor_or_learner_ends_the_job(tmp_path, monkeypatch, where,
 
 
 def test_selfplay_dqn_beats_the_random_player_and_gains_on_the_lookahead_player(tmp_path):
-    """Self-play on Connect Four, 1 learner + 2 actors, 100,000 env steps (about a minute). The
+    """Self-play on Connect Four, 1 learner + 2 actors, 130,000 env steps (about 80 s). The
     starting network wins 60-87% against the random player (a fixed column stacks up to four) and
     0-7% against the one-step lookahead player (which blocks that); a broken update stays there."""
     import json
@@ -85,7 +85,7 @@ def test_selfplay_dqn_beats_the_random_player_and_gains_on_the_lookahead_player(
     ok(trainer(3, ["--config", "configs/dqn_selfplay.yaml", "--output-dir", str(run_dir), "--no-progress"], timeout=300))
     m = metrics(run_dir)
     sp = m["selfplay"]
-    assert m["transitions_sent"] == m["transitions_received"] > 99000
+    assert m["transitions_sent"] == m["transitions_received"] > 129000
     assert sp["illegal_moves"] == 0 and sp["snapshots_taken"] == m["updates"] // 150 + 1
     start = sp["ratings"][0]
     assert start["update"] == 0
