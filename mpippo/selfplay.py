@@ -54,7 +54,6 @@ class OpponentPool:
         self.next_id = 0
         self.learner_rating = 0.0
         self.heuristics = {i: {"wdl": np.zeros(3, dtype=np.int64), "rating": 0.0} for i in HEURISTICS}
-        self.snapshots_taken = 0
         self.dropped: list[int] = []
 
     def snapshot(self, update: int, params: np.ndarray) -> tuple[dict, list[int]]:
@@ -62,7 +61,6 @@ class OpponentPool:
         member = {"id": self.next_id, "update": update, "params": np.array(params, dtype=np.float32, copy=True),
                   "wdl": np.zeros(3, dtype=np.int64), "rating": self.learner_rating, "loss_rate": 0.5}
         self.next_id += 1
-        self.snapshots_taken += 1
         self.members.append(member)
         dropped = []
         while len(self.members) > self.size:
@@ -72,6 +70,11 @@ class OpponentPool:
             dropped.append(victim["id"])
         self.dropped += dropped
         return member, dropped
+
+    @property
+    def snapshots_taken(self) -> int:
+        """Every snapshot got the next id, so the count is the next id."""
+        return self.next_id
 
     def member(self, mid: int) -> dict | None:
         return next((m for m in self.members if m["id"] == mid), None)
@@ -117,7 +120,7 @@ class OpponentPool:
         return {"members": [dict(m, params=m["params"].copy(), wdl=m["wdl"].copy()) for m in self.members],
                 "next_id": self.next_id, "learner_rating": self.learner_rating,
                 "heuristics": {i: {"wdl": h["wdl"].copy(), "rating": h["rating"]} for i, h in self.heuristics.items()},
-                "snapshots_taken": self.snapshots_taken, "dropped": list(self.dropped)}
+                "dropped": list(self.dropped)}
 
     def load_state_dict(self, st: dict) -> None:
         self.members = [dict(m, params=np.asarray(m["params"], dtype=np.float32).copy(), wdl=np.asarray(m["wdl"]).copy())
@@ -125,7 +128,7 @@ class OpponentPool:
         self.next_id, self.learner_rating = int(st["next_id"]), float(st["learner_rating"])
         self.heuristics = {int(i): {"wdl": np.asarray(h["wdl"]).copy(), "rating": float(h["rating"])}
                            for i, h in st["heuristics"].items()}
-        self.snapshots_taken, self.dropped = int(st["snapshots_taken"]), list(st["dropped"])
+        self.dropped = list(st["dropped"])
 
     def summary(self) -> dict:
         """JSON-ready ratings and results (benchmark_metrics.json)."""

@@ -356,7 +356,7 @@ class ApeXDQN:
             ratings.append(row)
 
         def snapshot() -> None:
-            member, dropped = pool.snapshot(c["updates"], weights())
+            member, _ = pool.snapshot(c["updates"], weights())
             ch.send_snapshot(member["id"], member["params"])
 
         def env_steps(final: bool) -> int:
