@@ -65,10 +65,8 @@ def components(args, precision: str) -> dict:
     cmd = [sys.executable, str(ROOT / "benchmarks" / "components.py"), "--env", args.env,
            "--envs-per-rank", str(args.envs_per_rank), "--precision", precision,
            "--minibatch", str(args.envs_per_rank * args.n_steps // args.minibatches)]
-    env = dict(os.environ, THP_MEM_ALLOC_ENABLE="1")
-
     def measure(copies: int) -> list[dict]:
-        procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                  for _ in range(copies)]
         outs = [p.communicate(timeout=900)[0] for p in procs]
         if any(p.returncode for p in procs):

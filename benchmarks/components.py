@@ -5,7 +5,7 @@ Per env step a rank pays: one procgen step (per frame), one policy inference (pe
 rollout batch) and n_epochs training steps (loss + backward + clip + Adam, per sample, at the
 minibatch size). With every core running one rank and nothing else:
     ceiling = cores / (env + inference + epochs x update)   steps/s.
-Prints one JSON line. Run by bench.py with THP_MEM_ALLOC_ENABLE=1 set, as run_mpi.py sets it.
+Prints one JSON line. Host memory set up as run_mpi.py does (mpippo/hostmem.py).
 """
 from __future__ import annotations
 
@@ -16,10 +16,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from mpippo import hostmem  # noqa: E402
+
+ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 from mpippo.algos.ppo import autocast, local_grad_check, ppo_update  # noqa: E402
 from mpippo.config import TrainingConfig  # noqa: E402
 from mpippo.models import ImpalaCNNPolicy  # noqa: E402
@@ -84,7 +88,7 @@ def main() -> None:
     print(json.dumps({"precision": args.precision, "env_step_s": env_s, "inference_s": infer_s, "update_s": update_s,
                       "epochs": epochs, "seconds_per_step": per_step, "ceiling_per_core": 1.0 / per_step,
                       "cores": cores, "ceiling": cores / per_step,
-                      "thp": os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"}))
+                      "thp": os.environ.get("THP_MEM_ALLOC_ENABLE") == "1", "host_allocator": ALLOCATOR}))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from mpippo import config as C
+from mpippo import hostmem
 from mpippo.checkpoint import LATEST, atomic_write_bytes, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.comm import World
 from mpippo.errors import JobFailure
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     """The whole program; returns (exit code, this rank's summary: rank 0's run summary for PPO,
     each learner's metrics and each actor's counts for DQN)."""
+    hostmem.configure()  # before the first large tensor (run_mpi.py did it already)
     world = World()
     world.install_abort_hook()
     signals = SignalFlags().install()  # from here on a signal is only a flag, acted on together

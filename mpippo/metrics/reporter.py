@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo.checkpoint import atomic_write_json
+from mpippo import hostmem
 from mpippo.metrics.timers import PHASES
 
 # layout of the per-rank vector gathered to rank 0
@@ -164,7 +165,7 @@ class Reporter:
             "hostnames": self.hostnames, "nodes": self.nodes, "git_commit": self.commit, "finished": done,
             "stop_reason": stop_reason,
             "device": cfg.training.device, "precision": cfg.training.precision,
-            "threads_per_rank": cfg.parallel.threads_per_rank, **self.extra,
+            "threads_per_rank": cfg.parallel.threads_per_rank, "host_allocator": hostmem.current(), **self.extra,
         }
         atomic_write_json(self.run_dir / "benchmark_metrics.json", out)
         return out

@@ -31,6 +31,7 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps):
     assert len(m["peak_rss_mb_per_rank"]) == world_size and m["peak_rss_mb_total"] > 100
     assert m["fps"] > 0 and m["duration_s"] > 0 and m["finished"] is True
     assert len(m["hostnames"]) == world_size
+    assert m["host_allocator"] == "retain"  # run_mpi.py set glibc up to keep freed memory (mpippo/hostmem.py)
 
     ckpt = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
     for key in ("model", "optimizer", "timesteps", "iteration", "config", "world_size"):
