@@ -26,7 +26,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo import launch  # noqa: E402
+from mpippo import hostmem, launch  # noqa: E402
+from mpippo.checkpoint import atomic_write_json  # noqa: E402
 
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 
@@ -42,7 +43,8 @@ def cpu_model() -> str:
 
 
 def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_per_rank: int | None = None,
-                n_steps: int | None = None, iterations: int | None = None, tensorboard: bool = False) -> dict:
+                n_steps: int | None = None, iterations: int | None = None, tensorboard: bool = False,
+                allocator: str = "retain") -> dict:
     envs_per_rank, n_steps = envs_per_rank or args.envs_per_rank, n_steps or args.n_steps
     steps = ranks * envs_per_rank * n_steps * (iterations or args.iterations)
     trainer_args = ["--set", f"env.name={args.env}", "--num-envs-per-rank", str(envs_per_rank), "--n-steps", str(n_steps),
@@ -52,7 +54,8 @@ def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_p
                     "--set", f"training.num_minibatches={args.minibatches}", "--set", f"training.n_epochs={args.epochs}",
                     "--set", f"training.precision={precision}"]
     try:
-        return launch.run_trainer(ranks, trainer_args, out_dir, args.threads)
+        return launch.run_trainer(ranks, trainer_args, out_dir, args.threads,
+                                  extra_env={hostmem.ENV: allocator})
     except RuntimeError as e:
         sys.exit(f"bench: {e}")
 
@@ -64,7 +67,8 @@ def components(args, precision: str) -> dict:
     the loaded figure: it is what all cores can do together."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "components.py"), "--env", args.env,
            "--envs-per-rank", str(args.envs_per_rank), "--precision", precision,
-           "--minibatch", str(args.envs_per_rank * args.n_steps // args.minibatches)]
+           "--minibatch", str(args.envs_per_rank * args.n_steps // args.minibatches),
+           "--seconds", str(args.component_seconds)]
     def measure(copies: int) -> list[dict]:
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                  for _ in range(copies)]
@@ -135,6 +139,10 @@ def main() -> int:
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                    help="run CleanRL's ppo_procgen.py side by side (benchmarks/peers.py)")
     p.add_argument("--peer-iterations", type=int, default=2)
+    p.add_argument("--component-seconds", type=float, default=8.0, help="timing per component cost")
+    p.add_argument("--allocator-baseline", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run fp32 at the full-machine rank count with malloc left as it is "
+                        f"({hostmem.ENV}=system, THP for torch): what keeping freed memory gains")
     p.add_argument("--memory-iterations", type=int, default=21, help="0 = skip the memory-growth run")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
@@ -149,18 +157,21 @@ def main() -> int:
         ceilings[prec] = components(args, prec)
     rows = []
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
-    runs = [(n, "fp32") for n in args.ranks] + [(full, prec) for prec in precisions[1:]]
+    runs = [(n, "fp32", "retain") for n in args.ranks] + [(full, prec, "retain") for prec in precisions[1:]]
+    runs += [(full, "fp32", "system")] if args.allocator_baseline else []
     with tempfile.TemporaryDirectory(prefix="mpippo-bench-") as tmp:
-        for n, prec in runs:
-            print(f"bench: running {n} rank(s), {prec} ...", flush=True)
-            m = run_trainer(n, args, Path(tmp) / f"r{n}-{prec}", precision=prec)
+        for n, prec, alloc in runs:
+            print(f"bench: running {n} rank(s), {prec}{'' if alloc == 'retain' else ', malloc as is + THP'} ...",
+                  flush=True)
+            m = run_trainer(n, args, Path(tmp) / f"r{n}-{prec}-{alloc}", precision=prec, allocator=alloc)
             ph = m["phase_seconds"]
             total = sum(ph.values())
             calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
             transfer = allreduce_seconds(n) * calls
             over = n * args.threads > cores
             ceiling = ceilings[prec]["ceiling_per_core"] * min(n * args.threads, cores)
-            rows.append({"ranks": n, "precision": prec, "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
+            rows.append({"ranks": n, "precision": prec, "host_allocator": m.get("host_allocator"),
+                         "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
                          "fps_all": m["fps"], "ceiling": ceiling, "phase_seconds": ph,
                          "phase_share": {k: v / total for k, v in ph.items()},
                          "allreduce_share": ph["allreduce"] / total,
@@ -177,7 +188,7 @@ def main() -> int:
               flush=True)
         cleanrl = peer(args)
 
-    fp32 = [r for r in rows if r["precision"] == "fp32"]
+    fp32 = [r for r in rows if r["precision"] == "fp32" and r["host_allocator"] == "retain"]
     base = next((r for r in fp32 if r["ranks"] == 1), fp32[0])
     for r in rows:
         r["speedup"] = r["fps"] / base["fps"]
@@ -190,23 +201,25 @@ def main() -> int:
               f"{1e6 * c['inference_s']:.0f} us + {c['epochs']} x update {1e6 * c['update_s']:.0f} us per step "
               f"= {1 / c['seconds_per_step']:.1f} steps/s per core; one core alone: {c['alone']['ceiling_per_core']:.1f}; "
               f"ceiling (the faster) {c['ceiling_per_core']:.1f} per core, {c['ceiling']:.1f} on {c['cores']} cores")
-    hdr = (f"{'run':<30} {'steps/s':>8} {'vs CleanRL':>10} {'ceiling':>8} {'of ceil.':>8} {'speedup':>8} {'eff.':>6} "
+    hdr = (f"{'run':<36} {'steps/s':>8} {'vs CleanRL':>10} {'ceiling':>8} {'of ceil.':>8} {'speedup':>8} {'eff.':>6} "
            f"{'allreduce':>9} {'transfer':>8} {'MB/rank':>8}")
     print("\n" + hdr + "\n" + "-" * len(hdr))
     if cleanrl:
-        print(f"{cleanrl['peer']:<30} {cleanrl['fps_steady']:>8.1f} {'1.00x':>10}")
+        print(f"{cleanrl['peer']:<36} {cleanrl['fps_steady']:>8.1f} {'1.00x':>10}")
     for r in rows:
-        name = f"mpippo {r['ranks']} rank(s) {r['precision']}" + (" (oversub.)" if r["oversubscribed"] else "")
+        name = (f"mpippo {r['ranks']} rank(s) {r['precision']}" + (" (oversub.)" if r["oversubscribed"] else "")
+                + ("" if r["host_allocator"] == "retain" else " malloc as is"))
         vs = f"{r['vs_cleanrl']:.2f}x" if r["vs_cleanrl"] else "-"
-        print(f"{name:<30} {r['fps']:>8.1f} {vs:>10} {r['ceiling']:>8.1f} {100 * r['of_ceiling']:>7.1f}% "
+        print(f"{name:<36} {r['fps']:>8.1f} {vs:>10} {r['ceiling']:>8.1f} {100 * r['of_ceiling']:>7.1f}% "
               f"{r['speedup']:>7.2f}x {100 * r['efficiency']:>5.1f}% {100 * r['allreduce_share']:>8.2f}% "
               f"{100 * r['allreduce_transfer_share']:>7.2f}% {r['peak_rss_mb_per_rank']:>8.0f}")
     print("\nphases (share of an iteration):")
     for r in rows:
-        print(f"  {r['ranks']} rank(s) {r['precision']}: " + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
+        print(f"  {r['ranks']} rank(s) {r['precision']} {r['host_allocator']}: " + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
 
     two = next((r for r in fp32 if r["ranks"] == 2), None)
     bf = next((r for r in rows if r["precision"] == "bf16"), None)
+    sysm = next((r for r in rows if r["host_allocator"] != "retain"), None)
     print("\ntargets:")
     if two and cleanrl:
         print(f"  1. 2 ranks fp32 vs CleanRL stock: {two['vs_cleanrl']:.2f}x (target >= 2x)")
@@ -223,6 +236,11 @@ def main() -> int:
         print(f"  5. bf16 {bf['fps']:.1f} steps/s = {bf['fps'] / two['fps']:.2f}x fp32 at {bf['ranks']} ranks"
               + (f", {bf['vs_cleanrl']:.2f}x CleanRL stock" if cleanrl else ""))
 
+    if sysm and two:
+        print(f"  kept freed memory: {two['fps'] / sysm['fps']:.2f}x the steps/s of malloc as is + THP at 2 ranks "
+              f"({sysm['fps']:.1f} -> {two['fps']:.1f}); peak {sysm['peak_rss_mb_per_rank']:.0f} -> "
+              f"{two['peak_rss_mb_per_rank']:.0f} MB per rank")
+
     import torch
     from mpi4py import MPI
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
@@ -230,8 +248,10 @@ def main() -> int:
               "mpi": MPI.Get_library_version().splitlines()[0], "settings": vars(args) | {"out": None},
               "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows}
     out = args.out or ROOT / "benchmarks" / "results" / f"{datetime.date.today().isoformat()}.json"
+    if not args.out and out.exists():  # a second run the same day keeps the first
+        out = out.with_name(f"{datetime.datetime.now():%Y-%m-%d-%H%M}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(out, result)
     print(f"bench: wrote {out}")
     return 0
 

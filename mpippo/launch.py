@@ -42,12 +42,15 @@ def mpirun_command(ranks: int, argv: list[str], threads: int = 1) -> tuple[list[
     return cmd + [sys.executable, *argv], env
 
 
-def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int = 1, timeout: float = 3600) -> dict:
+def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int = 1, timeout: float = 3600,
+                extra_env: dict | None = None) -> dict:
     """Run run_mpi.py to the end with --output-dir out_dir (benchmarks, sweeps): its
-    benchmark_metrics.json plus `wall_s_with_startup`. RuntimeError with the stderr tail on failure."""
+    benchmark_metrics.json plus `wall_s_with_startup`. RuntimeError with the stderr tail on failure.
+    extra_env: variables for the ranks (one node: mpirun passes its environment on)."""
     import json
     import time
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
+    env.update(extra_env or {})
     t0 = time.perf_counter()
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if res.returncode != 0:
