@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from mpippo import hostmem, launch  # noqa: E402
-from mpippo.checkpoint import atomic_write_json  # noqa: E402
+from results_file import write_result  # noqa: E402  (benchmarks/)
 
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 
@@ -159,11 +159,26 @@ def main() -> int:
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
     runs = [(n, "fp32", "retain") for n in args.ranks] + [(full, prec, "retain") for prec in precisions[1:]]
     runs += [(full, "fp32", "system")] if args.allocator_baseline else []
+    peer_runs = []
+
+    def run_peer():
+        if args.peers:
+            print(f"bench: CleanRL ppo_procgen.py (stock), {args.peer_iterations} iterations of 64 envs x 256 steps ...",
+                  flush=True)
+            peer_runs.append(peer(args))
+
     with tempfile.TemporaryDirectory(prefix="mpippo-bench-") as tmp:
         for n, prec, alloc in runs:
+            # The peer runs right before and right after the full-machine fp32 run: on a shared VM the
+            # machine's speed drifts over the bench's half hour, so the ratio compares neighbours in time.
+            headline = (n, prec, alloc) == (full, "fp32", "retain")
+            if headline:
+                run_peer()
             print(f"bench: running {n} rank(s), {prec}{'' if alloc == 'retain' else ', malloc as is + THP'} ...",
                   flush=True)
             m = run_trainer(n, args, Path(tmp) / f"r{n}-{prec}-{alloc}", precision=prec, allocator=alloc)
+            if headline:
+                run_peer()
             ph = m["phase_seconds"]
             total = sum(ph.values())
             calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
@@ -183,10 +198,10 @@ def main() -> int:
             print(f"bench: memory over {args.memory_iterations} iterations (2 ranks, 8 envs x 64 steps) ...", flush=True)
             memory = memory_growth(args, Path(tmp) / "memory")
     cleanrl = None
-    if args.peers:
-        print(f"bench: CleanRL ppo_procgen.py (stock), {args.peer_iterations} iterations of 64 envs x 256 steps ...",
-              flush=True)
-        cleanrl = peer(args)
+    if peer_runs and all(peer_runs):
+        rates = [r["fps_steady"] for r in peer_runs]
+        cleanrl = dict(peer_runs[0], fps_steady=float(np.mean(rates)), fps_steady_runs=rates,
+                       fps=float(np.mean([r["fps"] for r in peer_runs])))
 
     fp32 = [r for r in rows if r["precision"] == "fp32" and r["host_allocator"] == "retain"]
     base = next((r for r in fp32 if r["ranks"] == 1), fp32[0])
@@ -205,7 +220,8 @@ def main() -> int:
            f"{'allreduce':>9} {'transfer':>8} {'MB/rank':>8}")
     print("\n" + hdr + "\n" + "-" * len(hdr))
     if cleanrl:
-        print(f"{cleanrl['peer']:<36} {cleanrl['fps_steady']:>8.1f} {'1.00x':>10}")
+        print(f"{cleanrl['peer']:<36} {cleanrl['fps_steady']:>8.1f} {'1.00x':>10}   (mean of the runs before and "
+              f"after mpippo {full} ranks fp32: " + ", ".join(f"{x:.1f}" for x in cleanrl["fps_steady_runs"]) + ")")
     for r in rows:
         name = (f"mpippo {r['ranks']} rank(s) {r['precision']}" + (" (oversub.)" if r["oversubscribed"] else "")
                 + ("" if r["host_allocator"] == "retain" else " malloc as is"))
@@ -247,11 +263,7 @@ def main() -> int:
               "cpu": cpu_model(), "cores": cores, "torch": torch.__version__,
               "mpi": MPI.Get_library_version().splitlines()[0], "settings": vars(args) | {"out": None},
               "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows}
-    out = args.out or ROOT / "benchmarks" / "results" / f"{datetime.date.today().isoformat()}.json"
-    if not args.out and out.exists():  # a second run the same day keeps the first
-        out = out.with_name(f"{datetime.datetime.now():%Y-%m-%d-%H%M}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, result)
+    out = write_result(result, out=args.out)
     print(f"bench: wrote {out}")
     return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from mpippo import launch  # noqa: E402
+from results_file import write_result  # noqa: E402  (benchmarks/)
 
 
 def run(ranks: int, extra: list[str], out: Path) -> dict:
@@ -64,8 +64,7 @@ def main() -> int:
               "settings": vars(args) | {"out": None}, "collection": rows,
               "learner": {k: lm[k] for k in ("learner_device", "learner_updates_per_s", "learner_samples_per_s",
                                              "replay_ratio", "weight_lag", "fps")}}
-    out = args.out or ROOT / "benchmarks" / "results" / f"{datetime.date.today().isoformat()}-dqn.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(result, "-dqn", args.out)
     print(f"bench_dqn: wrote {out}")
     return 0
 
