@@ -12,8 +12,8 @@ pytestmark = pytest.mark.slow
 def test_bench_prints_the_table_and_writes_its_result(tmp_path):
     out = tmp_path / "result.json"
     res = ok(run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--ranks", "1", "--envs-per-rank", "4",
-                  "--n-steps", "32", "--minibatches", "2", "--iterations", "2", "--no-peers", "--no-bf16",
-                  "--memory-iterations", "0", "--component-seconds", "0.2", "--out", str(out)], timeout=240))
+                  "--n-steps", "16", "--minibatches", "2", "--iterations", "2", "--no-peers", "--no-bf16",
+                  "--memory-iterations", "0", "--component-seconds", "0.1", "--out", str(out)], timeout=240))
     assert "ceiling (fp32" in res.stdout and "mpippo 1 rank(s) fp32" in res.stdout
     assert "malloc as is" in res.stdout  # the allocator baseline ran beside the default
     r = json.loads(out.read_text())
