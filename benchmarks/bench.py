@@ -44,7 +44,7 @@ def cpu_model() -> str:
 
 def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_per_rank: int | None = None,
                 n_steps: int | None = None, iterations: int | None = None, tensorboard: bool = False,
-                allocator: str = "retain") -> dict:
+                allocator: str = "retain", device: str = "cpu") -> dict:
     envs_per_rank, n_steps = envs_per_rank or args.envs_per_rank, n_steps or args.n_steps
     steps = ranks * envs_per_rank * n_steps * (iterations or args.iterations)
     trainer_args = ["--set", f"env.name={args.env}", "--num-envs-per-rank", str(envs_per_rank), "--n-steps", str(n_steps),
@@ -52,7 +52,7 @@ def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_p
                     "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
                     "--set", f"logging.tensorboard={str(tensorboard).lower()}",
                     "--set", f"training.num_minibatches={args.minibatches}", "--set", f"training.n_epochs={args.epochs}",
-                    "--set", f"training.precision={precision}"]
+                    "--set", f"training.precision={precision}", "--device", device]
     try:
         return launch.run_trainer(ranks, trainer_args, out_dir, args.threads,
                                   extra_env={hostmem.ENV: allocator})
@@ -139,6 +139,8 @@ def main() -> int:
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                    help="run CleanRL's ppo_procgen.py side by side (benchmarks/peers.py)")
     p.add_argument("--peer-iterations", type=int, default=2)
+    p.add_argument("--gpu", action="store_true",
+                   help="also run 1 rank on the GPU (training.device=cuda), fp32 and bf16; skipped without CUDA")
     p.add_argument("--component-seconds", type=float, default=8.0, help="timing per component cost")
     p.add_argument("--allocator-baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="also run fp32 at the full-machine rank count with malloc left as it is "
@@ -159,6 +161,12 @@ def main() -> int:
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
     runs = [(n, "fp32", "retain") for n in args.ranks] + [(full, prec, "retain") for prec in precisions[1:]]
     runs += [(full, "fp32", "system")] if args.allocator_baseline else []
+    if args.gpu:
+        import torch
+        if torch.cuda.is_available():
+            runs += [(1, prec, "retain", "cuda") for prec in precisions]
+        else:
+            print("bench: --gpu: no CUDA device here, GPU runs skipped", flush=True)
     peer_runs = []
 
     def run_peer():
@@ -168,15 +176,17 @@ def main() -> int:
             peer_runs.append(peer(args))
 
     with tempfile.TemporaryDirectory(prefix="mpippo-bench-") as tmp:
-        for n, prec, alloc in runs:
+        for n, prec, alloc, *dev in runs:
+            device = dev[0] if dev else "cpu"
             # The peer runs right before and right after the full-machine fp32 run: on a shared VM the
             # machine's speed drifts over the bench's half hour, so the ratio compares neighbours in time.
-            headline = (n, prec, alloc) == (full, "fp32", "retain")
+            headline = (n, prec, alloc, device) == (full, "fp32", "retain", "cpu")
             if headline:
                 run_peer()
-            print(f"bench: running {n} rank(s), {prec}{'' if alloc == 'retain' else ', malloc as is + THP'} ...",
-                  flush=True)
-            m = run_trainer(n, args, Path(tmp) / f"r{n}-{prec}-{alloc}", precision=prec, allocator=alloc)
+            print(f"bench: running {n} rank(s), {prec}{'' if alloc == 'retain' else ', malloc as is + THP'}"
+                  f"{', on the GPU' if device == 'cuda' else ''} ...", flush=True)
+            m = run_trainer(n, args, Path(tmp) / f"r{n}-{prec}-{alloc}-{device}", precision=prec, allocator=alloc,
+                            device=device)
             if headline:
                 run_peer()
             ph = m["phase_seconds"]
@@ -184,8 +194,10 @@ def main() -> int:
             calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
             transfer = allreduce_seconds(n) * calls
             over = n * args.threads > cores
+            # the ceiling is the CPU's: a GPU row's share of it says how far past the CPU it goes
             ceiling = ceilings[prec]["ceiling_per_core"] * min(n * args.threads, cores)
-            rows.append({"ranks": n, "precision": prec, "host_allocator": m.get("host_allocator"),
+            rows.append({"ranks": n, "precision": prec, "device": m.get("device", device),
+                         "host_allocator": m.get("host_allocator"),
                          "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
                          "fps_all": m["fps"], "ceiling": ceiling, "phase_seconds": ph,
                          "phase_share": {k: v / total for k, v in ph.items()},
@@ -203,7 +215,7 @@ def main() -> int:
         cleanrl = dict(peer_runs[0], fps_steady=float(np.mean(rates)), fps_steady_runs=rates,
                        fps=float(np.mean([r["fps"] for r in peer_runs])))
 
-    fp32 = [r for r in rows if r["precision"] == "fp32" and r["host_allocator"] == "retain"]
+    fp32 = [r for r in rows if r["precision"] == "fp32" and r["host_allocator"] == "retain" and r["device"] == "cpu"]
     base = next((r for r in fp32 if r["ranks"] == 1), fp32[0])
     for r in rows:
         r["speedup"] = r["fps"] / base["fps"]
@@ -224,17 +236,17 @@ def main() -> int:
               f"after mpippo {full} ranks fp32: " + ", ".join(f"{x:.1f}" for x in cleanrl["fps_steady_runs"]) + ")")
     for r in rows:
         name = (f"mpippo {r['ranks']} rank(s) {r['precision']}" + (" (oversub.)" if r["oversubscribed"] else "")
-                + ("" if r["host_allocator"] == "retain" else " malloc as is"))
+                + ("" if r["host_allocator"] == "retain" else " malloc as is") + (" GPU" if r["device"] != "cpu" else ""))
         vs = f"{r['vs_cleanrl']:.2f}x" if r["vs_cleanrl"] else "-"
         print(f"{name:<36} {r['fps']:>8.1f} {vs:>10} {r['ceiling']:>8.1f} {100 * r['of_ceiling']:>7.1f}% "
               f"{r['speedup']:>7.2f}x {100 * r['efficiency']:>5.1f}% {100 * r['allreduce_share']:>8.2f}% "
               f"{100 * r['allreduce_transfer_share']:>7.2f}% {r['peak_rss_mb_per_rank']:>8.0f}")
     print("\nphases (share of an iteration):")
     for r in rows:
-        print(f"  {r['ranks']} rank(s) {r['precision']} {r['host_allocator']}: " + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
+        print(f"  {r['ranks']} rank(s) {r['precision']} {r['host_allocator']} {r['device']}: " + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
 
     two = next((r for r in fp32 if r["ranks"] == 2), None)
-    bf = next((r for r in rows if r["precision"] == "bf16"), None)
+    bf = next((r for r in rows if r["precision"] == "bf16" and r["device"] == "cpu"), None)
     sysm = next((r for r in rows if r["host_allocator"] != "retain"), None)
     print("\ntargets:")
     if two and cleanrl:
@@ -252,6 +264,10 @@ def main() -> int:
         print(f"  5. bf16 {bf['fps']:.1f} steps/s = {bf['fps'] / two['fps']:.2f}x fp32 at {bf['ranks']} ranks"
               + (f", {bf['vs_cleanrl']:.2f}x CleanRL stock" if cleanrl else ""))
 
+    for g in (r for r in rows if r["device"] != "cpu"):
+        print(f"  GPU: 1 rank {g['precision']} {g['fps']:.1f} steps/s"
+              + (f" = {g['fps'] / two['fps']:.2f}x the 2-rank CPU fp32 run" if two else "")
+              + (f", {g['vs_cleanrl']:.2f}x CleanRL stock (on the CPU)" if cleanrl else ""))
     if sysm and two:
         print(f"  kept freed memory: {two['fps'] / sysm['fps']:.2f}x the steps/s of malloc as is + THP at 2 ranks "
               f"({sysm['fps']:.1f} -> {two['fps']:.1f}); peak {sysm['peak_rss_mb_per_rank']:.0f} -> "
