@@ -159,8 +159,9 @@ def main() -> int:
         ceilings[prec] = components(args, prec)
     rows = []
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
-    runs = [(n, "fp32", "retain") for n in args.ranks] + [(full, prec, "retain") for prec in precisions[1:]]
-    runs += [(full, "fp32", "system")] if args.allocator_baseline else []
+    # (ranks, precision, allocator asked for, device)
+    runs = [(n, "fp32", "retain", "cpu") for n in args.ranks] + [(full, prec, "retain", "cpu") for prec in precisions[1:]]
+    runs += [(full, "fp32", "system", "cpu")] if args.allocator_baseline else []
     if args.gpu:
         import torch
         if torch.cuda.is_available():
@@ -176,8 +177,7 @@ def main() -> int:
             peer_runs.append(peer(args))
 
     with tempfile.TemporaryDirectory(prefix="mpippo-bench-") as tmp:
-        for n, prec, alloc, *dev in runs:
-            device = dev[0] if dev else "cpu"
+        for n, prec, alloc, device in runs:
             # The peer runs right before and right after the full-machine fp32 run: on a shared VM the
             # machine's speed drifts over the bench's half hour, so the ratio compares neighbours in time.
             headline = (n, prec, alloc, device) == (full, "fp32", "retain", "cpu")
@@ -196,8 +196,8 @@ def main() -> int:
             over = n * args.threads > cores
             # the ceiling is the CPU's: a GPU row's share of it says how far past the CPU it goes
             ceiling = ceilings[prec]["ceiling_per_core"] * min(n * args.threads, cores)
-            rows.append({"ranks": n, "precision": prec, "device": m.get("device", device),
-                         "host_allocator": m.get("host_allocator"),
+            rows.append({"ranks": n, "precision": prec, "device": device, "allocator": alloc,
+                         "host_allocator": m["host_allocator"],  # in effect: "system (not glibc)" on macOS
                          "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
                          "fps_all": m["fps"], "ceiling": ceiling, "phase_seconds": ph,
                          "phase_share": {k: v / total for k, v in ph.items()},
@@ -215,7 +215,7 @@ def main() -> int:
         cleanrl = dict(peer_runs[0], fps_steady=float(np.mean(rates)), fps_steady_runs=rates,
                        fps=float(np.mean([r["fps"] for r in peer_runs])))
 
-    fp32 = [r for r in rows if r["precision"] == "fp32" and r["host_allocator"] == "retain" and r["device"] == "cpu"]
+    fp32 = [r for r in rows if r["precision"] == "fp32" and r["allocator"] == "retain" and r["device"] == "cpu"]
     base = next((r for r in fp32 if r["ranks"] == 1), fp32[0])
     for r in rows:
         r["speedup"] = r["fps"] / base["fps"]
@@ -236,18 +236,19 @@ def main() -> int:
               f"after mpippo {full} ranks fp32: " + ", ".join(f"{x:.1f}" for x in cleanrl["fps_steady_runs"]) + ")")
     for r in rows:
         name = (f"mpippo {r['ranks']} rank(s) {r['precision']}" + (" (oversub.)" if r["oversubscribed"] else "")
-                + ("" if r["host_allocator"] == "retain" else " malloc as is") + (" GPU" if r["device"] != "cpu" else ""))
+                + ("" if r["allocator"] == "retain" else " malloc as is") + (" GPU" if r["device"] != "cpu" else ""))
         vs = f"{r['vs_cleanrl']:.2f}x" if r["vs_cleanrl"] else "-"
         print(f"{name:<36} {r['fps']:>8.1f} {vs:>10} {r['ceiling']:>8.1f} {100 * r['of_ceiling']:>7.1f}% "
               f"{r['speedup']:>7.2f}x {100 * r['efficiency']:>5.1f}% {100 * r['allreduce_share']:>8.2f}% "
               f"{100 * r['allreduce_transfer_share']:>7.2f}% {r['peak_rss_mb_per_rank']:>8.0f}")
     print("\nphases (share of an iteration):")
     for r in rows:
-        print(f"  {r['ranks']} rank(s) {r['precision']} {r['host_allocator']} {r['device']}: " + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
+        print(f"  {r['ranks']} rank(s) {r['precision']} {r['host_allocator']} {r['device']}: "
+              + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
 
     two = next((r for r in fp32 if r["ranks"] == 2), None)
     bf = next((r for r in rows if r["precision"] == "bf16" and r["device"] == "cpu"), None)
-    sysm = next((r for r in rows if r["host_allocator"] != "retain"), None)
+    sysm = next((r for r in rows if r["allocator"] == "system"), None)
     print("\ntargets:")
     if two and cleanrl:
         print(f"  1. 2 ranks fp32 vs CleanRL stock: {two['vs_cleanrl']:.2f}x (target >= 2x)")

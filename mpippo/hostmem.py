@@ -80,6 +80,6 @@ def configure() -> str:
     """What every process that trains calls first, before torch allocates: retain freed memory
     or, where that is off or not possible, huge pages for torch's allocator."""
     state = retain_freed_memory()
-    if state == "system" or state.startswith("system "):
+    if state.startswith("system"):
         os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     return state

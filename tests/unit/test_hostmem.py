@@ -12,7 +12,7 @@ from conftest import ROOT
 # count the minor page faults of the last five. With the memory kept, only the first
 # allocation faults; handed back to the kernel, every one faults its ~24,000 pages in again.
 PROBE = """
-import json, resource, sys
+import json, os, resource, sys
 sys.path.insert(0, sys.argv[1])
 from mpippo import hostmem
 state = hostmem.configure()
@@ -30,7 +30,6 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(5):
     cycle()
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-import os
 print(json.dumps({"state": state, "current": hostmem.current(), "faults": faults,
                   "thp": os.environ.get("THP_MEM_ALLOC_ENABLE")}))
 """
