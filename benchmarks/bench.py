@@ -81,6 +81,10 @@ def components(args, precision: str) -> dict:
     loaded = measure(len(os.sched_getaffinity(0)))
     out = {k: float(np.mean([c[k] for c in loaded])) for k in ("env_step_s", "inference_s", "update_s", "seconds_per_step")}
     out.update(precision=precision, epochs=alone["epochs"], cores=alone["cores"], alone=alone)
+    # the arithmetic bound: every FLOP of an env step at the fastest convolution's rate (the faster measurement)
+    peak = max(c["conv_peak_flops_rate"] for c in [alone, *loaded])
+    out.update(flops_per_step=alone["flops_per_step"], conv_peak_flops_rate=peak,
+               kernel_bound_per_core=peak / alone["flops_per_step"])
     return with_ceiling(out)
 
 
@@ -196,10 +200,12 @@ def main() -> int:
             over = n * args.threads > cores
             # the ceiling is the CPU's: a GPU row's share of it says how far past the CPU it goes
             ceiling = ceilings[prec]["ceiling_per_core"] * min(n * args.threads, cores)
+            kernel_bound = ceilings[prec]["kernel_bound_per_core"] * min(n * args.threads, cores)
             rows.append({"ranks": n, "precision": prec, "device": device, "allocator": alloc,
                          "host_allocator": m["host_allocator"],  # in effect: "system (not glibc)" on macOS
                          "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
-                         "fps_all": m["fps"], "ceiling": ceiling, "phase_seconds": ph,
+                         "fps_all": m["fps"], "ceiling": ceiling, "kernel_bound": kernel_bound,
+                         "of_kernel_bound": (m["fps_steady"] or m["fps"]) / kernel_bound, "phase_seconds": ph,
                          "phase_share": {k: v / total for k, v in ph.items()},
                          "allreduce_share": ph["allreduce"] / total,
                          "allreduce_transfer_share": transfer / total,
@@ -228,6 +234,13 @@ def main() -> int:
               f"{1e6 * c['inference_s']:.0f} us + {c['epochs']} x update {1e6 * c['update_s']:.0f} us per step "
               f"= {1 / c['seconds_per_step']:.1f} steps/s per core; one core alone: {c['alone']['ceiling_per_core']:.1f}; "
               f"ceiling (the faster) {c['ceiling_per_core']:.1f} per core, {c['ceiling']:.1f} on {c['cores']} cores")
+        a = c["alone"]
+        print(f"arithmetic ({prec}): {a['flops_per_step'] / 1e6:.0f} MFLOP per env step (forward "
+              f"{a['flops_forward'] / 1e6:.1f}, training {a['flops_train'] / 1e6:.1f} per sample and epoch); one core "
+              f"alone runs inference at {a['inference_flops_rate'] / 1e9:.1f} GFLOP/s, training at "
+              f"{a['update_flops_rate'] / 1e9:.1f}; the network's fastest convolution at "
+              f"{c['conv_peak_flops_rate'] / 1e9:.1f}: kernel bound {c['kernel_bound_per_core']:.1f} steps/s per core, "
+              f"the ceiling is {100 * c['ceiling_per_core'] / c['kernel_bound_per_core']:.0f}% of it")
     hdr = (f"{'run':<36} {'steps/s':>8} {'vs CleanRL':>10} {'ceiling':>8} {'of ceil.':>8} {'speedup':>8} {'eff.':>6} "
            f"{'allreduce':>9} {'transfer':>8} {'MB/rank':>8}")
     print("\n" + hdr + "\n" + "-" * len(hdr))
@@ -253,7 +266,9 @@ def main() -> int:
     if two and cleanrl:
         print(f"  1. 2 ranks fp32 vs CleanRL stock: {two['vs_cleanrl']:.2f}x (target >= 2x)")
     if two:
-        print(f"  2. 2 ranks fp32 at {100 * two['of_ceiling']:.1f}% of the machine ceiling (target >= 90%)")
+        print(f"  2. 2 ranks fp32 at {100 * two['of_ceiling']:.1f}% of the machine ceiling (target >= 90%); "
+              f"{100 * two['of_kernel_bound']:.1f}% of the kernel bound ({two['kernel_bound']:.1f}: every FLOP at "
+              f"the fastest convolution's rate)")
         print(f"  3. weak scaling 1 -> 2 ranks {100 * two['efficiency']:.1f}% (target >= 95%); allreduce "
               f"{100 * two['allreduce_share']:.2f}% of an iteration as seen (transfer + waiting for the slower rank), "
               f"{100 * two['allreduce_transfer_share']:.2f}% pure transfer (target <= 2%)")

@@ -5,6 +5,10 @@ Per env step a rank pays: one procgen step (per frame), one policy inference (pe
 rollout batch) and n_epochs training steps (loss + backward + clip + Adam, per sample, at the
 minibatch size). With every core running one rank and nothing else:
     ceiling = cores / (env + inference + epochs x update)   steps/s.
+It also counts the network's arithmetic (convolutions and dense layers, with forward hooks) and times
+each of its convolutions alone at the minibatch size: the fastest one's rate is what this core does on
+the network's best-suited kernel, and `kernel_bound = rate / FLOPs per env step` is the steps/s a core
+would reach if every FLOP of an env step ran that fast (no memory-bound work, no slower shapes).
 Prints one JSON line. Host memory set up as run_mpi.py does (mpippo/hostmem.py).
 """
 from __future__ import annotations
@@ -39,6 +43,46 @@ def timed(fn, min_seconds: float) -> float:
         dt = time.perf_counter() - t0
         if dt >= min_seconds:
             return dt / n
+
+
+def network_flops(model: torch.nn.Module, obs: torch.Tensor) -> tuple[float, float, list]:
+    """(forward FLOPs per sample, FLOPs of the first layer's forward, [(conv module, input shape)]).
+
+    FLOPs = 2 x multiply-adds of every Conv2d and Linear, counted by forward hooks on one forward."""
+    counts, convs = [], []
+
+    def hook(mod, inp, out):
+        x = inp[0]
+        if isinstance(mod, torch.nn.Conv2d):
+            macs = out[0].numel() * (mod.in_channels // mod.groups) * mod.kernel_size[0] * mod.kernel_size[1]
+            convs.append((mod, tuple(x.shape[1:])))
+        else:
+            macs = mod.in_features * mod.out_features
+        counts.append(2.0 * macs)
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()
+               if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    with torch.no_grad():
+        model(obs[:1])
+    for h in handles:
+        h.remove()
+    return sum(counts), counts[0], convs
+
+
+def conv_peak(convs: list, batch: int, device, precision: str, seconds: float) -> float:
+    """FLOP/s of the fastest of the network's convolutions, each timed alone (forward) at `batch`."""
+    best, seen = 0.0, set()
+    for mod, shape in convs:
+        key = (mod.in_channels, mod.out_channels, shape)
+        if key in seen:
+            continue
+        seen.add(key)
+        c, h, w = shape  # channels-last, as the network's frames make it
+        x = torch.randn(batch, h, w, c).permute(0, 3, 1, 2)
+        flops = 2.0 * batch * h * w * mod.out_channels * c * mod.kernel_size[0] * mod.kernel_size[1]
+        with torch.no_grad(), autocast(device, precision):
+            best = max(best, flops / timed(lambda: mod(x), seconds))
+    return best
 
 
 def main() -> None:
@@ -84,11 +128,21 @@ def main() -> None:
 
     epochs = TrainingConfig().n_epochs
     per_step = env_s + infer_s + epochs * update_s
+    # Training = forward + backward (input and weight gradients, 2x the forward) for every layer but
+    # the first, whose input gradient autograd skips (frames need none).
+    fwd, first, convs = network_flops(model, obs)
+    train = 3 * fwd - first
+    step_flops = fwd + epochs * train
+    peak = conv_peak(convs, args.minibatch, device, args.precision, args.seconds / 16)
     cores = len(os.sched_getaffinity(0))
     print(json.dumps({"precision": args.precision, "env_step_s": env_s, "inference_s": infer_s, "update_s": update_s,
                       "epochs": epochs, "seconds_per_step": per_step, "ceiling_per_core": 1.0 / per_step,
                       "cores": cores, "ceiling": cores / per_step,
-                      "thp": os.environ.get("THP_MEM_ALLOC_ENABLE") == "1", "host_allocator": ALLOCATOR}))
+                      "thp": os.environ.get("THP_MEM_ALLOC_ENABLE") == "1", "host_allocator": ALLOCATOR,
+                      "flops_forward": fwd, "flops_train": train, "flops_per_step": step_flops,
+                      "inference_flops_rate": fwd / infer_s, "update_flops_rate": train / update_s,
+                      "step_flops_rate": step_flops / per_step, "conv_peak_flops_rate": peak,
+                      "kernel_bound_per_core": peak / step_flops}))
 
 
 if __name__ == "__main__":
