@@ -22,6 +22,10 @@ def test_bench_prints_the_table_and_writes_its_result(tmp_path):
     rows = {(x["ranks"], x["host_allocator"]): x for x in r["results"]}
     assert set(rows) == {(1, "retain"), (1, "system")}
     assert r["ceilings"]["fp32"]["alone"]["host_allocator"] == "retain"
+    # measured before and after the runs; the higher ceiling is the one used
+    c, other = r["ceilings"]["fp32"], r["ceilings"]["fp32"]["other_measurement"]
+    assert "component costs (fp32) again, after the runs" in res.stdout
+    assert c["ceiling_per_core"] >= other["ceiling_per_core"] > 0
     for x in rows.values():
         assert x["device"] == "cpu" and x["fps"] > 0 and abs(sum(x["phase_share"].values()) - 1) < 1e-6
         assert x["ceiling"] == pytest.approx(r["ceilings"]["fp32"]["ceiling_per_core"])
