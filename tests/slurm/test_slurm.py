@@ -138,16 +138,21 @@ def test_two_node_job_has_ranks_on_both_nodes(cluster, tmp_path):
     assert sorted(set(m["nodes"])) == ["n1", "n2"], m["nodes"]
 
 
-def reference(tmp_path: Path, steps: int) -> dict:
-    run_dir = tmp_path / "reference"
-    ok(trainer(2, SMALL + ["--total-timesteps", str(steps), "--output-dir", str(run_dir), "--no-progress",
+REQUEUE_STEPS = 16 * 256
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    """The run the requeued jobs must reproduce, run once for both ways of interrupting them."""
+    run_dir = tmp_path_factory.mktemp("reference")
+    ok(trainer(2, SMALL + ["--total-timesteps", str(REQUEUE_STEPS), "--output-dir", str(run_dir), "--no-progress",
                            "--set", "parallel.threads_per_rank=1"]))
     return latest(run_dir)
 
 
 @pytest.mark.parametrize("how", ["usr1", "preempt"])
-def test_requeue_resumes_to_the_exact_uninterrupted_result(cluster, tmp_path, how):
-    steps = 16 * 256
+def test_requeue_resumes_to_the_exact_uninterrupted_result(cluster, tmp_path, how, uninterrupted):
+    steps = REQUEUE_STEPS
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     args = SMALL + ["--total-timesteps", str(steps), "--set", "logging.print_interval=1",
                     "--set", "checkpoint.interval_iterations=0"]
@@ -165,7 +170,7 @@ def test_requeue_resumes_to_the_exact_uninterrupted_result(cluster, tmp_path, ho
     assert "restart 1" in log and "resuming at" in log
     state = latest(run_dir)
     assert state["timesteps"] == steps
-    assert_same_params(reference(tmp_path, steps), state)
+    assert_same_params(uninterrupted, state)
 
 
 DQN_TINY = ["--config", "configs/dqn_toy.yaml", "--total-timesteps", "6000", "--set", "logging.tensorboard=false"]
@@ -183,18 +188,7 @@ def test_dqn_6gpu_script_learner_falls_back_to_cpu_on_fake_gpus(cluster, tmp_pat
     assert m["transitions_sent"] == m["transitions_received"] == 6000
 
 
-def test_dqn_6agents_script_writes_one_folder_per_agent(cluster, tmp_path):
-    run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    job = sbatch("dqn_6agents.sh", ["--ntasks=12"], DQN_TINY + ["--total-timesteps", "12000"], job_env(run_dir), out)
-    info = wait_state(job, FINAL, 400, out)
-    assert info["JobState"] == "COMPLETED", out.read_text()[-3000:]
-    for k in range(6):
-        m = metrics(run_dir / f"agent_{k}")
-        assert m["agent"] == k and m["num_actors"] == 1 and m["world_size"] == 12
-        assert m["transitions_sent"] == m["transitions_received"] == 2000
-
-
-def test_dqn_agents_requeue_and_each_resumes_its_own_run(cluster, tmp_path):
+def test_dqn_6agents_script_requeues_and_each_agent_resumes_its_own_folder(cluster, tmp_path):
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     per_agent = 16000
     args = DQN_TINY + ["--total-timesteps", str(6 * per_agent), "--set", "dqn.save_replay=true"]
@@ -207,6 +201,7 @@ def test_dqn_agents_requeue_and_each_resumes_its_own_run(cluster, tmp_path):
     assert int(info["Restarts"]) >= 1 and "restart 1" in log, info
     for k in range(6):
         m = metrics(run_dir / f"agent_{k}")
+        assert m["agent"] == k and m["num_actors"] == 1 and m["world_size"] == 12, m
         assert m["resumes"] >= 1 and m["total_timesteps"] == per_agent and m["stop_reason"] == "done", m
         assert f"agent {k}: resuming at" in log and m["transitions_sent"] == m["transitions_received"]
 
