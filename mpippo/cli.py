@@ -145,8 +145,8 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         errors = None
     except C.ConfigError as e:
         errors = e.errors
-    if hostmem.error():
-        errors = (errors or []) + [hostmem.error()]
+    if (bad_allocator := hostmem.error()):
+        errors = (errors or []) + [bad_allocator]
     _agree_or_exit(world, errors)
 
     # B. rank 0 decides the run folder; everyone gets the outcome

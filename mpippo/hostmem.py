@@ -8,9 +8,11 @@ a 2-core VM, 716,000 page faults per 1,024-sample step, 4.0 s per step instead o
 transparent huge pages for torch, fewer faults but still 10-37% of the throughput).
 
 `retain_freed_memory()` tells glibc (mallopt) to take every block from its heap and never
-trim the heap: after the second minibatch the activations reuse memory that is already mapped.
-The resident size then stays at its high-water mark, 0.5-0.7 GB per rank (25-30%) above the
-peak with malloc as it is (holes between blocks of different sizes), flat over the run.
+trim the heap: after a few minibatches the activations reuse memory that is already mapped.
+The resident size then stays at its high-water mark, 0.4-0.7 GB per rank above the peak with
+malloc as it is, flat over the run: torch asks for 64-byte-aligned blocks (posix_memalign), and
+the hole a freed block leaves is a few bytes short of the next request of the same size, so the
+heap grows by a few such blocks (about four steps) before the holes fit.
 Measured in `make bench` (README, Performance).
 
 Set MPIPPO_HOST_ALLOCATOR=system to leave malloc as it is (for a comparison, or where memory

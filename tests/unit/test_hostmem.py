@@ -53,8 +53,8 @@ def test_freed_memory_is_reused_without_page_faults():
 
 
 def test_a_preloaded_allocator_is_left_alone():
-    # the name is all that is looked at; an empty file stands in for the library, so the loader
-    # skips it with a warning and glibc's malloc serves: the faults show nothing was changed
+    # the name is all that is looked at; the path does not exist, so the loader skips it with a
+    # warning and glibc's malloc serves: the faults show nothing was changed
     got = probe(LD_PRELOAD="/nonexistent/libjemalloc.so.2")
     assert got["state"] == "preloaded jemalloc" and got["thp"] is None
     assert got["faults"] > 0.5 * 5 * 96 * 2**20 // 4096
