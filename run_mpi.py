@@ -1,6 +1,11 @@
 #!/usr/bin/env python
 """Entry point: `mpirun -n K python run_mpi.py [options]` (or plain `python run_mpi.py`)."""
-from mpippo import hostmem
+# First, before anything slow: a preemption signal during start-up is a flag, not a kill.
+from mpippo import preemption
+
+preemption.install()
+
+from mpippo import hostmem  # noqa: E402
 
 # Before torch allocates: keep freed memory mapped (page faults were 10-40% of a training
 # step; mpippo/hostmem.py and README, Performance).

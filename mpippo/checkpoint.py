@@ -1,20 +1,26 @@
-"""Checkpoints: atomic writes (temp file + fsync + os.replace), keep-last-N, latest.pt.
+"""Checkpoints: atomic writes (temp file + fsync + os.replace), keep-last-N, latest.pt; safe loads.
 
 A reader therefore sees either the previous complete file or the new complete file,
 never a torn one, whatever kills the writer and whenever.
+
+Loading never runs code: `torch.load(weights_only=True)` rebuilds only tensors, plain
+containers, numbers, strings and bytes, plus the few numpy types mpippo's RNG and episode
+states use (SAFE_GLOBALS). A file that needs anything else (a pickled function or class: a
+planted `latest.pt` on a shared file system) is refused before any rank acts on it, and
+`ckpt_schema.validate` then checks keys, types and shapes. torch is imported on first use,
+so bad command lines and configs are refused before it loads.
 """
 from __future__ import annotations
 
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
-import torch
-
 from mpippo import faults
-from mpippo.config import ConfigError
+from mpippo.config import ConfigError, show
 
 LATEST = "latest.pt"
 
@@ -63,6 +69,7 @@ def atomic_write_json(path: str | Path, obj) -> None:
 
 def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last: int) -> Path:
     """Write ckpt_<iteration>.pt and latest.pt atomically; prune old periodic files."""
+    import torch
     ckpt_dir = Path(ckpt_dir)
     buf = io.BytesIO()
     torch.save(state, buf)
@@ -88,26 +95,56 @@ def _atomic_link_or_copy(src: Path, dst: Path, data: bytes) -> None:
         atomic_write_bytes(dst, data)
 
 
-REQUIRED_KEYS = ("algo", "model", "optimizer", "timesteps", "iteration", "config", "world_size")
+def safe_globals() -> list:
+    """What weights_only may rebuild beyond torch's own list: numpy arrays, dtypes and scalars of
+    plain numeric kinds (RNG states, episode statistics). Constructors of data, none runs code."""
+    import numpy as np
+    from numpy.core.multiarray import _reconstruct, scalar
+    kinds = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+             np.float16, np.float32, np.float64)
+    return [_reconstruct, scalar, np.ndarray, np.dtype, *(type(np.dtype(k)) for k in kinds)]
 
 
 def require_checkpoint(path: str | Path) -> Path:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"--resume: no checkpoint at '{path}' (start without --resume, or pick the run folder that has one)")
+    try:
+        if not path.is_file():
+            raise ConfigError(f"--resume: no checkpoint at '{path}' (start without --resume, or pick the run folder "
+                              f"that has one)")
+    except OSError as e:
+        raise ConfigError(f"--resume: cannot read '{show(str(path))}' ({e.strerror or e})") from None
     return path
 
 
 def read_checkpoint_bytes(path: str | Path) -> bytes:
-    return require_checkpoint(path).read_bytes()
+    path = require_checkpoint(path)
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"checkpoint '{path}': cannot read it ({e.strerror or e})") from None
+
+
+def _refusal(e: Exception) -> str:
+    """Why weights_only refused a file, in a few words (its message is a page long)."""
+    text = str(e)
+    m = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"got <class '([\w.]+)'>", text)
+    return f"it needs {m.group(1)}" if m else text.strip().splitlines()[-1][:120]
 
 
 def load_checkpoint(data: bytes, where: str = "checkpoint") -> dict:
+    """Checkpoint bytes -> its state, loaded without running code and checked against the schema;
+    ConfigError (one line) for anything else."""
+    import pickle
+
+    import torch
+
+    from mpippo.ckpt_schema import validate
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+        with torch.serialization.safe_globals(safe_globals()):
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ConfigError(f"{where}: refused: it holds Python objects that mpippo never writes ({_refusal(e)}); "
+                          f"checkpoints load without running code") from None
     except Exception as e:  # truncated, corrupted, not a torch file
-        raise ConfigError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
-    if not isinstance(state, dict) or any(k not in state for k in REQUIRED_KEYS):
-        missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
-        raise ConfigError(f"{where}: not an mpippo checkpoint (missing {', '.join(missing)})")
-    return state
+        raise ConfigError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    return validate(state, where)

@@ -4,8 +4,12 @@ Start-up is split in phases, each ending in a step all ranks reach, so a problem
 on any rank ends every rank with the same one-line message and exit code 2, never a hang:
   A. every rank: parse the command line;
   B. rank 0: choose/check the run folder; broadcast the outcome;
-  C. every rank: load and check the config, agree;
+  C. every rank: load and check the config (and its memory floor), agree;
   D. every rank: build the trainer (rank 0 reads the checkpoint for everyone), agree again.
+Each agreement also carries the signal flags (installed by run_mpi.py's first line): a
+SIGUSR1 or SIGTERM during start-up ends the job there, exit 3 or 4, nothing trained or
+written. A bad-input or signal exit removes the run folder if this job created it and it is
+still empty. torch loads only in phase D, so bad input is refused within a second or two.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from mpippo import config as C
-from mpippo import hostmem
+from mpippo import hostmem, preemption
 from mpippo.checkpoint import LATEST, atomic_write_bytes, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.comm import World
 from mpippo.errors import JobFailure
@@ -66,16 +70,38 @@ def _overrides(args) -> list:
     return out
 
 
-def _agree_or_exit(world: World, errors: list[str] | None) -> None:
-    """All ranks learn whether any rank failed; all exit 2 with the lowest failing rank's message."""
-    every = world.allgather_obj(errors or None)
-    failed = next((e for e in every if e), None)
-    if failed:
-        if world.is_root:
-            for line in failed:
-                sys.stderr.write(f"mpippo: error: {line}\n")
+class _StartUp:
+    """What start-up must undo if it ends early: the run folder this job created (while empty)."""
+
+    def __init__(self, world: World, signals: SignalFlags):
+        self.world, self.signals = world, signals
+        self.created: list[Path] = []  # folders made by this job, outermost first
+
+    def agree_or_exit(self, errors: list[str] | None) -> None:
+        """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
+        lowest failing rank's message, else 3 (SIGUSR1) or 4 (SIGTERM/SIGINT) if a signal came."""
+        every = self.world.allgather_obj((errors or None, self.signals.requeue, self.signals.stop))
+        failed = next((e for e, _, _ in every if e), None)
+        requeue, stop = any(r for _, r, _ in every), any(s for _, _, s in every)
+        if not (failed or requeue or stop):
+            return
+        if self.world.is_root:
+            self.remove_created()
+            if failed:
+                sys.stderr.write("".join(f"mpippo: error: {line}\n" for line in failed))
+            else:
+                code = EXIT_REQUEUE if requeue else EXIT_STOPPED
+                sys.stderr.write(f"mpippo: {'SIGUSR1' if requeue else 'a stop signal'} arrived during start-up: nothing "
+                                 f"was trained yet and nothing is saved; exit {code} (a requeued job starts afresh)\n")
             sys.stderr.flush()
-        sys.exit(EXIT_USAGE)
+        sys.exit(EXIT_USAGE if failed else EXIT_REQUEUE if requeue else EXIT_STOPPED)
+
+    def remove_created(self) -> None:
+        for folder in reversed(self.created):
+            try:
+                folder.rmdir()  # only succeeds while empty: a file someone put there is never lost
+            except OSError:
+                return
 
 
 def _on_root(world: World, fn):
@@ -93,19 +119,26 @@ def _on_root(world: World, fn):
     return outcome[1]
 
 
-def _choose_run_dir(args) -> Path:
-    """Rank 0 only: the run folder (checked: new and writable, or holding a checkpoint to resume)."""
-    if args.output_dir:
-        run_dir = Path(args.output_dir)
-    else:
-        run_dir = Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    if args.resume:
+def _choose_run_dir(args, created: list[Path]) -> Path:
+    """Rank 0 only: the run folder (checked: new and writable, or holding a checkpoint to resume).
+    Folders it makes are appended to `created`; any file-system error is one line."""
+    run_dir = Path(args.output_dir) if args.output_dir else (
+        Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    try:
+        return _check_run_dir(run_dir, args.resume, created)
+    except OSError as e:  # a name too long, a read-only or full file system, permissions
+        raise C.ConfigError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({e.strerror or e})") from None
+
+
+def _check_run_dir(run_dir: Path, resume: bool, created: list[Path]) -> Path:
+    if resume:
         if not (run_dir / "agent_0" / "checkpoints" / LATEST).is_file():  # several DQN agents: one folder each
             require_checkpoint(run_dir / "checkpoints" / LATEST)
         return run_dir
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise C.ConfigError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
                             f"that run, or choose a new folder")
+    created.extend(p for p in reversed([run_dir, *run_dir.parents]) if not p.exists())
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write_test"
@@ -129,81 +162,22 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     """The whole program; returns (exit code, this rank's summary: rank 0's run summary for PPO,
     each learner's metrics and each actor's counts for DQN)."""
+    signals = preemption.install()  # run_mpi.py did it first thing; the Python API gets it here
     hostmem.configure()  # before the first large tensor (run_mpi.py did it already)
     world = World()
     world.install_abort_hook()
-    signals = SignalFlags().install()  # from here on a signal is only a flag, acted on together
-    argv = sys.argv[1:] if argv is None else argv
-
-    # A. every rank parses and validates (same inputs -> same verdict; agreed anyway)
-    args = overrides = None
-    try:
-        quiet = contextlib.redirect_stdout(io.StringIO()) if not world.is_root else contextlib.nullcontext()
-        with quiet:
-            args = make_parser().parse_args(argv)
-        overrides = _overrides(args)
-        errors = None
-    except C.ConfigError as e:
-        errors = e.errors
-    if (bad_allocator := hostmem.error()):
-        errors = (errors or []) + [bad_allocator]
-    _agree_or_exit(world, errors)
-
-    # B. rank 0 decides the run folder; everyone gets the outcome
-    run_dir = errors = None
-    try:
-        run_dir = _on_root(world, lambda: _choose_run_dir(args))
-    except C.ConfigError as e:
-        errors = e.errors
-    _agree_or_exit(world, errors)
-
-    # C. config on every rank (the run's own config.yaml when resuming without --config), agreed
-    # before any trainer is built: the trainers' constructors use collectives
-    try:
-        config_path = args.config
-        if config_path is None and args.resume and (run_dir / "config.yaml").is_file():
-            config_path = run_dir / "config.yaml"
-        cfg_data = C.load_yaml(config_path or C.DEFAULT_CONFIG)
-        cfg = C.resolve(C.build(cfg_data, overrides, world.size), world.size)
-        world.set_collective_timeout(cfg.guards.collective_timeout_s)
-    except C.ConfigError as e:
-        errors = e.errors
-    _agree_or_exit(world, errors)
-
-    # D. checkpoint and trainer
-    trainer = None
-    try:
-        if cfg.training.algo == "dqn":  # each learner reads its own agent's checkpoint
-            from mpippo.runners.dqn import ApeXDQN
-            trainer = ApeXDQN(cfg, world, run_dir, resume=args.resume)
-        else:
-            state = None
-            if args.resume:  # rank 0 reads, every rank needs it (the per-rank states)
-                path = run_dir / "checkpoints" / LATEST
-                state = load_checkpoint(_on_root(world, lambda: _ppo_checkpoint_bytes(run_dir)), str(path))
-            from mpippo.runners.sync_ppo import SyncPPO
-            trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
-    except C.ConfigError as e:
-        errors = e.errors
-    _agree_or_exit(world, errors)
-
-    if world.is_root:
-        atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
+    start = _StartUp(world, signals)
+    args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start)
+    run_dir = _run_dir(world, args, start)
+    cfg, note = _config(world, args, overrides, run_dir, start)
+    trainer = _trainer(world, args, cfg, run_dir, start)
     if cfg.training.algo == "dqn":
-        summary = trainer.train(signals)
-        # every agent has written its outputs; all ranks exit with the same code. Agents may end
-        # minutes apart, so this waits without the collective watchdog (a tiny pickled int, once).
-        from mpippo.runners.dqn import STOP_REASONS
-        from mpippo.comm.world import MPI
-        code = STOP_REASONS.index(summary.get("stop_reason", "done"))
-        code = world.comm.allreduce(code, op=MPI.MAX) if world.size > 1 else code
-        if world.is_root and code:
-            print(f"mpippo: {STOP_WHY[STOP_REASONS[code]]}", flush=True)
-        return EXIT_CODES[STOP_REASONS[code]], summary
+        return _train_dqn(world, trainer, signals)
     if world.is_root:
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
+        if note:
+            print(f"mpippo: note: {note}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
         print(f"mpippo: {verb}: ppo on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
@@ -217,6 +191,103 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     if world.is_root:
         print_summary(summary, run_dir)
     return EXIT_CODES[summary["stop_reason"]], summary
+
+
+def _parse(world: World, argv: list[str], start: _StartUp):
+    """A. every rank parses and validates (same inputs -> same verdict; agreed anyway)."""
+    args = overrides = errors = None
+    try:
+        quiet = contextlib.redirect_stdout(io.StringIO()) if not world.is_root else contextlib.nullcontext()
+        with quiet:
+            args = make_parser().parse_args(argv)
+        overrides = _overrides(args)
+    except C.ConfigError as e:
+        errors = e.errors
+    if (bad_allocator := hostmem.error()):
+        errors = (errors or []) + [bad_allocator]
+    start.agree_or_exit(errors)
+    return args, overrides
+
+
+def _run_dir(world: World, args, start: _StartUp) -> Path:
+    """B. rank 0 decides the run folder; everyone gets the outcome."""
+    run_dir = errors = None
+    try:
+        run_dir = _on_root(world, lambda: _choose_run_dir(args, start.created))
+    except C.ConfigError as e:
+        errors = e.errors
+    start.agree_or_exit(errors)
+    return run_dir
+
+
+def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
+    """C. the config on every rank (the run's own config.yaml when resuming without --config), and
+    what this node can hold; agreed before any trainer is built (their constructors use collectives).
+    Returns (config, a note when the envs that run differ from those asked for)."""
+    cfg = note = errors = None
+    try:
+        config_path = args.config
+        if config_path is None and args.resume and (run_dir / "config.yaml").is_file():
+            config_path = run_dir / "config.yaml"
+        asked = C.build(C.load_yaml(config_path or C.DEFAULT_CONFIG), overrides, world.size)
+        cfg = C.resolve(asked, world.size)
+        note = C.envs_note(asked, cfg, world.size)
+        errors = C.host_problems(cfg, world.size, world.local_size) or None
+        world.set_collective_timeout(cfg.guards.collective_timeout_s)
+    except C.ConfigError as e:
+        errors = e.errors
+    except OSError as e:  # the run folder vanished or became unreadable since phase B
+        errors = [f"config file: cannot read it ({e.strerror or e})"]
+    start.agree_or_exit(errors)
+    return cfg, note
+
+
+def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
+    """D. checkpoint (rank 0 reads it for everyone; every rank checks it) and trainer; then rank 0
+    records the resolved config in the run folder."""
+    trainer = errors = None
+    try:
+        if cfg.training.algo == "dqn":  # each learner reads its own agent's checkpoint
+            from mpippo.runners.dqn import ApeXDQN
+            trainer = ApeXDQN(cfg, world, run_dir, resume=args.resume)
+        else:
+            state = None
+            if args.resume:
+                path = run_dir / "checkpoints" / LATEST
+                state = load_checkpoint(_on_root(world, lambda: _ppo_checkpoint_bytes(run_dir)), str(path))
+            from mpippo.runners.sync_ppo import SyncPPO
+            trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
+    except C.ConfigError as e:
+        errors = e.errors
+    start.agree_or_exit(errors)
+    try:
+        _on_root(world, lambda: _write_config(run_dir, cfg))
+    except C.ConfigError as e:
+        errors = e.errors
+    start.agree_or_exit(errors)
+    return trainer
+
+
+def _write_config(run_dir: Path, cfg: C.Config) -> None:
+    try:
+        atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
+        if cfg.training.algo != "dqn":
+            (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise C.ConfigError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({e.strerror or e})") from None
+
+
+def _train_dqn(world: World, trainer, signals: SignalFlags) -> tuple[int, dict]:
+    summary = trainer.train(signals)
+    # every agent has written its outputs; all ranks exit with the same code. Agents may end
+    # minutes apart, so this waits without the collective watchdog (a tiny pickled int, once).
+    from mpippo.runners.dqn import STOP_REASONS
+    from mpippo.comm.world import MPI
+    code = STOP_REASONS.index(summary.get("stop_reason", "done"))
+    code = world.comm.allreduce(code, op=MPI.MAX) if world.size > 1 else code
+    if world.is_root and code:
+        print(f"mpippo: {STOP_WHY[STOP_REASONS[code]]}", flush=True)
+    return EXIT_CODES[STOP_REASONS[code]], summary
 
 
 STOP_WHY = {"done": "run finished", "duration": "run finished (time budget reached)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import reprlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,21 @@ class ConfigError(ValueError):
         super().__init__("; ".join(self.errors))
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxdict = 6
+_REPR.maxlevel = 2
+
+
+def show(value) -> str:
+    """A value for an error message: short, whatever the user sent (a YAML bomb, a megabyte string)."""
+    return _REPR.repr(value)
+
+
+INT64_MAX = 2**63 - 1
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; anything near this is not one
+
+
 def _f(default, help: str):
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help})
@@ -44,7 +60,7 @@ class EnvConfig:
     distribution_mode: str = _f("easy", "Procgen difficulty: easy | hard | extreme | memory | exploration (procgen's own default is hard).")
     num_levels: int = _f(0, "Number of distinct training levels; 0 = unlimited.")
     start_level: int = _f(0, "First level seed of the training set.")
-    num_envs: int = _f(64, "Environments over ALL ranks (strong scaling); divided evenly over the ranks.")
+    num_envs: int = _f(64, "Environments over ALL ranks (strong scaling), divided over the ranks; when they do not divide, rounded up to the next multiple of the rank count (the start-up line says so), so the job runs on any core count.")
     num_envs_per_rank: Optional[int] = _f(None, "Environments per rank (weak scaling). When set, it wins over num_envs.")
 
 
@@ -205,12 +221,16 @@ def _coerce(value: Any, tp, where: str) -> Any:
         list: lambda v: isinstance(v, list),
     }[tp](value)
     if not ok:
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {show(value)} ({type(value).__name__})")
+    if tp is float and not math.isfinite(value):  # NaN passes every `<` check below; refuse it here
+        raise ConfigError(f"{where}: must be a finite number, got {value}")
+    if tp in (int, float) and abs(value) > INT64_MAX:  # counters and seeds end up in int64 arrays
+        raise ConfigError(f"{where}: {show(value)} is out of range; allowed: below 2**63")
     return float(value) if tp is float else value
 
 
-def _closest(name: str, allowed) -> str:
-    near = difflib.get_close_matches(name, list(allowed), n=1)
+def _closest(name, allowed) -> str:
+    near = difflib.get_close_matches(str(name), list(allowed), n=1)
     return f" (did you mean '{near[0]}'?)" if near else ""
 
 
@@ -223,18 +243,20 @@ def from_dict(data: dict, errors: list[str]) -> Config:
         return cfg
     for sec_name, sec_data in data.items():
         if sec_name not in classes:
-            errors.append(f"unknown section '{sec_name}'{_closest(sec_name, classes)}; allowed: {', '.join(classes)}")
+            errors.append(f"unknown section {show(sec_name)}{_closest(sec_name, classes)}; allowed: {', '.join(classes)}")
             continue
         if sec_data is None:
             continue
         if not isinstance(sec_data, dict):
-            errors.append(f"section '{sec_name}' must be a mapping, got {sec_data!r}")
+            errors.append(f"section '{sec_name}' must be a mapping of keys, got {show(sec_data)} "
+                          f"({type(sec_data).__name__})")
             continue
         section = getattr(cfg, sec_name)
         hints = typing.get_type_hints(classes[sec_name])
         for key, value in sec_data.items():
             if key not in hints:
-                errors.append(f"unknown key '{sec_name}.{key}'{_closest(key, hints)}; allowed: {', '.join(hints)}")
+                name = key[:60] if isinstance(key, str) else show(key)
+                errors.append(f"unknown key '{sec_name}.{name}'{_closest(key, hints)}; allowed: {', '.join(hints)}")
                 continue
             try:
                 setattr(section, key, _coerce(value, hints[key], f"{sec_name}.{key}"))
@@ -243,18 +265,68 @@ def from_dict(data: dict, errors: list[str]) -> Config:
     return cfg
 
 
-def load_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: '{path}'")
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error (PyYAML keeps
+    the last one silently, so a forgotten earlier line would win without a word)."""
+
+
+def _strict_mapping(loader, node, deep=False):
+    first_line = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            seen = first_line.get(key)
+        except TypeError:  # an unhashable key: construct_mapping below says so
+            continue
+        if seen is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {show(key)} (first given at line {seen})",
+                                                    key_node.start_mark)
+        first_line[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, or one ConfigError line naming the path and what is wrong with it."""
     try:
-        data = yaml.safe_load(path.read_text())
+        if path.is_dir():
+            raise ConfigError(f"config file: '{path}' is a folder; give a YAML file")
+        if not path.is_file():
+            raise ConfigError(f"config file not found: '{path}'")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file '{path}' has {path.stat().st_size:,} bytes; a config is a small YAML "
+                              f"file (at most {MAX_CONFIG_BYTES:,} bytes)")
+        raw = path.read_bytes()
+    except OSError as e:  # permissions, a name too long, an I/O error
+        raise ConfigError(f"config file '{show(str(path))}': cannot read it ({e.strerror or e})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                          f"save it as UTF-8") from None
+
+
+def load_yaml(path: str | Path) -> dict:
+    """A config file as nested dicts: UTF-8 YAML whose top level is a mapping of sections."""
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds only plain data
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"malformed YAML in '{path}'{where}: {problem}") from None
-    return data or {}
+    except RecursionError:
+        raise ConfigError(f"malformed YAML in '{path}': nested too deeply") from None
+    if data is None:  # an empty file: every default
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}': the top level must be a mapping of sections ({', '.join(SECTIONS)}), "
+                          f"got {show(data)} ({type(data).__name__})")
+    return data
 
 
 def parse_override(item: str) -> tuple[str, str, Any]:
@@ -274,10 +346,10 @@ def merge_overrides(data: dict, overrides: list[tuple[str, str, Any]]) -> dict:
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or {}).items()}
     for section, key, value in overrides:
         sec = data.get(section)
-        if not isinstance(sec, dict):
-            sec = {}
-            data[section] = sec
-        sec[key] = value
+        if sec is None:
+            sec = data[section] = {}
+        if isinstance(sec, dict):  # a section that is not a mapping stays as it is: from_dict reports it
+            sec[key] = value
     return data
 
 
@@ -390,15 +462,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
                 errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
             if sp.drop not in ("oldest", "lowest_rated"):
                 errs.append(f"selfplay.drop: '{sp.drop}' is not one of oldest, lowest_rated")
-        if not errs and e.num_envs_per_rank is None and e.num_envs % (world_size - d.num_agents):
-            errs.append(f"env.num_envs: {e.num_envs} envs cannot be divided evenly over {world_size - d.num_agents} "
-                        f"actors; use a multiple or set env.num_envs_per_rank")
         return errs
-    if errs:  # the divisibility checks below need sane numbers
-        return errs
-    if e.num_envs_per_rank is None and e.num_envs % world_size != 0:
-        errs.append(f"env.num_envs: {e.num_envs} envs cannot be divided evenly over {world_size} ranks; "
-                    f"use a multiple of {world_size} or set env.num_envs_per_rank (--num-envs-per-rank)")
+    if errs:  # the divisibility check below needs sane numbers
         return errs
     envs_local = local_num_envs(cfg, world_size)
     local_batch = envs_local * t.n_steps
@@ -408,13 +473,27 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     return errs
 
 
+def stepping_ranks(cfg: Config, world_size: int) -> int:
+    """Ranks that step envs: all of them in PPO; the actors in DQN (learners step none)."""
+    return max(world_size - cfg.dqn.num_agents, 1) if cfg.training.algo == "dqn" else world_size
+
+
 def local_num_envs(cfg: Config, world_size: int) -> int:
-    """Envs per rank (PPO) or per actor (DQN, where the learner ranks step no envs)."""
+    """Envs per rank (PPO) or per actor (DQN). env.num_envs is divided over the stepping ranks and
+    rounded UP when it does not divide, so the default job runs on any core count (48 ranks: 2
+    each) and the batch is never smaller than the one asked for."""
     e = cfg.env
     if e.num_envs_per_rank is not None:
         return e.num_envs_per_rank
-    stepping = world_size - cfg.dqn.num_agents if cfg.training.algo == "dqn" else world_size
-    return e.num_envs // max(stepping, 1)
+    return -(-e.num_envs // stepping_ranks(cfg, world_size))
+
+
+def envs_note(asked: Config, ran: Config, world_size: int) -> str | None:
+    """Why the envs that run differ from the env.num_envs asked for (None when they do not)."""
+    if asked.env.num_envs_per_rank is not None or asked.env.num_envs == ran.env.num_envs:
+        return None
+    return (f"env.num_envs {asked.env.num_envs} does not divide over {stepping_ranks(asked, world_size)} env-stepping "
+            f"rank(s): {ran.env.num_envs_per_rank} per rank, {ran.env.num_envs} in all")
 
 
 def resolve(cfg: Config, world_size: int) -> Config:
@@ -422,9 +501,90 @@ def resolve(cfg: Config, world_size: int) -> Config:
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env))
     per_rank = local_num_envs(cfg, world_size)
     cfg.env.num_envs_per_rank = per_rank
-    cfg.env.num_envs = per_rank * (world_size - cfg.dqn.num_agents if cfg.training.algo == "dqn" else world_size)
+    cfg.env.num_envs = per_rank * stepping_ranks(cfg, world_size)
     cfg.env.name = canonical_env_name(cfg.env.name)
     return cfg
+
+
+def obs_shape_of(env_name: str) -> tuple[int, int, int]:
+    """Observation shape of an env, without making one (memory estimates before any allocation)."""
+    name = canonical_env_name(env_name)
+    if name == "connect4":
+        from mpippo.envs.connect4 import COLS, ROWS
+        return (ROWS, COLS, 2)
+    if name == "toy-cue":
+        from mpippo.envs.toy import CueEnv
+        return CueEnv.obs_shape
+    return (64, 64, 3)  # every procgen game
+
+
+def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15, downsample: bool = True) -> int:
+    """Parameters of the IMPALA-CNN (models/impala_cnn.py), by arithmetic: per stage a conv and two
+    residual blocks of two 3x3 convs, then the dense layer and two heads. 626,256 for the default."""
+    h, w, c = obs_shape
+    n = 0
+    for ch in channels:
+        n += 9 * c * ch + ch + 4 * (9 * ch * ch + ch)
+        c = ch
+        if downsample:
+            h, w = (h + 1) // 2, (w + 1) // 2
+    return n + (c * h * w + 1) * hidden_size + (hidden_size + 1) * (num_actions + 1)
+
+
+def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
+    """A lower bound of one env-stepping rank's memory in bytes, and what it is made of. A lower
+    bound (the real peak is several times larger: README, Performance), so it never refuses a job
+    that would fit; it catches the sizes that would only end in an allocation failure."""
+    m, t = cfg.model, cfg.training
+    obs_shape = obs_shape_of(cfg.env.name)
+    envs = local_num_envs(cfg, world_size)
+    params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
+    obs_bytes = math.prod(obs_shape)
+    h, w, _ = obs_shape
+    first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
+    if t.algo == "dqn":  # an actor: its envs' frames (and the next ones) and an inference copy
+        rollout, minibatch = 2 * envs * obs_bytes, envs
+    else:  # uint8 frames + six float32/int64 fields per step; one minibatch's first activations
+        rollout, minibatch = t.n_steps * envs * (obs_bytes + 32), max(t.n_steps * envs // t.num_minibatches, 1)
+    need = 16 * params + rollout + minibatch * first_act  # params: weights, gradients, two Adam moments
+    return need, (f"network {params:,} parameters, {envs:,} envs x {t.n_steps:,} steps of {obs_bytes:,}-byte frames, "
+                  f"minibatch {minibatch:,} samples")
+
+
+def memory_available(ranks_on_node: int) -> int:
+    """Bytes this rank may use: the node's available memory (and its cgroup's, under Slurm) shared
+    by the ranks on the node."""
+    import psutil
+    avail = psutil.virtual_memory().available
+    try:  # cgroup v2: Slurm's per-job limit
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit.isdigit():
+            avail = min(avail, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(avail, 0) // max(ranks_on_node, 1)
+
+
+def host_problems(cfg: Config, world_size: int, ranks_on_node: int) -> list[str]:
+    """What this node cannot give the config: memory for its sizes, cores for its threads."""
+    import os
+    errs = [memory_problem(cfg, world_size, ranks_on_node)]
+    cores = os.cpu_count() or 1
+    if cfg.parallel.threads_per_rank > cores:
+        errs.append(f"parallel.threads_per_rank: {cfg.parallel.threads_per_rank} threads per rank on a node of {cores} "
+                    f"core(s); allowed: 0 (auto) to {cores}")
+    return [e for e in errs if e]
+
+
+def memory_problem(cfg: Config, world_size: int, ranks_on_node: int) -> str | None:
+    need, parts = memory_floor(cfg, world_size)
+    have = memory_available(ranks_on_node)
+    if need <= have:
+        return None
+    return (f"memory: this config needs at least {need / 2**30:,.1f} GiB per rank ({parts}), but {have / 2**30:,.1f} GiB "
+            f"are available to each of the {ranks_on_node} rank(s) on this node; lower model.hidden_size, model.channels, "
+            f"env.num_envs or training.n_steps")
 
 
 def build(data: dict, overrides: list[tuple[str, str, Any]], world_size: int) -> Config:

@@ -135,11 +135,14 @@ def write_video(path: Path, frames: list, fps: int = 15, scale: int = VIDEO_SCAL
     import imageio.v2 as imageio
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    with imageio.get_writer(tmp, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=16,
-                            ffmpeg_log_level="error") as w:
-        for f in frames:
-            w.append_data(np.repeat(np.repeat(f, scale, axis=0), scale, axis=1))
-    tmp.replace(path)
+    try:
+        with imageio.get_writer(tmp, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=16,
+                                ffmpeg_log_level="error") as w:
+            for f in frames:
+                w.append_data(np.repeat(np.repeat(f, scale, axis=0), scale, axis=1))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no stray file
 
 
 def summarize(returns: list, lengths: list) -> dict:
@@ -149,27 +152,84 @@ def summarize(returns: list, lengths: list) -> dict:
             "length_mean": float(ln.mean()), "length_median": float(np.median(ln))}
 
 
+def check_options(args) -> None:
+    """Every option, before the checkpoint is read or an env made (one ConfigError line)."""
+    for flag, value in (("--num-episodes", args.num_episodes), ("--num-envs", args.num_envs),
+                        ("--max-steps", args.max_steps), ("--video-episodes", args.video_episodes)):
+        if value < 1:
+            raise C.ConfigError(f"{flag}: must be >= 1, got {value}")
+    if args.video is not None and args.video.suffix.lower() != ".mp4":
+        raise C.ConfigError(f"--video: '{args.video}' must end in .mp4")
+
+
+def probe_output(path: Path | None, flag: str) -> None:
+    """Make the output's folder and write a probe file there now, so a path that cannot be written
+    is refused before the first episode, not after the whole evaluation."""
+    if path is None:
+        return
+    made = [p for p in reversed([path.parent, *path.parent.parents]) if not p.exists()]
+    try:
+        if path.is_dir():
+            raise C.ConfigError(f"{flag}: '{path}' is a folder; give a file name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise C.ConfigError(f"{flag}: cannot write '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
+
+
+def memory_problem(state: dict, num_envs: int) -> str | None:
+    """The envs' frames and the network's first activations for one batch, against this node."""
+    cfg = state["config"]
+    obs = tuple(state["model_spec"]["obs_shape"])
+    per_env = int(np.prod(obs)) * 2 + obs[0] * obs[1] * cfg["model"]["channels"][0] * 4
+    need, have = num_envs * per_env, C.memory_available(1)
+    if need <= have:
+        return None
+    return (f"--num-envs: {num_envs:,} envs need at least {need / 2**30:,.1f} GiB, {have / 2**30:,.1f} GiB are "
+            f"available; lower it")
+
+
+def load_and_check(args, world) -> tuple[dict, object, C.Config, list[str], bool]:
+    """Options, checkpoint, network, env settings and outputs, all checked before any episode."""
+    check_options(args)
+    path = resolve_checkpoint(args.checkpoint)
+    try:
+        if not path.is_file():
+            raise C.ConfigError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
+        data = path.read_bytes()
+    except OSError as e:
+        raise C.ConfigError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
+    state = load_checkpoint(data, str(path))
+    if (problem := memory_problem(state, args.num_envs)):
+        raise C.ConfigError(problem)
+    net = build_policy(state)
+    cfg, notes = env_config(state, args.levels)
+    two_player = C.canonical_env_name(cfg.env.name) == "connect4"
+    if args.opponent is not None and not two_player:
+        raise C.ConfigError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
+                            f"'{cfg.env.name}' (allowed: connect4)")
+    if world.is_root:  # only rank 0 writes
+        probe_output(args.json, "--json")
+        probe_output(args.video, "--video")
+    return state, net, cfg, notes, two_player
+
+
 def main(argv: list[str] | None = None) -> int:
     from mpippo.comm import World
     world = World()
     world.install_abort_hook()
-    error, state = None, None
+    error = None
     try:
         args = make_parser().parse_args(argv)
-        if args.num_episodes < 1 or args.num_envs < 1:
-            raise C.ConfigError(f"--num-episodes and --num-envs must be >= 1, got {args.num_episodes} and {args.num_envs}")
-        if args.video is not None and args.video.suffix.lower() != ".mp4":
-            raise C.ConfigError(f"--video: '{args.video}' must end in .mp4")
+        state, net, cfg, notes, two_player = load_and_check(args, world)
         path = resolve_checkpoint(args.checkpoint)
-        if not path.is_file():
-            raise C.ConfigError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
-        state = load_checkpoint(path.read_bytes(), str(path))
-        net = build_policy(state)
-        cfg, notes = env_config(state, args.levels)
-        two_player = C.canonical_env_name(cfg.env.name) == "connect4"
-        if args.opponent is not None and not two_player:
-            raise C.ConfigError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
-                                f"'{cfg.env.name}' (allowed: connect4)")
     except C.ConfigError as e:
         error = e.errors[0]
     except SystemExit as e:  # --help
@@ -213,16 +273,31 @@ def main(argv: list[str] | None = None) -> int:
         r = np.asarray(returns)
         res.update(opponent=args.opponent or "random", wins=int((r > 0).sum()), draws=int((r == 0).sum()),
                    losses=int((r < 0).sum()), win_rate=float((r > 0).mean()))
-    if frames is not None:
-        if two_player:
-            from mpippo.envs.connect4 import rgb_frame
-            frames = [rgb_frame(f) for f in frames]
-        write_video(args.video, frames, scale=1 if two_player else VIDEO_SCALE)
-        res["video"] = str(args.video)
-        res["video_frames"] = len(frames)
+    return write_outputs(args, res, frames, two_player)
+
+
+def write_outputs(args, res: dict, frames: list | None, two_player: bool) -> int:
+    """Video, table, JSON. The table is printed before the JSON is written, so a file system that
+    fails now (the paths were probed before the first episode) loses no result."""
+    try:
+        if frames is not None:
+            if two_player:
+                from mpippo.envs.connect4 import rgb_frame
+                frames = [rgb_frame(f) for f in frames]
+            write_video(args.video, frames, scale=1 if two_player else VIDEO_SCALE)
+            res["video"] = str(args.video)
+            res["video_frames"] = len(frames)
+    except OSError as e:
+        print_table(res)
+        sys.stderr.write(f"mpippo: error: --video: writing '{args.video}' failed ({e.strerror or e})\n")
+        return 1
     print_table(res)
     if args.json is not None:
-        atomic_write_json(args.json, res)
+        try:
+            atomic_write_json(args.json, res)
+        except OSError as e:
+            sys.stderr.write(f"mpippo: error: --json: writing '{args.json}' failed ({e.strerror or e})\n")
+            return 1
         print(f"  json          {args.json}")
     return 0
 

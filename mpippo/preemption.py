@@ -7,12 +7,29 @@ SIGUSR2        -> the same as SIGTERM; `python -m mpippo.launch` relays SIGTERM/
 A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts).
 Whichever rank or ranks got the signal, the flags are combined with one Allreduce(MAX), so
 a signal delivered to mpirun (which forwards it) or to a single rank works the same.
+
+`install()` is the first statement of run_mpi.py, before any slow import: a signal that
+arrives while torch and MPI load (seconds on a busy node) is only a flag too. Start-up
+checks the flags at each of its agreement points; a signal there ends the job before any
+training with exit 3 or 4 and nothing written (tested from the first instant).
 """
 from __future__ import annotations
 
 import signal
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
+
+
+_FLAGS: "SignalFlags | None" = None
+
+
+def install() -> "SignalFlags":
+    """The process's flags, with the handlers installed on the first call (idempotent), so
+    a signal received before the trainer exists is still seen by it."""
+    global _FLAGS
+    if _FLAGS is None:
+        _FLAGS = SignalFlags().install()
+    return _FLAGS
 
 
 class SignalFlags:
@@ -32,6 +49,9 @@ class SignalFlags:
         """Back to the default actions (terminate), for runners that do not check the flags."""
         for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
+
+    def name(self) -> str:
+        return "SIGUSR1" if self.requeue else "SIGTERM/SIGINT/SIGUSR2"
 
     def _on_usr1(self, signum, frame):
         self.requeue = True

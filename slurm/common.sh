@@ -10,6 +10,22 @@
 #   MPIPPO_SRUN_MPI  srun's --mpi plugin (default pmix)
 set -uo pipefail
 
+# Signals first, before anything else runs: Slurm sends --signal=B:USR1@T to this shell (and,
+# with preempt_send_user_signal, at preemption); without a trap bash would die of it. It is
+# passed on to the trainer, which checkpoints at the end of its iteration and exits 3. SIGTERM
+# is relayed as SIGUSR2 ("checkpoint and stop"): mpirun would kill the ranks on a TERM. A signal
+# that comes before the trainer runs is kept, and one in the trainer's first seconds is sent a
+# little later: the ranks' interpreters install their handlers within that time.
+PID="" STARTED=0 PENDING=()
+send_later() { ( sleep 2; kill "-$1" "$PID" 2>/dev/null ) & }
+forward() {
+    if [ -z "$PID" ]; then PENDING+=("$1")
+    elif [ $((SECONDS - STARTED)) -lt 3 ]; then send_later "$1"
+    else kill "-$1" "$PID" 2>/dev/null; fi
+}
+trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward USR1' USR1
+trap 'echo "mpippo: TERM received, asking the trainer to checkpoint and stop"; forward USR2' TERM
+
 MPIPPO_ROOT=${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
 cd "$MPIPPO_ROOT" || { echo "mpippo: cannot cd to MPIPPO_ROOT=$MPIPPO_ROOT" >&2; exit 2; }
 
@@ -47,15 +63,9 @@ esac
 
 echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER, run $RUN_DIR"
 
-# Signals: Slurm sends --signal=B:USR1@T to this shell (and, with preempt_send_user_signal, at
-# preemption). Forward it to the trainer, which checkpoints at the end of its iteration and exits 3.
-# SIGTERM is relayed as SIGUSR2 ("checkpoint and stop"): mpirun would kill the ranks on a TERM.
-forward() { [ -n "${PID:-}" ] && kill "-$1" "$PID" 2>/dev/null; }
-trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward USR1' USR1
-trap 'echo "mpippo: TERM received, asking the trainer to checkpoint and stop"; forward USR2' TERM
-
 "${CMD[@]}" "${ARGS[@]}" "$@" &
-PID=$!
+PID=$! STARTED=$SECONDS
+for sig in "${PENDING[@]}"; do send_later "$sig"; done
 # `wait` returns early when a trapped signal arrives; keep waiting for the trainer itself.
 while true; do
     wait "$PID"; RC=$?
@@ -64,6 +74,7 @@ done
 
 case $RC in
   0) echo "mpippo: finished" ;;
+  2) echo "mpippo: bad input (see the error line above); not requeued" ;;
   3) echo "mpippo: checkpointed after USR1; requeueing job $SLURM_JOB_ID"
      if scontrol requeue "$SLURM_JOB_ID"; then RC=0; else echo "mpippo: scontrol requeue failed (already requeued by a preemption?)"; fi ;;
   4) echo "mpippo: checkpointed and stopped after TERM" ;;

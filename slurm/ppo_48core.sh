@@ -11,8 +11,8 @@
 #   - the ENVIRONMENT block in slurm/common.sh (module load / conda activate), or set MPIPPO_PYTHON.
 # Preemption-safe: on USR1 (300 s before the time limit, or at preemption) the trainer checkpoints
 # and the job requeues itself; the restarted job resumes runs/slurm-<job id> exactly.
-# The default config splits 64 envs over the ranks; 48 ranks need --num-envs-per-rank (e.g. 2)
-# or --num-envs 96 so that every rank gets the same share.
+# The default config's 64 envs do not divide over 48 ranks: they are rounded up to 2 per rank,
+# 96 in all (the start-up line says so); --num-envs-per-rank N sets the share yourself.
 # =============================================================================================
 #SBATCH --job-name=mpippo-ppo48
 #SBATCH --nodes=1

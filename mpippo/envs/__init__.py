@@ -2,7 +2,7 @@
 
     rew (N,) float32, obs (N, H, W, C) uint8, first (N,) bool = env.observe()
     env.act(actions (N,) int32)
-    env.get_state() -> list[bytes];  env.set_state(list[bytes])
+    env.get_state() -> list[bytes] (procgen) or a dict of arrays (built-in envs);  env.set_state(that)
     env.action_mask() -> (N, A) bool: legal actions; only envs that have illegal ones (connect4)
 
 `first[i]` is True when obs[i] starts a new episode (so the previous step ended one).

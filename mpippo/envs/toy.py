@@ -42,15 +42,15 @@ class CueEnv:
         self.t[self.first] = 0
         self.cue = self.rng.integers(NUM_CUES, size=self.num_envs)
 
-    def get_state(self) -> list[bytes]:
-        import pickle  # checkpoint time only, never on the hot path
-        blob = pickle.dumps((self.rng.bit_generator.state, self.cue, self.t, self.rew, self.first))
-        return [blob] + [b""] * (self.num_envs - 1)
+    def get_state(self) -> dict:
+        """Arrays and the RNG's state (plain ints and strings): what a checkpoint may hold."""
+        return {"rng": self.rng.bit_generator.state, "cue": self.cue.copy(), "t": self.t.copy(),
+                "rew": self.rew.copy(), "first": self.first.copy()}
 
-    def set_state(self, states: list[bytes]) -> None:
-        import pickle
-        rng_state, self.cue, self.t, self.rew, self.first = pickle.loads(states[0])
-        self.rng.bit_generator.state = rng_state
+    def set_state(self, state: dict) -> None:
+        self.cue, self.t = np.array(state["cue"]), np.array(state["t"])
+        self.rew, self.first = np.array(state["rew"]), np.array(state["first"])
+        self.rng.bit_generator.state = state["rng"]
 
     def get_frames(self) -> np.ndarray:
         return self._frames()

@@ -147,7 +147,13 @@ class SyncPPO:
                                 f"{self.world.size}: restored model, optimizer, counters and reward normalizer; "
                                 f"env states, RNG streams and episode statistics start fresh (not an exact resume)")
             return
-        r = ranks[self.world.rank]
+        try:  # ckpt_schema checked every field; a failure here is a state the envs themselves refuse
+            self._restore_rank(ranks[self.world.rank])
+        except (TypeError, ValueError, KeyError, RuntimeError) as e:
+            raise ConfigError(f"checkpoint: the state of rank {self.world.rank} cannot be restored "
+                              f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+
+    def _restore_rank(self, r: dict) -> None:
         random.setstate(r["rng"]["python"])
         np.random.set_state(r["rng"]["numpy"])
         torch.set_rng_state(r["rng"]["torch"])

@@ -54,11 +54,19 @@ def test_env_name_aliases():
     assert C.resolve(build({"env.name": "procgen-starpilot-v0"}), 1).env.name == "starpilot"
 
 
-def test_strong_scaling_divides_global_envs_and_rejects_remainders():
+def test_strong_scaling_divides_global_envs_and_rounds_remainders_up():
     cfg = C.resolve(build({}, world_size=4), 4)
     assert (cfg.env.num_envs_per_rank, cfg.env.num_envs) == (16, 64)
-    (msg,) = errors_of({}, world_size=3)
-    assert "64 envs cannot be divided evenly over 3 ranks" in msg
+    assert C.envs_note(build({}, world_size=4), cfg, 4) is None
+    # the default job on any core count: 64 envs over 3, 6, 12, 24, 48 ranks round up, never down
+    for ranks, per_rank in ((3, 22), (6, 11), (12, 6), (24, 3), (48, 2)):
+        asked = build({}, world_size=ranks)
+        cfg = C.resolve(asked, ranks)
+        assert (cfg.env.num_envs_per_rank, cfg.env.num_envs) == (per_rank, per_rank * ranks)
+        assert f"{per_rank} per rank, {per_rank * ranks} in all" in C.envs_note(asked, cfg, ranks)
+    # DQN: over the actors (3 ranks = 1 learner + 2 actors)
+    dqn = C.resolve(build({"training.algo": "dqn", "env.num_envs": 7}, world_size=3), 3)
+    assert (dqn.env.num_envs_per_rank, dqn.env.num_envs) == (4, 8)
 
 
 def test_weak_scaling_per_rank_wins():

@@ -1,0 +1,244 @@
+"""What an mpippo checkpoint holds: keys, types and shapes, checked before any rank acts on it.
+
+`checkpoint.load_checkpoint` unpickles without running code; `validate` then checks that the
+result is what the trainers and `mpippo.evaluate` read (the same check in all three, so one
+file gets one verdict), and names the first problem in one line, e.g.
+`ranks[1].obs: expected a uint8 array of shape (4, 64, 64, 3), got float32 (4, 64, 64, 3)`.
+Shapes come from the checkpoint's own config: the network is built on torch's meta device
+(no memory) and every weight and Adam moment is compared with it.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import torch
+
+from mpippo import config as C
+
+MAX_WORLD = 1 << 20  # ranks: far above any cluster, far below what breaks a list
+
+
+class Bad(ValueError):
+    """The first problem found, as 'key.path: what is wrong'."""
+
+
+def need(ok: bool, path: str, what: str) -> None:
+    if not ok:
+        raise Bad(f"{path}: {what}")
+
+
+def is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def int_(v, path: str, lo: int = 0, hi: int = C.INT64_MAX) -> int:
+    need(is_int(v) and lo <= v <= hi, path, f"expected an int in [{lo}, {hi}], got {C.show(v)}")
+    return int(v)
+
+
+def num(v, path: str, lo: float = -math.inf) -> float:
+    ok = (is_int(v) or isinstance(v, (float, np.floating))) and math.isfinite(v) and v >= lo
+    need(ok, path, f"expected a finite number >= {lo}, got {C.show(v)}")
+    return float(v)
+
+
+def mapping(v, path: str, keys=()) -> dict:
+    need(isinstance(v, dict), path, f"expected a mapping, got {type(v).__name__}")
+    missing = [k for k in keys if k not in v]
+    need(not missing, path, f"missing key(s) {', '.join(map(str, missing))}")
+    return v
+
+
+def seq(v, path: str, length: int | None = None) -> list:
+    need(isinstance(v, (list, tuple)), path, f"expected a list, got {type(v).__name__}")
+    need(length is None or len(v) == length, path, f"expected {length} entries, got {len(v)}")
+    return v
+
+
+def array(v, path: str, kind: str, shape: tuple) -> np.ndarray:
+    """A numpy array of dtype kind ('u'int, 'i'nt, 'f'loat, 'b'ool; 'u1' = uint8) and exact shape."""
+    ok = isinstance(v, np.ndarray) and v.shape == tuple(shape) and (
+        v.dtype == np.uint8 if kind == "u1" else v.dtype.kind == kind)
+    got = f"{v.dtype} {v.shape}" if isinstance(v, np.ndarray) else type(v).__name__
+    need(ok, path, f"expected a {kind} array of shape {tuple(shape)}, got {got}")
+    return v
+
+
+def tensor(v, path: str, shape: tuple | None = None, dtype=None) -> torch.Tensor:
+    ok = isinstance(v, torch.Tensor) and (shape is None or tuple(v.shape) == tuple(shape)) and (
+        dtype is None or v.dtype == dtype)
+    got = f"{v.dtype} {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
+    need(ok, path, f"expected a {dtype or ''} tensor{f' of shape {tuple(shape)}' if shape else ''}, got {got}")
+    return v
+
+
+def restores(path: str, what: str, restore) -> None:
+    """An RNG state is only known good once something accepted it: try it on a fresh generator."""
+    try:
+        restore()
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError, OverflowError):
+        raise Bad(f"{path}: not a valid {what} state") from None
+
+
+def pcg64(v, path: str) -> None:
+    def set_():
+        np.random.default_rng().bit_generator.state = v
+    restores(path, "numpy Generator", set_)
+
+
+# ---- the parts ----
+def check_config(state: dict) -> C.Config:
+    """The checkpoint's config, type-checked as a config file would be."""
+    errors: list[str] = []
+    cfg = C.from_dict(mapping(state["config"], "config"), errors)
+    need(not errors, "config", errors[0] if errors else "")
+    ch = cfg.model.channels
+    need(bool(ch) and all(is_int(c) and c > 0 for c in ch), "config.model.channels", f"bad channels {C.show(ch)}")
+    need(cfg.model.hidden_size > 0, "config.model.hidden_size", f"must be > 0, got {cfg.model.hidden_size}")
+    need(C.canonical_env_name(cfg.env.name) in C.PROCGEN_GAMES + C.TOY_ENVS, "config.env.name",
+         f"unknown environment {C.show(cfg.env.name)}")
+    return cfg
+
+
+def meta_network(state: dict, cfg: C.Config) -> torch.nn.Module:
+    """The network the checkpoint describes, on the meta device (shapes only, no memory)."""
+    spec = mapping(state["model_spec"], "model_spec", ("obs_shape", "num_actions"))
+    obs = seq(spec["obs_shape"], "model_spec.obs_shape", 3)
+    for i, d in enumerate(obs):
+        int_(d, f"model_spec.obs_shape[{i}]", 1, 4096)
+    need(tuple(obs) == C.obs_shape_of(cfg.env.name), "model_spec.obs_shape",
+         f"{list(obs)} is not the observation of {cfg.env.name} {list(C.obs_shape_of(cfg.env.name))}")
+    actions = int_(spec["num_actions"], "model_spec.num_actions", 1, 1024)
+    from mpippo.models import DuelingQNetwork, ImpalaCNNPolicy
+    m = cfg.model
+    with torch.device("meta"):
+        if state["algo"] == "dqn":
+            return DuelingQNetwork(tuple(obs), actions, tuple(m.channels), m.hidden_size, cfg.dqn.dueling, m.downsample)
+        return ImpalaCNNPolicy(tuple(obs), actions, tuple(m.channels), m.hidden_size)
+
+
+def check_weights(sd, path: str, net: torch.nn.Module) -> None:
+    mapping(sd, path)
+    want = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    need(set(sd) == set(want), path, f"its keys are not the network's (missing {sorted(set(want) - set(sd))[:3]}, "
+                                     f"unexpected {sorted(map(str, set(sd) - set(want)))[:3]})")
+    for k, shape in want.items():
+        tensor(sd[k], f"{path}.{k}", shape, torch.float32)
+
+
+def check_adam(opt, path: str, shapes: list[tuple]) -> None:
+    """An Adam state_dict over parameters of these shapes (in order)."""
+    mapping(opt, path, ("state", "param_groups"))
+    groups = seq(opt["param_groups"], f"{path}.param_groups")
+    need(len(groups) == 1, f"{path}.param_groups", f"expected 1 group, got {len(groups)}")
+    g = mapping(groups[0], f"{path}.param_groups[0]", ("lr", "params"))
+    need(list(g["params"]) == list(range(len(shapes))), f"{path}.param_groups[0].params",
+         f"expected ids 0..{len(shapes) - 1}, got {C.show(g['params'])}")
+    for key, st in mapping(opt["state"], f"{path}.state").items():
+        need(is_int(key) and 0 <= key < len(shapes), f"{path}.state", f"unknown parameter id {C.show(key)}")
+        mapping(st, f"{path}.state[{key}]", ("step", "exp_avg", "exp_avg_sq"))
+        for moment in ("exp_avg", "exp_avg_sq"):
+            tensor(st[moment], f"{path}.state[{key}].{moment}", shapes[key], torch.float32)
+
+
+def check_env_state(v, path: str, cfg: C.Config, n: int) -> None:
+    name = C.canonical_env_name(cfg.env.name)
+    if name == "toy-cue":  # envs/toy.py: arrays and the RNG's state
+        mapping(v, path, ("rng", "cue", "t", "rew", "first"))
+        for key, kind in (("cue", "i"), ("t", "i"), ("rew", "f"), ("first", "b")):
+            array(v[key], f"{path}.{key}", kind, (n,))
+        return pcg64(v["rng"], f"{path}.rng")
+    if name == "connect4":  # envs/connect4.py
+        from mpippo.envs.connect4 import COLS, ROWS
+        mapping(v, path, ("board", "me", "agent_first", "rng"))
+        array(v["board"], f"{path}.board", "i", (n, ROWS, COLS))
+        array(v["me"], f"{path}.me", "i", (n,))
+        array(v["agent_first"], f"{path}.agent_first", "b", (n,))
+        return pcg64(v["rng"], f"{path}.rng")
+    # procgen: one serialized game per env, parsed by procgen's C++ code. Check the header it
+    # asserts on (version 0, the game's name), so a foreign or garbled state is refused here.
+    header = struct.pack("<ii", 0, len(name)) + name.encode()
+    for i, s in enumerate(seq(v, path, n)):
+        need(isinstance(s, bytes) and s.startswith(header), f"{path}[{i}]", f"not a saved {name} game state")
+
+
+def check_ppo_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
+    n = cfg.env.num_envs_per_rank
+    mapping(r, path, ("rng", "env", "obs", "first", "ret_tracker", "ep_ret", "ep_len", "win_returns",
+                      "episodes_total", "interval_ep", "interval_ev"))
+    rng = mapping(r["rng"], f"{path}.rng", ("python", "numpy", "torch", "shuffle", "cuda"))
+    import random
+    restores(f"{path}.rng.python", "Python random", lambda: random.Random().setstate(rng["python"]))
+    restores(f"{path}.rng.numpy", "numpy RandomState", lambda: np.random.RandomState().set_state(rng["numpy"]))
+    for key in ("torch", "shuffle"):
+        tensor(rng[key], f"{path}.rng.{key}", None, torch.uint8)
+        restores(f"{path}.rng.{key}", "torch generator", lambda: torch.Generator().set_state(rng[key]))
+    need(rng["cuda"] is None or isinstance(rng["cuda"], torch.Tensor), f"{path}.rng.cuda", "expected a tensor or None")
+    check_env_state(r["env"], f"{path}.env", cfg, n)
+    array(r["obs"], f"{path}.obs", "u1", (n, *obs_shape))
+    array(r["first"], f"{path}.first", "b", (n,))
+    for key in ("ret_tracker", "ep_ret"):
+        array(r[key], f"{path}.{key}", "f", (n,))
+    array(r["ep_len"], f"{path}.ep_len", "i", (n,))
+    for i, x in enumerate(seq(r["win_returns"], f"{path}.win_returns")[:100]):
+        num(x, f"{path}.win_returns[{i}]")
+    int_(r["episodes_total"], f"{path}.episodes_total")
+    array(r["interval_ep"], f"{path}.interval_ep", "f", (3,))
+    array(r["interval_ev"], f"{path}.interval_ev", "f", (5,))
+
+
+def check_ppo(state: dict, cfg: C.Config, net) -> None:
+    mapping(state, "checkpoint", ("ret_rms", "ranks"))
+    rms = mapping(state["ret_rms"], "ret_rms", ("mean", "var", "count"))
+    num(rms["mean"], "ret_rms.mean"), num(rms["var"], "ret_rms.var", 0.0), num(rms["count"], "ret_rms.count", 0.0)
+    n_params = sum(p.numel() for p in net.parameters())
+    check_adam(state["optimizer"], "optimizer", [(n_params,)])  # one flat parameter (models/flat.py)
+    ranks = seq(state["ranks"], "ranks")
+    need(len(ranks) <= MAX_WORLD, "ranks", f"{len(ranks)} entries")
+    obs_shape = tuple(state["model_spec"]["obs_shape"])
+    for i, r in enumerate(ranks):
+        check_ppo_rank(r, f"ranks[{i}]", cfg, obs_shape)
+
+
+def check_dqn(state: dict, cfg: C.Config, net) -> None:
+    mapping(state, "checkpoint", ("agent", "target", "counters", "ret_window", "replay_rng", "torch_rng"))
+    int_(state["agent"], "agent")
+    check_weights(state["target"], "target", net)
+    check_adam(state["optimizer"], "optimizer", [tuple(p.shape) for p in net.parameters()])
+    counters = mapping(state["counters"], "counters", ("updates", "episodes", "transitions", "lag_sum", "lag_n"))
+    for k, v in counters.items():
+        int_(v, f"counters.{k}")
+    for i, x in enumerate(seq(state["ret_window"], "ret_window")[:100]):
+        num(x, f"ret_window[{i}]")
+    pcg64(state["replay_rng"], "replay_rng")
+    tensor(state["torch_rng"], "torch_rng", None, torch.uint8)
+    restores("torch_rng", "torch generator", lambda: torch.Generator().set_state(state["torch_rng"]))
+    from mpippo.runners.dqn import REPLAY_FILE
+    need(state.get("replay_file") in (None, REPLAY_FILE), "replay_file",
+         f"expected null or '{REPLAY_FILE}' (a file beside the checkpoint), got {C.show(state.get('replay_file'))}")
+    if "selfplay" in state:
+        sp = mapping(state["selfplay"], "selfplay", ("pool", "ratings"))
+        pool = mapping(sp["pool"], "selfplay.pool", ("members", "next_id", "learner_rating", "heuristics", "dropped"))
+        n_params = sum(p.numel() for p in net.parameters())
+        for i, m in enumerate(seq(pool["members"], "selfplay.pool.members")):
+            mapping(m, f"selfplay.pool.members[{i}]", ("id", "params", "wdl"))
+            array(m["params"], f"selfplay.pool.members[{i}].params", "f", (n_params,))
+
+
+def validate(state, where: str) -> dict:
+    """`state` if it is a complete mpippo checkpoint, else ConfigError naming the first problem."""
+    try:
+        mapping(state, "checkpoint", ("algo", "model", "optimizer", "timesteps", "iteration", "config",
+                                      "world_size", "model_spec"))
+        need(state["algo"] in ("ppo", "dqn"), "algo", f"expected ppo or dqn, got {C.show(state['algo'])}")
+        int_(state["timesteps"], "timesteps"), int_(state["iteration"], "iteration")
+        int_(state["world_size"], "world_size", 1, MAX_WORLD)
+        cfg = check_config(state)
+        net = meta_network(state, cfg)
+        check_weights(state["model"], "model", net)
+        (check_dqn if state["algo"] == "dqn" else check_ppo)(state, cfg, net)
+    except Bad as e:
+        raise C.ConfigError(f"{where}: not a valid mpippo checkpoint: {e}") from None
+    return state
