@@ -131,9 +131,9 @@ def _refusal(e: Exception) -> str:
     return f"it needs {m.group(1)}" if m else text.strip().splitlines()[-1][:120]
 
 
-def load_checkpoint(data: bytes, where: str = "checkpoint") -> dict:
-    """Checkpoint bytes -> its state, loaded without running code and checked against the schema;
-    ConfigError (one line) for anything else."""
+def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = None) -> dict:
+    """Checkpoint bytes -> its state, loaded without running code and checked against the schema
+    (and to be of `algo`, when given); ConfigError (one line) for anything else."""
     import pickle
 
     import torch
@@ -147,4 +147,4 @@ def load_checkpoint(data: bytes, where: str = "checkpoint") -> dict:
                           f"checkpoints load without running code") from None
     except Exception as e:  # truncated, corrupted, not a torch file
         raise ConfigError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
-    return validate(state, where)
+    return validate(state, where, algo)

@@ -227,12 +227,15 @@ def check_dqn(state: dict, cfg: C.Config, net) -> None:
             array(m["params"], f"selfplay.pool.members[{i}].params", "f", (n_params,))
 
 
-def validate(state, where: str) -> dict:
-    """`state` if it is a complete mpippo checkpoint, else ConfigError naming the first problem."""
+def validate(state, where: str, algo: str | None = None) -> dict:
+    """`state` if it is a complete mpippo checkpoint (of `algo`, when given), else ConfigError
+    naming the first problem."""
     try:
         mapping(state, "checkpoint", ("algo", "model", "optimizer", "timesteps", "iteration", "config",
                                       "world_size", "model_spec"))
         need(state["algo"] in ("ppo", "dqn"), "algo", f"expected ppo or dqn, got {C.show(state['algo'])}")
+        if algo is not None and state["algo"] != algo:
+            raise C.ConfigError(f"{where}: it is from algorithm '{state['algo']}', this run is {algo}")
         int_(state["timesteps"], "timesteps"), int_(state["iteration"], "iteration")
         int_(state["world_size"], "world_size", 1, MAX_WORLD)
         cfg = check_config(state)

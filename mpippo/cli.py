@@ -254,7 +254,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
             state = None
             if args.resume:
                 path = run_dir / "checkpoints" / LATEST
-                state = load_checkpoint(_on_root(world, lambda: _ppo_checkpoint_bytes(run_dir)), str(path))
+                state = load_checkpoint(_on_root(world, lambda: _ppo_checkpoint_bytes(run_dir)), str(path), "ppo")
             from mpippo.runners.sync_ppo import SyncPPO
             trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
     except C.ConfigError as e:

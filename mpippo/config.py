@@ -420,7 +420,7 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     if not m.downsample and t.algo != "dqn":
         errs.append(f"model.downsample: false is for the DQN network (small boards); training.algo is '{t.algo}'")
     if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):
-        errs.append(f"model.channels: must be a non-empty list of positive ints, got {m.channels}")
+        errs.append(f"model.channels: must be a non-empty list of positive ints, got {show(m.channels)}")
 
     if p.expected_world_size is not None and p.expected_world_size != world_size:
         errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "

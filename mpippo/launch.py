@@ -5,8 +5,8 @@ fraction of a second later, before any rank can write a checkpoint. This launche
 mpirun in its own session and turns the first SIGTERM/SIGINT it receives into SIGUSR2,
 which mpirun forwards and the ranks treat as "checkpoint and stop" at the next iteration
 boundary. A second SIGTERM/SIGINT is passed on as SIGTERM (hard stop). SIGUSR1 is passed
-through (checkpoint, exit 3 = requeue). Signals in the first two seconds are held, then
-passed on (see _Relay). The exit code is mpirun's; a bad -n is one line and exit 2.
+through (checkpoint, exit 3 = requeue). A signal that comes before every rank listens is held
+and passed on once they do (see _Relay). The exit code is mpirun's; a bad -n is one line, exit 2.
 """
 from __future__ import annotations
 
@@ -62,15 +62,35 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
     return m
 
 
-class _Relay:
-    """The launcher's signal handlers, installed before anything else: signals that arrive before
-    mpirun exists, or in its first seconds while the ranks' interpreters start (a rank that has
-    not yet run its first line would die of SIGUSR1), are held and passed on once it is safe."""
+def ranks_listening(mpirun_pid: int, ranks: int) -> bool:
+    """True once `ranks` rank processes under mpirun catch SIGUSR1: run_mpi.py's first line
+    installed the handlers (the SigCgt mask of /proc/PID/status). Before that, a forwarded
+    signal would kill a rank whose interpreter is still starting."""
+    import psutil
+    try:
+        procs = [p for p in psutil.Process(mpirun_pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
+    except psutil.Error:
+        return False
+    listening = 0
+    for p in procs:
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                mask = next(line for line in f if line.startswith("SigCgt:"))
+            listening += (int(mask.split()[1], 16) >> (signal.SIGUSR1 - 1)) & 1
+        except (OSError, StopIteration, ValueError):
+            pass
+    return listening >= ranks
 
-    HOLD_S = 2.0  # python starts and run_mpi.py's first line installs the ranks' handlers well within it
+
+class _Relay:
+    """The launcher's signal handlers, installed before anything else. Signals that arrive before
+    mpirun exists or before every rank listens are held, then passed on: mpirun forwards at once,
+    and a rank whose interpreter has not yet run its first line would die of SIGUSR1."""
+
+    HOLD_MAX_S = 30.0  # ranks on other nodes cannot be seen from here: pass held signals on anyway
 
     def __init__(self):
-        self.proc, self.started, self.held, self.stops = None, 0.0, [], 0
+        self.proc, self.ranks, self.started, self.held, self.stops = None, 0, 0.0, [], 0
         signal.signal(signal.SIGTERM, self.on_stop)
         signal.signal(signal.SIGINT, self.on_stop)
         signal.signal(signal.SIGUSR1, lambda s, f: self.send(signal.SIGUSR1))
@@ -82,19 +102,23 @@ class _Relay:
             sys.stderr.write(f"mpippo.launch: {signal.Signals(signum).name} received: ranks checkpoint and stop "
                              f"at the end of this iteration (repeat to stop at once)\n")
 
+    def ready(self) -> bool:
+        return self.proc is not None and (time.monotonic() - self.started > self.HOLD_MAX_S
+                                          or ranks_listening(self.proc.pid, self.ranks))
+
     def send(self, sig) -> None:
-        if self.proc is None or time.monotonic() - self.started < self.HOLD_S:
+        if self.held or not self.ready():
             self.held.append(sig)
         else:
             self.proc.send_signal(sig)
 
-    def wait(self, proc) -> int:
-        self.proc, self.started = proc, time.monotonic()
+    def wait(self, proc, ranks: int) -> int:
+        self.proc, self.ranks, self.started = proc, ranks, time.monotonic()
         while True:
             try:
-                return proc.wait(timeout=0.1 if self.held else None)
+                return proc.wait(timeout=0.05 if self.held else None)
             except subprocess.TimeoutExpired:
-                if time.monotonic() - self.started >= self.HOLD_S:
+                if self.ready():
                     for sig in self.held:
                         proc.send_signal(sig)
                     self.held = []
@@ -125,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")
         return 2
-    return relay.wait(proc)
+    return relay.wait(proc, args.np)
 
 
 if __name__ == "__main__":

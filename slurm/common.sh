@@ -15,12 +15,12 @@ set -uo pipefail
 # passed on to the trainer, which checkpoints at the end of its iteration and exits 3. SIGTERM
 # is relayed as SIGUSR2 ("checkpoint and stop"): mpirun would kill the ranks on a TERM. A signal
 # that comes before the trainer runs is kept, and one in the trainer's first seconds is sent a
-# little later: the ranks' interpreters install their handlers within that time.
+# little later (5 s): the ranks' interpreters install their handlers well within it.
 PID="" STARTED=0 PENDING=()
-send_later() { ( sleep 2; kill "-$1" "$PID" 2>/dev/null ) & }
+send_later() { ( sleep 5; kill "-$1" "$PID" 2>/dev/null ) & }
 forward() {
     if [ -z "$PID" ]; then PENDING+=("$1")
-    elif [ $((SECONDS - STARTED)) -lt 3 ]; then send_later "$1"
+    elif [ $((SECONDS - STARTED)) -lt 5 ]; then send_later "$1"
     else kill "-$1" "$PID" 2>/dev/null; fi
 }
 trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward USR1' USR1

@@ -125,9 +125,7 @@ class ApeXDQN:
         if resume and self.is_learner:
             try:
                 path = self.ckpt_dir / LATEST
-                state = load_checkpoint(read_checkpoint_bytes(path), str(path))
-                if state["algo"] != "dqn":
-                    raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is dqn")
+                state = load_checkpoint(read_checkpoint_bytes(path), str(path), "dqn")
                 if self.selfplay and "selfplay" not in state:
                     raise ConfigError("checkpoint: it has no opponent pool (trained without self-play); "
                                       "resume it with selfplay.enabled=false")

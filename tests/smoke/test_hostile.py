@@ -1,0 +1,354 @@
+"""Hostile inputs, one table: every bad input is one line, exit 2, no traceback, no hang, nothing
+already written changed; checkpoints never run code; signals from the first instant.
+
+Each case builds its inputs in a fresh folder, runs the real command (the trainer, `mpippo.evaluate`
+or the launcher; plain python, or 2-3 ranks under mpirun), and checks the exit code, exactly one
+`mpippo: error:` line naming the problem, no `Traceback`, and that every file that existed before
+has the same bytes after.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+from conftest import MPIRUN, ROOT, mpi_env, ok, run, trainer
+
+TOY = ["--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps", "1024"]
+EVIL_MARKER = "planted_code_ran"
+
+
+class Evil:
+    """What a planted checkpoint holds: unpickling it would run a shell command."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+# ---- the runs the checkpoint cases start from (one each, shared by the module) ----
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bases")
+    ok(trainer(None, TOY + ["--output-dir", str(root / "ppo")]))
+    ok(trainer(None, ["--config", "configs/smoke.yaml", "--no-progress", "--total-timesteps", "256",
+                      "--output-dir", str(root / "coinrun")]))
+    ok(trainer(3, ["--config", "configs/dqn_toy.yaml", "--no-progress", "--total-timesteps", "3000",
+                   "--set", "dqn.learning_starts=500", "--output-dir", str(root / "dqn")]))
+    return {"ppo": root / "ppo", "coinrun": root / "coinrun", "dqn": root / "dqn"}
+
+
+def edited(bases, tmp: Path, base: str, edit: Callable[[dict], object]) -> Path:
+    """A copy of a base run whose latest.pt went through edit(state) (test side: a trusted load)."""
+    run_dir = tmp / "run"
+    shutil.copytree(bases[base], run_dir)
+    path = run_dir / "checkpoints" / "latest.pt"
+    state = torch.load(path, weights_only=False)
+    out = edit(state)
+    torch.save(state if out is None else out, path)
+    return run_dir
+
+
+def planted(tmp: Path):
+    def edit(state):
+        state["ret_window" if "ret_window" in state else "ret_rms"] = Evil(tmp / EVIL_MARKER)
+    return edit
+
+
+def resume(base: str, edit, ranks=None, extra=()):
+    """A trainer case: --resume on an edited copy of a base run."""
+    def setup(tmp, bases):
+        return ranks, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(edited(bases, tmp, base, edit)),
+                       *extra]
+    return setup
+
+
+def evaluate(base: str, edit=None, extra=()):
+    def setup(tmp, bases):
+        run_dir = edited(bases, tmp, base, edit) if edit else bases[base]
+        return None, ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "2", *extra]
+    return setup
+
+
+def train(*args, ranks=None, files: dict | None = None):
+    """A trainer case; `files` are written into the case folder first ({name: bytes or text}),
+    and TMP/ in an argument stands for that folder."""
+    def setup(tmp, bases):
+        for name, data in (files or {}).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+        argv = [a.replace("TMP/", f"{tmp}/") for a in args]
+        if "--output-dir" not in argv and "--resume" not in argv:
+            argv += ["--output-dir", f"{tmp}/out"]
+        return ranks, ["run_mpi.py", *argv]
+    return setup
+
+
+def launch(*args):
+    def setup(tmp, bases):
+        return None, ["-m", "mpippo.launch", *args, "--config", "configs/toy_cue.yaml", "--output-dir", f"{tmp}/out"]
+    return setup
+
+
+def set_key(path: str, value):
+    def edit(state):
+        *parents, last = path.split(".")
+        node = state
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        node[last] = value
+    return edit
+
+
+def drop(key: str):
+    def edit(state):
+        del state[key]
+    return edit
+
+
+@dataclass
+class Case:
+    id: str
+    setup: Callable
+    expect: str
+    code: int = 2
+    check: Callable | None = field(default=None)
+
+
+# a billion laughs: nine levels of nine references, 9**9 leaves if anything expands it
+BOMB = "model:\n  channels: [&a [x, x, x, x, x, x, x, x, x], " + ", ".join(
+    f"&{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")) + "]\n"
+
+CASES = [
+    # ---- checkpoints: never run code; a schema, the same verdict everywhere ----
+    Case("ppo-planted-code", lambda t, b: resume("ppo", planted(t))(t, b), "refused: it holds Python objects",
+         check=lambda t: not (t / EVIL_MARKER).exists()),
+    Case("ppo-planted-code-2-ranks", lambda t, b: resume("ppo", planted(t), ranks=2)(t, b), "it needs posix.system",
+         check=lambda t: not (t / EVIL_MARKER).exists()),
+    Case("dqn-planted-code", lambda t, b: resume("dqn", planted(t), ranks=3)(t, b), "refused: it holds Python objects",
+         check=lambda t: not (t / EVIL_MARKER).exists()),
+    Case("evaluate-planted-code", lambda t, b: evaluate("ppo", planted(t))(t, b), "refused: it holds Python objects",
+         check=lambda t: not (t / EVIL_MARKER).exists()),
+    Case("ckpt-missing-key", resume("ppo", drop("ret_rms")), "missing key(s) ret_rms"),
+    Case("evaluate-missing-key", evaluate("ppo", drop("ret_rms")), "missing key(s) ret_rms"),
+    Case("ckpt-wrong-type", resume("ppo", set_key("timesteps", "many")), "timesteps: expected an int"),
+    Case("ckpt-top-level-list", resume("ppo", lambda s: [1, 2, 3]), "checkpoint: expected a mapping"),
+    Case("ckpt-weight-shape", resume("ppo", lambda s: s["model"].update({"fc.weight": torch.zeros(3, 3)})),
+         "model.fc.weight: expected a torch.float32 tensor of shape"),
+    Case("ckpt-adam-moment-shape", resume("ppo", set_key("optimizer.state.0.exp_avg", torch.zeros(7))),
+         "optimizer.state[0].exp_avg"),
+    Case("ckpt-obs-dtype", resume("ppo", lambda s: s["ranks"][0].update(obs=s["ranks"][0]["obs"].astype("float32"))),
+         "ranks[0].obs: expected a u1 array"),
+    Case("ckpt-rng-state", resume("ppo", lambda s: s["ranks"][0]["rng"].update(numpy=("MT19937", [1, 2], 0, 0, 0.0))),
+         "ranks[0].rng.numpy: not a valid numpy RandomState state"),
+    Case("ckpt-env-state", resume("ppo", lambda s: s["ranks"][0]["env"].update(cue=[1, 2])), "ranks[0].env.cue"),
+    Case("ckpt-procgen-state", resume("coinrun", lambda s: s["ranks"][0].update(env=[b"garbage"] * 8)),
+         "ranks[0].env[0]: not a saved coinrun game state"),
+    Case("ckpt-world-size", resume("ppo", set_key("world_size", 0)), "world_size: expected an int in [1"),
+    Case("ckpt-config-inside", resume("ppo", set_key("config.model.hidden_size", "wide")),
+         "config: model.hidden_size: expected int"),
+    Case("ckpt-other-algo", resume("ppo", set_key("algo", "dqn"), extra=["--config", "configs/toy_cue.yaml"]),
+         "it is from algorithm 'dqn', this run is ppo"),
+    Case("dqn-replay-file-path", resume("dqn", set_key("replay_file", "../../../etc/passwd"), ranks=3),
+         "replay_file: expected null or 'replay.npz'"),
+    Case("ckpt-truncated", lambda t, b: _truncated(t, b), "unreadable checkpoint"),
+    # ---- config files ----
+    Case("config-not-utf8", train("--config", "TMP/c.yaml", files={"c.yaml": b"training:\n  seed: \xe9\n"}),
+         "is not UTF-8 text (byte 0xe9"),
+    Case("config-top-list", train("--config", "TMP/c.yaml", files={"c.yaml": "- 1\n- 2\n"}),
+         "the top level must be a mapping of sections"),
+    Case("config-top-scalar", train("--config", "TMP/c.yaml", files={"c.yaml": "42\n"}),
+         "the top level must be a mapping of sections"),
+    Case("config-section-list-with-flag",
+         train("--config", "TMP/c.yaml", "--num-envs", "8", files={"c.yaml": "env: [1, 2]\n"}),
+         "section 'env' must be a mapping of keys"),
+    Case("config-duplicate-key",
+         train("--config", "TMP/c.yaml", files={"c.yaml": "training:\n  seed: 1\n  n_steps: 8\n  seed: 2\n"}),
+         "duplicate key 'seed' (first given at line 2)"),
+    Case("config-yaml-bomb", train("--config", "TMP/c.yaml", files={"c.yaml": BOMB}),
+         "model.channels: must be a non-empty list of positive ints"),
+    Case("config-is-a-folder", train("--config", "TMP/dir", files={"dir/x": "x"}), "is a folder; give a YAML file"),
+    Case("config-too-large", train("--config", "TMP/c.yaml", files={"c.yaml": "#" * (2 << 20)}),
+         "a config is a small YAML file"),
+    Case("config-missing", train("--config", "configs/does_not_exist.yaml"), "config file not found"),
+    Case("config-malformed", train("--config", "TMP/c.yaml", files={"c.yaml": "training:\n  n_steps: [1, 2\n"}),
+         "malformed YAML"),
+    Case("config-non-string-key", train("--config", "TMP/c.yaml", files={"c.yaml": "training: {1: 2}\n"}),
+         "unknown key 'training.1'"),
+    # ---- values ----
+    Case("nan-timeout", train(*TOY, "--set", "guards.collective_timeout_s=.nan", ranks=2),
+         "guards.collective_timeout_s: must be a finite number, got nan"),
+    Case("inf-learning-rate", train(*TOY, "--set", "training.learning_rate=.inf"), "must be a finite number"),
+    Case("int-beyond-int64", train(*TOY, "--seed", "99999999999999999999"), "training.seed: 99999999999999999999 is out"),
+    Case("huge-hidden-size", train(*TOY, "--set", "model.hidden_size=4000000000", ranks=2), "memory: this config needs"),
+    Case("huge-envs-per-rank", train("--num-envs-per-rank", "100000000", "--no-progress"), "memory: this config needs"),
+    Case("huge-n-steps", train("--n-steps", "1000000000", "--no-progress"), "memory: this config needs"),
+    Case("huge-threads", train(*TOY, "--set", "parallel.threads_per_rank=100000"), "threads per rank on a node"),
+    Case("unknown-key", train(*TOY, "--set", "training.lr=1", ranks=2), "unknown key 'training.lr'"),
+    Case("wrong-type", train(*TOY, "--set", "training.n_steps=abc"), "training.n_steps: expected int, got 'abc'"),
+    Case("unknown-env", train(*TOY, "--set", "env.name=pong"), "unknown environment 'pong'"),
+    Case("minibatches", train(*TOY, "--set", "training.num_minibatches=7"), "not divisible by num_minibatches=7"),
+    Case("zero-steps", train(*TOY, "--n-steps", "0"), "training.n_steps: must be > 0, got 0"),
+    Case("negative-budget", train(*TOY, "--total-timesteps", "-5"), "must be > 0, got -5"),
+    Case("bogus-flag", train("--bogus-flag"), "unrecognized arguments: --bogus-flag"),
+    Case("dqn-agents", train("--config", "configs/dqn_toy.yaml", "--set", "dqn.num_agents=2", ranks=2),
+         "2 rank(s) cannot form 2 agent(s)"),
+    # ---- the run folder ----
+    Case("output-name-too-long", train(*TOY, "--output-dir", "TMP/" + "x" * 300), "File name too long"),
+    Case("output-under-a-file", train(*TOY, "--output-dir", "TMP/f/run", files={"f": "x"}), "Not a directory"),
+    Case("output-is-a-file", train(*TOY, "--output-dir", "TMP/f", files={"f": "x"}), "exists and is not empty"),
+    Case("output-not-empty", train(*TOY, "--output-dir", "TMP/r", files={"r/keep.txt": "keep me"}),
+         "exists and is not empty"),
+    Case("bad-input-removes-new-folders", train(*TOY, "--output-dir", "TMP/new/run", "--set", "training.lr=1", ranks=2),
+         "unknown key", check=lambda t: not (t / "new").exists()),
+    Case("resume-without-checkpoint", train("--resume", "--output-dir", "TMP/empty", files={"empty/x": ""}),
+         "--resume: no checkpoint at"),
+    Case("resume-checkpoint-is-folder", train("--resume", "--output-dir", "TMP/r", files={"r/checkpoints/latest.pt/x": ""}),
+         "--resume: no checkpoint at"),
+    # ---- evaluate ----
+    Case("evaluate-max-steps-0", evaluate("ppo", extra=["--max-steps", "0"]), "--max-steps: must be >= 1, got 0"),
+    Case("evaluate-episodes-0", evaluate("ppo", extra=["--num-episodes", "0"]), "--num-episodes: must be >= 1"),
+    Case("evaluate-video-not-mp4", evaluate("ppo", extra=["--video", "x.gif"]), "must end in .mp4"),
+    Case("evaluate-video-unwritable", lambda t, b: _with_file(t, evaluate("ppo", extra=["--video", f"{t}/f/v.mp4"])(t, b)),
+         "--video: cannot write", check=lambda t: sorted(p.name for p in t.iterdir()) == ["f"]),
+    Case("evaluate-json-is-folder", lambda t, b: evaluate("ppo", extra=["--json", str(t)])(t, b), "is a folder"),
+    Case("evaluate-huge-envs", evaluate("ppo", extra=["--num-envs", "1000000000"]), "--num-envs: 1,000,000,000 envs"),
+    Case("evaluate-no-checkpoint", evaluate("ppo", extra=["--checkpoint", "/nonexistent"]), "no checkpoint at"),
+    Case("evaluate-opponent-one-player", evaluate("ppo", extra=["--opponent", "random"]), "needs a two-player game"),
+    # ---- the launcher ----
+    Case("launch-n-0", launch("-n", "0"), "-n: the number of ranks must be >= 1, got 0"),
+    Case("launch-n-negative", launch("-n", "-3"), "got -3"),
+    Case("launch-n-not-int", launch("-n", "two"), "invalid int value: 'two'"),
+]
+
+
+def _truncated(tmp, bases):
+    run_dir = tmp / "run"
+    shutil.copytree(bases["ppo"], run_dir)
+    latest = run_dir / "checkpoints" / "latest.pt"
+    latest.write_bytes(latest.read_bytes()[:1000])
+    return None, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir)]
+
+
+def _with_file(tmp, setup_result):
+    (tmp / "f").write_text("a file where a folder should be")
+    return setup_result
+
+
+def hashes(folder: Path) -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(case: Case, bases, tmp_path):
+    ranks, argv = case.setup(tmp_path, bases)
+    before = {**hashes(tmp_path), **hashes(bases["ppo"])}
+    cmd = [sys.executable, *argv] if ranks is None else [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable,
+                                                          *argv]
+    t0 = time.monotonic()
+    res = run(cmd, timeout=90)
+    assert res.returncode == case.code, (res.returncode, res.stdout[-1500:], res.stderr[-2500:])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    assert len(errors) == 1, res.stderr[-2500:]  # once per job, not once per rank
+    assert case.expect in errors[0], errors[0]
+    assert "Traceback" not in res.stderr + res.stdout
+    assert time.monotonic() - t0 < 60
+    after = hashes(tmp_path) | hashes(bases["ppo"])
+    assert {p: h for p, h in after.items() if p in before} == before  # nothing that existed changed
+    assert not (tmp_path / "out").exists()  # nothing new written either
+    if case.check is not None:
+        assert case.check(tmp_path), sorted(str(p) for p in tmp_path.rglob("*"))
+
+
+def test_every_case_class_is_covered():
+    """The issue's classes, at least 40 cases in all."""
+    assert len(CASES) >= 40
+    for word in ("planted", "ckpt-", "config-", "huge-", "output-", "evaluate-", "launch-"):
+        assert any(word in c.id for c in CASES), word
+
+
+# ---- signals from the first instant ----
+def _start(cmd):
+    return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _finish(proc, timeout=90):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("hung after a signal during start-up")
+    return proc.returncode, out
+
+
+def _ranks(proc, n=2, timeout=20):
+    import psutil
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
+        if len(ranks) == n:
+            return ranks
+        time.sleep(0.01)
+    pytest.fail("the ranks did not start")
+
+
+def _signal_during_startup(cmd, run_dir: Path, sig, ages, pick):
+    """Once the ranks have run python for `age` seconds, send `sig` to pick(proc, ranks); try each age in
+    turn until one lands before the first iteration, and return that run's (exit code, output)."""
+    for age in ages:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        proc = _start([*cmd, "--output-dir", str(run_dir)])
+        ranks = _ranks(proc) if age is not None else []  # seen within 10 ms of their exec
+        time.sleep(age or 0.0)
+        for p in pick(proc, ranks):
+            p.send_signal(sig)
+        rc, out = _finish(proc)
+        if "iter " not in out and "starting:" not in out:
+            return rc, out
+    pytest.fail(f"no timing in {ages} landed before the first iteration")
+
+
+TRAIN_2 = [MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/smoke.yaml",
+           "--no-progress", "--set", "logging.print_interval=1"]
+
+
+def test_sigusr1_to_mpirun_during_startup_exits_3_with_nothing_written(tmp_path):
+    """mpirun forwards it to ranks that are still importing torch: they must already listen."""
+    run_dir = tmp_path / "run"
+    rc, out = _signal_during_startup(TRAIN_2, run_dir, signal.SIGUSR1, (0.1, 0.4, 0.05), lambda proc, ranks: [proc])
+    assert rc == 3, out[-2000:]
+    assert "SIGUSR1 arrived during start-up: nothing was trained yet" in out
+    assert "Traceback" not in out and not run_dir.exists()  # the empty folder it made is gone
+
+
+def test_sigterm_to_one_rank_during_startup_exits_4(tmp_path):
+    rc, out = _signal_during_startup(TRAIN_2, tmp_path / "run", signal.SIGTERM, (0.1, 0.4, 0.05),
+                                     lambda proc, ranks: ranks[-1:])
+    assert rc == 4, out[-2000:]
+    assert "a stop signal arrived during start-up" in out and "Traceback" not in out
+
+
+def test_sigusr1_to_the_launcher_before_mpirun_runs_is_held_and_passed_on(tmp_path):
+    """Sent 0.1 s after the launcher starts: before mpirun or any rank exists."""
+    cmd = [sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", "--config",
+           "configs/smoke.yaml", "--no-progress"]
+
+    def after_launcher_starts(proc, ranks):
+        time.sleep(0.1)
+        return [proc]
+    rc, out = _signal_during_startup(cmd, tmp_path / "run", signal.SIGUSR1, (None,), after_launcher_starts)
+    assert rc == 3, out[-2000:]
+    assert "SIGUSR1 arrived during start-up" in out
