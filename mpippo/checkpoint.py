@@ -124,11 +124,12 @@ def read_checkpoint_bytes(path: str | Path) -> bytes:
         raise ConfigError(f"checkpoint '{path}': cannot read it ({e.strerror or e})") from None
 
 
-def _refusal(e: Exception) -> str:
-    """Why weights_only refused a file, in a few words (its message is a page long)."""
+def _refusal(e: Exception) -> str | None:
+    """What weights_only refused to rebuild (its message is a page long), or None when the file
+    is simply not a pickle it can read (garbage, truncated)."""
     text = str(e)
     m = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"got <class '([\w.]+)'>", text)
-    return f"it needs {m.group(1)}" if m else text.strip().splitlines()[-1][:120]
+    return f"it needs {m.group(1)}" if m else None
 
 
 def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = None) -> dict:
@@ -143,8 +144,10 @@ def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = N
         with torch.serialization.safe_globals(safe_globals()):
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise ConfigError(f"{where}: refused: it holds Python objects that mpippo never writes ({_refusal(e)}); "
-                          f"checkpoints load without running code") from None
+        if (needs := _refusal(e)) is not None:
+            raise ConfigError(f"{where}: refused: it holds Python objects that mpippo never writes ({needs}); "
+                              f"checkpoints load without running code") from None
+        raise ConfigError(f"{where}: unreadable checkpoint (not a file torch can read)") from None
     except Exception as e:  # truncated, corrupted, not a torch file
         raise ConfigError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
     return validate(state, where, algo)
