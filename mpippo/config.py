@@ -104,8 +104,10 @@ class TrainingConfig:
     vf_coef: float = _f(0.5, "Value loss coefficient.")
     max_grad_norm: float = _f(0.5, "Clip gradients by this global norm (after the Allreduce).")
     target_kl: Optional[float] = _f(None, "Stop the epochs early when the global approx_kl exceeds this; null = off.")
-    norm_adv: bool = _f(True, "Normalize advantages with the global (all ranks) mean and std.")
-    normalize_reward: bool = _f(True, "Scale rewards by a running std of discounted returns, shared by all ranks (as the Procgen paper).")
+    norm_adv: bool = _f(True, "Normalize advantages (to mean 0, std 1) before the loss; where: adv_norm.")
+    adv_norm: str = _f("minibatch", "minibatch: each global minibatch by its own mean and std (all ranks' shares; one 3-number Allreduce per minibatch), as ppo2 and CleanRL | rollout: once over the whole rollout.")
+    normalize_reward: bool = _f(True, "Scale rewards by a running std of discounted returns, shared by all ranks (as the Procgen paper); how: reward_norm.")
+    reward_norm: str = _f("step", "step: the running std is updated every env step with every rank's envs and each step's rewards are scaled by the statistics up to that step, as baselines' VecNormalize (one Allreduce of 3 x n_steps numbers per rollout) | rollout: updated once per rollout, which then is scaled as a whole.")
     device: str = _f("cpu", "cpu | cuda | auto. cuda picks the GPU from the local rank.")
     precision: str = _f("fp32", "fp32 | bf16. bf16 runs the network's forward and backward under autocast (CPUs with AVX-512 BF16/AMX, GPUs); parameters, optimizer and losses stay fp32.")
 
@@ -383,6 +385,10 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
         errs.append(f"selfplay.enabled: self-play runs in the DQN learner layout, training.algo is '{t.algo}'; allowed: dqn")
     if t.precision not in ("fp32", "bf16"):
         errs.append(f"training.precision: '{t.precision}' is not one of fp32, bf16")
+    if t.adv_norm not in ("minibatch", "rollout"):
+        errs.append(f"training.adv_norm: '{t.adv_norm}' is not one of minibatch, rollout")
+    if t.reward_norm not in ("step", "rollout"):
+        errs.append(f"training.reward_norm: '{t.reward_norm}' is not one of step, rollout")
     if t.device not in ("cpu", "cuda", "auto"):
         errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
 

@@ -42,6 +42,15 @@ class RunningMeanStd:
         m2 = self.var * self.count + batch_var * batch_count + delta * delta * self.count * batch_count / total
         self.mean, self.var, self.count = self.mean + delta * batch_count / total, m2 / total, total
 
+    def scales_per_step(self, step_moments, epsilon: float = 1e-8):
+        """Update with each step's (count, mean, var) in turn, as VecNormalize does every env step;
+        returns the reward scale of each step, sqrt(var + epsilon) right after its own update."""
+        scales = []
+        for count, mean, var in step_moments:
+            self.update_from_moments(count, mean, var)
+            scales.append((self.var + epsilon) ** 0.5)
+        return scales
+
     def state_dict(self) -> dict:
         return {"mean": self.mean, "var": self.var, "count": self.count}
 

@@ -98,16 +98,26 @@ def local_grad_check(params):
     return sync
 
 
+def local_mean_std(x: torch.Tensor) -> tuple[float, float]:
+    """Mean and population std (as ppo2's numpy), in float64."""
+    x = x.detach().double()
+    return float(x.mean()), float(x.std(unbiased=False)) if x.numel() > 1 else 0.0
+
+
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, cfg,
                grad_sync, generator: torch.Generator | None = None, timer=None,
-               nonfinite_streak: int = 0, max_nonfinite_streak: int = 3) -> dict:
+               nonfinite_streak: int = 0, max_nonfinite_streak: int = 3, adv_moments=local_mean_std) -> dict:
     """n_epochs x num_minibatches clipped-PPO steps on this rank's share of the batch.
 
-    batch: b_obs (B, H, W, C) uint8, b_actions, b_logprobs, b_advantages (already
-    normalized), b_returns, b_values -- all (B,). Every rank must have the same B.
+    batch: b_obs (B, H, W, C) uint8, b_actions, b_logprobs, b_advantages, b_returns,
+    b_values -- all (B,). Every rank must have the same B. With cfg.norm_adv and
+    cfg.adv_norm == "minibatch" each minibatch's advantages are normalized here by
+    adv_moments(local share) -> (mean, std) of the global minibatch (under MPI: every rank's
+    share, one small Allreduce); otherwise b_advantages arrive as they are to be used.
     Returns mean statistics over the steps taken.
     """
     phase = timer if timer is not None else (lambda name: nullcontext())
+    per_minibatch = cfg.norm_adv and cfg.adv_norm == "minibatch"
     B = batch["b_actions"].shape[0]
     mb_size = B // cfg.num_minibatches
     params = [p for p in model.parameters()]
@@ -118,13 +128,18 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, 
         global_kl = 0.0
         for start in range(0, B, mb_size):
             mb = perm[start:start + mb_size]
+            mb_advantages = batch["b_advantages"][mb]
+            if per_minibatch:
+                with phase("allreduce"):
+                    mean, std = adv_moments(mb_advantages)
+                mb_advantages = (mb_advantages - mean) / (std + 1e-8)
             with phase("backward"):
                 with autocast(batch["b_actions"].device, getattr(cfg, "precision", "fp32")):
                     logits, newvalue = model(batch["b_obs"][mb])
                 newvalue = newvalue.float()
                 newlogprob, entropy = logprob_entropy(logits, batch["b_actions"][mb])
                 out = ppo_loss(newlogprob, entropy, newvalue, batch["b_logprobs"][mb],
-                               batch["b_advantages"][mb], batch["b_returns"][mb], batch["b_values"][mb],
+                               mb_advantages, batch["b_returns"][mb], batch["b_values"][mb],
                                cfg.clip_range, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef)
                 optimizer.zero_grad(set_to_none=False)  # keep .grad as views of the flat buffer
                 out.loss.backward()

@@ -57,6 +57,16 @@ def global_moments(world: World, x: np.ndarray) -> tuple[float, float, float]:
     return n, mean, max(ss / max(n, 1.0) - mean * mean, 0.0)
 
 
+def global_step_moments(world: World, x: np.ndarray) -> np.ndarray:
+    """(T, 3): (count, mean, var) of row t of every rank's (T, N) `x` together: one Allreduce of 3T numbers."""
+    x = np.asarray(x, dtype=np.float64)
+    buf = np.stack([np.full(x.shape[0], x.shape[1], dtype=np.float64), x.sum(1), (x * x).sum(1)], axis=1)
+    world.allreduce_(buf, "sum", name="step_moments")
+    n, mean = buf[:, 0], buf[:, 1] / np.maximum(buf[:, 0], 1.0)
+    buf[:, 1], buf[:, 2] = mean, np.maximum(buf[:, 2] / np.maximum(n, 1.0) - mean * mean, 0.0)
+    return buf
+
+
 def global_mean_std(world: World, x: torch.Tensor) -> tuple[float, float]:
     """Mean and (population) std of the concatenation of every rank's `x`."""
     _, mean, var = global_moments(world, x.detach().double().cpu().numpy())

@@ -23,7 +23,8 @@ from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
 from mpippo.algos.ppo import autocast, compute_gae, ppo_update
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
-from mpippo.comm.collectives import GradAllreduce, check_replicas, global_mean_std, global_moments
+from mpippo.comm.collectives import (GradAllreduce, check_replicas, global_mean_std, global_moments,
+                                     global_step_moments)
 from mpippo.config import Config, ConfigError
 from mpippo.envs import make_env, rank_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
@@ -212,21 +213,50 @@ class SyncPPO:
         self.episodes_total += int(ep_count)
         return obs, first, (ep_ret_sum, ep_count, ep_len_sum)
 
+    def normalize_rewards(self) -> None:
+        """Divide the rollout's rewards by the running std of discounted returns (all ranks' envs),
+        clipped to +-REWARD_CLIP. "step": as baselines' VecNormalize, the statistics are updated
+        with every env step's returns and each step's rewards use the statistics up to that step;
+        computed after the rollout from one Allreduce of per-step moments, which gives the same
+        numbers (the scale only enters training, never acting). "rollout": one update per rollout."""
+        t, buf = self.cfg.training, self.buf
+        if t.reward_norm == "step":
+            scales = self.ret_rms.scales_per_step(global_step_moments(self.world, buf.disc_returns))
+            buf.rewards.div_(torch.tensor(scales, dtype=buf.rewards.dtype, device=buf.rewards.device)[:, None])
+        else:
+            self.ret_rms.update_from_moments(*global_moments(self.world, buf.disc_returns))
+            buf.rewards.div_(math.sqrt(self.ret_rms.var + 1e-8))
+        buf.rewards.clamp_(-REWARD_CLIP, REWARD_CLIP)
+
     def advantages(self, next_obs, next_first):
+        """GAE on the (normalized) rewards; advantages normalized here only with adv_norm: rollout
+        (per minibatch, ppo_update does it)."""
         t, buf = self.cfg.training, self.buf
         if t.normalize_reward:
-            # shared normalizer: moments of every rank's discounted returns, weighted by count
-            self.ret_rms.update_from_moments(*global_moments(self.world, buf.disc_returns))
-            buf.rewards.div_(math.sqrt(self.ret_rms.var + 1e-8)).clamp_(-REWARD_CLIP, REWARD_CLIP)
+            self.normalize_rewards()
         with torch.inference_mode(), autocast(self.device, t.precision):
             _, next_value = self.model(torch.from_numpy(next_obs).to(self.device))
         next_value = next_value.float()
         next_done = torch.from_numpy(next_first.astype(np.float32)).to(self.device)
         adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done, t.gamma, t.gae_lambda)
-        if t.norm_adv:
+        if t.norm_adv and t.adv_norm == "rollout":
             mean, std = global_mean_std(self.world, adv)
             adv = (adv - mean) / (std + 1e-8)
         return adv, ret
+
+    def learn(self, nonfinite_streak: int = 0) -> dict:
+        """The learning half of an iteration, on the rollout in self.buf: reward scaling, GAE,
+        advantages, then the epochs of minibatch updates. Returns ppo_update's statistics."""
+        t = self.cfg.training
+        with self.timer("gae"):
+            adv, ret = self.advantages(self.obs, self.first)
+            batch = self.buf.flat_batch(adv, ret)
+            y, v = batch["b_returns"].double(), batch["b_values"].double()
+            self.interval_ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()),
+                                 float(((y - v) ** 2).sum())]
+        return ppo_update(self.model, self.optimizer, batch, t, self.grad_sync, self.generator, self.timer,
+                          nonfinite_streak, self.cfg.guards.max_nonfinite_skips,
+                          adv_moments=lambda x: global_mean_std(self.world, x))
 
     def _lr(self) -> float:
         t = self.cfg.training
@@ -281,14 +311,7 @@ class SyncPPO:
 
             self.obs, self.first, ep = self.collect_rollout(self.obs, self.first)
             self.interval_ep += ep
-            with self.timer("gae"):
-                adv, ret = self.advantages(self.obs, self.first)
-                batch = self.buf.flat_batch(adv, ret)
-                y, v = batch["b_returns"].double(), batch["b_values"].double()
-                self.interval_ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()),
-                                     float(((y - v) ** 2).sum())]
-            update_stats = ppo_update(self.model, self.optimizer, batch, t, self.grad_sync, self.generator,
-                                      self.timer, nonfinite_streak, cfg.guards.max_nonfinite_skips)
+            update_stats = self.learn(nonfinite_streak)
             nonfinite_streak = update_stats["nonfinite_streak"]
             self.global_step += self.batch_size
             updates_since_check += update_stats["updates"]
