@@ -43,10 +43,15 @@ mean, std = global_mean_std(world, adv_raw[lo:hi])
 ref = adv_raw.double()
 assert abs(mean - ref.mean().item()) < 1e-9, (mean, ref.mean().item())
 assert abs(std - ref.std(unbiased=False).item()) < 1e-9, (std, ref.std(unbiased=False).item())
-local["b_advantages"] = (adv_raw[lo:hi] - mean) / (std + 1e-8)
+local["b_advantages"] = adv_raw[lo:hi]  # normalized per global minibatch inside ppo_update (the default)
+
+
+def global_moments(x):
+    return global_mean_std(world, x)
+
 
 cfg = TrainingConfig(n_epochs=3, num_minibatches=1, max_grad_norm=0.5)
-stats = ppo_update(model, opt, local, cfg, sync, generator=torch.Generator().manual_seed(7))
+stats = ppo_update(model, opt, local, cfg, sync, generator=torch.Generator().manual_seed(7), adv_moments=global_moments)
 assert stats["updates"] == 3, stats
 assert check_replicas(world, flat) == [], "replicas differ after identical updates"
 if r == 0:
@@ -55,7 +60,7 @@ if r == 0:
 # KL early stopping is a collective decision: with a tiny target every rank stops after epoch 1
 cfg_kl = TrainingConfig(n_epochs=3, num_minibatches=2, target_kl=1e-12)
 local["b_logprobs"] = local["b_logprobs"] - 0.5  # the old policy differs: KL > 0 from the first step
-stats = ppo_update(model, opt, local, cfg_kl, sync, generator=torch.Generator().manual_seed(8))
+stats = ppo_update(model, opt, local, cfg_kl, sync, generator=torch.Generator().manual_seed(8), adv_moments=global_moments)
 epochs = world.allgather(np.array([stats["epochs_done"]]))[:, 0]
 assert list(epochs) == [1] * W, epochs
 assert check_replicas(world, flat) == []
