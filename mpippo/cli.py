@@ -171,13 +171,13 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     run_dir = _run_dir(world, args, start)
     cfg, note = _config(world, args, overrides, run_dir, start)
     trainer = _trainer(world, args, cfg, run_dir, start)
+    if note and world.is_root:
+        print(f"mpippo: note: {note}", flush=True)
     if cfg.training.algo == "dqn":
         return _train_dqn(world, trainer, signals)
     if world.is_root:
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
-        if note:
-            print(f"mpippo: note: {note}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
         print(f"mpippo: {verb}: ppo on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
