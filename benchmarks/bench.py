@@ -308,10 +308,10 @@ def main() -> int:
               f"{two['peak_rss_mb_per_rank']:.0f} MB per rank")
 
     import torch
-    from mpi4py import MPI
+    from mpippo.comm import mpi_library
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
               "cpu": cpu_model(), "cores": cores, "torch": torch.__version__,
-              "mpi": MPI.Get_library_version().splitlines()[0], "settings": vars(args) | {"out": None},
+              "mpi": mpi_library(), "settings": vars(args) | {"out": None},
               "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows}
     out = write_result(result, out=args.out)
     print(f"bench: wrote {out}")

@@ -23,13 +23,11 @@ from pathlib import Path
 import yaml
 
 from mpippo import config as C
-from mpippo import hostmem, preemption
+from mpippo import hostmem, preemption, runctl
 from mpippo.checkpoint import LATEST, atomic_write_bytes, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.comm import World
 from mpippo.errors import JobFailure
-from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
-
-EXIT_CODES = {"done": EXIT_OK, "duration": EXIT_OK, "requeue": EXIT_REQUEUE, "stopped": EXIT_STOPPED}
+from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
 class _Parser(argparse.ArgumentParser):
@@ -190,7 +188,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         return EXIT_FAILURE, None
     if world.is_root:
         print_summary(summary, run_dir)
-    return EXIT_CODES[summary["stop_reason"]], summary
+    return runctl.RunResult(summary["stop_reason"], summary).exit_code, summary
 
 
 def _parse(world: World, argv: list[str], start: _StartUp):
@@ -279,20 +277,13 @@ def _write_config(run_dir: Path, cfg: C.Config) -> None:
 
 def _train_dqn(world: World, trainer, signals: SignalFlags) -> tuple[int, dict]:
     summary = trainer.train(signals)
-    # every agent has written its outputs; all ranks exit with the same code. Agents may end
-    # minutes apart, so this waits without the collective watchdog (a tiny pickled int, once).
-    from mpippo.runners.dqn import STOP_REASONS
-    from mpippo.comm.world import MPI
-    code = STOP_REASONS.index(summary.get("stop_reason", "done"))
-    code = world.comm.allreduce(code, op=MPI.MAX) if world.size > 1 else code
-    if world.is_root and code:
-        print(f"mpippo: {STOP_WHY[STOP_REASONS[code]]}", flush=True)
-    return EXIT_CODES[STOP_REASONS[code]], summary
-
-
-STOP_WHY = {"done": "run finished", "duration": "run finished (time budget reached)",
-            "requeue": f"stopped by SIGUSR1 after a checkpoint; exit {EXIT_REQUEUE} asks the batch script to requeue",
-            "stopped": f"stopped by a signal after a checkpoint (exit {EXIT_STOPPED}); continue with --resume"}
+    # every agent has written its outputs; all ranks exit with the same code: the most urgent
+    # reason of any agent. Agents may end minutes apart, so this waits outside the watchdog.
+    result = runctl.RunResult(runctl.URGENCY[world.max_unwatched(runctl.urgency(summary.get("stop_reason", "done")))],
+                              summary)
+    if world.is_root and result.stop_reason != "done":
+        print(f"mpippo: {runctl.STOP_WHY[result.stop_reason]}", flush=True)
+    return result.exit_code, summary
 
 
 def print_summary(s: dict, run_dir: Path) -> None:
@@ -307,7 +298,7 @@ def print_summary(s: dict, run_dir: Path) -> None:
         ("outputs", f"{run_dir}/ (config.yaml, logs/, checkpoints/, benchmark_metrics.json)"),
     ]
     width = max(len(k) for k, _ in rows)
-    print(f"\nmpippo: {STOP_WHY[s['stop_reason']]}")
+    print(f"\nmpippo: {runctl.STOP_WHY[s['stop_reason']]}")
     for k, v in rows:
         print(f"  {k:<{width}}  {v}")
     sys.stdout.flush()

@@ -233,3 +233,143 @@ class OpponentCache:
 
     def summary(self) -> dict:
         return {"cached": sorted(self.nets), "games": self.games}
+
+
+class LearnerHook:
+    """Self-play on the learner of the actor-learner layout: the pool, its snapshots and sampling
+    table, the game results from the chunks, the rating games, and their part of checkpoints,
+    TensorBoard and the summary. `policy(obs, mask) -> actions` is the learner's greedy policy."""
+
+    def __init__(self, sp, policy, seed: int):
+        self.sp, self.policy, self.seed = sp, policy, seed
+        self.pool = OpponentPool(sp.pool_size, sp.sampling, sp.drop, sp.elo_k, sp.priority_exponent)
+        self.ratings: list[dict] = []  # greedy games against the heuristic players, one row per round
+        self.illegal_moves = 0  # moves actors made into full columns (masking makes it 0)
+        self.writer = None
+
+    @property
+    def table_size(self) -> int:
+        return 1 + 2 * self.sp.pool_size
+
+    def table(self) -> np.ndarray:
+        """The opponent sampling table for the actors: [n, ids (pool_size slots), probabilities]."""
+        ids, p = self.pool.table()
+        out = np.zeros(self.table_size)
+        out[0] = len(ids)
+        out[1:1 + len(ids)], out[1 + self.sp.pool_size:1 + self.sp.pool_size + len(ids)] = ids, p
+        return out
+
+    def start(self, send_snapshot, weights: np.ndarray, updates: int, transitions: int) -> None:
+        """Every actor gets the whole pool (a resumed one), or member 0 (the starting network)."""
+        if self.pool.members:
+            for m in self.pool.members:
+                send_snapshot(m["id"], m["params"])
+        else:
+            member, _ = self.pool.snapshot(updates, weights)
+            send_snapshot(member["id"], member["params"])
+        if not self.ratings:
+            self.rate(updates, transitions)
+
+    def record(self, results: np.ndarray) -> None:
+        for mid, w_, d_, l_ in results:
+            if mid == ILLEGAL:
+                self.illegal_moves += int(w_)
+            elif w_ or d_ or l_:
+                self.pool.record(int(mid), int(w_), int(d_), int(l_))
+
+    def after_update(self, updates: int, transitions: int, send_snapshot, weights) -> None:
+        if updates % self.sp.snapshot_interval_updates == 0:
+            member, _ = self.pool.snapshot(updates, weights())
+            send_snapshot(member["id"], member["params"])
+        if self.sp.eval_interval_updates and updates % self.sp.eval_interval_updates == 0:
+            self.rate(updates, transitions)
+
+    def rate(self, updates: int, transitions: int) -> None:
+        """Greedy rating games against the heuristic players (the win-rate curve)."""
+        from mpippo.envs.connect4 import lookahead_opponent, play_games, random_opponent
+        rng = np.random.default_rng(self.seed + len(self.ratings))
+        row = {"update": updates, "transitions": transitions, "elo": round(self.pool.learner_rating, 1)}
+        for name, opp in (("random", random_opponent(rng)), ("lookahead", lookahead_opponent(rng))):
+            w_, d_, l_ = (int(x) for x in play_games(self.policy, opp, self.sp.eval_games))
+            row[name] = {"wins": w_, "draws": d_, "losses": l_, "win_rate": w_ / self.sp.eval_games,
+                         "score": (w_ + 0.5 * d_) / self.sp.eval_games}
+            if self.writer is not None:
+                self.writer.add_scalar(f"selfplay/greedy_win_rate_vs_{name}", w_ / self.sp.eval_games, transitions)
+                self.writer.add_scalar(f"selfplay/greedy_score_vs_{name}", row[name]["score"], transitions)
+        self.ratings.append(row)
+
+    def finish(self, updates: int, transitions: int) -> None:
+        if self.ratings[-1]["update"] != updates:
+            self.rate(updates, transitions)  # the final rating
+
+    def log(self, x: int) -> None:
+        """Ratings of the acting policy, from the actors' games."""
+        w, pool = self.writer, self.pool
+        w.add_scalar("selfplay/learner_elo", pool.learner_rating, x)
+        w.add_scalar("selfplay/lookahead_elo", pool.heuristics[LOOKAHEAD]["rating"], x)
+        w.add_scalar("selfplay/pool_size", len(pool.members), x)
+        w.add_scalar("selfplay/snapshots", pool.snapshots_taken, x)
+        for name, score in pool.scores().items():  # (W + D/2) / games, over the run
+            w.add_scalar(f"selfplay/acting_score_vs_{name}", score, x)
+
+    def console(self) -> str:
+        last = self.ratings[-1]
+        return (f" | elo {self.pool.learner_rating:6.0f} | pool {len(self.pool.members)} | greedy vs random "
+                f"{last['random']['win_rate']:.2f}, lookahead {last['lookahead']['win_rate']:.2f}")
+
+    def state_dict(self) -> dict:
+        return {"pool": self.pool.state_dict(), "ratings": list(self.ratings)}
+
+    def load_state_dict(self, st: dict) -> str:
+        self.pool.load_state_dict(st["pool"])
+        self.ratings = list(st["ratings"])
+        return f"; restored opponent pool of {len(self.pool.members)} (ids {[m['id'] for m in self.pool.members]})"
+
+    def summary(self) -> dict:
+        return dict(self.pool.summary(), ratings=self.ratings, illegal_moves=self.illegal_moves)
+
+    def closing_line(self, agent: int) -> str:
+        first, last = self.ratings[0], self.ratings[-1]
+        return (f"mpippo: agent {agent} self-play: {self.pool.snapshots_taken} snapshots, pool "
+                f"{[m['id'] for m in self.pool.members]}, elo {self.pool.learner_rating:.0f}; greedy win rate vs "
+                f"random {first['random']['win_rate']:.2f} -> {last['random']['win_rate']:.2f}, vs lookahead "
+                f"{first['lookahead']['win_rate']:.2f} -> {last['lookahead']['win_rate']:.2f} "
+                f"({self.sp.eval_games} games each)")
+
+
+class ActorHook:
+    """Self-play on an actor: the env's opponent is an OpponentCache fed with the learner's
+    snapshots and sampling table; each chunk carries the game results not yet reported."""
+
+    def __init__(self, sp, cache: OpponentCache, env):
+        self.sp, self.cache, self.env = sp, cache, env
+        self.illegal_reported = 0
+
+    def receive(self, snapshots: list, table: np.ndarray | None) -> None:
+        for mid, params in snapshots:
+            self.cache.add(mid, params)
+        if table is not None:
+            n, size = int(table[0]), self.sp.pool_size
+            self.cache.set_table(table[1:1 + n], table[1 + size:1 + size + n])
+
+    def ready(self) -> bool:
+        """Play only once the first pool member arrived; then the env faces the cache."""
+        if not self.cache.nets:
+            return False
+        self.env.set_opponent(self.cache)
+        return True
+
+    def pending(self) -> bool:
+        return bool(self.cache.results)
+
+    def stamp(self, results: np.ndarray) -> None:
+        """Fill a chunk's results rows: game results per opponent, and one row of illegal moves."""
+        results[:] = 0
+        rows = self.cache.take_results(len(results) - 1)
+        if rows:
+            results[:len(rows)] = rows
+        illegal, self.illegal_reported = self.env.illegal_moves - self.illegal_reported, self.env.illegal_moves
+        results[-1] = (ILLEGAL, illegal, 0, 0)
+
+    def summary(self) -> dict:
+        return {"opponents": self.cache.summary()}

@@ -17,35 +17,49 @@ Learner -> actor, tag DONE: everything of this actor was received; the actor may
 
 MPI keeps messages of one sender in order only per matching receive, so the learner does not
 rely on STOP arriving last: it keeps draining an actor's chunks until it has as many as the
-STOP message announced.
+STOP message announced. At the end the learner compares, per actor, the CRC of everything it
+received with the one the actor announced: a mismatch ends the run naming the actor.
+
+Progress guard (guards.collective_timeout_s, 0 = off): each side knows when it last heard from
+the other. The learner counts an actor as silent only while that actor holds credit (it owes
+the actor nothing, so the actor should be sending); an actor counts the learner as silent when
+nothing at all came from it (credit, weights, snapshots, or the keepalive: an ACK of 0 credits
+the learner sends to an actor it has sent nothing for a quarter of the timeout). Silence longer
+than the timeout ends the whole job with one line naming the silent rank and what it was last
+seen doing. Waiting for credit from a learner that keeps talking is not silence.
 """
 from __future__ import annotations
 
+import sys
 import time
 import zlib
 
 import numpy as np
 
-from mpippo.comm.world import MPI
+from mpippo.comm.world import MPI, World
 
 CHUNK, ACK, STOP, WEIGHTS, DONE, STOPREQ, SNAPSHOT = 101, 102, 103, 104, 105, 106, 107
 
 
+# The chunk header, the one place it is defined (int64 and float64 slots, 8 bytes each)
+HEADER = np.dtype([("count", "<i8"), ("actor", "<i8"), ("seq", "<i8"), ("version", "<i8"), ("episodes", "<i8"),
+                   ("length_sum", "<i8"), ("env_steps", "<i8"), ("spare", "<i8")])
+
+
 class ChunkLayout:
-    """Byte offsets of one chunk: header + C transitions (obs, next_obs, actions, returns, discounts,
-    priorities, next_legal: the legal actions of next_obs as a bitmask, -1 = all) + `results_rows`
-    rows of game results (self-play: opponent id, wins, draws, losses; all-zero rows are empty)."""
+    """Byte offsets of one chunk: the HEADER, then `chunk_size` items of the algorithm's
+    `item_fields` [(name, dtype, shape of one item)] (Ape-X: algos/apex.chunk_fields), the
+    returns of the episodes that ended since the previous chunk (header `episodes` of
+    `episode_capacity` slots), and `results_rows` rows of game results (self-play: opponent id,
+    wins, draws, losses; all-zero rows are empty)."""
 
-    HEADER = 8  # int64: count, actor, seq, then slots the runner may use (runners/dqn.py)
-
-    def __init__(self, chunk_size: int, obs_shape, results_rows: int = 0):
-        self.chunk_size, self.obs_shape = chunk_size, tuple(obs_shape)
-        C = chunk_size
-        fields = [("header", np.int64, (self.HEADER,)), ("results", np.int64, (results_rows, 4)),
-                  ("actions", np.int64, (C,)),
-                  ("returns", np.float32, (C,)), ("discounts", np.float32, (C,)), ("priorities", np.float32, (C,)),
-                  ("next_legal", np.int64, (C,)),
-                  ("obs", np.uint8, (C,) + self.obs_shape), ("next_obs", np.uint8, (C,) + self.obs_shape)]
+    def __init__(self, chunk_size: int, item_fields, results_rows: int = 0, episode_capacity: int | None = None):
+        self.chunk_size = C = chunk_size
+        self.item_names = [name for name, _, _ in item_fields]
+        self.episode_capacity = episode_capacity or chunk_size
+        fields = [("header", HEADER, ()), ("results", np.int64, (results_rows, 4)),
+                  ("episode_returns", np.float64, (self.episode_capacity,)),
+                  *[(name, dtype, (C,) + tuple(shape)) for name, dtype, shape in item_fields]]
         self.fields, offset = [], 0
         for name, dtype, shape in fields:
             offset = (offset + 7) // 8 * 8  # 8-byte alignment for every field
@@ -57,6 +71,7 @@ class ChunkLayout:
         return np.zeros(self.nbytes, dtype=np.uint8)
 
     def views(self, raw: np.ndarray) -> dict:
+        """Named views into a chunk buffer; views["header"] is a 0-d record: h["count"], h["version"] ..."""
         out = {}
         for name, dtype, shape, offset in self.fields:
             n = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -64,10 +79,39 @@ class ChunkLayout:
         return out
 
 
-def chunk_checksum(views: dict, count: int) -> int:
-    """CRC of the payload of the first `count` transitions (to prove nothing was lost or mangled)."""
-    crc = 0
-    for name in ("actions", "returns", "discounts", "next_legal", "obs", "next_obs"):
+class ProgressGuard:
+    """When each peer was last heard from and doing what; `silent()` names one quiet for too long."""
+
+    def __init__(self, world: World, peers: list[int], timeout_s: float, role: str):
+        self.world, self.timeout_s, self.role = world, timeout_s, role
+        now = time.monotonic()
+        self.last = {p: (now, "nothing yet (starting)") for p in peers}
+        self.exempt: set[int] = set()  # peers not expected to talk now
+
+    def heard(self, peer: int, what: str) -> None:
+        self.last[peer] = (time.monotonic(), what)
+
+    def restart(self, peer: int) -> None:
+        """The peer's clock starts now (it was waiting on us), keeping what it did last."""
+        self.last[peer] = (time.monotonic(), self.last[peer][1])
+
+    def check(self) -> None:
+        """End the job if a peer that should be talking has been silent longer than the timeout."""
+        if self.timeout_s <= 0:
+            return
+        now = time.monotonic()
+        for peer, (when, what) in self.last.items():
+            if peer not in self.exempt and now - when > self.timeout_s:
+                sys.stderr.write(f"mpippo: error: rank {self.world.job_rank(peer)} ({self.role}) was silent for "
+                                 f"{now - when:.0f} s (guards.collective_timeout_s = {self.timeout_s:g}); last seen: "
+                                 f"{what}; rank {self.world.job_rank()} ends the job\n")
+                self.world.abort(1)
+
+
+def chunk_checksum(layout: ChunkLayout, views: dict, count: int) -> int:
+    """CRC of the first `count` items and the episode returns (to prove nothing was lost or mangled)."""
+    crc = zlib.crc32(views["episode_returns"][:int(views["header"]["episodes"])].tobytes())
+    for name in layout.item_names:
         crc = zlib.crc32(np.ascontiguousarray(views[name][:count]).tobytes(), crc)
     return crc
 
@@ -78,11 +122,13 @@ def combine(total: int, crc: int) -> int:
 
 
 class ActorChannel:
-    """Actor side: send chunks with credits, receive weights, finish with STOP/DONE."""
+    """Actor side: send chunks with credits, receive weights, finish with STOP/DONE; watch the learner."""
 
-    def __init__(self, comm, learner: int, layout: ChunkLayout, n_params: int, max_inflight: int = 4,
-                 table_size: int = 0, snapshots: bool = False):
+    def __init__(self, world: World, learner: int, layout: ChunkLayout, n_params: int, max_inflight: int = 4,
+                 table_size: int = 0, snapshots: bool = False, timeout_s: float = 0.0):
+        comm = world.comm
         self.comm, self.learner, self.layout, self.max_inflight = comm, learner, layout, max_inflight
+        self.guard = ProgressGuard(world, [learner], timeout_s, "learner")
         self.table_size = table_size
         self.buffers = [layout.new_buffer() for _ in range(max_inflight)]
         self.send_reqs: list = [None] * max_inflight
@@ -101,20 +147,29 @@ class ActorChannel:
         self.stopreq_req = comm.Irecv(self.stopreq, source=learner, tag=STOPREQ)
         self._stop_requested = False
 
+    def check(self) -> None:
+        """End the job if the learner has been silent too long (call it as often as convenient)."""
+        self.guard.check()
+
     def stop_requested(self) -> bool:
         """True once the learner asked this actor to stop early (checked without blocking)."""
         if not self._stop_requested and self.stopreq_req.Test():
             self._stop_requested = True
+            self.guard.heard(self.learner, "asked the actors to stop")
         return self._stop_requested
 
     def _drain_acks(self, block: bool) -> None:
         while True:
             if block:  # Test and nap instead of Wait: MPI's Wait spins, taking a core from the learner
                 while not self.ack_req.Test():                # wherever actors and learner share cores
+                    self.poll_weights()  # weights and keepalives also show the learner is alive
+                    self.guard.check()
                     time.sleep(0.0005)
             elif not self.ack_req.Test():
                 return
-            self.inflight -= int(self.ack[0])
+            credit = int(self.ack[0])
+            self.inflight -= credit
+            self.guard.heard(self.learner, f"credit for {credit} chunk(s)" if credit else "keepalive")
             self.ack_req = self.comm.Irecv(self.ack, source=self.learner, tag=ACK)
             block = False
 
@@ -126,13 +181,16 @@ class ActorChannel:
         slot = self.next_slot
         if self.send_reqs[slot] is not None:
             self.send_reqs[slot].Wait()  # acknowledged, so long delivered; returns at once
-        return self.layout.views(self.buffers[slot])
+        views = self.layout.views(self.buffers[slot])
+        views["header"]["episodes"] = 0
+        return views
 
     def send(self, count: int, actor_id: int) -> None:
         slot = self.next_slot
         views = self.layout.views(self.buffers[slot])
-        views["header"][:3] = (count, actor_id, self.seq)
-        self.checksum = combine(self.checksum, chunk_checksum(views, count))
+        h = views["header"]
+        h["count"], h["actor"], h["seq"] = count, actor_id, self.seq
+        self.checksum = combine(self.checksum, chunk_checksum(self.layout, views, count))
         self.send_reqs[slot] = self.comm.Isend(self.buffers[slot], dest=self.learner, tag=CHUNK)
         self.next_slot = (slot + 1) % self.max_inflight
         self.inflight += 1
@@ -147,6 +205,7 @@ class ActorChannel:
             meta = self.weights[:head].view(np.float64)
             latest = (int(meta[0]), self.weights[head:].copy(), meta[1:].copy())
             self.weights_req = self.comm.Irecv(self.weights, source=self.learner, tag=WEIGHTS)
+            self.guard.heard(self.learner, f"sent weights version {latest[0]}")
         return latest
 
     def poll_snapshots(self) -> list:
@@ -155,6 +214,7 @@ class ActorChannel:
         while self.snapshot_req is not None and self.snapshot_req.Test():
             out.append((int(self.snapshot[:2].view(np.float64)[0]), self.snapshot[2:].copy()))
             self.snapshot_req = self.comm.Irecv(self.snapshot, source=self.learner, tag=SNAPSHOT)
+            self.guard.heard(self.learner, f"sent pool member {out[-1][0]}")
         return out
 
     def finish(self, env_steps: int, reason: int = 0) -> None:
@@ -167,6 +227,8 @@ class ActorChannel:
             self._drain_acks(block=False)
             self.poll_weights()
             self.poll_snapshots()
+            self.guard.check()
+            time.sleep(0.0005)
         spare = [self.ack_req, self.weights_req] + ([self.snapshot_req] if self.snapshot_req is not None else [])
         for req in spare + ([] if self._stop_requested else [self.stopreq_req]):
             req.Cancel()
@@ -177,11 +239,15 @@ class ActorChannel:
 
 
 class LearnerChannel:
-    """Learner side: one posted Irecv per actor buffer; never blocks on one actor."""
+    """Learner side: one posted Irecv per actor buffer; never blocks on one actor; watches the actors."""
 
-    def __init__(self, comm, actors: list[int], layout: ChunkLayout, n_params: int, max_inflight: int = 4,
-                 table_size: int = 0):
+    def __init__(self, world: World, actors: list[int], layout: ChunkLayout, n_params: int, max_inflight: int = 4,
+                 table_size: int = 0, timeout_s: float = 0.0):
+        comm = world.comm
         self.comm, self.actors, self.layout = comm, actors, layout
+        self.guard = ProgressGuard(world, actors, timeout_s, "actor")
+        self.keepalive_s = timeout_s / 4
+        self.last_sent = {a: time.monotonic() for a in actors}
         self.table_size = table_size
         self.buffers = {a: [layout.new_buffer() for _ in range(max_inflight)] for a in actors}
         self.reqs, self.owners = [], []
@@ -208,14 +274,17 @@ class LearnerChannel:
         for i in idx or []:
             actor, buf = self.owners[i]
             views = self.layout.views(buf)
-            count = int(views["header"][0])
+            h = views["header"]
+            count = int(h["count"])
             self.received[actor] += count
             self.chunks[actor] += 1
-            self.checksums[actor] = combine(self.checksums[actor], chunk_checksum(views, count))
+            self.checksums[actor] = combine(self.checksums[actor], chunk_checksum(self.layout, views, count))
+            self.guard.heard(actor, f"sent chunk #{int(h['seq'])} ({int(h['env_steps']):,} env steps)")
             out.append((i, actor, views, count))
         for a, req in self.stop_reqs.items():
             if a not in self.stopped and req.Test():
                 self.stopped[a] = self.stop_bufs[a]
+                self.guard.heard(a, f"finished ({int(self.stop_bufs[a][0]):,} transitions sent)")
         return out
 
     def release(self, i: int) -> None:
@@ -224,14 +293,34 @@ class LearnerChannel:
         self.reqs[i] = self.comm.Irecv(buf, source=actor, tag=CHUNK)
         self.unacked[actor] += 1
 
+    def _ack(self, actor: int, credit: int) -> None:
+        msg = np.array([credit], dtype=np.int64)
+        self.pending_sends.append((self.comm.Isend(msg, dest=actor, tag=ACK), msg))
+        self.last_sent[actor] = time.monotonic()
+
     def grant(self, actor: int | None = None) -> None:
         """Acknowledge the chunks taken so far (all actors, or one), letting actors send more."""
         for a in ([actor] if actor is not None else self.actors):
             if self.unacked[a]:
-                msg = np.array([self.unacked[a]], dtype=np.int64)
-                self.pending_sends.append((self.comm.Isend(msg, dest=a, tag=ACK), msg))
+                self._ack(a, self.unacked[a])
                 self.unacked[a] = 0
+                self.guard.restart(a)  # it may have waited for this credit: its clock starts now
         self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
+
+    def check(self) -> None:
+        """Keepalives to actors this learner has sent nothing for a while; then end the job if an
+        actor that holds credit (so it should be sending) has been silent too long."""
+        if self.guard.timeout_s <= 0:
+            return
+        now = time.monotonic()
+        for a in self.actors:
+            if now - self.last_sent[a] > self.keepalive_s and a not in self.stopped:
+                self._ack(a, 0)
+        self.guard.exempt = {a for a in self.actors if self.unacked[a] or self._finished(a)}
+        self.guard.check()
+
+    def _finished(self, a: int) -> bool:
+        return a in self.stopped and self.received[a] == int(self.stopped[a][0])
 
     def send_weights(self, version: int, flat_params: np.ndarray, table: np.ndarray | None = None) -> bool:
         """Start sending weights (and the table) to every actor unless the previous round is still in flight."""
@@ -244,6 +333,7 @@ class LearnerChannel:
             meta[1:] = table
         self.weights[head:] = flat_params
         self.weight_reqs = [self.comm.Isend(self.weights, dest=a, tag=WEIGHTS) for a in self.actors]
+        self.last_sent.update({a: time.monotonic() for a in self.actors})
         return True
 
     def send_snapshot(self, member_id: int, flat_params: np.ndarray) -> None:
@@ -265,8 +355,11 @@ class LearnerChannel:
 
     def all_done(self) -> bool:
         """Every actor sent STOP and every transition it announced has arrived."""
-        return len(self.stopped) == len(self.actors) and all(
-            self.received[a] == int(self.stopped[a][0]) for a in self.actors)
+        return len(self.stopped) == len(self.actors) and all(self._finished(a) for a in self.actors)
+
+    def corrupted(self) -> list[int]:
+        """Actors whose chunks' combined CRC differs from the one their STOP announced (after all_done)."""
+        return [a for a in self.actors if self.checksums[a] != int(self.stopped[a][2])]
 
     def finish(self) -> None:
         """Credit everything, let the weight sends complete, tell actors DONE, cancel spare receives."""

@@ -24,15 +24,23 @@ except ImportError:  # no MPI library: single-process mode only
 _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 
 
+def mpi_library() -> str:
+    """The MPI library's name and version (benchmark records), or 'none'."""
+    return MPI.Get_library_version().splitlines()[0] if MPI is not None else "none"
+
+
 class World:
-    def __init__(self, collective_timeout_s: float = 0.0):
-        self.comm = MPI.COMM_WORLD if MPI is not None else None
+    def __init__(self, collective_timeout_s: float = 0.0, _comm=None, _parent: "World | None" = None):
+        self.comm = _comm if _comm is not None else (MPI.COMM_WORLD if MPI is not None else None)
+        self.parent = _parent  # the World this one was split from (None: the whole job)
         self.rank = self.comm.Get_rank() if self.comm else 0
         self.size = self.comm.Get_size() if self.comm else 1
         self.hostname = socket.gethostname()
         # Slurm's node name: differs from the hostname when several slurmd emulate nodes on one host
         self.node = os.environ.get("SLURMD_NODENAME", self.hostname)
-        if self.comm is not None and self.size > 1:
+        if _parent is not None:  # where this process sits on its node does not change with the split
+            self.local_rank, self.local_size = _parent.local_rank, _parent.local_size
+        elif self.comm is not None and self.size > 1:
             node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
             self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
             node.Free()
@@ -45,6 +53,22 @@ class World:
         self._diag = self.comm.Dup() if self.comm is not None and self.size > 1 else None
         self.collective_timeout_s = 0.0
         self.set_collective_timeout(collective_timeout_s)
+
+    def split(self, color: int, key: int | None = None) -> "World":
+        """The ranks of the same `color` as a World of their own, ordered by `key` (default: rank);
+        collective over this World. With one process, a World of one."""
+        if self.comm is None or self.size == 1:
+            return self
+        sub = self.comm.Split(color, self.rank if key is None else key)
+        return World(_comm=sub, _parent=self)
+
+    def job_rank(self, rank: int | None = None) -> int:
+        """The rank in the whole job (what mpirun and error messages name) of `rank` of this World."""
+        rank = self.rank if rank is None else rank
+        if self.parent is None or self.comm is None:
+            return rank
+        return self.parent.job_rank(MPI.Group.Translate_ranks(self.comm.Get_group(), [rank],
+                                                              self.parent.comm.Get_group())[0])
 
     @property
     def is_root(self) -> bool:
@@ -161,8 +185,16 @@ class World:
         if self.size > 1:
             self._run("barrier", self.comm.Barrier)
 
+    def max_unwatched(self, value: int) -> int:
+        """The largest `value` over the ranks, outside the watchdog: for the job's last agreement,
+        which ranks may reach minutes apart (agents that end at different times)."""
+        return int(self.comm.allreduce(int(value), op=MPI.MAX)) if self.size > 1 else int(value)
+
     # ---- fail-stop ----
     def abort(self, code: int = 1) -> None:
+        """End the whole job (not only this World's ranks)."""
+        if self.parent is not None:
+            self.parent.abort(code)
         sys.stdout.flush()
         sys.stderr.flush()
         if self.comm is not None and self.size > 1:

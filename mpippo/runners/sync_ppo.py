@@ -10,10 +10,8 @@ One iteration on each rank:
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +28,8 @@ from mpippo.envs import make_env, rank_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
 from mpippo.preemption import SignalFlags
+from mpippo.runctl import EpisodeWindow, pick_device, threads_per_rank
+from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
 from mpippo.models import ImpalaCNNPolicy
@@ -38,33 +38,13 @@ from mpippo.models.flat import flat_model_, num_params
 REWARD_CLIP = 10.0
 
 
-def pick_device(cfg: Config, world: World) -> torch.device:
-    want = cfg.training.device
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("training.device: 'cuda' requested but no CUDA device is available; use cpu or auto")
-        return torch.device("cuda", world.local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
-def threads_per_rank(cfg: Config, world: World) -> int:
-    if cfg.parallel.threads_per_rank > 0:
-        return cfg.parallel.threads_per_rank
-    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
-        return int(os.environ["SLURM_CPUS_PER_TASK"])
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    # the affinity mask may already be this rank's share (bound launch) or the whole node
-    return max(1, cores // world.local_size) if cores >= world.local_size else 1
-
-
 class SyncPPO:
     def __init__(self, cfg: Config, world: World, run_dir: Path, resume_state: dict | None = None):
         self.cfg, self.world, self.run_dir = cfg, world, Path(run_dir)
         t = cfg.training
-        self.device = pick_device(cfg, world)
-        self.threads = threads_per_rank(cfg, world)
+        warn = print if world.is_root else (lambda *a, **k: None)  # one warning per job, not per rank
+        self.device = pick_device(t.device, world.local_rank, warn)
+        self.threads = threads_per_rank(cfg.parallel.threads_per_rank, world.local_size)
         torch.set_num_threads(self.threads)
         cfg.parallel.threads_per_rank = self.threads
 
@@ -93,7 +73,9 @@ class SyncPPO:
         self.ret_tracker = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_ret = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
-        self.win_returns: deque = deque(maxlen=100)
+        # episode_return_mean: the last 100 finished episodes of the job; the ranks step in lockstep,
+        # so each keeps its last ceil(100 / ranks) and the count-weighted mean joins them
+        self.win_returns = EpisodeWindow(size=-(-100 // world.size))
         self.episodes_total = 0
         self.interval_ep = np.zeros(3)  # finished-episode return sum, count, length sum since last log
         self.interval_ev = np.zeros(5)  # explained-variance sums since last log
@@ -117,7 +99,7 @@ class SyncPPO:
                     "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None},
             "env": self.env.get_state(), "obs": self.obs.copy(), "first": self.first.copy(),
             "ret_tracker": self.ret_tracker.copy(), "ep_ret": self.ep_ret.copy(), "ep_len": self.ep_len.copy(),
-            "win_returns": list(self.win_returns), "episodes_total": self.episodes_total,
+            "win_returns": list(self.win_returns.returns), "episodes_total": self.episodes_total,
             "interval_ep": self.interval_ep.copy(), "interval_ev": self.interval_ev.copy(),
         }
 
@@ -164,7 +146,7 @@ class SyncPPO:
         self.env.set_state(r["env"])
         self.obs, self.first = r["obs"], r["first"]
         self.ret_tracker, self.ep_ret, self.ep_len = r["ret_tracker"], r["ep_ret"], r["ep_len"]
-        self.win_returns.extend(r["win_returns"])
+        self.win_returns.add(r["win_returns"])
         self.episodes_total = int(r["episodes_total"])
         self.interval_ep, self.interval_ev = r["interval_ep"], r["interval_ev"]
 
@@ -206,7 +188,7 @@ class SyncPPO:
                 ep_ret_sum += done_ret.sum()
                 ep_len_sum += done_len.sum()
                 ep_count += len(done_ret)
-                self.win_returns.extend(done_ret.tolist())
+                self.win_returns.add(done_ret.tolist())
                 self.ep_ret[first] = 0.0
                 self.ep_len[first] = 0
                 self.ret_tracker[first] = 0.0
@@ -322,14 +304,7 @@ class SyncPPO:
                 deadline is not None and now >= deadline,
                 ck_every_s > 0 and now - last_ckpt >= ck_every_s,
                 signals.requeue, signals.stop])
-            if self.global_step >= t.total_timesteps:
-                stop_reason = "done"
-            elif requeue:
-                stop_reason = "requeue"
-            elif stop_req:
-                stop_reason = "stopped"
-            elif time_up:
-                stop_reason = "duration"
+            stop_reason = stop_reason_now(self.global_step >= t.total_timesteps, requeue, stop_req, time_up)
             stop = stop_reason is not None
             if updates_since_check >= cfg.guards.checksum_interval or stop:
                 bad = check_replicas(world, self.flat_params)
@@ -343,7 +318,7 @@ class SyncPPO:
             if stop or self.iteration % cfg.logging.log_interval == 0:
                 stats_vec[:] = 0.0
                 stats_vec[[IDX["ep_ret_sum"], IDX["ep_count"], IDX["ep_len_sum"]]] = self.interval_ep
-                stats_vec[IDX["win_ret_sum"]] = sum(self.win_returns)
+                stats_vec[IDX["win_ret_sum"]] = sum(self.win_returns.returns)
                 stats_vec[IDX["win_count"]] = len(self.win_returns)
                 stats_vec[IDX["episodes_total"]] = self.episodes_total
                 for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped"):

@@ -7,29 +7,31 @@ import time
 
 import numpy as np
 
+from mpippo.algos.apex import chunk_fields
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 
 world = World(collective_timeout_s=60)
 world.install_abort_hook()
-comm, rank = world.comm, world.rank
-layout = ChunkLayout(chunk_size=16, obs_shape=(8, 8, 3))
+rank = world.rank
+layout = ChunkLayout(chunk_size=16, item_fields=chunk_fields((8, 8, 3)))
+OBS_SHAPE = (8, 8, 3)
 N_PARAMS = 1000
 actors = list(range(1, world.size))
 
 if rank == 0:
-    ch = LearnerChannel(comm, actors, layout, N_PARAMS, max_inflight=3)
+    ch = LearnerChannel(world, actors, layout, N_PARAMS, max_inflight=3, timeout_s=30)
     seen = {a: [] for a in actors}
     version = 0
     deadline = time.monotonic() + 60
     while not ch.all_done():
         assert time.monotonic() < deadline, "learner timed out"
         for slot, actor, views, count in ch.poll():
-            assert views["header"][1] == actor
-            seen[actor].append(int(views["header"][2]))
+            assert views["header"]["actor"] == actor
+            seen[actor].append(int(views["header"]["seq"]))
             # payload was generated from (actor, seq): check it survived the trip
-            rng = np.random.default_rng(actor * 100_000 + int(views["header"][2]))
-            expect = rng.integers(0, 256, size=(layout.chunk_size,) + layout.obs_shape, dtype=np.uint8)[:count]
+            rng = np.random.default_rng(actor * 100_000 + int(views["header"]["seq"]))
+            expect = rng.integers(0, 256, size=(layout.chunk_size,) + OBS_SHAPE, dtype=np.uint8)[:count]
             assert np.array_equal(views["obs"][:count], expect)
             ch.release(slot)
         if np.random.rand() < 0.5:  # a learner that is sometimes slow to hand out credit
@@ -37,6 +39,7 @@ if rank == 0:
         if ch.send_weights(version + 1, np.full(N_PARAMS, version + 1, dtype=np.float32)):
             version += 1
     ch.finish()
+    assert ch.corrupted() == []
     for a in actors:
         sent, steps, checksum, chunks, _ = (int(x) for x in ch.stopped[a])
         print(json.dumps({"role": "learner", "actor": a, "received": ch.received[a], "sent": sent,
@@ -44,7 +47,7 @@ if rank == 0:
                           "seqs_exact": sorted(seen[a]) == list(range(chunks)), "weights_versions": version}),
               flush=True)
 else:
-    ch = ActorChannel(comm, 0, layout, N_PARAMS, max_inflight=3)
+    ch = ActorChannel(world, 0, layout, N_PARAMS, max_inflight=3, timeout_s=30)
     n_chunks = 5 + 3 * rank
     versions = []
     for seq in range(n_chunks):

@@ -1,0 +1,140 @@
+"""Ape-X DQN as an algorithm of the actor-learner layout (mpippo/layout): pure torch/numpy.
+
+The layout moves chunks, credits and weights and owns budgets, signals, checkpoints and logs;
+this object says what an actor does with an observation and what the learner does with a
+chunk. Actor side: epsilon-greedy over the Q-network (Ape-X epsilon ladder), n-step transitions
+(`chunk_fields` names what one transition carries). Learner side: prioritized replay, the
+double-DQN loss with importance weights, the target network, and how many updates the data
+received so far allows (the replay ratio, or updates per finished episodes).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half
+from mpippo.algos.ppo import autocast
+from mpippo.envs import bits_to_mask, mask_bits
+
+REPLAY_FILE = "replay.npz"
+
+
+def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
+    """What one transition carries in a chunk: (name, dtype, shape of one item)."""
+    obs_shape = tuple(obs_shape)
+    return [("actions", np.int64, ()), ("returns", np.float32, ()), ("discounts", np.float32, ()),
+            ("next_legal", np.int64, ()), ("obs", np.uint8, obs_shape), ("next_obs", np.uint8, obs_shape)]
+
+
+class ApeX:
+    def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int, masked: bool):
+        self.cfg, self.d, self.t = cfg, cfg.dqn, cfg.training
+        self.obs_shape, self.num_actions, self.masked = tuple(obs_shape), num_actions, masked
+        self.epsilons = apex_epsilons(num_actors, self.d.eps, self.d.eps_alpha)
+
+    # ---------------------------------------------------------------- actor side
+    def actor(self, index: int, net: torch.nn.Module, num_envs: int, rng: np.random.Generator) -> "ApeXActing":
+        return ApeXActing(self, float(self.epsilons[index]), net, num_envs, rng)
+
+    # -------------------------------------------------------------- learner side
+    def replay_bytes(self) -> int:
+        return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape)
+
+    def setup_learner(self, q: torch.nn.Module, target: torch.nn.Module, device, seed: int, aug_seed: int) -> None:
+        self.q, self.target, self.device = q, target, device
+        target.load_state_dict(q.state_dict())
+        self.opt = torch.optim.Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
+        self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed)
+        self.aug_rng = np.random.default_rng(aug_seed)
+
+    def ingest(self, views: dict, count: int) -> None:
+        self.replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
+                        views["discounts"][:count], views["next_obs"][:count], next_legal=views["next_legal"][:count])
+
+    def updates_allowed(self, transitions: int, episodes: int) -> float:
+        """How many updates the data so far pays for: by episodes (the train_dqn() API) or by samples."""
+        d = self.d
+        if self.replay.size < d.learning_starts:
+            return 0.0
+        if d.learning_steps_per_batch is not None:
+            return d.learning_steps_per_batch * episodes / d.episodes_per_batch
+        return d.replay_ratio * (transitions - d.learning_starts) / d.batch_size
+
+    def update(self, updates_done: int, progress: float) -> float:
+        """One prioritized double-DQN step; `progress` in [0, 1] anneals beta (and the lr). Returns the loss."""
+        d, t = self.d, self.t
+        beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
+        if t.anneal_lr:  # linearly to 0 over the run's budget (the last updates settle the policy)
+            for group in self.opt.param_groups:
+                group["lr"] = t.learning_rate * max(1.0 - progress, 0.02)
+        idx, batch, w = self.replay.sample(d.batch_size, beta)
+        if d.mirror_augment:
+            mirror_half(batch, self.aug_rng, self.num_actions)
+        b = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
+        with autocast(self.device, t.precision):
+            q_all = self.q(b["obs"])
+            with torch.no_grad():
+                q_next_target = self.target(b["next_obs"])
+                q_next_online = self.q(b["next_obs"]) if d.double else q_next_target
+        next_legal = bits_to_mask(b["next_legal"], self.num_actions) if self.masked else None
+        loss, td = double_dqn_loss(q_all.float(), q_next_online.float(), q_next_target.float(), b["actions"],
+                                   b["returns"], b["discounts"], torch.from_numpy(w).to(self.device), next_legal)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.q.parameters(), t.max_grad_norm)
+        self.opt.step()
+        self.replay.update_priorities(idx, td.cpu().numpy())
+        if (updates_done + 1) % d.target_update_period == 0:
+            self.target.load_state_dict(self.q.state_dict())
+        return float(loss.detach())
+
+    def state_dict(self) -> dict:
+        return {"target": self.target.state_dict(), "optimizer": self.opt.state_dict(),
+                "replay_rng": self.replay.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                "replay_file": REPLAY_FILE if self.d.save_replay else None}
+
+    def load_state_dict(self, st: dict, ckpt_dir, updates: int) -> str:
+        """Restore from a checkpoint (already checked by ckpt_schema); returns a note for the start-up line."""
+        self.target.load_state_dict(st["target"])
+        self.opt.load_state_dict(st["optimizer"])
+        self.replay.rng.bit_generator.state = st["replay_rng"]
+        torch.set_rng_state(st["torch_rng"])
+        if not st.get("replay_file"):
+            return ""
+        why = self.replay.load(ckpt_dir / st["replay_file"], updates)
+        return (f"; restored replay of {self.replay.size:,} transitions" if why is None else
+                f"; warning: replay file not used ({why}), the buffer refills from empty")
+
+    def save_side_files(self, ckpt_dir, updates: int, write) -> None:
+        """Files a checkpoint names, written before it (write = atomic_write_with)."""
+        if self.d.save_replay:
+            write(ckpt_dir / REPLAY_FILE, lambda f: self.replay.save(f, updates))
+
+
+class ApeXActing:
+    """One actor's half of Ape-X: epsilon-greedy actions and n-step transitions packed for a chunk."""
+
+    def __init__(self, algo: ApeX, eps: float, net: torch.nn.Module, num_envs: int, rng: np.random.Generator):
+        self.algo, self.eps, self.net, self.rng, self.num_envs = algo, eps, net, rng, num_envs
+        self.acc = NStepAccumulator(algo.d.n_step, algo.t.gamma, num_envs, algo.obs_shape)
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        with autocast(torch.device("cpu"), self.algo.t.precision):
+            q_values = self.net(torch.from_numpy(obs)).float()
+        if mask is None:
+            greedy = q_values.argmax(1).numpy()
+            randoms = self.rng.integers(self.algo.num_actions, size=self.num_envs)
+        else:  # only legal actions, greedy or random
+            greedy = q_values.masked_fill(~torch.from_numpy(mask), float("-inf")).argmax(1).numpy()
+            randoms = (self.rng.random(mask.shape) + mask).argmax(1)
+        return np.where(self.rng.random(self.num_envs) < self.eps, randoms, greedy)
+
+    def transitions(self, obs, actions, rew, first, next_obs, next_mask) -> dict | None:
+        """The n-step transitions this step completes, as chunk fields (None while warming up)."""
+        out = self.acc.push(obs, actions, rew, first, next_obs)
+        if out is None:
+            return None
+        o, a, r, disc, nxt = out
+        legal = mask_bits(next_mask) if next_mask is not None else np.full(len(a), -1, dtype=np.int64)
+        return {"obs": o, "actions": a, "returns": r, "discounts": disc, "next_obs": nxt, "next_legal": legal}

@@ -1,0 +1,266 @@
+"""The learner role: ingest chunks, update, sync weights, checkpoint, log; decide when to stop.
+
+It never blocks on one actor: chunks are polled, credit is granted only while the algorithm's
+update budget is met (so fast actors wait for a slow learner instead of flooding it), weights go
+out every `weight_sync_period` updates without blocking, and the progress guard ends the job if
+an actor that holds credit falls silent.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mpippo.checkpoint import atomic_write_json, atomic_write_with, save_checkpoint
+from mpippo.comm.p2p import LearnerChannel
+from mpippo.errors import CheckpointError
+from mpippo.faults import maybe_inject
+from mpippo.metrics.reporter import git_commit, peak_rss_mb
+from mpippo.preemption import SignalFlags
+from mpippo.runctl import STOP_REASONS, Deadline, EpisodeWindow, urgency
+from mpippo.layout.actor import signal_reason
+
+LOG_EVERY_S = 5.0
+
+
+class Learner:
+    """One agent's learner. `algo` is the algorithm's learner half (ingest, updates_allowed, update,
+    state_dict, ...); `hook` the self-play hook or None; `agent` carries the agent's facts (cfg, index,
+    run folder, actors, budget, resume point)."""
+
+    def __init__(self, agent, algo, ch: LearnerChannel, flat_params, hook=None):
+        self.a, self.algo, self.ch, self.flat, self.hook = agent, algo, ch, flat_params, hook
+        self.cfg, self.d = agent.cfg, agent.cfg.dqn
+        # counters over the whole run (all segments); `received` is this segment's, so the run's
+        # transitions are c["transitions"] (before this segment) + received
+        self.c = {"updates": 0, "episodes": 0, "transitions": 0, "lag_sum": 0, "lag_n": 0}
+        self.window = EpisodeWindow()
+        self.received, self.reason, self.stop_sent, self.error = 0, 0, False, None
+        self.seen_steps = {a: 0 for a in ch.actors}  # env steps each actor had done at its latest chunk
+        self.deadline = Deadline(self.cfg.training.duration_hours)
+        self.writer, self.loss = None, float("nan")
+        self.interval = [0.0, 0]  # return sum and count of the episodes finished since the last log
+
+    @property
+    def transitions(self) -> int:
+        return self.c["transitions"] + self.received
+
+    def weights(self) -> np.ndarray:
+        return self.flat.detach().cpu().numpy()
+
+    def table(self):
+        return self.hook.table() if self.hook is not None else None
+
+    # ---- resume ----
+    def restore(self, st: dict) -> str:
+        """Counters, episode window, algorithm and hook state from a checkpoint; a note for the start line."""
+        self.c.update(st["counters"])
+        self.window.add(st["ret_window"])
+        note = self.algo.load_state_dict(st, self.a.ckpt_dir, self.c["updates"])
+        if self.hook is not None:  # (the runner checked that it has one)
+            note += self.hook.load_state_dict(st["selfplay"])
+        return note
+
+    # ---- the loop ----
+    def run(self, signals: SignalFlags) -> dict:
+        self.open_logs()
+        self.updates0, self.t0 = self.c["updates"], time.perf_counter()
+        self.last_log, self.last_ckpt = self.t0, time.monotonic()
+        self.last = {"received": 0, "updates": self.c["updates"]}
+        if self.hook is not None:
+            self.hook.start(self.ch.send_snapshot, self.weights(), self.c["updates"], self.transitions)
+        self.ch.send_weights(self.c["updates"], self.weights(), self.table())
+        while not self.ch.all_done():
+            self.ingest()
+            self.decide_stop(signals)
+            if not self.behind():  # caught up, warming up, or stopping: let the actors send (their last) chunks
+                self.ch.grant()
+                self.ch.check()
+                time.sleep(0.0002)
+                continue
+            self.step()
+        return self.finish()
+
+    def ingest(self) -> None:
+        """Every chunk that arrived: into the algorithm, episodes into the window, results to the hook."""
+        for slot, actor, views, count in self.ch.poll():
+            h = views["header"]
+            if count:  # a last chunk may carry only episode statistics
+                self.algo.ingest(views, count)
+            self.received += count
+            self.seen_steps[actor] = max(self.seen_steps[actor], int(h["env_steps"]))
+            if h["episodes"]:
+                self.c["episodes"] += int(h["episodes"])
+                returns = views["episode_returns"][:int(h["episodes"])]
+                self.window.add(returns)
+                self.interval = [self.interval[0] + float(returns.sum()), self.interval[1] + len(returns)]
+            self.c["lag_sum"] += self.c["updates"] - int(h["version"])
+            self.c["lag_n"] += 1
+            if self.hook is not None:
+                self.hook.record(views["results"])
+            self.ch.release(slot)
+
+    def decide_stop(self, signals: SignalFlags) -> None:
+        """Stop early: a signal here or at an actor, the time budget, the episode budget, a failure."""
+        duration = urgency("duration") if self.deadline.reached() else 0
+        self.reason = max(self.reason, signal_reason(signals), self.ch.stop_reason(), duration)
+        episodes_done = self.d.max_episodes and self.c["episodes"] >= self.d.max_episodes
+        if not self.stop_sent and (self.reason or episodes_done or self.error):
+            self.ch.request_stop()
+            self.stop_sent = True
+
+    def behind(self) -> bool:
+        """True while the data received pays for more updates than were done (and nothing stops us)."""
+        if self.reason or self.error:
+            return False
+        return self.c["updates"] < self.algo.updates_allowed(self.transitions, self.c["episodes"])
+
+    def progress(self) -> float:
+        per_agent = self.cfg.training.total_timesteps // self.d.num_agents
+        by_episodes = self.c["episodes"] / self.d.max_episodes if self.d.max_episodes else 0.0
+        return max(self.transitions / per_agent, by_episodes)
+
+    def step(self) -> None:
+        """One update, then what follows it on its schedule: hook, weights, checkpoint, log."""
+        self.loss = self.algo.update(self.c["updates"], self.progress())
+        self.c["updates"] += 1
+        updates = self.c["updates"]
+        maybe_inject(self.a.job_rank, updates - self.updates0)  # tests only: counted in this segment's updates
+        if self.hook is not None:
+            self.hook.after_update(updates, self.transitions, self.ch.send_snapshot, self.weights)
+        if updates % self.d.weight_sync_period == 0:
+            self.ch.send_weights(updates, self.weights(), self.table())
+        every_s = self.cfg.checkpoint.interval_minutes * 60
+        if (self.d.checkpoint_interval_updates and updates % self.d.checkpoint_interval_updates == 0) or (
+                every_s > 0 and time.monotonic() - self.last_ckpt >= every_s):
+            self.checkpoint(final=False)
+            self.last_ckpt = time.monotonic()
+        if time.perf_counter() - self.last_log > LOG_EVERY_S:
+            self.log()
+        self.ch.check()
+
+    # ---- checkpoints ----
+    def env_steps(self, final: bool) -> int:
+        """Env steps of the run so far: exact from the STOP messages at the end, else from chunk headers."""
+        per_actor = {a: int(self.ch.stopped[a][1]) for a in self.ch.actors} if final else self.seen_steps
+        return self.a.steps_before + sum(per_actor.values())
+
+    def checkpoint(self, final: bool) -> None:
+        """Write the checkpoint (its side files first); a failure stops the agent with one line, exit 1."""
+        a, c = self.a, self.c
+        state = {"algo": "dqn", "agent": a.index, "model": self.algo.q.state_dict(), **self.algo.state_dict(),
+                 "timesteps": self.env_steps(final), "iteration": c["updates"],
+                 "counters": dict(c, transitions=self.transitions), "ret_window": list(self.window.returns),
+                 "resumes": a.resumes, "config": self.cfg.to_dict(), "world_size": a.world_size,
+                 "model_spec": {"obs_shape": list(a.obs_shape), "num_actions": a.num_actions},
+                 **({"selfplay": self.hook.state_dict()} if self.hook is not None else {})}
+        try:
+            self.algo.save_side_files(a.ckpt_dir, c["updates"], atomic_write_with)
+            save_checkpoint(a.ckpt_dir, state, c["updates"], self.cfg.checkpoint.keep_last)
+        except OSError as e:  # disk full, quota: the previous checkpoint is intact
+            self.error = (f"checkpoint: writing update {c['updates']} of agent {a.index} to '{a.ckpt_dir}' failed "
+                          f"({e.strerror or e}); the previous checkpoint is intact")
+            if final:
+                raise CheckpointError(self.error) from None
+
+    # ---- logs ----
+    def open_logs(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+        if self.cfg.logging.tensorboard:  # continue the curves after the last logged point
+            purge = self.c["transitions"] + 1 if self.a.resumes else None
+            self.writer = SummaryWriter(str(self.a.run_dir / "logs"), purge_step=purge)
+        if self.hook is not None:
+            self.hook.writer = self.writer
+
+    def log(self) -> None:
+        now = time.perf_counter()
+        dt, x, updates = now - self.last_log, self.transitions, self.c["updates"]
+        w, mean = self.writer, self.window.mean()
+        if w is not None:
+            done = updates - self.last["updates"]
+            w.add_scalar("learner/updates_per_s", done / dt, x)
+            w.add_scalar("learner/samples_per_s", done * self.d.batch_size / dt, x)
+            w.add_scalar("charts/env_steps_per_s", (self.received - self.last["received"]) / dt, x)
+            w.add_scalar("learner/replay_size", self.algo.replay.size, x)
+            w.add_scalar("losses/td_loss", self.loss, x)
+            w.add_scalar("learner/weight_lag", self.c["lag_sum"] / max(self.c["lag_n"], 1), x)
+            if self.interval[1]:  # as PPO: the episodes of this interval, and the last-100 window
+                w.add_scalar("charts/episode_return", self.interval[0] / self.interval[1], x)
+            if mean is not None:
+                w.add_scalar("charts/episode_return_mean", mean, x)
+            if self.hook is not None:
+                self.hook.log(x)
+        self.last, self.last_log = {"received": self.received, "updates": updates}, now
+        self.interval = [0.0, 0]
+        print(f"agent {self.a.index} | {x:>10,} transitions | {updates:>8,} updates | return "
+              f"{float('nan') if mean is None else mean:6.2f} | replay {self.algo.replay.size:,}"
+              f"{self.hook.console() if self.hook is not None else ''}", flush=True)
+
+    # ---- the end ----
+    def finish(self) -> dict:
+        """Everything received: check it, rate, write the last checkpoint and the metrics."""
+        self.ch.finish()
+        sent = {a: int(self.ch.stopped[a][0]) for a in self.ch.actors}
+        if sum(sent.values()) != self.received or self.ch.corrupted():
+            raise RuntimeError(f"agent {self.a.index}: actors sent {sum(sent.values())} transitions, the learner got "
+                               f"{self.received}; CRC mismatch from actor(s) {self.ch.corrupted()}")
+        if self.hook is not None:
+            self.hook.finish(self.c["updates"], self.transitions)
+        if self.writer is not None:
+            if len(self.window):
+                self.writer.add_scalar("charts/episode_return_mean", self.window.mean(), self.transitions)
+            if self.interval[1]:
+                self.writer.add_scalar("charts/episode_return", self.interval[0] / self.interval[1], self.transitions)
+            self.writer.close()
+        if self.error is None:
+            try:
+                self.checkpoint(final=True)
+            except CheckpointError:
+                pass
+        summary = self.summary(sent)
+        atomic_write_json(self.a.run_dir / "benchmark_metrics.json", summary)
+        self.closing_lines(summary)
+        return summary
+
+    def summary(self, sent: dict) -> dict:
+        a, c, d = self.a, self.c, self.d
+        elapsed = time.perf_counter() - self.t0
+        steps = self.env_steps(final=True) - a.steps_before
+        updates = c["updates"] - self.updates0
+        out = {
+            "algo": "dqn", "env": self.cfg.env.name, "agent": a.index, "world_size": a.world_size,
+            "num_actors": len(self.ch.actors), "num_envs_per_rank": a.num_envs,
+            "total_timesteps": self.env_steps(final=True), "target_timesteps": self.cfg.training.total_timesteps // d.num_agents,
+            "stop_reason": "failed" if self.error else STOP_REASONS[self.reason], "error": self.error,
+            "resumes": a.resumes, "duration_s": elapsed, "fps": steps / elapsed,
+            "actor_steps_per_s": steps / elapsed / len(self.ch.actors),
+            "learner_updates_per_s": updates / elapsed, "learner_samples_per_s": updates * d.batch_size / elapsed,
+            "learner_device": str(self.algo.device), "updates": c["updates"], "replay_size": self.algo.replay.size,
+            "replay_ratio": c["updates"] * d.batch_size / max(self.transitions, 1),
+            "weight_lag": c["lag_sum"] / max(c["lag_n"], 1), "epsilons": self.algo.epsilons.tolist(),
+            "transitions_sent": sum(sent.values()), "transitions_received": self.received,
+            "episode_return_mean": self.window.mean(), "episodes": c["episodes"],
+            "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
+        }
+        if self.hook is not None:
+            out["selfplay"] = self.hook.summary()
+        return out
+
+    def closing_lines(self, s: dict) -> None:
+        if self.error:
+            sys.stderr.write(f"mpippo: error: {self.error}\n")
+        state = "finished" if not self.reason and not self.error else f"stopped ({s['stop_reason']})"
+        ret = "-" if s["episode_return_mean"] is None else f"{s['episode_return_mean']:.2f}"
+        print(f"mpippo: agent {self.a.index} {state}: {s['total_timesteps']:,} env steps "
+              f"({s['total_timesteps'] - self.a.steps_before:,} in {s['duration_s']:.1f} s, {s['fps']:.0f} steps/s), "
+              f"{s['updates']:,} updates ({s['learner_samples_per_s']:.0f} samples/s), replay ratio "
+              f"{s['replay_ratio']:.2f}, return {ret}, transitions sent {s['transitions_sent']:,} = received "
+              f"{self.received:,}", flush=True)
+        if self.hook is not None:
+            print(self.hook.closing_line(self.a.index), flush=True)
+
+
+def agent_folder(run_dir: Path, agent: int, num_agents: int) -> Path:
+    return Path(run_dir) / f"agent_{agent}" if num_agents > 1 else Path(run_dir)

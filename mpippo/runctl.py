@@ -1,0 +1,120 @@
+"""Run control shared by every algorithm and layout: one vocabulary, one policy each.
+
+- device: `auto` takes the GPU when CUDA works and otherwise runs on the CPU with one warning
+  (naming CUDA_VISIBLE_DEVICES when GPUs were allocated); an explicit `cuda` without CUDA is bad
+  input (exit 2) for every algorithm.
+- threads: `parallel.threads_per_rank: 0` means auto everywhere: SLURM_CPUS_PER_TASK, else the
+  cores of the node (or of this rank's affinity mask) shared by the ranks on it.
+- stop reasons, one precedence: a budget that is reached ends the run as `done` whatever else
+  happened at that moment; otherwise SIGUSR1 (`requeue`) > SIGTERM (`stopped`) > the time budget
+  (`duration`). Across agents that end separately, the most urgent wins (requeue > stopped >
+  duration > done), so a job is requeued while any agent still has work.
+- episode statistics: `episode_return_mean` is the mean return of the last 100 finished episodes,
+  in every algorithm (EpisodeWindow).
+- a checkpoint that cannot be written ends the run with one line and exit 1, the previous one intact.
+- RunResult: what a run ended with; the CLI maps it to an exit code without knowing the algorithm.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from mpippo.config import ConfigError
+from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED
+
+STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (combine takes the largest)
+URGENCY = STOP_REASONS + ("failed",)  # a failed part fails the job
+EXIT_CODES = {"done": EXIT_OK, "duration": EXIT_OK, "stopped": EXIT_STOPPED, "requeue": EXIT_REQUEUE,
+              "failed": EXIT_FAILURE}
+STOP_WHY = {"done": "run finished", "duration": "run finished (time budget reached)",
+            "requeue": f"stopped by SIGUSR1 after a checkpoint; exit {EXIT_REQUEUE} asks the batch script to requeue",
+            "stopped": f"stopped by a signal after a checkpoint (exit {EXIT_STOPPED}); continue with --resume",
+            "failed": "run failed"}
+
+
+def stop_reason(budget_reached: bool, requeue: bool, stop: bool, time_up: bool) -> str | None:
+    """Why a run stops now, or None to go on (the precedence of the module docstring)."""
+    if budget_reached:
+        return "done"
+    if requeue:
+        return "requeue"
+    if stop:
+        return "stopped"
+    return "duration" if time_up else None
+
+
+def urgency(reason: str) -> int:
+    return URGENCY.index(reason)
+
+
+def combine(reasons) -> str:
+    """The reason of a job whose parts ended for these reasons: the most urgent."""
+    return max(reasons, key=urgency, default="done")
+
+
+@dataclass
+class RunResult:
+    stop_reason: str                 # one of STOP_REASONS, or "failed"
+    summary: dict = field(default_factory=dict)
+    error: str | None = None         # the one line of a failure
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.stop_reason]
+
+
+class Deadline:
+    """training.duration_hours as a wall-clock deadline (None: no time budget)."""
+
+    def __init__(self, hours: float | None):
+        self.at = time.monotonic() + hours * 3600 if hours else None
+
+    def reached(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+
+class EpisodeWindow:
+    """Returns of the last `size` finished episodes: `episode_return_mean` everywhere."""
+
+    def __init__(self, size: int = 100, returns=()):
+        self.returns: deque = deque(returns, maxlen=size)
+
+    def add(self, returns) -> None:
+        self.returns.extend(float(r) for r in returns)
+
+    def mean(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    def __len__(self) -> int:
+        return len(self.returns)
+
+
+def pick_device(want: str, index: int = 0, warn=print):
+    """torch.device for `training.device` (cpu | cuda | auto); `index` picks among the visible GPUs."""
+    import torch
+    if want == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", index % torch.cuda.device_count())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if want == "cuda":
+        raise ConfigError(f"training.device: 'cuda' requested but CUDA is not usable here (CUDA_VISIBLE_DEVICES="
+                          f"{visible}); use auto (falls back to the CPU) or cpu")
+    if visible:
+        warn(f"mpippo: warning: training.device is auto and GPUs were allocated (CUDA_VISIBLE_DEVICES={visible}), "
+             f"but CUDA is not usable here; running on the CPU")
+    return torch.device("cpu")
+
+
+def threads_per_rank(configured: int, ranks_on_node: int) -> int:
+    """torch threads for one rank: `configured`, or (0 = auto) SLURM_CPUS_PER_TASK, else the cores
+    this rank may use shared by the ranks on the node (at least 1)."""
+    if configured > 0:
+        return configured
+    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    # the affinity mask may already be this rank's share (bound launch) or the whole node
+    return max(1, cores // ranks_on_node) if cores >= ranks_on_node else 1
