@@ -366,8 +366,28 @@ def canonical_env_name(name: str) -> str:
 
 def validate(cfg: Config, world_size: int = 1) -> list[str]:
     """All problems with `cfg` for a job of `world_size` ranks, each one line."""
+    errs = _check_choices(cfg) + _check_ranges(cfg)
+    p = cfg.parallel
+    if p.expected_world_size is not None and p.expected_world_size != world_size:
+        errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "
+                    f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
+    if cfg.training.algo == "dqn":
+        return errs + _check_dqn(cfg, world_size, errs) + _check_selfplay(cfg)
+    if errs:  # the divisibility check below needs sane numbers
+        return errs
+    t = cfg.training
+    envs_local = local_num_envs(cfg, world_size)
+    local_batch = envs_local * t.n_steps
+    if local_batch % t.num_minibatches != 0:
+        errs.append(f"training.num_minibatches: the per-rank batch ({envs_local} envs x {t.n_steps} steps = "
+                    f"{local_batch}) is not divisible by num_minibatches={t.num_minibatches}")
+    return errs
+
+
+def _check_choices(cfg: Config) -> list[str]:
+    """Names and modes: env, algorithm, precision, normalization, device."""
     errs: list[str] = []
-    e, t, lg, ck, m, p = cfg.env, cfg.training, cfg.logging, cfg.checkpoint, cfg.model, cfg.parallel
+    e, t = cfg.env, cfg.training
 
     name = canonical_env_name(e.name)
     if name not in PROCGEN_GAMES + TOY_ENVS:
@@ -392,6 +412,13 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     if t.device not in ("cpu", "cuda", "auto"):
         errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
 
+    return errs
+
+
+def _check_ranges(cfg: Config) -> list[str]:
+    """Numbers: positive, in [0, 1], non-negative; model shape."""
+    errs: list[str] = []
+    e, t, lg, ck, m, p = cfg.env, cfg.training, cfg.logging, cfg.checkpoint, cfg.model, cfg.parallel
     positive = {
         "training.total_timesteps": t.total_timesteps, "training.n_steps": t.n_steps,
         "training.n_epochs": t.n_epochs, "training.num_minibatches": t.num_minibatches,
@@ -428,54 +455,56 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):
         errs.append(f"model.channels: must be a non-empty list of positive ints, got {show(m.channels)}")
 
-    if p.expected_world_size is not None and p.expected_world_size != world_size:
-        errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "
-                    f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
-    if t.algo == "dqn":
-        d = cfg.dqn
-        for key in ("num_agents", "buffer_size", "batch_size", "n_step", "target_update_period",
-                    "weight_sync_period", "chunk_size", "max_inflight", "episodes_per_batch"):
-            if getattr(d, key) < 1:
-                errs.append(f"dqn.{key}: must be >= 1, got {getattr(d, key)}")
-        for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes",
-                    "checkpoint_interval_updates"):
-            if getattr(d, key) < 0:
-                errs.append(f"dqn.{key}: must be >= 0, got {getattr(d, key)}")
-        if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
-            errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
-        for key in ("eps", "per_beta"):
-            if not 0.0 <= getattr(d, key) <= 1.0:
-                errs.append(f"dqn.{key}: must be in [0, 1], got {getattr(d, key)}")
-        if not errs and (world_size % d.num_agents or world_size // d.num_agents < 2):
-            errs.append(f"dqn.num_agents: {world_size} rank(s) cannot form {d.num_agents} agent(s) of a learner and "
-                        f">= 1 actor each; run with a multiple of {d.num_agents} ranks, at least {2 * d.num_agents}")
-        if d.mirror_augment and name != "connect4":
-            errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: connect4")
-        sp = cfg.selfplay
-        if sp.enabled:
-            if name != "connect4":
-                errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: connect4")
-            for key in ("snapshot_interval_updates", "pool_size", "eval_games"):
-                if getattr(sp, key) < 1:
-                    errs.append(f"selfplay.{key}: must be >= 1, got {getattr(sp, key)}")
-            for key in ("eval_interval_updates", "elo_k", "priority_exponent"):
-                if getattr(sp, key) < 0:
-                    errs.append(f"selfplay.{key}: must be >= 0, got {getattr(sp, key)}")
-            for key in ("heuristic_prob", "opponent_eps"):
-                if not 0.0 <= getattr(sp, key) <= 1.0:
-                    errs.append(f"selfplay.{key}: must be in [0, 1], got {getattr(sp, key)}")
-            if sp.sampling not in ("latest", "uniform", "prioritized"):
-                errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
-            if sp.drop not in ("oldest", "lowest_rated"):
-                errs.append(f"selfplay.drop: '{sp.drop}' is not one of oldest, lowest_rated")
-        return errs
-    if errs:  # the divisibility check below needs sane numbers
-        return errs
-    envs_local = local_num_envs(cfg, world_size)
-    local_batch = envs_local * t.n_steps
-    if local_batch % t.num_minibatches != 0:
-        errs.append(f"training.num_minibatches: the per-rank batch ({envs_local} envs x {t.n_steps} steps = "
-                    f"{local_batch}) is not divisible by num_minibatches={t.num_minibatches}")
+    return errs
+
+
+def _check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
+    errs: list[str] = []
+    e = cfg.env
+    name = canonical_env_name(e.name)
+    d = cfg.dqn
+    for key in ("num_agents", "buffer_size", "batch_size", "n_step", "target_update_period",
+                "weight_sync_period", "chunk_size", "max_inflight", "episodes_per_batch"):
+        if getattr(d, key) < 1:
+            errs.append(f"dqn.{key}: must be >= 1, got {getattr(d, key)}")
+    for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes",
+                "checkpoint_interval_updates"):
+        if getattr(d, key) < 0:
+            errs.append(f"dqn.{key}: must be >= 0, got {getattr(d, key)}")
+    if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
+        errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
+    for key in ("eps", "per_beta"):
+        if not 0.0 <= getattr(d, key) <= 1.0:
+            errs.append(f"dqn.{key}: must be in [0, 1], got {getattr(d, key)}")
+    if not errs and not earlier and (world_size % d.num_agents or world_size // d.num_agents < 2):
+        errs.append(f"dqn.num_agents: {world_size} rank(s) cannot form {d.num_agents} agent(s) of a learner and "
+                    f">= 1 actor each; run with a multiple of {d.num_agents} ranks, at least {2 * d.num_agents}")
+    if d.mirror_augment and name != "connect4":
+        errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: connect4")
+    return errs
+
+
+def _check_selfplay(cfg: Config) -> list[str]:
+    errs: list[str] = []
+    e = cfg.env
+    name = canonical_env_name(e.name)
+    sp = cfg.selfplay
+    if sp.enabled:
+        if name != "connect4":
+            errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: connect4")
+        for key in ("snapshot_interval_updates", "pool_size", "eval_games"):
+            if getattr(sp, key) < 1:
+                errs.append(f"selfplay.{key}: must be >= 1, got {getattr(sp, key)}")
+        for key in ("eval_interval_updates", "elo_k", "priority_exponent"):
+            if getattr(sp, key) < 0:
+                errs.append(f"selfplay.{key}: must be >= 0, got {getattr(sp, key)}")
+        for key in ("heuristic_prob", "opponent_eps"):
+            if not 0.0 <= getattr(sp, key) <= 1.0:
+                errs.append(f"selfplay.{key}: must be in [0, 1], got {getattr(sp, key)}")
+        if sp.sampling not in ("latest", "uniform", "prioritized"):
+            errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
+        if sp.drop not in ("oldest", "lowest_rated"):
+            errs.append(f"selfplay.drop: '{sp.drop}' is not one of oldest, lowest_rated")
     return errs
 
 

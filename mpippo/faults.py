@@ -1,8 +1,9 @@
 """Fault injection for tests of fail-stop behaviour.
 
-MPIPPO_FAULT="rank=1,iteration=3,kind=raise|kill|hang|nan[,count=N]" makes that rank, at
-the start of that iteration, raise an exception, die with SIGKILL, block forever, or (nan)
-poison its next `count` gradient steps. kind=kill_in_save|enospc act inside the checkpoint
+MPIPPO_FAULT="rank=1,iteration=3,kind=raise|kill|hang|nan|slow[,count=N][,seconds=S]" makes
+that rank, at the start of that iteration, raise an exception, die with SIGKILL, block forever,
+(nan) poison its next `count` gradient steps, or (slow) sleep S seconds in each of `count`
+iterations from there on (a slow learner: in the actor-learner layout an iteration is an update). kind=kill_in_save|enospc act inside the checkpoint
 write of that iteration on rank 0: die half-way through writing the temp file, or fail
 there as a full disk would. Unset (the normal case) it costs one lookup per iteration.
 """
@@ -14,7 +15,7 @@ import time
 
 import errno
 
-KINDS = ("raise", "kill", "hang", "nan", "kill_in_save", "enospc")
+KINDS = ("raise", "kill", "hang", "nan", "slow", "kill_in_save", "enospc")
 
 
 class InjectedFault(RuntimeError):
@@ -26,7 +27,8 @@ def parse(spec: str | None) -> dict | None:
         return None
     fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
     fault = {"rank": int(fields.get("rank", 0)), "iteration": int(fields.get("iteration", 1)),
-             "kind": fields.get("kind", "raise"), "count": int(fields.get("count", 1))}
+             "kind": fields.get("kind", "raise"), "count": int(fields.get("count", 1)),
+             "seconds": float(fields.get("seconds", 1.0))}
     if fault["kind"] not in KINDS:
         raise ValueError(f"MPIPPO_FAULT: kind '{fault['kind']}' is not one of {', '.join(KINDS)}")
     return fault
@@ -37,9 +39,14 @@ FAULT = parse(os.environ.get("MPIPPO_FAULT"))
 
 def maybe_inject(rank: int, iteration: int) -> int:
     """Trigger the configured fault here; returns how many gradient steps to poison with NaN."""
-    if FAULT is None or FAULT["rank"] != rank or FAULT["iteration"] != iteration:
+    if FAULT is None or FAULT["rank"] != rank:
         return 0
     kind = FAULT["kind"]
+    if kind == "slow" and FAULT["iteration"] <= iteration < FAULT["iteration"] + FAULT["count"]:
+        time.sleep(FAULT["seconds"])
+        return 0
+    if FAULT["iteration"] != iteration:
+        return 0
     if kind == "raise":
         raise InjectedFault(f"injected fault on rank {rank} at iteration {iteration}")
     if kind == "kill":

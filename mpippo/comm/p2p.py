@@ -262,6 +262,8 @@ class LearnerChannel:
         self.chunks = {a: 0 for a in actors}
         self.stopped: dict[int, np.ndarray] = {}
         self.unacked = {a: 0 for a in actors}
+        self.held_since = {a: 0.0 for a in actors}  # when this learner began to owe the actor credit
+        self.longest_hold_s = 0.0  # the longest an actor waited on this learner for credit (at most)
         self.pending_sends: list = []
         self.weights = np.zeros(2 + 2 * table_size + n_params, dtype=np.float32)
         self.weight_reqs: list = []
@@ -291,6 +293,8 @@ class LearnerChannel:
         """The chunk in slot i was copied out: post the receive again and owe its actor a credit."""
         actor, buf = self.owners[i]
         self.reqs[i] = self.comm.Irecv(buf, source=actor, tag=CHUNK)
+        if not self.unacked[actor]:
+            self.held_since[actor] = time.monotonic()
         self.unacked[actor] += 1
 
     def _ack(self, actor: int, credit: int) -> None:
@@ -304,6 +308,7 @@ class LearnerChannel:
             if self.unacked[a]:
                 self._ack(a, self.unacked[a])
                 self.unacked[a] = 0
+                self.longest_hold_s = max(self.longest_hold_s, time.monotonic() - self.held_since[a])
                 self.guard.restart(a)  # it may have waited for this credit: its clock starts now
         self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
 

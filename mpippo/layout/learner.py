@@ -240,6 +240,7 @@ class Learner:
             "learner_device": str(self.algo.device), "updates": c["updates"], "replay_size": self.algo.replay.size,
             "replay_ratio": c["updates"] * d.batch_size / max(self.transitions, 1),
             "weight_lag": c["lag_sum"] / max(c["lag_n"], 1), "epsilons": self.algo.epsilons.tolist(),
+            "longest_credit_hold_s": self.ch.longest_hold_s,
             "transitions_sent": sum(sent.values()), "transitions_received": self.received,
             "episode_return_mean": self.window.mean(), "episodes": c["episodes"],
             "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),

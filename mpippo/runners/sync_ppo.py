@@ -28,7 +28,7 @@ from mpippo.envs import make_env, rank_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
 from mpippo.preemption import SignalFlags
-from mpippo.runctl import EpisodeWindow, pick_device, threads_per_rank
+from mpippo.runctl import Deadline, EpisodeWindow, pick_device, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
@@ -263,6 +263,28 @@ class SyncPPO:
             raise CheckpointError(error or "checkpoint: rank 0 could not write the checkpoint")
 
     # ---- the loop ----
+    def report(self, reporter, stats_vec: np.ndarray, update_stats: dict, lr: float, stop: bool, done: bool) -> None:
+        """Collective: this rank's statistics since the last report, gathered on rank 0, which logs them."""
+        stats_vec[:] = 0.0
+        stats_vec[[IDX["ep_ret_sum"], IDX["ep_count"], IDX["ep_len_sum"]]] = self.interval_ep
+        stats_vec[IDX["win_ret_sum"]] = sum(self.win_returns.returns)
+        stats_vec[IDX["win_count"]] = len(self.win_returns)
+        stats_vec[IDX["episodes_total"]] = self.episodes_total
+        for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped"):
+            stats_vec[IDX[key]] = update_stats[key]
+        stats_vec[IDX["ev_n"]:IDX["ev_sum_r2"] + 1] = self.interval_ev
+        stats_vec[IDX["peak_rss_mb"]] = peak_rss_mb()
+        stats_vec[IDX["cpu_seconds"]] = cpu_seconds()
+        stats_vec[IDX["replica_checks"]] = self.replica_checks
+        stats_vec[IDX["t_env_step"]:] = self.timer.vector()
+        M = self.world.gather(stats_vec, name="stats_gather")
+        self.interval_ep[:] = 0.0
+        self.interval_ev[:] = 0.0
+        if reporter is not None:
+            print_line = stop or self.iteration % self.cfg.logging.print_interval == 0 or self.iteration == 1
+            reporter.log(M, self.global_step, self.iteration, lr, print_line)
+            reporter.write_benchmark(done=done)
+
     def train(self, signals: SignalFlags | None = None) -> dict:
         cfg, world, t = self.cfg, self.world, self.cfg.training
         self._broadcast_parameters()  # rule: initial weights come from rank 0, never from equal seeds
@@ -275,7 +297,7 @@ class SyncPPO:
                               "allreduce_calls_per_iteration": t.n_epochs * t.num_minibatches}
         signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
-        deadline = time.monotonic() + t.duration_hours * 3600 if t.duration_hours else None
+        deadline = Deadline(t.duration_hours)
         ck_every_s = cfg.checkpoint.interval_minutes * 60
         last_ckpt = time.monotonic()
         nonfinite_streak, updates_since_check = 0, 0
@@ -301,7 +323,7 @@ class SyncPPO:
             # ---- decisions all ranks take together: one Allreduce(MAX) of flags ----
             now = time.monotonic()
             time_up, ckpt_due, requeue, stop_req = world.agree([
-                deadline is not None and now >= deadline,
+                deadline.reached(),
                 ck_every_s > 0 and now - last_ckpt >= ck_every_s,
                 signals.requeue, signals.stop])
             stop_reason = stop_reason_now(self.global_step >= t.total_timesteps, requeue, stop_req, time_up)
@@ -316,25 +338,7 @@ class SyncPPO:
 
             self.timer.add_other(time.perf_counter() - train_t0)
             if stop or self.iteration % cfg.logging.log_interval == 0:
-                stats_vec[:] = 0.0
-                stats_vec[[IDX["ep_ret_sum"], IDX["ep_count"], IDX["ep_len_sum"]]] = self.interval_ep
-                stats_vec[IDX["win_ret_sum"]] = sum(self.win_returns.returns)
-                stats_vec[IDX["win_count"]] = len(self.win_returns)
-                stats_vec[IDX["episodes_total"]] = self.episodes_total
-                for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped"):
-                    stats_vec[IDX[key]] = update_stats[key]
-                stats_vec[IDX["ev_n"]:IDX["ev_sum_r2"] + 1] = self.interval_ev
-                stats_vec[IDX["peak_rss_mb"]] = peak_rss_mb()
-                stats_vec[IDX["cpu_seconds"]] = cpu_seconds()
-                stats_vec[IDX["replica_checks"]] = self.replica_checks
-                stats_vec[IDX["t_env_step"]:] = self.timer.vector()
-                M = world.gather(stats_vec, name="stats_gather")
-                self.interval_ep[:] = 0.0
-                self.interval_ev[:] = 0.0
-                if reporter is not None:
-                    print_line = stop or self.iteration % cfg.logging.print_interval == 0 or self.iteration == 1
-                    reporter.log(M, self.global_step, self.iteration, lr, print_line)
-                    reporter.write_benchmark(done=stop_reason == "done")
+                self.report(reporter, stats_vec, update_stats, lr, stop, stop_reason == "done")
             if reporter is not None:
                 reporter.progress(self.global_step)
 

@@ -1,0 +1,43 @@
+"""The actor-learner layout's progress guard: a hung actor or learner ends the job, naming it;
+a slow learner that keeps talking does not."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import MPIRUN, ROOT, metrics, mpi_env
+
+TIMEOUT_S = 10
+DQN = ["run_mpi.py", "--config", "configs/dqn_toy.yaml", "--no-progress",
+       "--set", f"guards.collective_timeout_s={TIMEOUT_S}"]
+
+
+def run_faulty(tmp_path, fault: str, extra=(), limit=90):
+    env = mpi_env() | {"MPIPPO_FAULT": fault}
+    cmd = [MPIRUN, "--oversubscribe", "-n", "3", sys.executable, *DQN, "--output-dir", str(tmp_path / "run"), *extra]
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+    return res, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("rank,role,iteration", [(2, "actor", 150), (0, "learner", 40)])
+def test_a_hung_rank_ends_the_job_naming_it(tmp_path, rank, role, iteration):
+    res, elapsed = run_faulty(tmp_path, f"rank={rank},iteration={iteration},kind=hang")
+    assert res.returncode != 0, res.stdout[-2000:]
+    lines = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    assert len(lines) >= 1 and f"rank {rank} ({role}) was silent for" in lines[0], res.stderr[-3000:]
+    assert "last seen:" in lines[0] and "Traceback" not in res.stderr
+    # start-up (a few seconds) + the fault's moment + the timeout + the abort, well within 30 s of the hang
+    assert elapsed < 15 + TIMEOUT_S + 30, elapsed
+
+
+def test_a_slow_learner_that_keeps_talking_is_not_a_hang(tmp_path):
+    """The learner sleeps 2 s in each of 12 updates: its actors (4 chunks of credit each, 8 updates
+    of data together) wait for credit about 16 s, longer than
+    the timeout, while the learner's keepalives show it is alive. The run finishes."""
+    res, _ = run_faulty(tmp_path, "rank=0,iteration=100,kind=slow,seconds=2,count=12", limit=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = metrics(tmp_path / "run")
+    assert m["longest_credit_hold_s"] > TIMEOUT_S, m["longest_credit_hold_s"]
+    assert m["transitions_sent"] == m["transitions_received"] == 24000

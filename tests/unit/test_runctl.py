@@ -1,0 +1,116 @@
+"""Shared run control: stop reasons and their precedence, exit codes, the episode window, device
+and thread policy; and that PPO and DQN report episode_return_mean the same way."""
+import numpy as np
+import pytest
+
+from mpippo import runctl
+from mpippo.config import ConfigError
+
+
+def test_stop_reason_precedence():
+    assert runctl.stop_reason(False, False, False, False) is None
+    assert runctl.stop_reason(True, True, True, True) == "done"  # nothing left to do wins
+    assert runctl.stop_reason(False, True, True, True) == "requeue"
+    assert runctl.stop_reason(False, False, True, True) == "stopped"
+    assert runctl.stop_reason(False, False, False, True) == "duration"
+
+
+def test_agents_combine_to_the_most_urgent_and_map_to_exit_codes():
+    assert runctl.combine(["done", "requeue", "duration"]) == "requeue"  # an agent still has work
+    assert runctl.combine(["done", "duration"]) == "duration"
+    assert runctl.combine(["requeue", "failed"]) == "failed"
+    assert runctl.combine([]) == "done"
+    codes = {r: runctl.RunResult(r).exit_code for r in runctl.URGENCY}
+    assert codes == {"done": 0, "duration": 0, "stopped": 4, "requeue": 3, "failed": 1}
+
+
+def test_episode_window_keeps_the_last_100():
+    w = runctl.EpisodeWindow()
+    assert w.mean() is None
+    w.add(range(250))
+    assert len(w) == 100 and w.mean() == pytest.approx(np.mean(np.arange(150, 250)))
+
+
+def test_deadline():
+    assert not runctl.Deadline(None).reached()
+    import time
+    d = runctl.Deadline(1e-7)  # 0.36 ms
+    time.sleep(0.01)
+    assert d.reached()
+    assert not runctl.Deadline(1.0).reached()
+
+
+def test_device_policy(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    warnings = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert runctl.pick_device("auto", 0, warnings.append).type == "cpu"
+    assert len(warnings) == 1 and "CUDA_VISIBLE_DEVICES=0,1" in warnings[0]
+    with pytest.raises(ConfigError, match="'cuda' requested but CUDA is not usable"):
+        runctl.pick_device("cuda", 0, warnings.append)
+    assert runctl.pick_device("cpu", 0, warnings.append).type == "cpu" and len(warnings) == 1
+
+
+def test_threads_policy(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert runctl.threads_per_rank(3, 8) == 3
+    cores = len(__import__("os").sched_getaffinity(0))
+    assert runctl.threads_per_rank(0, 1) == cores
+    assert runctl.threads_per_rank(0, cores * 4) == 1
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
+    assert runctl.threads_per_rank(0, 48) == 6
+
+
+class _Chunks:
+    """A stand-in LearnerChannel that hands the learner chunks of given episode returns."""
+
+    def __init__(self, layout, batches):
+        self.layout, self.actors, self.out = layout, [1], []
+        for i, returns in enumerate(batches):
+            views = layout.views(layout.new_buffer())
+            h = views["header"]
+            h["count"], h["seq"], h["episodes"], h["version"] = 0, i, len(returns), 0
+            views["episode_returns"][:len(returns)] = returns
+            self.out.append((i, 1, views, 0))
+
+    def poll(self):
+        out, self.out = self.out, []
+        return out
+
+    def release(self, slot):
+        pass
+
+
+def test_ppo_and_dqn_report_episode_return_mean_alike(tmp_path):
+    """The same 137 finished episodes: PPO's reported value (its window, joined by the reporter's
+    count-weighted mean) equals the DQN learner's."""
+    from mpippo import config as C
+    from mpippo.algos.apex import chunk_fields
+    from mpippo.comm import World
+    from mpippo.comm.p2p import ChunkLayout
+    from mpippo.layout.learner import Learner
+    from mpippo.metrics.reporter import IDX
+    from mpippo.runners.sync_ppo import SyncPPO
+
+    returns = np.random.default_rng(0).normal(5, 3, 137)
+    cfg = C.resolve(C.build({}, [("env", "name", "toy-cue"), ("env", "num_envs", 4), ("model", "channels", [4]),
+                                 ("model", "hidden_size", 8), ("training", "n_steps", 8)], 1), 1)
+    ppo = SyncPPO(cfg, World(), tmp_path, None)
+    ppo.win_returns.add(returns[:60])
+    ppo.win_returns.add(returns[60:])
+    ppo.interval_ep[:] = 0
+    captured = {}
+    ppo.world.gather = lambda v, name: captured.setdefault("M", v[None].copy())
+    ppo.report(None, np.zeros(len(IDX)), {k: 0.0 for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac",
+                                                             "updates", "skipped")}, 0.0, False, False)
+    M = captured["M"]
+    ppo_mean = M[:, IDX["win_ret_sum"]].sum() / M[:, IDX["win_count"]].sum()
+
+    dqn_cfg = C.resolve(C.build({}, [("training", "algo", "dqn")], 2), 2)
+    learner = Learner.__new__(Learner)
+    Learner.__init__(learner, type("A", (), {"cfg": dqn_cfg})(), None,
+                     _Chunks(ChunkLayout(64, chunk_fields((8, 8, 3)), episode_capacity=80), [returns[:60], returns[60:]]), None)
+    learner.ingest()
+    assert learner.window.mean() == pytest.approx(ppo_mean, abs=1e-9)
+    assert ppo_mean == pytest.approx(returns[-100:].mean(), abs=1e-9)
