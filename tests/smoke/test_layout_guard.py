@@ -41,3 +41,17 @@ def test_a_slow_learner_that_keeps_talking_is_not_a_hang(tmp_path):
     m = metrics(tmp_path / "run")
     assert m["longest_credit_hold_s"] > TIMEOUT_S, m["longest_credit_hold_s"]
     assert m["transitions_sent"] == m["transitions_received"] == 24000
+
+
+def test_a_checkpoint_that_cannot_be_written_ends_the_dqn_run_with_one_line(tmp_path):
+    """The same policy as PPO: exit 1, one line, the previous checkpoint intact (here: the one of
+    update 100, when the write of update 200 finds the disk full)."""
+    import torch
+    res, _ = run_faulty(tmp_path, "rank=0,iteration=200,kind=enospc",
+                        ["--set", "dqn.checkpoint_interval_updates=100"])
+    assert res.returncode == 1, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "previous checkpoint is intact" in errors[0]
+    assert "Traceback" not in res.stderr
+    state = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)
+    assert state["iteration"] == 100
