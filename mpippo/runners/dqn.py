@@ -94,13 +94,16 @@ class ApeXDQN:
                                self.cfg.dqn.dueling, m.downsample)
 
     def resume_point(self, resume: bool) -> dict | None:
-        """The learner reads its agent's checkpoint; the group learns the outcome (one start-up bcast),
-        so a bad checkpoint ends every rank with the same message. Returns the learner's state."""
+        """The learner picks its device and reads its agent's checkpoint; the group learns the outcome
+        (one start-up bcast), so a bad device or checkpoint ends every rank with the same message.
+        Returns the learner's state."""
         outcome, state = {"steps": 0, "resumes": 0}, None
-        if resume and self.is_learner:
+        if self.is_learner:
             try:
-                state = self.read_checkpoint()
-                outcome = {"steps": int(state["timesteps"]), "resumes": int(state.get("resumes", 0)) + 1}
+                self.device = pick_device(self.cfg.training.device, self.agent.index)
+                if resume:
+                    state = self.read_checkpoint()
+                    outcome = {"steps": int(state["timesteps"]), "resumes": int(state.get("resumes", 0)) + 1}
             except ConfigError as e:
                 outcome = {"error": e.errors}
         outcome = self.group.bcast_obj(outcome)
@@ -152,8 +155,7 @@ class ApeXDQN:
         return Actor(ch, acting, self.env, flat, steps, a.job_rank, self.group.rank, hook).run(signals)
 
     def learn(self, signals: SignalFlags) -> dict:
-        cfg, a = self.cfg, self.agent
-        device = pick_device(cfg.training.device, a.index)
+        cfg, a, device = self.cfg, self.agent, self.device
         q = self.model.to(device)
         flat = flatten_parameters_(q)
         self.algo.setup_learner(q, copy.deepcopy(q), device, seed=self.seed,

@@ -203,6 +203,9 @@ CASES = [
     Case("zero-steps", train(*TOY, "--n-steps", "0"), "training.n_steps: must be > 0, got 0"),
     Case("negative-budget", train(*TOY, "--total-timesteps", "-5"), "must be > 0, got -5"),
     Case("bogus-flag", train("--bogus-flag"), "unrecognized arguments: --bogus-flag"),
+    Case("ppo-cuda-without-cuda", train(*TOY, "--device", "cuda", ranks=2), "'cuda' requested but CUDA is not usable"),
+    Case("dqn-cuda-without-cuda", train("--config", "configs/dqn_toy.yaml", "--device", "cuda", ranks=3),
+         "'cuda' requested but CUDA is not usable"),
     Case("dqn-agents", train("--config", "configs/dqn_toy.yaml", "--set", "dqn.num_agents=2", ranks=2),
          "2 rank(s) cannot form 2 agent(s)"),
     # ---- the run folder ----
