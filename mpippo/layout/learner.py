@@ -204,8 +204,10 @@ class Learner:
         self.ch.finish()
         sent = {a: int(self.ch.stopped[a][0]) for a in self.ch.actors}
         if sum(sent.values()) != self.received or self.ch.corrupted():
-            raise RuntimeError(f"agent {self.a.index}: actors sent {sum(sent.values())} transitions, the learner got "
-                               f"{self.received}; CRC mismatch from actor(s) {self.ch.corrupted()}")
+            bad = [self.ch.guard.world.job_rank(a) for a in self.ch.corrupted()]
+            self.error = self.error or (f"agent {self.a.index}: actors sent {sum(sent.values()):,} transitions, the "
+                                        f"learner got {self.received:,}; chunks from rank(s) {bad} arrived changed "
+                                        f"(CRC mismatch); nothing of this segment is saved")
         if self.hook is not None:
             self.hook.finish(self.c["updates"], self.transitions)
         if self.writer is not None:
