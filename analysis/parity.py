@@ -75,7 +75,7 @@ def score(groups: dict, ref: dict) -> list[dict]:
         m = float(np.mean(values)) if values else None
         rows.append({"game": game, "variant": var, "step": int(steps[i]), "seeds": seeds, "mean": m,
                      "paper_mean": float(mean[i]), "paper_std": float(std[i]), "tolerance": tol,
-                     "within": None if m is None else abs(m - mean[i]) <= tol})
+                     "within": None if m is None else bool(abs(m - mean[i]) <= tol)})
     return rows
 
 

@@ -9,7 +9,9 @@
 Each run is the default config (2 ranks unless --ranks), in runs/parity/<game>-<tag>-s<seed>.
 A finished run is skipped; an interrupted one (a session that ended, a Ctrl-C) is resumed from
 its checkpoint (written every 4 iterations and on a stop signal), so the whole set can be carried
-over several sittings: run the same command again. An hour per starpilot run on 2 cores.
+over several sittings: run the same command again. An hour per starpilot run on 2 cores. The
+curves and metrics of finished runs are copied to analysis/data/parity/runs/ (committed), and
+analysis/parity.py reports on all of them.
 """
 from __future__ import annotations
 
@@ -20,7 +22,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+KEEP = ROOT / "analysis" / "data" / "parity" / "runs"  # the small files of finished runs, committed
 BUDGETS = {"coinrun": 524_288, "starpilot": 1_048_576}  # the paper's values there: 6.50 +- 0.08, 9.35 +- 0.89
+
+
+def keep(run_dir: Path) -> Path:
+    """Copy a finished run's curves and metrics (not its checkpoints) to analysis/data/parity/runs."""
+    import shutil
+    dest = KEEP / run_dir.name
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(run_dir / "logs", dest / "logs")
+    for name in ("benchmark_metrics.json", "config.yaml"):
+        shutil.copy2(run_dir / name, dest / name)
+    return dest
 
 
 def finished(run_dir: Path) -> bool:
@@ -61,8 +75,9 @@ def main(argv=None) -> int:
             if rc != 0:
                 print(f"parity: {run_dir.name} ended with exit {rc}; run the same command again to resume", flush=True)
                 return rc
-    done = [f for f in folders if (f / "benchmark_metrics.json").is_file()]
-    return subprocess.call([sys.executable, str(ROOT / "analysis" / "parity.py"), *map(str, done)], cwd=ROOT)
+    done = [keep(f) for f in folders if finished(f)]
+    kept = sorted(set(done) | set(p for p in KEEP.iterdir() if p.is_dir())) if KEEP.is_dir() else done
+    return subprocess.call([sys.executable, str(ROOT / "analysis" / "parity.py"), *map(str, kept)], cwd=ROOT)
 
 
 if __name__ == "__main__":
