@@ -40,6 +40,10 @@ if rank == 0:
             version += 1
     ch.finish()
     assert ch.corrupted() == []
+    ch.stopped[actors[-1]] = ch.stopped[actors[-1]].copy()
+    ch.stopped[actors[-1]][2] += 1  # an actor whose announced CRC differs from what arrived
+    assert ch.corrupted() == [actors[-1]]
+    ch.stopped[actors[-1]][2] -= 1
     for a in actors:
         sent, steps, checksum, chunks, _ = (int(x) for x in ch.stopped[a])
         print(json.dumps({"role": "learner", "actor": a, "received": ch.received[a], "sent": sent,
