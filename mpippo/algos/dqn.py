@@ -119,7 +119,7 @@ class PrioritizedReplay:
     def load(self, path, tag: int) -> str | None:
         """Refill from a file written by save(); returns why it was not used, or None when it was."""
         try:
-            with np.load(path) as z:
+            with np.load(path, allow_pickle=False) as z:  # never unpickles: a file we load runs no code
                 if int(z["tag"]) != tag:
                     return f"it belongs to update {int(z['tag'])}, the checkpoint to update {tag}"
                 if int(z["capacity"]) != self.capacity or z["obs"].shape[1:] != self.obs.shape[1:]:
