@@ -62,6 +62,7 @@ class EnvConfig:
     start_level: int = _f(0, "First level seed of the training set.")
     num_envs: int = _f(64, "Environments over ALL ranks (strong scaling), divided over the ranks; when they do not divide, rounded up to the next multiple of the rank count (the start-up line says so), so the job runs on any core count.")
     num_envs_per_rank: Optional[int] = _f(None, "Environments per rank (weak scaling). When set, it wins over num_envs.")
+    num_threads: Optional[int] = _f(None, "Procgen's stepping threads per rank; null = auto: 0 (step in the rank's own thread) on a CPU rank, whose cores train; the rank's CPU share on a GPU rank, whose cores are free for the envs.")
 
 
 @dataclass
@@ -399,6 +400,8 @@ def _check_choices(cfg: Config) -> list[str]:
     for key in ("num_levels", "start_level"):
         if getattr(e, key) < 0:
             errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
+    if e.num_threads is not None and not 0 <= e.num_threads <= 1024:
+        errs.append(f"env.num_threads: must be null (auto) or in [0, 1024], got {e.num_threads}")
     if t.algo not in ("ppo", "dqn"):
         errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo, dqn")
     if cfg.selfplay.enabled and t.algo != "dqn":

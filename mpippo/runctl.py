@@ -4,7 +4,8 @@
   (naming CUDA_VISIBLE_DEVICES when GPUs were allocated); an explicit `cuda` without CUDA is bad
   input (exit 2) for every algorithm.
 - threads: `parallel.threads_per_rank: 0` means auto everywhere: SLURM_CPUS_PER_TASK, else the
-  cores of the node (or of this rank's affinity mask) shared by the ranks on it.
+  cores of the node (or of this rank's affinity mask) shared by the ranks on it; procgen steps in
+  the rank's thread on a CPU rank and with the rank's CPU share of threads on a GPU rank.
 - stop reasons, one precedence: a budget that is reached ends the run as `done` whatever else
   happened at that moment; otherwise SIGUSR1 (`requeue`) > SIGTERM (`stopped`) > the time budget
   (`duration`). Across agents that end separately, the most urgent wins (requeue > stopped >
@@ -106,6 +107,15 @@ def pick_device(want: str, index: int = 0, warn=print):
         warn(f"mpippo: warning: training.device is auto and GPUs were allocated (CUDA_VISIBLE_DEVICES={visible}), "
              f"but CUDA is not usable here; running on the CPU")
     return torch.device("cpu")
+
+
+def env_threads(configured: int | None, device, cpu_share: int) -> int:
+    """Procgen's stepping threads for one rank: `configured`, or (None = auto) 0 on a CPU rank (its
+    cores train the network) and the rank's CPU share on a GPU rank with more than one core (the
+    GPU trains; the cores are free for the envs)."""
+    if configured is not None:
+        return configured
+    return cpu_share if device.type == "cuda" and cpu_share > 1 else 0
 
 
 def threads_per_rank(configured: int, ranks_on_node: int) -> int:

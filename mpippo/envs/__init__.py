@@ -12,7 +12,8 @@ from __future__ import annotations
 from mpippo.config import TOY_ENVS, Config, canonical_env_name
 
 
-def make_env(cfg: Config, num_envs: int, seed: int):
+def make_env(cfg: Config, num_envs: int, seed: int, num_threads: int = 0):
+    """num_threads: procgen's stepping threads (0: step in the calling thread)."""
     name = canonical_env_name(cfg.env.name)
     if name == "connect4":
         from mpippo.envs.connect4 import ConnectFourVecEnv
@@ -22,7 +23,7 @@ def make_env(cfg: Config, num_envs: int, seed: int):
         return CueEnv(num_envs, seed=seed)
     from mpippo.envs.procgen import ProcgenVecEnv
     return ProcgenVecEnv(name, num_envs, seed=seed, distribution_mode=cfg.env.distribution_mode,
-                         num_levels=cfg.env.num_levels, start_level=cfg.env.start_level)
+                         num_levels=cfg.env.num_levels, start_level=cfg.env.start_level, num_threads=num_threads)
 
 
 def mask_bits(mask):

@@ -16,13 +16,14 @@ def _import_procgen():
 
 class ProcgenVecEnv:
     def __init__(self, game: str, num_envs: int, seed: int, distribution_mode: str = "easy",
-                 num_levels: int = 0, start_level: int = 0):
+                 num_levels: int = 0, start_level: int = 0, num_threads: int = 0):
         ProcgenGym3Env = _import_procgen()
-        # num_threads=0: step in the calling thread; ranks already fill the cores.
-        # rand_seed: procgen's own default is a random seed, which would make runs irreproducible.
+        # num_threads=0: step in the calling thread (a CPU rank's cores train); a GPU rank passes its
+        # CPU share (runctl.env_threads). rand_seed: procgen's own default is a random seed, which
+        # would make runs irreproducible.
         self.env = ProcgenGym3Env(num=num_envs, env_name=game, distribution_mode=distribution_mode,
                                   num_levels=num_levels, start_level=start_level,
-                                  num_threads=0, rand_seed=int(seed))
+                                  num_threads=num_threads, rand_seed=int(seed))
         self.num_envs = num_envs
         self.obs_shape = tuple(self.env.ob_space["rgb"].shape)
         self.num_actions = int(self.env.ac_space.eltype.n)

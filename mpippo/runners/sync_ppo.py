@@ -28,7 +28,7 @@ from mpippo.envs import make_env, rank_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
 from mpippo.preemption import SignalFlags
-from mpippo.runctl import Deadline, EpisodeWindow, pick_device, threads_per_rank
+from mpippo.runctl import Deadline, EpisodeWindow, env_threads, pick_device, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
@@ -55,7 +55,9 @@ class SyncPPO:
         self.generator = torch.Generator(device="cpu").manual_seed(seed + 1)  # minibatch shuffles
 
         self.num_envs = cfg.env.num_envs_per_rank
-        self.env = make_env(cfg, self.num_envs, seed=seed)
+        self.env_threads = env_threads(cfg.env.num_threads, self.device, self.threads)
+        cfg.env.num_threads = self.env_threads  # config.yaml states what ran
+        self.env = make_env(cfg, self.num_envs, seed=seed, num_threads=self.env_threads)
         self.batch_size = cfg.env.num_envs * t.n_steps  # global: all ranks
 
         self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions,
@@ -293,7 +295,8 @@ class SyncPPO:
         if world.is_root:
             reporter = Reporter(cfg, self.run_dir, world.size, hosts, self.global_step, self.iteration,
                                 t.total_timesteps, cfg.logging.progress)
-            reporter.extra = {"allreduce_bytes": int(self.grad_sync.host.numel() * 4),
+            reporter.extra = {"device_used": str(self.device), "env_threads": self.env_threads,
+                              "allreduce_bytes": int(self.grad_sync.host.numel() * 4),
                               "allreduce_calls_per_iteration": t.n_epochs * t.num_minibatches}
         signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)

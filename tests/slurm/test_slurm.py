@@ -175,6 +175,19 @@ def test_requeue_resumes_to_the_exact_uninterrupted_result(cluster, tmp_path, ho
     assert_same_params(uninterrupted, state)
 
 
+def test_ppo_6gpu_script_falls_back_to_cpu_on_fake_gpus(cluster, tmp_path):
+    """One rank per GPU; the local node's GPUs are device files without CUDA: the ranks run on the
+    CPU after one warning, and the job completes like the CPU scripts."""
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job = sbatch("ppo_6gpu.sh", ["--ntasks-per-node=2", "--cpus-per-task=1"], SMALL, job_env(run_dir), out)
+    info = wait_state(job, FINAL, 300, out)
+    log = out.read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    assert log.count("CUDA is not usable here") == 1 and "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5" in log, log[-3000:]
+    m = metrics(run_dir)
+    assert m["world_size"] == 2 and m["device_used"] == "cpu" and m["env_threads"] == 0 and m["finished"]
+
+
 DQN_TINY = ["--config", "configs/dqn_toy.yaml", "--total-timesteps", "6000", "--set", "logging.tensorboard=false"]
 
 
