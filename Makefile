@@ -19,13 +19,14 @@ RANKS   ?= 1 2
 MODE    ?= weak
 SELFPLAY_DIR ?= runs/selfplay-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: venv train train-timed test test-fast bench evaluate compare scaling selfplay clean help
+.PHONY: venv train train-timed test test-fast bench gpu-check evaluate compare scaling selfplay clean help
 
 help:
 	@echo "make train      install if needed, then mpirun -n $(NPROC) run_mpi.py on configs/ppo_procgen.yaml (ARGS='...' adds options)"
 	@echo "make test       install if needed, then the whole suite (unit, MPI, smoke, learning)"
 	@echo "make test-fast  the suite without the tests marked slow (learning, resilience, Slurm)"
 	@echo "make bench      PPO vs the machine ceiling and CleanRL, bf16, memory; DQN collection and learner speed -> benchmarks/results/"
+	@echo "make gpu-check  every CUDA path on this machine's GPU -> benchmarks/results/<date>-gpu.json (ARGS=--dry-run: the same on the CPU)"
 	@echo "make train-timed HOURS=0.5   the main job for a wall-clock budget instead of a step count"
 	@echo "make evaluate [RUN=runs/<run>] [ARGS='--video play.mp4 --levels test']   returns of a checkpoint (default: newest run)"
 	@echo "make compare [RUNS='runs/a runs/b']   table + comparison.png of runs (default: the two newest)"
@@ -47,6 +48,9 @@ train: venv
 
 train-timed: venv
 	$(LAUNCH) -n $(NPROC) --duration $(HOURS) $(ARGS)
+
+gpu-check: venv
+	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
 evaluate: venv
 	$(BIN)/python -m mpippo.evaluate --checkpoint $(RUN) $(ARGS)

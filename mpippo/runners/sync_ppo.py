@@ -283,6 +283,8 @@ class SyncPPO:
         self.interval_ep[:] = 0.0
         self.interval_ev[:] = 0.0
         if reporter is not None:
+            if self.device.type == "cuda":  # rank 0's GPU: the ranks' work is the same
+                reporter.extra["gpu_peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
             print_line = stop or self.iteration % self.cfg.logging.print_interval == 0 or self.iteration == 1
             reporter.log(M, self.global_step, self.iteration, lr, print_line)
             reporter.write_benchmark(done=done)

@@ -1,0 +1,119 @@
+#!/usr/bin/env python
+"""Every CUDA path of mpippo in one go (make gpu-check): PPO on one GPU in fp32 and bf16, two ranks
+sharing it (the gradient Allreduce through a pinned host copy), an exact resume on the GPU, and the
+DQN learner on it. Prints a table and writes benchmarks/results/<date>-gpu.json.
+
+    make gpu-check                      # on a machine with a GPU: about 5-8 minutes
+    make gpu-check ARGS=--dry-run       # the same steps on the CPU with tiny budgets (make test runs it)
+
+Without CUDA and without --dry-run it says so and exits 2. Targets (issue: 1 rank >= 10,000 steps/s
+fp32, bf16 >= 1.5x that, 2 ranks >= 1.6x one, DQN learner >= 50,000 samples/s) are reported as
+reached or not, with the numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from mpippo import launch  # noqa: E402
+from results_file import write_result  # noqa: E402  (benchmarks/)
+
+# the default config (64 envs x 256 steps = 16,384 per iteration) on the GPU; smoke-sized on the CPU
+REAL = {"ppo": [], "ppo_steps": 12 * 16384, "resume_half": 2 * 16384, "dqn_steps": 60_000, "dqn_batch": 512}
+DRY = {"ppo": ["--config", "configs/smoke.yaml"], "ppo_steps": 512, "resume_half": 256, "dqn_steps": 1600,
+       "dqn_batch": 32}
+
+
+def trainer(ranks: int, args: list[str], out: Path, device: str) -> dict:
+    common = ["--no-progress", "--device", device, "--set", "logging.tensorboard=false", "--set", "logging.print_interval=1000"]
+    try:
+        return launch.run_trainer(ranks, [*args, *common], out, timeout=600)
+    except RuntimeError as e:
+        sys.exit(f"gpu-check: {e}")
+
+
+def ppo_rows(budget: dict, device: str, tmp: Path) -> list[dict]:
+    rows = []
+    for name, ranks, extra in (("ppo fp32, 1 rank", 1, []), ("ppo bf16, 1 rank", 1, ["--set", "training.precision=bf16"]),
+                               ("ppo fp32, 2 ranks on one device", 2, [])):
+        folder = tmp / name.replace(" ", "_").replace(",", "")
+        m = trainer(ranks, [*budget["ppo"], "--total-timesteps", str(budget["ppo_steps"]), *extra], folder, device)
+        rows.append({"check": name, "device": m.get("device_used"), "steps_per_s": m.get("fps_steady") or m["fps"],
+                     "gpu_peak_mem_mb": m.get("gpu_peak_mem_mb"), "ok": m["finished"]})
+    return rows
+
+
+def resume_row(budget: dict, device: str, tmp: Path) -> dict:
+    """2+2 iterations against 4 on the same device: the parameters, compared."""
+    import torch
+    half, base = budget["resume_half"], budget["ppo"]
+    trainer(1, [*base, "--total-timesteps", str(2 * half)], tmp / "whole", device)
+    trainer(1, [*base, "--total-timesteps", str(half)], tmp / "halves", device)
+    launch.run_trainer(1, ["--resume", "--total-timesteps", str(2 * half), "--no-progress"], tmp / "halves", timeout=600)
+    a, b = (torch.load(tmp / d / "checkpoints" / "latest.pt", weights_only=False)["model"] for d in ("whole", "halves"))
+    gap = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+    return {"check": "exact resume (2+2 vs 4 iterations)", "device": device, "max_param_gap": gap, "ok": gap == 0.0}
+
+
+def dqn_row(budget: dict, device: str, tmp: Path) -> dict:
+    args = ["--config", "configs/dqn_procgen.yaml", "--total-timesteps", str(budget["dqn_steps"]),
+            "--set", "dqn.learning_starts=800", "--set", f"dqn.batch_size={budget['dqn_batch']}", "--set", "dqn.replay_ratio=8",
+            "--set", "dqn.buffer_size=20000", "--num-envs-per-rank", "8"]
+    m = trainer(3, args, tmp / "dqn", device)
+    return {"check": "dqn learner", "batch": budget["dqn_batch"], "device": m["learner_device"],
+            "samples_per_s": m["learner_samples_per_s"],
+            "ok": m["transitions_sent"] == m["transitions_received"]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU with tiny budgets")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    import torch
+    if not args.dry_run and not torch.cuda.is_available():
+        sys.stderr.write("mpippo: error: gpu-check: no CUDA device here; run it on a GPU machine, or with --dry-run\n")
+        return 2
+    budget, device = (DRY, "cpu") if args.dry_run else (REAL, "cuda")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        rows = ppo_rows(budget, device, tmp) + [resume_row(budget, device, tmp), dqn_row(budget, device, tmp)]
+    print_table(rows)
+    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
+              "dry_run": args.dry_run, "torch": torch.__version__,
+              "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+              "targets": targets(rows), "rows": rows}
+    out = write_result(result, "-gpu-dryrun" if args.dry_run else "-gpu", args.out)
+    print(f"gpu-check: wrote {out}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+def targets(rows: list[dict]) -> dict:
+    by = {r["check"]: r for r in rows}
+    fp32, bf16 = by["ppo fp32, 1 rank"]["steps_per_s"], by["ppo bf16, 1 rank"]["steps_per_s"]
+    two, dqn = by["ppo fp32, 2 ranks on one device"]["steps_per_s"], by["dqn learner"]["samples_per_s"]
+    return {"ppo_fp32_steps_per_s": [fp32, fp32 >= 10_000], "bf16_over_fp32": [bf16 / fp32, bf16 / fp32 >= 1.5],
+            "two_ranks_over_one": [two / fp32, two / fp32 >= 1.6], "dqn_samples_per_s": [dqn, dqn >= 50_000]}
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"\n{'check':<38} {'device':<8} {'result':<34} ok")
+    for r in rows:
+        if "steps_per_s" in r:
+            mem = f", {r['gpu_peak_mem_mb']:.0f} MB GPU" if r.get("gpu_peak_mem_mb") else ""
+            res = f"{r['steps_per_s']:,.0f} steps/s{mem}"
+        elif "samples_per_s" in r:
+            res = f"{r['samples_per_s']:,.0f} samples/s (batch {r['batch']})"
+        else:
+            res = f"max parameter gap {r['max_param_gap']:.3g}"
+        print(f"{r['check']:<38} {str(r['device']):<8} {res:<34} {'yes' if r['ok'] else 'NO'}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
