@@ -3,7 +3,11 @@ run needs a GPU; it prints the same table with the GPU's numbers)."""
 import json
 import sys
 
+import pytest
+
 from conftest import ok, run
+
+pytestmark = pytest.mark.slow  # about 1.5 minutes: left out by make test-fast
 
 
 def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):

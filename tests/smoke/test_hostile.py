@@ -254,10 +254,22 @@ def hashes(folder: Path) -> dict:
     return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_input(case: Case, bases, tmp_path):
+def _needs_bases(case: Case) -> bool:
+    return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay")) or "planted" in case.id
+
+
+def _marked(case: Case):
+    """Cases that start from a trained checkpoint (and the evaluate ones) are slow: make test-fast
+    keeps the config, value, run-folder and launcher cases (without training the base runs)."""
+    return pytest.param(case, id=case.id, marks=[pytest.mark.slow] if _needs_bases(case) else [])
+
+
+@pytest.mark.parametrize("case", [_marked(c) for c in CASES])
+def test_hostile_input(case: Case, request, tmp_path):
+    bases = request.getfixturevalue("bases") if _needs_bases(case) else {}
     ranks, argv = case.setup(tmp_path, bases)
-    before = {**hashes(tmp_path), **hashes(bases["ppo"])}
+    kept = [tmp_path, *([bases["ppo"]] if bases else [])]
+    before = {k: v for folder in kept for k, v in hashes(folder).items()}
     cmd = [sys.executable, *argv] if ranks is None else [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable,
                                                           *argv]
     t0 = time.monotonic()
@@ -268,7 +280,7 @@ def test_hostile_input(case: Case, bases, tmp_path):
     assert case.expect in errors[0], errors[0]
     assert "Traceback" not in res.stderr + res.stdout
     assert time.monotonic() - t0 < 60
-    after = hashes(tmp_path) | hashes(bases["ppo"])
+    after = {k: v for folder in kept for k, v in hashes(folder).items()}
     assert {p: h for p, h in after.items() if p in before} == before  # nothing that existed changed
     assert not (tmp_path / "out").exists()  # nothing new written either
     if case.check is not None:
@@ -328,6 +340,7 @@ TRAIN_2 = [MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "
            "--no-progress", "--set", "logging.print_interval=1"]
 
 
+@pytest.mark.slow
 def test_sigusr1_to_mpirun_during_startup_exits_3_with_nothing_written(tmp_path):
     """mpirun forwards it to ranks that are still importing torch: they must already listen."""
     run_dir = tmp_path / "run"
@@ -337,6 +350,7 @@ def test_sigusr1_to_mpirun_during_startup_exits_3_with_nothing_written(tmp_path)
     assert "Traceback" not in out and not run_dir.exists()  # the empty folder it made is gone
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_rank_during_startup_exits_4(tmp_path):
     rc, out = _signal_during_startup(TRAIN_2, tmp_path / "run", signal.SIGTERM, (0.1, 0.4, 0.05),
                                      lambda proc, ranks: ranks[-1:])
@@ -344,6 +358,7 @@ def test_sigterm_to_one_rank_during_startup_exits_4(tmp_path):
     assert "a stop signal arrived during start-up" in out and "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_sigusr1_to_the_launcher_before_mpirun_runs_is_held_and_passed_on(tmp_path):
     """Sent 0.1 s after the launcher starts: before mpirun or any rank exists."""
     cmd = [sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", "--config",

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import MPIRUN, ROOT, metrics, mpi_env
 
+pytestmark = pytest.mark.slow  # 3-rank runs of tens of seconds: left out by make test-fast
+
 TIMEOUT_S = 10
 DQN = ["run_mpi.py", "--config", "configs/dqn_toy.yaml", "--no-progress",
        "--set", f"guards.collective_timeout_s={TIMEOUT_S}"]
