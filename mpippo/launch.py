@@ -114,14 +114,14 @@ class _Relay:
 
     def wait(self, proc, ranks: int) -> int:
         self.proc, self.ranks, self.started = proc, ranks, time.monotonic()
-        while True:
+        while True:  # poll: a signal held while we wait must be passed on without waiting for the exit
             try:
-                return proc.wait(timeout=0.05 if self.held else None)
+                return proc.wait(timeout=0.05 if self.held else 0.5)
             except subprocess.TimeoutExpired:
-                if self.ready():
-                    for sig in self.held:
+                if self.held and self.ready():
+                    held, self.held = self.held, []
+                    for sig in held:
                         proc.send_signal(sig)
-                    self.held = []
             except InterruptedError:
                 continue
 

@@ -309,31 +309,50 @@ def _finish(proc, timeout=90):
     return proc.returncode, out
 
 
-def _ranks(proc, n=2, timeout=20):
-    import psutil
+def _catches_usr1(pid: int) -> bool:
+    """The process has a handler for SIGUSR1 (its SigCgt mask in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(line for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool((int(mask.split()[1], 16) >> (signal.SIGUSR1 - 1)) & 1)
+
+
+def _wait_until(condition, what: str, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if (out := condition()):
+            return out
+        time.sleep(0.005)
+    pytest.fail(f"{what} did not happen within {timeout} s")
+
+
+def _listening_ranks(proc, n=2):
+    """The n ranks under `proc`, once every one of them catches SIGUSR1 (run_mpi.py's first line)."""
+    import psutil
+
+    def ready():
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
-        if len(ranks) == n:
-            return ranks
-        time.sleep(0.01)
-    pytest.fail("the ranks did not start")
+        return ranks if len(ranks) == n and all(_catches_usr1(p.pid) for p in ranks) else None
+    return _wait_until(ready, "the ranks' handlers")
 
 
-def _signal_during_startup(cmd, run_dir: Path, sig, ages, pick):
-    """Once the ranks have run python for `age` seconds, send `sig` to pick(proc, ranks); try each age in
-    turn until one lands before the first iteration, and return that run's (exit code, output)."""
-    for age in ages:
+def _signal_during_startup(cmd, run_dir: Path, sig, delays, pick):
+    """Send `sig` to pick(proc) `delay` seconds after it is ready (see pick), for each delay in turn
+    until one lands before the first iteration; returns that run's (exit code, output). Waiting for
+    the handlers (not a fixed time) keeps it independent of the machine's load."""
+    for delay in delays:
         shutil.rmtree(run_dir, ignore_errors=True)
         proc = _start([*cmd, "--output-dir", str(run_dir)])
-        ranks = _ranks(proc) if age is not None else []  # seen within 10 ms of their exec
-        time.sleep(age or 0.0)
-        for p in pick(proc, ranks):
+        targets = pick(proc)
+        time.sleep(delay)
+        for p in targets:
             p.send_signal(sig)
         rc, out = _finish(proc)
         if "iter " not in out and "starting:" not in out:
             return rc, out
-    pytest.fail(f"no timing in {ages} landed before the first iteration")
+    pytest.fail(f"no delay in {delays} landed before the first iteration")
 
 
 TRAIN_2 = [MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/smoke.yaml",
@@ -342,9 +361,10 @@ TRAIN_2 = [MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "
 
 @pytest.mark.slow
 def test_sigusr1_to_mpirun_during_startup_exits_3_with_nothing_written(tmp_path):
-    """mpirun forwards it to ranks that are still importing torch: they must already listen."""
+    """mpirun forwards it to ranks that are still importing torch: they already listen."""
     run_dir = tmp_path / "run"
-    rc, out = _signal_during_startup(TRAIN_2, run_dir, signal.SIGUSR1, (0.1, 0.4, 0.05), lambda proc, ranks: [proc])
+    rc, out = _signal_during_startup(TRAIN_2, run_dir, signal.SIGUSR1, (0.0, 0.2),
+                                     lambda proc: (_listening_ranks(proc), [proc])[1])
     assert rc == 3, out[-2000:]
     assert "SIGUSR1 arrived during start-up: nothing was trained yet" in out
     assert "Traceback" not in out and not run_dir.exists()  # the empty folder it made is gone
@@ -352,21 +372,21 @@ def test_sigusr1_to_mpirun_during_startup_exits_3_with_nothing_written(tmp_path)
 
 @pytest.mark.slow
 def test_sigterm_to_one_rank_during_startup_exits_4(tmp_path):
-    rc, out = _signal_during_startup(TRAIN_2, tmp_path / "run", signal.SIGTERM, (0.1, 0.4, 0.05),
-                                     lambda proc, ranks: ranks[-1:])
+    rc, out = _signal_during_startup(TRAIN_2, tmp_path / "run", signal.SIGTERM, (0.0, 0.2),
+                                     lambda proc: _listening_ranks(proc)[-1:])
     assert rc == 4, out[-2000:]
     assert "a stop signal arrived during start-up" in out and "Traceback" not in out
 
 
 @pytest.mark.slow
 def test_sigusr1_to_the_launcher_before_mpirun_runs_is_held_and_passed_on(tmp_path):
-    """Sent 0.1 s after the launcher starts: before mpirun or any rank exists."""
+    """Sent as soon as the launcher itself listens, before its ranks do: held, then passed on."""
     cmd = [sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", "--config",
            "configs/smoke.yaml", "--no-progress"]
 
-    def after_launcher_starts(proc, ranks):
-        time.sleep(0.1)
+    def launcher(proc):
+        _wait_until(lambda: _catches_usr1(proc.pid), "the launcher's handlers")
         return [proc]
-    rc, out = _signal_during_startup(cmd, tmp_path / "run", signal.SIGUSR1, (None,), after_launcher_starts)
+    rc, out = _signal_during_startup(cmd, tmp_path / "run", signal.SIGUSR1, (0.0,), launcher)
     assert rc == 3, out[-2000:]
     assert "SIGUSR1 arrived during start-up" in out
