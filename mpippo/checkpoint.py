@@ -63,6 +63,22 @@ def atomic_write_with(path: str | Path, write) -> None:
         os.close(dir_fd)
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet, outermost first: what a mkdir(parents=True)
+    of it will create, so that an early exit can remove exactly those (remove_if_empty)."""
+    folder = Path(folder)
+    return [p for p in reversed([folder, *folder.parents]) if not p.exists()]
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove `folders` innermost first while they are empty: a file someone put there is never lost."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def atomic_write_json(path: str | Path, obj) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
 

@@ -24,7 +24,8 @@ import yaml
 
 from mpippo import config as C
 from mpippo import hostmem, preemption, runctl
-from mpippo.checkpoint import LATEST, atomic_write_bytes, load_checkpoint, read_checkpoint_bytes, require_checkpoint
+from mpippo.checkpoint import (LATEST, atomic_write_bytes, load_checkpoint, missing_folders, read_checkpoint_bytes,
+                               remove_if_empty, require_checkpoint)
 from mpippo.comm import World
 from mpippo.errors import JobFailure
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
@@ -84,7 +85,7 @@ class _StartUp:
         if not (failed or requeue or stop):
             return
         if self.world.is_root:
-            self.remove_created()
+            remove_if_empty(self.created)
             if failed:
                 sys.stderr.write("".join(f"mpippo: error: {line}\n" for line in failed))
             else:
@@ -94,12 +95,6 @@ class _StartUp:
             sys.stderr.flush()
         sys.exit(EXIT_USAGE if failed else EXIT_REQUEUE if requeue else EXIT_STOPPED)
 
-    def remove_created(self) -> None:
-        for folder in reversed(self.created):
-            try:
-                folder.rmdir()  # only succeeds while empty: a file someone put there is never lost
-            except OSError:
-                return
 
 
 def _on_root(world: World, fn):
@@ -136,7 +131,7 @@ def _check_run_dir(run_dir: Path, resume: bool, created: list[Path]) -> Path:
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise C.ConfigError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
                             f"that run, or choose a new folder")
-    created.extend(p for p in reversed([run_dir, *run_dir.parents]) if not p.exists())
+    created.extend(missing_folders(run_dir))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write_test"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import reprlib
 import typing
 from dataclasses import dataclass, field
@@ -606,7 +607,6 @@ def memory_available(ranks_on_node: int) -> int:
 
 def host_problems(cfg: Config, world_size: int, ranks_on_node: int) -> list[str]:
     """What this node cannot give the config: memory for its sizes, cores for its threads."""
-    import os
     errs = [memory_problem(cfg, world_size, ranks_on_node)]
     cores = os.cpu_count() or 1
     if cfg.parallel.threads_per_rank > cores:

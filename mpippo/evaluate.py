@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from mpippo import config as C
-from mpippo.checkpoint import atomic_write_json, load_checkpoint
+from mpippo.checkpoint import atomic_write_json, load_checkpoint, missing_folders, remove_if_empty
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
 
@@ -167,7 +167,7 @@ def probe_output(path: Path | None, flag: str) -> None:
     is refused before the first episode, not after the whole evaluation."""
     if path is None:
         return
-    made = [p for p in reversed([path.parent, *path.parent.parents]) if not p.exists()]
+    made = missing_folders(path.parent)
     try:
         if path.is_dir():
             raise C.ConfigError(f"{flag}: '{path}' is a folder; give a file name")
@@ -176,11 +176,7 @@ def probe_output(path: Path | None, flag: str) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        for folder in reversed(made):
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        remove_if_empty(made)
         raise C.ConfigError(f"{flag}: cannot write '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
 
 
@@ -196,7 +192,7 @@ def memory_problem(state: dict, num_envs: int) -> str | None:
             f"available; lower it")
 
 
-def load_and_check(args, world) -> tuple[dict, object, C.Config, list[str], bool]:
+def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str], bool]:
     """Options, checkpoint, network, env settings and outputs, all checked before any episode."""
     check_options(args)
     path = resolve_checkpoint(args.checkpoint)
@@ -218,7 +214,7 @@ def load_and_check(args, world) -> tuple[dict, object, C.Config, list[str], bool
     if world.is_root:  # only rank 0 writes
         probe_output(args.json, "--json")
         probe_output(args.video, "--video")
-    return state, net, cfg, notes, two_player
+    return path, state, net, cfg, notes, two_player
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     error = None
     try:
         args = make_parser().parse_args(argv)
-        state, net, cfg, notes, two_player = load_and_check(args, world)
-        path = resolve_checkpoint(args.checkpoint)
+        path, state, net, cfg, notes, two_player = load_and_check(args, world)
     except C.ConfigError as e:
         error = e.errors[0]
     except SystemExit as e:  # --help

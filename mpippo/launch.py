@@ -62,24 +62,26 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
     return m
 
 
+def catches_usr1(pid: int) -> bool:
+    """The process has a handler for SIGUSR1 (the SigCgt mask of /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(line for line in f if line.startswith("SigCgt:"))
+        return bool((int(mask.split()[1], 16) >> (signal.SIGUSR1 - 1)) & 1)
+    except (OSError, StopIteration, ValueError):
+        return False
+
+
 def ranks_listening(mpirun_pid: int, ranks: int) -> bool:
     """True once `ranks` rank processes under mpirun catch SIGUSR1: run_mpi.py's first line
-    installed the handlers (the SigCgt mask of /proc/PID/status). Before that, a forwarded
-    signal would kill a rank whose interpreter is still starting."""
+    installed the handlers. Before that, a forwarded signal would kill a rank whose interpreter is
+    still starting."""
     import psutil
     try:
         procs = [p for p in psutil.Process(mpirun_pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
     except psutil.Error:
         return False
-    listening = 0
-    for p in procs:
-        try:
-            with open(f"/proc/{p.pid}/status") as f:
-                mask = next(line for line in f if line.startswith("SigCgt:"))
-            listening += (int(mask.split()[1], 16) >> (signal.SIGUSR1 - 1)) & 1
-        except (OSError, StopIteration, ValueError):
-            pass
-    return listening >= ranks
+    return sum(catches_usr1(p.pid) for p in procs) >= ranks
 
 
 class _Relay:

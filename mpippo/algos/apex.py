@@ -28,7 +28,7 @@ def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
 
 class ApeX:
     def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int, masked: bool):
-        self.cfg, self.d, self.t = cfg, cfg.dqn, cfg.training
+        self.d, self.t = cfg.dqn, cfg.training
         self.obs_shape, self.num_actions, self.masked = tuple(obs_shape), num_actions, masked
         self.epsilons = apex_epsilons(num_actors, self.d.eps, self.d.eps_alpha)
 

@@ -101,7 +101,7 @@ def local_grad_check(params):
 def local_mean_std(x: torch.Tensor) -> tuple[float, float]:
     """Mean and population std (as ppo2's numpy), in float64."""
     x = x.detach().double()
-    return float(x.mean()), float(x.std(unbiased=False)) if x.numel() > 1 else 0.0
+    return float(x.mean()), (float(x.std(unbiased=False)) if x.numel() > 1 else 0.0)
 
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, cfg,

@@ -80,11 +80,15 @@ class ChunkLayout:
 
 
 class ProgressGuard:
-    """When each peer was last heard from and doing what; `silent()` names one quiet for too long."""
+    """When each peer was last heard from and doing what; `check()` ends the job if one that should
+    be talking was quiet for too long. `due()` rations the checks: callers sit in hot loops."""
+
+    CHECK_EVERY_S = 0.05
 
     def __init__(self, world: World, peers: list[int], timeout_s: float, role: str):
         self.world, self.timeout_s, self.role = world, timeout_s, role
         now = time.monotonic()
+        self.next_check = now
         self.last = {p: (now, "nothing yet (starting)") for p in peers}
         self.exempt: set[int] = set()  # peers not expected to talk now
 
@@ -95,10 +99,22 @@ class ProgressGuard:
         """The peer's clock starts now (it was waiting on us), keeping what it did last."""
         self.last[peer] = (time.monotonic(), self.last[peer][1])
 
-    def check(self) -> None:
-        """End the job if a peer that should be talking has been silent longer than the timeout."""
+    def due(self) -> bool:
+        """True at most every CHECK_EVERY_S (and never with the guard off)."""
         if self.timeout_s <= 0:
-            return
+            return False
+        now = time.monotonic()
+        if now < self.next_check:
+            return False
+        self.next_check = now + self.CHECK_EVERY_S
+        return True
+
+    def check(self) -> None:
+        if self.due():
+            self.check_now()
+
+    def check_now(self) -> None:
+        """End the job if a peer that should be talking has been silent longer than the timeout."""
         now = time.monotonic()
         for peer, (when, what) in self.last.items():
             if peer not in self.exempt and now - when > self.timeout_s:
@@ -139,6 +155,7 @@ class ActorChannel:
         # [version and table as float64 (2 float32 each), params]
         self.weights = np.zeros(2 + 2 * table_size + n_params, dtype=np.float32)
         self.weights_req = comm.Irecv(self.weights, source=learner, tag=WEIGHTS)
+        self._latest = None  # weights taken off the wire, not yet handed to the actor
         self.snapshot = np.zeros(2 + n_params, dtype=np.float32) if snapshots else None
         self.snapshot_req = comm.Irecv(self.snapshot, source=learner, tag=SNAPSHOT) if snapshots else None
         self.sent = self.seq = 0
@@ -162,7 +179,7 @@ class ActorChannel:
         while True:
             if block:  # Test and nap instead of Wait: MPI's Wait spins, taking a core from the learner
                 while not self.ack_req.Test():                # wherever actors and learner share cores
-                    self.poll_weights()  # weights and keepalives also show the learner is alive
+                    self._take_weights()  # weights also show the learner is alive; kept for poll_weights
                     self.guard.check()
                     time.sleep(0.0005)
             elif not self.ack_req.Test():
@@ -197,15 +214,19 @@ class ActorChannel:
         self.sent += count
         self.seq += 1
 
-    def poll_weights(self):
-        """(version, flat params, table) of the newest weights that arrived since the last call, or None."""
-        latest = None
+    def _take_weights(self) -> None:
+        """Keep the newest weights that arrived (for poll_weights); any arrival is news from the learner."""
         head = 2 + 2 * self.table_size
         while self.weights_req.Test():
             meta = self.weights[:head].view(np.float64)
-            latest = (int(meta[0]), self.weights[head:].copy(), meta[1:].copy())
+            self._latest = (int(meta[0]), self.weights[head:].copy(), meta[1:].copy())
             self.weights_req = self.comm.Irecv(self.weights, source=self.learner, tag=WEIGHTS)
-            self.guard.heard(self.learner, f"sent weights version {latest[0]}")
+            self.guard.heard(self.learner, f"sent weights version {self._latest[0]}")
+
+    def poll_weights(self):
+        """(version, flat params, table) of the newest weights that arrived since the last call, or None."""
+        self._take_weights()
+        latest, self._latest = self._latest, None
         return latest
 
     def poll_snapshots(self) -> list:
@@ -315,14 +336,14 @@ class LearnerChannel:
     def check(self) -> None:
         """Keepalives to actors this learner has sent nothing for a while; then end the job if an
         actor that holds credit (so it should be sending) has been silent too long."""
-        if self.guard.timeout_s <= 0:
+        if not self.guard.due():
             return
         now = time.monotonic()
         for a in self.actors:
             if now - self.last_sent[a] > self.keepalive_s and a not in self.stopped:
                 self._ack(a, 0)
         self.guard.exempt = {a for a in self.actors if self.unacked[a] or self._finished(a)}
-        self.guard.check()
+        self.guard.check_now()
 
     def _finished(self, a: int) -> bool:
         return a in self.stopped and self.received[a] == int(self.stopped[a][0])

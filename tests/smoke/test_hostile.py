@@ -12,7 +12,6 @@ import hashlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,9 @@ from typing import Callable
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, mpi_env, ok, run, trainer
+from conftest import MPIRUN, ok, run, trainer
+from mpippo.launch import catches_usr1
+from test_resilience import finish, start
 
 TOY = ["--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps", "1024"]
 EVIL_MARKER = "planted_code_ran"
@@ -295,30 +296,6 @@ def test_every_case_class_is_covered():
 
 
 # ---- signals from the first instant ----
-def _start(cmd):
-    return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-
-
-def _finish(proc, timeout=90):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("hung after a signal during start-up")
-    return proc.returncode, out
-
-
-def _catches_usr1(pid: int) -> bool:
-    """The process has a handler for SIGUSR1 (its SigCgt mask in /proc)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            mask = next(line for line in f if line.startswith("SigCgt:"))
-    except (OSError, StopIteration):
-        return False
-    return bool((int(mask.split()[1], 16) >> (signal.SIGUSR1 - 1)) & 1)
-
-
 def _wait_until(condition, what: str, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -334,7 +311,7 @@ def _listening_ranks(proc, n=2):
 
     def ready():
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
-        return ranks if len(ranks) == n and all(_catches_usr1(p.pid) for p in ranks) else None
+        return ranks if len(ranks) == n and all(catches_usr1(p.pid) for p in ranks) else None
     return _wait_until(ready, "the ranks' handlers")
 
 
@@ -344,12 +321,13 @@ def _signal_during_startup(cmd, run_dir: Path, sig, delays, pick):
     the handlers (not a fixed time) keeps it independent of the machine's load."""
     for delay in delays:
         shutil.rmtree(run_dir, ignore_errors=True)
-        proc = _start([*cmd, "--output-dir", str(run_dir)])
+        proc = start([*cmd, "--output-dir", str(run_dir)])
         targets = pick(proc)
         time.sleep(delay)
         for p in targets:
             p.send_signal(sig)
-        rc, out = _finish(proc)
+        rc, out, err = finish(proc)
+        out += err
         if "iter " not in out and "starting:" not in out:
             return rc, out
     pytest.fail(f"no delay in {delays} landed before the first iteration")
@@ -385,7 +363,7 @@ def test_sigusr1_to_the_launcher_before_mpirun_runs_is_held_and_passed_on(tmp_pa
            "configs/smoke.yaml", "--no-progress"]
 
     def launcher(proc):
-        _wait_until(lambda: _catches_usr1(proc.pid), "the launcher's handlers")
+        _wait_until(lambda: catches_usr1(proc.pid), "the launcher's handlers")
         return [proc]
     rc, out = _signal_during_startup(cmd, tmp_path / "run", signal.SIGUSR1, (0.0,), launcher)
     assert rc == 3, out[-2000:]
