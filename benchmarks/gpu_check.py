@@ -75,12 +75,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU with tiny budgets")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--ppo-iterations", type=int, default=12, help="PPO updates per timed row (GPU runs)")
     args = p.parse_args(argv)
     import torch
     if not args.dry_run and not torch.cuda.is_available():
         sys.stderr.write("mpippo: error: gpu-check: no CUDA device here; run it on a GPU machine, or with --dry-run\n")
         return 2
-    budget, device = (DRY, "cpu") if args.dry_run else (REAL, "cuda")
+    budget, device = (DRY, "cpu") if args.dry_run else (dict(REAL, ppo_steps=args.ppo_iterations * 16384), "cuda")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         rows = ppo_rows(budget, device, tmp) + [resume_row(budget, device, tmp), dqn_row(budget, device, tmp)]
