@@ -39,7 +39,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; bf16 flags: $(grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 "$PY" -c "import torch, numpy, procgen, mpi4py; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'numpy', numpy.__version__)" || exit 1
 
-# 2. parity: three queues on disjoint cores, all on the one GPU; stop with 45 s left for the stop itself
+# 2. parity: three queues on disjoint cores, all on the one GPU
+if [ -z "${GPU_SESSION_DRY:-}" ]; then CHECK=(--ppo-iterations 4); DEV=cuda; else CHECK=(--dry-run); DEV=cpu; fi
 STOP=$(( $(left) - 200 ))   # 200 s: the stop itself and gpu-check after
 PARITY=(benchmarks/parity.py --ranks 1 --out runs/parity --set training.device=$DEV --stop-after "$STOP")
 N=$(nproc); Q=$((N / 4))
@@ -52,7 +53,6 @@ tail -n 4 runs/parity/*.log
 cat "$OUT"/parity-*.txt | grep -v "^figure"
 
 # 3. gpu-check: 4 timed PPO updates per row instead of 12 (the call's time is shared)
-if [ -z "${GPU_SESSION_DRY:-}" ]; then CHECK=(--ppo-iterations 4); DEV=cuda; else CHECK=(--dry-run); DEV=cpu; fi
 timeout "$(( $(left) - 15 ))" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" --out "$OUT/gpu-check.json" 2>&1 | tail -25
 echo "gpu-check done at $((SECONDS - T0)) s"
 
