@@ -124,7 +124,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, 
     totals = dict(pg_loss=0.0, v_loss=0.0, entropy=0.0, approx_kl=0.0, clipfrac=0.0)
     steps = skipped = 0
     for epoch in range(cfg.n_epochs):
-        perm = torch.randperm(B, generator=generator, device=batch["b_actions"].device)
+        # drawn on the CPU generator whatever the device: the same minibatch order on CPU and GPU ranks
+        perm = torch.randperm(B, generator=generator).to(batch["b_actions"].device)
         global_kl = 0.0
         for start in range(0, B, mb_size):
             mb = perm[start:start + mb_size]
