@@ -111,6 +111,7 @@ class TrainingConfig:
     normalize_reward: bool = _f(True, "Scale rewards by a running std of discounted returns, shared by all ranks (as the Procgen paper); how: reward_norm.")
     reward_norm: str = _f("step", "step: the running std is updated every env step with every rank's envs and each step's rewards are scaled by the statistics up to that step, as baselines' VecNormalize (one Allreduce of 3 x n_steps numbers per rollout) | rollout: updated once per rollout, which then is scaled as a whole.")
     device: str = _f("cpu", "cpu | cuda | auto. cuda picks the GPU from the local rank.")
+    deterministic: bool = _f(True, "On a GPU: deterministic cuDNN and cuBLAS kernels, so that a resumed run continues bit for bit (the default kernels sum in a varying order: measured on an H100, a resume drifted by 2e-3 within 4 updates); false: the fastest kernels. CPU runs are deterministic either way.")
     precision: str = _f("fp32", "fp32 | bf16. bf16 runs the network's forward and backward under autocast (CPUs with AVX-512 BF16/AMX, GPUs); parameters, optimizer and losses stay fp32.")
 
 

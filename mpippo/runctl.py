@@ -109,6 +109,19 @@ def pick_device(want: str, index: int = 0, warn=print):
     return torch.device("cpu")
 
 
+def cuda_determinism(device, on: bool) -> None:
+    """Deterministic GPU kernels (see training.deterministic): cuDNN's fixed algorithms, and cuBLAS's
+    fixed workspace, which must be chosen before its first handle, i.e. before the first matmul."""
+    import torch
+    if device.type != "cuda" or not on:
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    # warn_only: an op with no deterministic kernel warns instead of stopping the run
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def env_threads(configured: int | None, device, cpu_share: int) -> int:
     """Procgen's stepping threads for one rank: `configured`, or (None = auto) 0 on a CPU rank (its
     cores train the network) and the rank's CPU share on a GPU rank with more than one core (the

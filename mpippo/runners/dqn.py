@@ -37,7 +37,7 @@ from mpippo.layout.learner import Learner, agent_folder
 from mpippo.models import DuelingQNetwork
 from mpippo.models.flat import flatten_parameters_
 from mpippo.preemption import SignalFlags
-from mpippo.runctl import pick_device, threads_per_rank
+from mpippo.runctl import cuda_determinism, pick_device, threads_per_rank
 from mpippo.selfplay import ActorHook, LearnerHook, OpponentCache
 
 
@@ -101,6 +101,7 @@ class ApeXDQN:
         if self.is_learner:
             try:
                 self.device = pick_device(self.cfg.training.device, self.agent.index)
+                cuda_determinism(self.device, self.cfg.training.deterministic)
                 if resume:
                     state = self.read_checkpoint()
                     outcome = {"steps": int(state["timesteps"]), "resumes": int(state.get("resumes", 0)) + 1}

@@ -28,7 +28,7 @@ from mpippo.envs import make_env, rank_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
 from mpippo.preemption import SignalFlags
-from mpippo.runctl import Deadline, EpisodeWindow, env_threads, pick_device, threads_per_rank
+from mpippo.runctl import Deadline, EpisodeWindow, cuda_determinism, env_threads, pick_device, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
@@ -44,6 +44,7 @@ class SyncPPO:
         t = cfg.training
         warn = print if world.is_root else (lambda *a, **k: None)  # one warning per job, not per rank
         self.device = pick_device(t.device, world.local_rank, warn)
+        cuda_determinism(self.device, t.deterministic)
         self.threads = threads_per_rank(cfg.parallel.threads_per_rank, world.local_size)
         torch.set_num_threads(self.threads)
         cfg.parallel.threads_per_rank = self.threads
