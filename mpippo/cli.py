@@ -174,7 +174,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
         print(f"mpippo: {verb}: ppo on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
-              f"{trainer.threads} thread(s)/rank, device {trainer.device}"
+              f"{trainer.threads} thread(s)/rank, device {trainer.device}, {cfg.training.precision} ({trainer.precision_why})"
               f"{f', {trainer.env_threads} procgen thread(s)/rank' if trainer.env_threads else ''}; output {run_dir}",
               flush=True)
     try:

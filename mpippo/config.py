@@ -112,7 +112,7 @@ class TrainingConfig:
     reward_norm: str = _f("step", "step: the running std is updated every env step with every rank's envs and each step's rewards are scaled by the statistics up to that step, as baselines' VecNormalize (one Allreduce of 3 x n_steps numbers per rollout) | rollout: updated once per rollout, which then is scaled as a whole.")
     device: str = _f("cpu", "cpu | cuda | auto. cuda picks the GPU from the local rank.")
     deterministic: bool = _f(True, "On a GPU: deterministic cuDNN and cuBLAS kernels, so that a resumed run continues bit for bit (the default kernels sum in a varying order: measured on an H100, a resume drifted by 2e-3 within 4 updates); false: the fastest kernels. CPU runs are deterministic either way.")
-    precision: str = _f("fp32", "fp32 | bf16. bf16 runs the network's forward and backward under autocast (CPUs with AVX-512 BF16/AMX, GPUs); parameters, optimizer and losses stay fp32.")
+    precision: str = _f("auto", "auto | fp32 | bf16. bf16 runs the network's forward and backward under autocast; parameters, optimizer and losses stay fp32. auto: bf16 where the hardware computes it natively (CPU flag avx512_bf16 or amx_bf16, GPU compute capability >= 8.0; for sync PPO on every rank), else fp32. The start-up line, config.yaml and benchmark_metrics.json say which ran and why.")
 
 
 @dataclass
@@ -408,8 +408,8 @@ def _check_choices(cfg: Config) -> list[str]:
         errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo, dqn")
     if cfg.selfplay.enabled and t.algo != "dqn":
         errs.append(f"selfplay.enabled: self-play runs in the DQN learner layout, training.algo is '{t.algo}'; allowed: dqn")
-    if t.precision not in ("fp32", "bf16"):
-        errs.append(f"training.precision: '{t.precision}' is not one of fp32, bf16")
+    if t.precision not in ("auto", "fp32", "bf16"):
+        errs.append(f"training.precision: '{t.precision}' is not one of auto, fp32, bf16")
     if t.adv_norm not in ("minibatch", "rollout"):
         errs.append(f"training.adv_norm: '{t.adv_norm}' is not one of minibatch, rollout")
     if t.reward_norm not in ("step", "rollout"):

@@ -37,7 +37,7 @@ from mpippo.layout.learner import Learner, agent_folder
 from mpippo.models import DuelingQNetwork
 from mpippo.models.flat import flatten_parameters_
 from mpippo.preemption import SignalFlags
-from mpippo.runctl import cuda_determinism, pick_device, threads_per_rank
+from mpippo.runctl import bf16_native, cuda_determinism, pick_device, resolve_precision, threads_per_rank
 from mpippo.selfplay import ActorHook, LearnerHook, OpponentCache
 
 
@@ -84,9 +84,20 @@ class ApeXDQN:
         self.layout = ChunkLayout(d.chunk_size, chunk_fields(self.agent.obs_shape),
                                   results_rows=sp.pool_size + 4 if sp else 0, episode_capacity=max(d.chunk_size, num_envs))
         self.resume_state = self.resume_point(resume)
+        self.precision_why = self.settle_precision()
         if self.is_learner and self.algo.replay_bytes() > 0.9 * psutil.virtual_memory().available:
             raise ConfigError(f"dqn.buffer_size: {d.buffer_size} transitions need {self.algo.replay_bytes() / 2**30:.1f} "
                               f"GiB, more than the {psutil.virtual_memory().available / 2**30:.1f} GiB available; lower it")
+
+    def settle_precision(self) -> str:
+        """training.precision made concrete for this rank's own device (auto -> bf16 | fp32): a
+        learner on a GPU and actors on CPUs may differ; nothing requires them to compute alike."""
+        t = self.cfg.training
+        native, evidence = bf16_native(getattr(self, "device", None) or torch.device("cpu"))
+        t.precision, why, warning = resolve_precision(t.precision, native, evidence)
+        if warning and self.world.is_root:
+            print(warning, flush=True)
+        return why
 
     def new_net(self) -> DuelingQNetwork:
         m = self.cfg.model
@@ -170,7 +181,7 @@ class ApeXDQN:
         a.run_dir.mkdir(parents=True, exist_ok=True)
         d = cfg.dqn
         verb = f"resuming at {a.steps_before:,} env steps, {learner.c['updates']:,} updates{note}" if a.resumes else "starting"
-        print(f"mpippo: agent {a.index}: {verb}: learner on {device}, {self.num_actors} actor(s) x {a.num_envs} envs, "
+        print(f"mpippo: agent {a.index}: {verb}: learner on {device} in {cfg.training.precision} ({self.precision_why}), {self.num_actors} actor(s) x {a.num_envs} envs, "
               f"replay {d.buffer_size:,} transitions = {self.algo.replay_bytes() / 2**30:.2f} GiB, epsilons "
               f"{', '.join(f'{e:.4f}' for e in self.algo.epsilons)}", flush=True)
         return learner.run(signals)

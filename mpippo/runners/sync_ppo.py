@@ -28,7 +28,8 @@ from mpippo.envs import make_env, rank_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
 from mpippo.preemption import SignalFlags
-from mpippo.runctl import Deadline, EpisodeWindow, cuda_determinism, env_threads, pick_device, threads_per_rank
+from mpippo.runctl import Deadline, EpisodeWindow, bf16_native, cuda_determinism, env_threads, pick_device
+from mpippo.runctl import resolve_precision, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
@@ -45,6 +46,7 @@ class SyncPPO:
         warn = print if world.is_root else (lambda *a, **k: None)  # one warning per job, not per rank
         self.device = pick_device(t.device, world.local_rank, warn)
         cuda_determinism(self.device, t.deterministic)
+        self.precision_why = self._settle_precision(warn)
         self.threads = threads_per_rank(cfg.parallel.threads_per_rank, world.local_size)
         torch.set_num_threads(self.threads)
         cfg.parallel.threads_per_rank = self.threads
@@ -90,6 +92,19 @@ class SyncPPO:
         self.timer = PhaseTimer()
 
     # ---- state ----
+    def _settle_precision(self, warn) -> str:
+        """training.precision made concrete (auto -> bf16 | fp32) and the same on every rank: the
+        replicas must compute alike, so auto takes bf16 only if every rank has it natively."""
+        t = self.cfg.training
+        native, evidence = bf16_native(self.device)
+        lacking = int(self.world.agree([0 if native else 1])[0])  # a rank without it vetoes auto
+        if lacking and native:
+            evidence += ", but not on every rank"
+        t.precision, why, warning = resolve_precision(t.precision, native and not lacking, evidence)
+        if warning:
+            warn(warning)
+        return why
+
     def model_spec(self) -> dict:
         return {"obs_shape": list(self.env.obs_shape), "num_actions": int(self.env.num_actions),
                 "channels": list(self.cfg.model.channels), "hidden_size": self.cfg.model.hidden_size}
@@ -299,6 +314,7 @@ class SyncPPO:
             reporter = Reporter(cfg, self.run_dir, world.size, hosts, self.global_step, self.iteration,
                                 t.total_timesteps, cfg.logging.progress)
             reporter.extra = {"device_used": str(self.device), "env_threads": self.env_threads,
+                              "precision_why": self.precision_why,
                               "allreduce_bytes": int(self.grad_sync.host.numel() * 4),
                               "allreduce_calls_per_iteration": t.n_epochs * t.num_minibatches}
         signals = signals or SignalFlags()

@@ -5,6 +5,7 @@ import torch
 import yaml
 
 from conftest import metrics, ok, trainer
+from mpippo import runctl
 
 SMOKE = ["--config", "configs/smoke.yaml", "--no-progress"]
 BENCH_KEYS = {"algo", "env", "world_size", "num_envs_per_rank", "total_timesteps", "duration_s", "fps",
@@ -31,6 +32,10 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps):
     assert m["fps"] > 0 and m["duration_s"] > 0 and m["finished"] is True
     assert len(m["hostnames"]) == world_size
     assert m["host_allocator"] == "retain"  # run_mpi.py set glibc up to keep freed memory (mpippo/hostmem.py)
+    # precision auto became what this machine computes natively, with the evidence, in config and metrics
+    native, evidence = runctl.bf16_native(torch.device("cpu"))
+    assert m["precision"] == cfg["training"]["precision"] == ("bf16" if native else "fp32")
+    assert m["precision_why"] == f"auto: {evidence}"
 
     ckpt = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
     for key in ("model", "optimizer", "timesteps", "iteration", "config", "world_size"):
@@ -53,6 +58,7 @@ def test_two_ranks_write_every_output(tmp_path):
     run_dir = tmp_path / "run"
     res = ok(trainer(2, SMOKE + ["--output-dir", str(run_dir)]))
     assert "run finished" in res.stdout and "steps/s" in res.stdout
+    assert "bf16 (auto: CPU flag" in res.stdout or "fp32 (auto: no avx512_bf16/amx_bf16 CPU flag)" in res.stdout
     check_outputs(run_dir, world_size=2, envs_per_rank=4, timesteps=512)
 
 

@@ -106,6 +106,7 @@ def make_trainer(tmp_path, **training):
             ("model", "hidden_size", 32), ("training", "n_steps", 32), ("training", "n_epochs", 2),
             ("training", "num_minibatches", 4), ("training", "gamma", GAMMA), ("training", "gae_lambda", LAM),
             ("training", "learning_rate", 3e-3), ("training", "normalize_reward", True),
+            ("training", "precision", "fp32"),  # the formulas, compared in fp32 whatever the hardware
             *[("training", k, v) for k, v in training.items()]]
     cfg = C.resolve(C.build({}, over, 1), 1)
     return SyncPPO(cfg, World(), tmp_path, None), cfg.training

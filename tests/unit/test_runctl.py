@@ -2,6 +2,7 @@
 and thread policy; and that PPO and DQN report episode_return_mean the same way."""
 import numpy as np
 import pytest
+import torch
 
 from mpippo import runctl
 from mpippo.config import ConfigError
@@ -114,3 +115,21 @@ def test_ppo_and_dqn_report_episode_return_mean_alike(tmp_path):
     learner.ingest()
     assert learner.window.mean() == pytest.approx(ppo_mean, abs=1e-9)
     assert ppo_mean == pytest.approx(returns[-100:].mean(), abs=1e-9)
+
+
+def test_bf16_native_reads_the_cpu_flags_and_the_gpu_capability():
+    cpu = torch.device("cpu")
+    assert runctl.bf16_native(cpu, {"avx2", "avx512_bf16"}) == (True, "CPU flag avx512_bf16")
+    assert runctl.bf16_native(cpu, {"amx_bf16", "avx512_bf16"})[0]
+    assert runctl.bf16_native(cpu, {"avx2", "avx512f"}) == (False, "no avx512_bf16/amx_bf16 CPU flag")
+    flags = runctl.cpu_flags()  # this machine's, read for real
+    assert runctl.bf16_native(cpu)[0] == bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def test_precision_auto_follows_the_hardware_and_explicit_values_are_honoured():
+    assert runctl.resolve_precision("auto", True, "CPU flag amx_bf16") == ("bf16", "auto: CPU flag amx_bf16", None)
+    assert runctl.resolve_precision("auto", False, "no flag") == ("fp32", "auto: no flag", None)
+    assert runctl.resolve_precision("fp32", True, "x") == ("fp32", "set in the config", None)
+    prec, _, warning = runctl.resolve_precision("bf16", False, "no avx512_bf16/amx_bf16 CPU flag")
+    assert prec == "bf16" and "slower than fp32" in warning and "no avx512_bf16" in warning
+    assert runctl.resolve_precision("bf16", True, "x")[2] is None
