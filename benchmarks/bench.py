@@ -302,6 +302,10 @@ def main() -> int:
         print(f"  GPU: 1 rank {g['precision']} {g['fps']:.1f} steps/s"
               + (f" = {g['fps'] / two['fps']:.2f}x the 2-rank CPU fp32 run" if two else "")
               + (f", {g['vs_cleanrl']:.2f}x CleanRL stock (on the CPU)" if cleanrl else ""))
+    default = default_row(bf, two)
+    if default and cleanrl:
+        print(f"  6. the default config ({default['why']}): {default['fps']:.1f} steps/s = "
+              f"{default['vs_cleanrl']:.2f}x CleanRL stock")
     if sysm and two:
         print(f"  kept freed memory: {two['fps'] / sysm['fps']:.2f}x the steps/s of malloc as is + THP at 2 ranks "
               f"({sysm['fps']:.1f} -> {two['fps']:.1f}); peak {sysm['peak_rss_mb_per_rank']:.0f} -> "
@@ -312,10 +316,22 @@ def main() -> int:
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
               "cpu": cpu_model(), "cores": cores, "torch": torch.__version__,
               "mpi": mpi_library(), "settings": vars(args) | {"out": None},
-              "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows}
+              "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows, "default": default}
     out = write_result(result, out=args.out)
     print(f"bench: wrote {out}")
     return 0
+
+
+def default_row(bf: dict | None, fp32: dict | None) -> dict | None:
+    """The run that the default config (training.precision auto) would be on this CPU, and why."""
+    import torch
+    from mpippo import runctl
+    native, evidence = runctl.bf16_native(torch.device("cpu"))
+    row = bf if native else fp32
+    if row is None:
+        return None
+    return {"precision": row["precision"], "why": f"precision auto -> {row['precision']}: {evidence}",
+            "fps": row["fps"], "vs_cleanrl": row.get("vs_cleanrl")}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ def test_bench_prints_the_table_and_writes_its_result(tmp_path):
     rows = {(x["ranks"], x["host_allocator"]): x for x in r["results"]}
     assert set(rows) == {(1, "retain"), (1, "system")}
     assert r["ceilings"]["fp32"]["alone"]["host_allocator"] == "retain"
+    # the default's row: fp32 here unless this CPU computes bf16 natively (then the bf16 run, not made here)
+    from mpippo import runctl
+    native = runctl.bf16_native(__import__("torch").device("cpu"))[0]
+    assert (r["default"] is None) if native else (r["default"]["precision"] == "fp32")
     # measured before and after the runs; the higher ceiling is the one used
     c, other = r["ceilings"]["fp32"], r["ceilings"]["fp32"]["other_measurement"]
     assert "component costs (fp32) again, after the runs" in res.stdout
