@@ -34,6 +34,15 @@ def mpi_env() -> dict:
     return env
 
 
+def terminal_env(env: dict) -> dict:
+    """Tell the ranks that a person watches: their stderr is mpirun's pipe, so tqdm would stay
+    silent, though mpirun forwards everything to this terminal (MPIPPO_TTY, and its width)."""
+    if sys.stderr.isatty() or env.get("MPIPPO_TTY") == "1":
+        env["MPIPPO_TTY"] = "1"
+        env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
+    return env
+
+
 def mpirun_command(ranks: int, argv: list[str], threads: int = 1) -> tuple[list[str], dict]:
     """(command, environment) for `mpirun -n ranks python argv...`; when ranks x threads exceed the
     cores, ranks may share cores (oversubscribed) and are not bound (binding would stack them)."""
@@ -147,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
            str(ROOT / "run_mpi.py"), *trainer_args]
     # own session: a Ctrl-C at the terminal reaches only this launcher, which relays it gently
     try:
-        proc = subprocess.Popen(cmd, env=mpi_env(), start_new_session=True)
+        proc = subprocess.Popen(cmd, env=terminal_env(mpi_env()), start_new_session=True)
     except OSError as e:
         sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")
         return 2

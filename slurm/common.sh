@@ -16,7 +16,8 @@ set -uo pipefail
 # is relayed as SIGUSR2 ("checkpoint and stop"): mpirun would kill the ranks on a TERM. A signal
 # that comes before the trainer runs is kept, and one in the trainer's first seconds is sent a
 # little later (5 s): the ranks' interpreters install their handlers well within it.
-PID="" STARTED=0 PENDING=()
+# (a script that sourced this file may have kept signals from before: suite_member.sh)
+PID="" STARTED=0 PENDING=(${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"})
 send_later() { ( sleep 5; kill "-$1" "$PID" 2>/dev/null ) & }
 forward() {
     if [ -z "$PID" ]; then PENDING+=("$1")

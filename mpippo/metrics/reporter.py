@@ -5,6 +5,7 @@ them to rank 0, which turns them into count-weighted means over ranks.
 """
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -73,7 +74,8 @@ class Reporter:
             from tqdm import tqdm
             self.bar = tqdm(total=total_timesteps, initial=start_step, unit="step", unit_scale=True,
                             dynamic_ncols=True, file=sys.stderr, smoothing=0.1, mininterval=1.0,
-                            disable=None)
+                            # on a terminal only; under mpirun the launcher says whether there is one
+                            disable=False if os.environ.get("MPIPPO_TTY") == "1" else None)
 
     def progress(self, global_step: int) -> None:
         if self.bar is not None:

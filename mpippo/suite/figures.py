@@ -1,0 +1,100 @@
+"""The suite report's figures: each game's curves over the paper's, and the aggregate scores."""
+from __future__ import annotations
+
+import io
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from mpippo.checkpoint import atomic_write_bytes
+from mpippo.suite.report import ROOT
+from mpippo.suite.spec import Suite
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    _plt().close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def member_curves(suite: Suite) -> dict:
+    """{(variant, game): [(steps, returns), ...]} of every member that has logged a return."""
+    sys.path.insert(0, str(ROOT / "analysis"))
+    from runs import NotARun, load_runs
+    out = {}
+    for m in suite.members():
+        try:
+            runs = load_runs(m.folder)
+        except NotARun:
+            continue
+        for r in runs:
+            if len(r.curve_steps):
+                out.setdefault((m.variant, m.game), []).append((r.curve_steps, r.curve_returns))
+    return out
+
+
+def curves(suite: Suite, ref: dict, path: Path) -> dict:
+    """One panel per game: each member thin, each variant's seed mean thick, the paper's PPO mean
+    dashed with its +-1 std band behind. Returns {game: reference points drawn}."""
+    plt = _plt()
+    data = member_curves(suite)
+    cols = min(4, len(suite.games))
+    rows = math.ceil(len(suite.games) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    drawn = {}
+    for ax, game in zip(axes.flat, suite.games):
+        reached = max((c[0][-1] for (v, g), cs in data.items() if g == game for c in cs), default=suite.budget)
+        if game in ref:
+            steps, mean, std = ref[game]
+            keep = steps <= max(reached * 1.05, steps[0])
+            ax.fill_between(steps[keep], (mean - std)[keep], (mean + std)[keep], color="grey", alpha=0.3, lw=0)
+            ax.plot(steps[keep], mean[keep], "k--o", ms=3, lw=1, label="paper PPO (+-1 std)")
+            drawn[game] = int(keep.sum())
+        for k, variant in enumerate(suite.variants):
+            cs = data.get((variant, game), [])
+            for s, r in cs:
+                ax.plot(s, r, color=f"C{k}", alpha=0.3, lw=0.7)
+            if cs:
+                grid = np.linspace(0, min(c[0][-1] for c in cs), 100)
+                avg = np.mean([np.interp(grid, s, r) for s, r in cs], axis=0)
+                ax.plot(grid, avg, color=f"C{k}", lw=2, label=f"{variant} ({len(cs)} seed{'s' * (len(cs) > 1)})")
+        ax.set_title(game, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="upper left")
+    for ax in list(axes.flat)[len(suite.games):]:
+        ax.axis("off")
+    fig.supxlabel("env steps", fontsize=9)
+    fig.supylabel("mean return, last 100 episodes", fontsize=9)
+    fig.suptitle(f"suite {suite.name} ({suite.distribution_mode}) against the Procgen paper", fontsize=11)
+    fig.tight_layout()
+    _save(fig, path)
+    return drawn
+
+
+def aggregate(agg: dict, path: Path) -> None:
+    """IQM and mean normalized score per variant with their 95% intervals."""
+    plt = _plt()
+    variants = list(agg["variants"])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 1.2 + 0.5 * len(variants)), squeeze=False)
+    for ax, key in zip(axes[0], ("iqm", "mean")):
+        for i, v in enumerate(variants):
+            a = agg["variants"][v]
+            lo, hi = a[f"{key}_ci"]
+            ax.plot([lo, hi], [i, i], color=f"C{i}", lw=6, alpha=0.5, solid_capstyle="butt")
+            ax.plot([a[key]], [i], "k|", ms=14)
+        ax.set_yticks(range(len(variants)), variants)
+        ax.set_title(f"{key.upper() if key == 'iqm' else 'mean'} normalized score (95% CI)", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)

@@ -1,0 +1,177 @@
+"""A suite's report against the Procgen paper: curves, final returns, normalized scores, and the
+suite-level statistics of rliable (IQM and mean with stratified-bootstrap 95% intervals,
+probability of improvement between variants). Writes report.md, report.json and PNG figures,
+each atomically; a partial suite is reported on what is done, and report.md lists what is missing.
+
+Normalized score = (R - R_min) / (R_max - R_min) with the Procgen paper's per-game constants
+(Cobbe et al. 2020, table of normalization constants; easy and hard differ).
+"""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from mpippo.checkpoint import atomic_write_bytes
+from mpippo.suite import state
+from mpippo.suite.spec import Suite
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+REFERENCE = ROOT / "analysis" / "data" / "reference" / "procgen_ppo_curves.csv"
+# (R_min, R_max) per game and mode, from the Procgen paper
+NORMALIZATION = {
+    "easy": {"bigfish": (1, 40), "bossfight": (0.5, 13), "caveflyer": (3.5, 12), "chaser": (0.5, 13),
+             "climber": (2, 12.6), "coinrun": (5, 10), "dodgeball": (1.5, 19), "fruitbot": (-1.5, 32.4),
+             "heist": (3.5, 10), "jumper": (3, 10), "leaper": (3, 10), "maze": (5, 10), "miner": (1.5, 13),
+             "ninja": (3.5, 10), "plunder": (4.5, 30), "starpilot": (2.5, 64)},
+    "hard": {"bigfish": (0, 40), "bossfight": (0.5, 13), "caveflyer": (2, 13.4), "chaser": (0.5, 14.2),
+             "climber": (1, 12.6), "coinrun": (5, 10), "dodgeball": (1.5, 19), "fruitbot": (-0.5, 27.2),
+             "heist": (2, 10), "jumper": (1, 10), "leaper": (1.5, 10), "maze": (4, 10), "miner": (1.5, 20),
+             "ninja": (2, 10), "plunder": (3, 30), "starpilot": (1.5, 35)},
+}
+
+
+def normalized(game: str, mode: str, value: float) -> float:
+    lo, hi = NORMALIZATION[mode][game]
+    return (value - lo) / (hi - lo)
+
+
+def reference(mode: str) -> dict:
+    """{game: (steps, mean, std)}: the paper's PPO curves, all levels (analysis/parity.py reads them)."""
+    sys.path.insert(0, str(ROOT / "analysis"))
+    from parity import reference_curves
+    return reference_curves(REFERENCE, mode=mode, levels="all", split="train")
+
+
+def paper_at(ref: dict, game: str, step: int) -> tuple[float, float] | tuple[None, None]:
+    """The paper's mean and std at `step`, interpolated between its samples; None before its first."""
+    if game not in ref:
+        return None, None
+    steps, mean, std = ref[game]
+    if step < steps[0] * 0.98:
+        return None, None
+    return float(np.interp(step, steps, mean)), float(np.interp(step, steps, std))
+
+
+def collect(suite: Suite) -> tuple[list[dict], list[str]]:
+    """One row per member with a final return (done members), and the others with the reason."""
+    rows, missing = [], []
+    for m in suite.members():
+        met = state.metrics(m)
+        if not state.finished(m, suite.budget):
+            missing.append(f"{m.key} (not done)")
+            continue
+        if met.get("episode_return_mean") is None:
+            missing.append(f"{m.key} (done, but no episode finished)")
+            continue
+        ret = float(met["episode_return_mean"])
+        rows.append({"variant": m.variant, "game": m.game, "seed": m.seed, "steps": int(met["total_timesteps"]),
+                     "return": ret, "normalized": normalized(m.game, suite.distribution_mode, ret),
+                     "folder": str(m.folder)})
+    return rows, missing
+
+
+def per_game(rows: list[dict], ref: dict) -> list[dict]:
+    """Mean and std over seeds per (variant, game), beside the paper at the same step."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["variant"], r["game"])].append(r)
+    out = []
+    for (variant, game), rs in sorted(groups.items()):
+        vals = np.array([r["return"] for r in rs])
+        step = min(r["steps"] for r in rs)
+        p_mean, p_std = paper_at(ref, game, step)
+        out.append({"variant": variant, "game": game, "seeds": len(rs), "step": step, "mean": float(vals.mean()),
+                    "std": float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
+                    "normalized": float(np.mean([r["normalized"] for r in rs])), "paper_mean": p_mean,
+                    "paper_std": p_std})
+    return out
+
+
+def score_matrices(rows: list[dict]) -> tuple[dict, list[str]]:
+    """{variant: (runs x games) normalized scores} over the games every variant has complete with
+    the same number of seeds (rliable needs a rectangle), and those games."""
+    by = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by[r["variant"]][r["game"]].append(r["normalized"])
+    variants = sorted(by)
+    games = sorted(set.intersection(*(set(by[v]) for v in variants))) if variants else []
+    seeds = {v: min((len(by[v][g]) for g in games), default=0) for v in variants}
+    mats = {v: np.array([[by[v][g][i] for g in games] for i in range(seeds[v])]) for v in variants if seeds[v]}
+    return mats, games
+
+
+def aggregates(mats: dict, reps: int) -> dict:
+    """IQM and mean normalized score with stratified-bootstrap 95% CIs, and the probability of
+    improvement of each variant over each other one, by rliable."""
+    from rliable import library as rly
+    from rliable import metrics
+    if not mats:
+        return {}
+    fn = lambda s: np.array([metrics.aggregate_iqm(s), metrics.aggregate_mean(s)])  # noqa: E731
+    point, ci = rly.get_interval_estimates(mats, fn, reps=reps)
+    out = {"variants": {v: {"iqm": float(point[v][0]), "iqm_ci": [float(x) for x in ci[v][:, 0]],
+                            "mean": float(point[v][1]), "mean_ci": [float(x) for x in ci[v][:, 1]]} for v in mats}}
+    pairs = {f"{a},{b}": (mats[a], mats[b]) for a in mats for b in mats if a < b}  # P(b > a) = 1 - P(a > b)
+    if pairs:
+        p, pci = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps)
+        out["probability_of_improvement"] = {k: {"p": float(p[k]), "ci": [float(x) for x in np.ravel(pci[k])]}
+                                             for k in pairs}
+    return out
+
+
+def main(suite: Suite, out: str | None, reps: int) -> int:
+    out_dir = Path(out) if out else suite.folder / "report"
+    ref = reference(suite.distribution_mode)
+    rows, missing = collect(suite)
+    games = per_game(rows, ref)
+    mats, common = score_matrices(rows)
+    agg = aggregates(mats, reps)
+    from mpippo.suite import figures
+    drawn = figures.curves(suite, ref, out_dir / "curves.png")
+    if agg:
+        figures.aggregate(agg, out_dir / "aggregate.png")
+    result = {"suite": suite.name, "mode": suite.distribution_mode, "budget": suite.budget, "members": rows,
+              "games": games, "aggregate_games": common, "aggregate": agg, "missing": missing,
+              "reference_drawn": drawn}
+    atomic_write_bytes(out_dir / "report.json", (json.dumps(result, indent=1) + "\n").encode())
+    text = markdown(suite, result)
+    atomic_write_bytes(out_dir / "report.md", text.encode())
+    print(text)
+    print(f"suite {suite.name}: report in {out_dir} (report.md, report.json, curves.png"
+          f"{', aggregate.png' if agg else ''})")
+    return 0
+
+
+def markdown(suite: Suite, r: dict) -> str:
+    f = io.StringIO()
+    total = len(suite.members())
+    f.write(f"# Suite {suite.name}\n\n{suite.distribution_mode} mode, {suite.budget:,} steps per member, "
+            f"{total - len(r['missing'])} of {total} members done.\n\n")
+    f.write("## Final return per game (last 100 episodes; mean +- std over seeds)\n\n")
+    f.write("| variant | game | seeds | step | return | paper (same step) | normalized |\n|---|---|---|---|---|---|---|\n")
+    for g in r["games"]:
+        paper = "-" if g["paper_mean"] is None else f"{g['paper_mean']:.2f} +- {g['paper_std']:.2f}"
+        f.write(f"| {g['variant']} | {g['game']} | {g['seeds']} | {g['step']:,} | {g['mean']:.2f} +- {g['std']:.2f} | "
+                f"{paper} | {g['normalized']:.3f} |\n")
+    if r["aggregate"]:
+        f.write(f"\n## Normalized score over {len(r['aggregate_games'])} games (rliable, 95% stratified-bootstrap CIs)\n\n"
+                "| variant | IQM | IQM 95% CI | mean | mean 95% CI |\n|---|---|---|---|---|\n")
+        for v, a in r["aggregate"]["variants"].items():
+            f.write(f"| {v} | {a['iqm']:.3f} | [{a['iqm_ci'][0]:.3f}, {a['iqm_ci'][1]:.3f}] | {a['mean']:.3f} | "
+                    f"[{a['mean_ci'][0]:.3f}, {a['mean_ci'][1]:.3f}] |\n")
+        for pair, p in r["aggregate"].get("probability_of_improvement", {}).items():
+            a, b = pair.split(",")
+            f.write(f"\nP({a} > {b}) = {p['p']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]")
+        f.write("\n")
+    f.write("\n![curves against the paper](curves.png)\n")
+    if r["aggregate"]:
+        f.write("\n![aggregate normalized scores](aggregate.png)\n")
+    if r["missing"]:
+        f.write(f"\n## Missing ({len(r['missing'])} members without a final return: left out above)\n\n"
+                + "".join(f"- {k}\n" for k in r["missing"]))
+    return f.getvalue()

@@ -1,0 +1,176 @@
+"""A suite file: games x seeds x variants of one base config, each member its own run folder.
+
+    name: procgen_easy_16
+    base_config: configs/ppo_procgen.yaml
+    games: [bigfish, bossfight, ...]
+    seeds: [1, 2, 3]
+    budget: 25000000          # env steps per member
+    ranks: 8                  # MPI ranks per member (one array element)
+    cpus_per_rank: 1
+    gpus_per_rank: 0
+    time: "24:00:00"          # Slurm time limit per element; it requeues itself and resumes beyond it
+    distribution_mode: easy
+    variants:                 # name -> --set overrides (an empty list: the base config as it is)
+      default: []
+      bf16: [training.precision=bf16]
+
+Member i's folder: <root>/suites/<name>/<variant>/<game>/seed_<s>, its console log beside it
+(seed_<s>.log). Everything is checked when the file is read, the variants' overrides against
+the config schema too, so a bad suite is one line before anything is submitted.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpippo import config as C
+
+PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
+                 "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
+KEYS = {"name": str, "base_config": str, "games": list, "seeds": list, "budget": int, "ranks": int,
+        "cpus_per_rank": int, "gpus_per_rank": int, "time": str, "distribution_mode": str, "variants": dict}
+DEFAULTS = {"cpus_per_rank": 1, "gpus_per_rank": 0, "time": "24:00:00", "distribution_mode": "easy",
+            "variants": {"default": []}}
+SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class SuiteError(C.ConfigError):
+    """Bad suite input: one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Member:
+    index: int
+    variant: str
+    game: str
+    seed: int
+    folder: Path
+    args: tuple[str, ...]  # the trainer's options for a fresh start
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/{self.game}/seed_{self.seed}"
+
+    @property
+    def log(self) -> Path:
+        return self.folder.with_name(self.folder.name + ".log")
+
+
+@dataclass(frozen=True)
+class Suite:
+    path: Path
+    name: str
+    base_config: str
+    games: tuple[str, ...]
+    seeds: tuple[int, ...]
+    budget: int
+    ranks: int
+    cpus_per_rank: int
+    gpus_per_rank: int
+    time: str
+    distribution_mode: str
+    variants: dict
+    root: Path
+
+    @property
+    def folder(self) -> Path:
+        return self.root / "suites" / self.name
+
+    def members(self) -> list[Member]:
+        """Variant-major, then game, then seed: the same file always gives the same order."""
+        out = []
+        for variant, overrides in self.variants.items():
+            for game in self.games:
+                for seed in self.seeds:
+                    folder = self.folder / variant / game / f"seed_{seed}"
+                    args = ("--config", self.base_config, "--set", f"env.name={game}",
+                            "--set", f"env.distribution_mode={self.distribution_mode}", "--seed", str(seed),
+                            "--total-timesteps", str(self.budget), *[a for o in overrides for a in ("--set", o)])
+                    out.append(Member(len(out), variant, game, seed, folder, args))
+        return out
+
+
+def load(path: str | Path, root: str | Path = "runs") -> Suite:
+    """The suite at `path` (a file, or a name under configs/suites/), checked; SuiteError if bad."""
+    path = _find(Path(path))
+    try:
+        data = C.load_yaml(path)
+    except C.ConfigError as e:
+        raise SuiteError(f"suite {e.errors[0]}") from None
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise SuiteError(f"suite '{path}': unknown key '{unknown[0]}' (allowed: {', '.join(KEYS)})")
+    data = {**DEFAULTS, **data}
+    for key, kind in KEYS.items():
+        if key not in data:
+            raise SuiteError(f"suite '{path}': '{key}' is missing")
+        if not isinstance(data[key], kind) or isinstance(data[key], bool):
+            raise SuiteError(f"suite '{path}': {key}: expected {kind.__name__}, got {C.show(data[key])}")
+    suite = Suite(path, data["name"], data["base_config"], tuple(data["games"]), tuple(data["seeds"]), data["budget"],
+                  data["ranks"], data["cpus_per_rank"], data["gpus_per_rank"], data["time"],
+                  data["distribution_mode"], dict(data["variants"]), Path(root).resolve())
+    _check(suite)
+    return suite
+
+
+def _find(path: Path) -> Path:
+    if path.is_file():
+        return path
+    for candidate in (Path("configs/suites") / f"{path}.yaml", Path("configs/suites") / path):
+        if candidate.is_file():
+            return candidate
+    raise SuiteError(f"suite '{path}': no such file (nor configs/suites/{path}.yaml)")
+
+
+def _check(s: Suite) -> None:
+    """Every value in range, and every variant a valid config: the first problem, one line."""
+    where = f"suite '{s.path}'"
+    if not SLUG.match(s.name):
+        raise SuiteError(f"{where}: name: {C.show(s.name)} must be letters, digits, '_', '.', '-' (a folder name)")
+    for g in s.games:
+        if g not in PROCGEN_GAMES:
+            raise SuiteError(f"{where}: games: {C.show(g)} is not a Procgen game ({', '.join(PROCGEN_GAMES)})")
+    if not s.games or len(set(s.games)) != len(s.games):
+        raise SuiteError(f"{where}: games: give each game once, at least one")
+    if not s.seeds or len(set(s.seeds)) != len(s.seeds) or not all(type(x) is int and 0 <= x < 2**31 for x in s.seeds):
+        raise SuiteError(f"{where}: seeds: distinct integers in [0, 2^31), at least one; got {C.show(list(s.seeds))}")
+    for key, low in (("budget", 1), ("ranks", 1), ("cpus_per_rank", 1), ("gpus_per_rank", 0)):
+        if getattr(s, key) < low:
+            raise SuiteError(f"{where}: {key}: must be >= {low}, got {getattr(s, key)}")
+    if not re.match(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$", s.time):
+        raise SuiteError(f"{where}: time: {C.show(s.time)} is not a Slurm time limit (e.g. 24:00:00 or 1-00:00:00)")
+    if s.distribution_mode not in ("easy", "hard"):
+        raise SuiteError(f"{where}: distribution_mode: {C.show(s.distribution_mode)} is not one of easy, hard")
+    if not s.variants:
+        raise SuiteError(f"{where}: variants: at least one (default: [] runs the base config as it is)")
+    for name, overrides in s.variants.items():
+        if not isinstance(name, str) or not SLUG.match(name):
+            raise SuiteError(f"{where}: variants: name {C.show(name)} must be letters, digits, '_', '.', '-'")
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise SuiteError(f"{where}: variants.{name}: a list of 'section.key=value' strings, got {C.show(overrides)}")
+        _check_variant(s, name, overrides)
+
+
+def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
+    """The member config of this variant, built as the trainer will build it (schema, ranges)."""
+    try:
+        sets = [C.parse_override(o) for o in overrides]
+        sets += [("env", "name", s.games[0]), ("env", "distribution_mode", s.distribution_mode),
+                 ("training", "total_timesteps", s.budget)]
+        C.build(C.load_yaml(s.base_config), sets, s.ranks)
+    except C.ConfigError as e:
+        raise SuiteError(f"suite '{s.path}': variants.{name}: {e.errors[0]}") from None
+
+
+def write_manifest(path: Path, members: list[Member]) -> None:
+    """The members an array was submitted for, by array index (the member's index): the array
+    element reads its own line, so a later edit of the suite file cannot shift a pending element."""
+    from mpippo.checkpoint import atomic_write_bytes
+    rows = {m.index: {"key": m.key, "folder": str(m.folder), "args": list(m.args)} for m in members}
+    atomic_write_bytes(path, json.dumps(rows, indent=1).encode())
+
+
+def manifest_entry(path: Path, index: int) -> dict:
+    return json.loads(Path(path).read_text())[str(index)]

@@ -1,0 +1,136 @@
+"""Where each member of a suite stands: done, running, pending, stopped (resumable), failed, not started.
+
+Done is what the member's benchmark_metrics.json says (finished, with the suite's budget reached);
+running and pending are what Slurm's queue says of the array elements this suite submitted
+(submissions.jsonl); failed is a member that is neither, whose log ends in an error; stopped is
+one with a checkpoint and no error (a preempted or interrupted member: the next `run` resumes it).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from mpippo.suite.spec import Member, Suite
+
+SUBMISSIONS = "submissions.jsonl"
+ACTIVE = {"RUNNING": "running", "COMPLETING": "running", "CONFIGURING": "running", "PENDING": "pending",
+          "REQUEUED": "pending", "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending", "SUSPENDED": "pending",
+          "RESIZING": "running", "STOPPED": "pending", "SIGNALING": "running"}
+
+
+def metrics(member: Member) -> dict:
+    try:
+        return json.loads((member.folder / "benchmark_metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def finished(member: Member, budget: int) -> bool:
+    m = metrics(member)
+    return bool(m.get("finished")) and int(m.get("total_timesteps", 0)) >= budget
+
+
+def has_checkpoint(member: Member) -> bool:
+    return (member.folder / "checkpoints" / "latest.pt").is_file()
+
+
+START_MARKS = ("mpippo: job ", "mpippo: suite member ")  # the first line of each attempt (Slurm, local)
+END_MARKS = ("error", "Error", "exited with status", "bad input", "Killed", "CANCELLED", "DUE TO TIME LIMIT")
+
+
+def last_error(member: Member, slurm_outputs: list[Path] = ()) -> str:
+    """The line that says why the member's last attempt ended badly (an error line, the job script's
+    verdict, or Slurm's own CANCELLED / TIME LIMIT line in the element's output), or ''."""
+    lines = []
+    for path in [member.log, *slurm_outputs]:
+        try:
+            lines += path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+    start = max((i for i, line in enumerate(lines) if line.startswith(START_MARKS)), default=-1)
+    for line in reversed(lines[start + 1:]):
+        if any(m in line for m in END_MARKS):
+            return line.strip()[:200]
+    return ""
+
+
+def submissions(suite: Suite) -> list[dict]:
+    path = suite.folder / SUBMISSIONS
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def slurm_outputs(suite: Suite) -> dict[str, list[Path]]:
+    """{member key: [the Slurm output file of its latest array element]} (earlier attempts' lines
+    would speak of errors a resubmission has since put right)."""
+    out: dict[str, list[Path]] = {}
+    for sub in submissions(suite):
+        try:
+            rows = json.loads(Path(sub["manifest"]).read_text())
+        except (OSError, ValueError):
+            continue
+        for index, row in rows.items():
+            out[row["key"]] = [suite.folder / "slurm" / f"{sub['job']}_{index}.out"]
+    return out
+
+
+def queued(suite: Suite) -> dict[str, str]:
+    """{member key: running | pending} for the array elements of this suite still in Slurm's queue."""
+    subs = submissions(suite)
+    if not subs or not shutil.which("squeue"):
+        return {}
+    ids = ",".join(str(s["job"]) for s in subs)
+    res = subprocess.run(["squeue", "-h", "-r", "-j", ids, "-o", "%i %T"], capture_output=True, text=True, timeout=60)
+    keys = {}
+    for sub in subs:
+        try:
+            keys[str(sub["job"])] = json.loads(Path(sub["manifest"]).read_text())
+        except (OSError, ValueError):
+            continue
+    out = {}
+    for line in res.stdout.split("\n"):
+        parts = line.split()
+        if len(parts) != 2 or "_" not in parts[0]:
+            continue
+        job, index = parts[0].split("_", 1)
+        entry = keys.get(job, {}).get(index)
+        if entry and parts[1] in ACTIVE:
+            out[entry["key"]] = ACTIVE[parts[1]]
+    return out
+
+
+def table(suite: Suite) -> list[dict]:
+    """One row per member: its state, steps done, last return, and the last error line if it failed."""
+    q, outs = queued(suite), slurm_outputs(suite)
+    rows = []
+    for m in suite.members():
+        met, error = metrics(m), last_error(m, outs.get(m.key, []))
+        if finished(m, suite.budget):
+            state = "done"
+        elif m.key in q:
+            state = q[m.key]
+        elif error:
+            state = "failed"
+        elif has_checkpoint(m):
+            state = "stopped"
+        else:
+            state = "not started"
+        rows.append({"member": m.key, "index": m.index, "state": state, "steps": int(met.get("total_timesteps", 0)),
+                     "return": met.get("episode_return_mean"), "error": error if state == "failed" else ""})
+    return rows
+
+
+def print_table(suite: Suite, rows: list[dict]) -> None:
+    width = max(len(r["member"]) for r in rows)
+    print(f"suite {suite.name}: {len(rows)} members, budget {suite.budget:,} steps each ({suite.folder})")
+    print(f"{'#':>3}  {'member':<{width}}  {'state':<11} {'steps':>13}  {'return':>7}  last error")
+    for r in rows:
+        ret = "-" if r["return"] is None else f"{r['return']:.2f}"
+        print(f"{r['index']:>3}  {r['member']:<{width}}  {r['state']:<11} {r['steps']:>13,}  {ret:>7}  {r['error']}")
+    counts = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    print("summary: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
