@@ -143,6 +143,8 @@ def _check(s: Suite) -> None:
         raise SuiteError(f"{where}: time: {C.show(s.time)} is not a Slurm time limit (e.g. 24:00:00 or 1-00:00:00)")
     if s.distribution_mode not in ("easy", "hard"):
         raise SuiteError(f"{where}: distribution_mode: {C.show(s.distribution_mode)} is not one of easy, hard")
+    if not Path(s.base_config).is_file():
+        raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} is not a file (paths are from the repository root)")
     if not s.variants:
         raise SuiteError(f"{where}: variants: at least one (default: [] runs the base config as it is)")
     for name, overrides in s.variants.items():

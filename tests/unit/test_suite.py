@@ -1,0 +1,146 @@
+"""Benchmark suites without Slurm or MPI: the suite file and its refusals, the members, their state
+from metrics and logs, and the report's numbers against values computed here from the metrics files."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from mpippo.suite import report, spec, state
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "suites" / "tiny.yaml"
+
+
+def write_suite(tmp_path, **changes) -> Path:
+    data = yaml.safe_load(TINY.read_text())
+    data.update(changes)
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_shipped_suites_load_and_the_paper_suite_is_16_games_by_3_seeds():
+    big = spec.load(ROOT / "configs/suites/procgen_easy_16.yaml")
+    assert sorted(big.games) == sorted(spec.PROCGEN_GAMES) and big.seeds == (1, 2, 3) and big.budget == 25_000_000
+    assert len(big.members()) == 48
+    tiny = spec.load("tiny", ROOT / "runs")  # a name under configs/suites/
+    assert len(tiny.members()) == 2 * 2 * 2 and len(spec.load(ROOT / "configs/suites/mini.yaml").members()) == 3
+
+
+def test_members_have_stable_indices_folders_and_options(tmp_path):
+    s = spec.load(TINY, tmp_path)
+    ms = s.members()
+    assert [m.index for m in ms] == list(range(8))
+    m = ms[-1]
+    assert m.key == "lr_high/bigfish/seed_2"
+    assert m.folder == tmp_path.resolve() / "suites" / "tiny" / "lr_high" / "bigfish" / "seed_2"
+    assert m.log.name == "seed_2.log" and m.log.parent == m.folder.parent
+    args = list(m.args)
+    assert args[args.index("--seed") + 1] == "2" and "training.learning_rate=0.002" in args
+    assert args[args.index("--total-timesteps") + 1] == str(s.budget)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"games": ["starpilot", "pong"]}, "'pong' is not a Procgen game"),
+    ({"games": ["starpilot", "starpilot"]}, "give each game once"),
+    ({"seeds": [1, 1]}, "seeds: distinct integers"),
+    ({"seeds": [1, "two"]}, "seeds: distinct integers"),
+    ({"budget": 0}, "budget: must be >= 1"),
+    ({"budget": "1M"}, "budget: expected int"),
+    ({"ranks": True}, "ranks: expected int"),
+    ({"time": "forever"}, "is not a Slurm time limit"),
+    ({"distribution_mode": "medium"}, "is not one of easy, hard"),
+    ({"name": "../escape"}, "a folder name"),
+    ({"variants": {}}, "variants: at least one"),
+    ({"variants": {"x": ["training.learning_rate=-1"]}}, "variants.x: training.learning_rate"),
+    ({"variants": {"x": ["training.no_such_key=1"]}}, "variants.x:"),
+    ({"variants": {"x": "training.learning_rate=0.1"}}, "a list of 'section.key=value' strings"),
+    ({"base_config": "configs/missing.yaml"}, "base_config: 'configs/missing.yaml' is not a file"),
+    ({"colour": "blue"}, "unknown key 'colour'"),
+])
+def test_bad_suite_is_one_line_and_exit_2_before_anything_runs(tmp_path, change, needle):
+    path = write_suite(tmp_path, **change)
+    res = subprocess.run([sys.executable, "-m", "mpippo.suite", "run", str(path), "--root", str(tmp_path), "--local"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mpippo: error:") and needle in lines[0], res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "suites").exists()
+
+
+def test_missing_suite_and_bad_options_are_one_line(tmp_path):
+    for argv, needle in ((["status", "no_such_suite"], "no such file"),
+                         (["run", str(TINY), "--max-parallel", "0", "--local"], "--max-parallel: must be >= 1"),
+                         (["frobnicate"], "invalid choice")):
+        res = subprocess.run([sys.executable, "-m", "mpippo.suite", *argv, "--root", str(tmp_path)] if argv[0] != "frobnicate"
+                             else [sys.executable, "-m", "mpippo.suite", *argv], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def fake_member(m, steps, ret, finished=True, log=None):
+    m.folder.mkdir(parents=True, exist_ok=True)
+    (m.folder / "benchmark_metrics.json").write_text(json.dumps(
+        {"finished": finished, "total_timesteps": steps, "episode_return_mean": ret}))
+    if log is not None:
+        m.log.write_text(log)
+
+
+def test_state_reads_metrics_checkpoints_and_the_last_attempts_error(tmp_path):
+    s = spec.load(TINY, tmp_path)
+    ms = s.members()
+    fake_member(ms[0], s.budget, 3.0)
+    fake_member(ms[1], 256, 1.0, finished=False, log="mpippo: job 7 restart 0\nmpippo: error: training.x bad\n"
+                "mpippo: trainer exited with status 1\n")
+    fake_member(ms[2], 256, 1.0, finished=False, log="mpippo: job 7 restart 0\nmpippo: error: old problem\n"
+                "mpippo: job 9 restart 1\niter 2\n")  # the error belongs to an earlier attempt
+    (ms[2].folder / "checkpoints").mkdir()
+    (ms[2].folder / "checkpoints" / "latest.pt").write_bytes(b"x")
+    rows = {r["member"]: r for r in state.table(s)}
+    assert rows[ms[0].key]["state"] == "done"
+    assert rows[ms[1].key]["state"] == "failed" and rows[ms[1].key]["error"] == "mpippo: trainer exited with status 1"
+    assert rows[ms[2].key]["state"] == "stopped" and rows[ms[3].key]["state"] == "not started"
+    slurm_out = tmp_path / "3.out"
+    slurm_out.write_text("slurmstepd: error: *** JOB 12 ON node CANCELLED AT 2026-11-26T10:00:00 ***\n")
+    assert "CANCELLED" in state.last_error(ms[3], [slurm_out])
+
+
+def test_report_scores_match_the_metrics_files(tmp_path):
+    s = spec.load(TINY, tmp_path)
+    rng = np.random.default_rng(0)
+    returns = {m.key: float(rng.uniform(0, 30)) for m in s.members()}
+    for m in s.members()[:-1]:
+        fake_member(m, s.budget, returns[m.key])
+    last = s.members()[-1]
+    fake_member(last, s.budget // 2, 5.0, finished=False)  # a partial suite
+    assert report.main(s, None, reps=200) == 0
+    r = json.loads((s.folder / "report" / "report.json").read_text())
+    bounds = {"starpilot": (2.5, 64), "bigfish": (1, 40)}  # the Procgen paper's easy-mode constants
+    want = {k: (v - bounds[k.split("/")[1]][0]) / (bounds[k.split("/")[1]][1] - bounds[k.split("/")[1]][0])
+            for k, v in returns.items() if k != last.key}
+    got = {f"{x['variant']}/{x['game']}/seed_{x['seed']}": x["normalized"] for x in r["members"]}
+    assert got.keys() == want.keys() and all(abs(got[k] - want[k]) < 1e-12 for k in want)
+    assert r["missing"] == [f"{last.key} (not done)"]
+    # lr_high lacks a bigfish seed: the aggregate rectangle keeps 1 seed of it per game, default 2
+    default = np.array([[want[f"default/{g}/seed_{i}"] for g in sorted(bounds)] for i in (1, 2)])
+    from scipy.stats import trim_mean
+    agg = r["aggregate"]["variants"]["default"]
+    assert agg["mean"] == pytest.approx(default.mean()) and agg["iqm"] == pytest.approx(trim_mean(default.ravel(), 0.25))
+    assert agg["iqm_ci"][0] <= agg["iqm"] <= agg["iqm_ci"][1]
+    assert set(r["aggregate"]["probability_of_improvement"]) == {"default,lr_high"}
+    assert r["reference_drawn"] == {"starpilot": 1, "bigfish": 1}  # the paper's first point, at 524,288 steps
+    md = (s.folder / "report" / "report.md").read_text()
+    assert "IQM" in md and "not done" in md and (s.folder / "report" / "curves.png").stat().st_size > 10_000
+
+
+def test_paper_value_interpolates_and_is_absent_before_its_first_sample():
+    ref = report.reference("easy")
+    steps, mean, _ = ref["starpilot"]
+    assert report.paper_at(ref, "starpilot", int(steps[1]))[0] == pytest.approx(mean[1])
+    mid = report.paper_at(ref, "starpilot", int((steps[1] + steps[2]) / 2))[0]
+    assert mid == pytest.approx((mean[1] + mean[2]) / 2)
+    assert report.paper_at(ref, "starpilot", 1000) == (None, None)
