@@ -1,0 +1,66 @@
+"""What a person at a terminal sees: the launcher's live progress bar (steps, rate, ETA) although the
+ranks' stderr is mpirun's pipe, none when nobody watches, and `suite run --local` running a small
+suite member by member with the bar, then finding nothing left to run."""
+import os
+import pty
+import subprocess
+import time
+import sys
+
+import yaml
+
+from conftest import ROOT, mpi_env
+
+SMOKE = ["--config", "configs/smoke.yaml", "--total-timesteps", "1024"]
+
+
+def on_terminal(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
+    """Run `cmd` with a pseudo-terminal as its stdin/stdout/stderr; everything it printed."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the terminal is ours
+        os.chdir(ROOT)
+        os.execvpe(cmd[0], cmd, dict(mpi_env(), COLUMNS="120"))
+    out, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the child closed the terminal: it ended
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_launcher_shows_a_live_bar_on_a_terminal_and_none_on_a_pipe(tmp_path):
+    rc, out = on_terminal([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *SMOKE,
+                           "--output-dir", str(tmp_path / "tty")])
+    assert rc == 0, out[-2000:]
+    bars = [seg for seg in out.split("\r") if "step/s" in seg and "|" in seg]
+    assert len(bars) >= 2, out[-2000:]  # redrawn as it goes, not printed once at the end
+    assert "/1.02k [" in bars[-1] and "<" in bars[-1]  # steps of the total, elapsed<remaining (ETA)
+    res = subprocess.run([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *SMOKE,
+                          "--output-dir", str(tmp_path / "pipe")], cwd=ROOT, env=mpi_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0 and "step/s]" not in res.stderr + res.stdout  # nobody watches: no bar
+
+
+def test_local_suite_runs_its_members_with_the_bar_and_a_second_run_finds_nothing_to_do(tmp_path):
+    data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
+    data.update(games=["starpilot"], seeds=[1, 2], variants={"default": []}, budget=512)
+    suite = tmp_path / "small.yaml"
+    suite.write_text(yaml.safe_dump(data))
+    cmd = [sys.executable, "-m", "mpippo.suite", "run", str(suite), "--root", str(tmp_path), "--local"]
+    rc, out = on_terminal(cmd)
+    assert rc == 0, out[-3000:]
+    assert "member 1/2: default/starpilot/seed_1" in out and "member 2/2: default/starpilot/seed_2" in out
+    assert any("step/s" in seg and "|" in seg for seg in out.split("\r"))  # the bar came through
+    log = (tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_2.log").read_text()
+    assert "run finished" in log and "mpippo: finished default/starpilot/seed_2" in log
+    assert "step/s]" not in log  # the bar's redraws stay out of the log
+    again = subprocess.run(cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "2 of 2 members done or queued; 0 to run here" in again.stdout
+    status = subprocess.run([sys.executable, "-m", "mpippo.suite", "status", str(suite), "--root", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "summary: 2 done" in status.stdout, status.stdout
