@@ -19,7 +19,13 @@ set -uo pipefail
 # (a script that sourced this file may have kept signals from before: suite_member.sh)
 PID="" STARTED=0 PENDING=(${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"})
 send_later() { ( sleep 5; kill "-$1" "$PID" 2>/dev/null ) & }
+# Each kind is passed on once: the trainer is already stopping after the first, and a repeat that
+# lands while its ranks exit (a retried scancel, a second preemption notice) would kill a rank
+# whose interpreter has already dropped its handlers, losing the requeue.
+FORWARDED=" "
 forward() {
+    case "$FORWARDED" in *" $1 "*) echo "mpippo: $1 again: already passed on, ignored"; return ;; esac
+    FORWARDED+="$1 "
     if [ -z "$PID" ]; then PENDING+=("$1")
     elif [ $((SECONDS - STARTED)) -lt 5 ]; then send_later "$1"
     else kill "-$1" "$PID" 2>/dev/null; fi

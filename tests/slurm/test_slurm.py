@@ -1,6 +1,7 @@
 """The batch scripts in slurm/, submitted with sbatch to a real local Slurm (tests/slurm/local_cluster.sh)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -237,3 +238,67 @@ def test_launcher_mistake_fails_loudly(cluster, tmp_path):
     assert info["JobState"] == "FAILED"
     assert "parallel.expected_world_size: 2 tasks were allocated but this job has 1 rank(s)" in out.read_text()
     assert not (run_dir / "checkpoints" / "latest.pt").exists()
+
+
+def suite_cmd(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mpippo.suite", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def wait_array_gone(job: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        res = subprocess.run(["squeue", "-h", "-r", "-j", str(job)], capture_output=True, text=True, timeout=30)
+        if res.returncode == 0 and not res.stdout.strip():
+            return
+        time.sleep(1)
+    subprocess.run(["scancel", str(job)], timeout=30)
+    pytest.fail(f"job array {job} still queued after {timeout} s")
+
+
+def test_suite_job_array_requeues_a_preempted_member_and_resubmits_only_a_killed_one(cluster, tmp_path):
+    """The tiny suite (2 games x 2 seeds x 2 variants) as one job array; one element preempted
+    (USR1: checkpoint, requeue, resume) and one killed outright; a second `run` submits only the
+    killed one; the report's normalized scores are the metrics files' returns on the paper's scale."""
+    from mpippo.suite import spec
+    env = job_env(tmp_path / "unused")
+    env.pop("MPIPPO_RUN_DIR")
+    suite = spec.load(ROOT / "configs" / "suites" / "tiny.yaml", tmp_path)
+    first = suite_cmd("run", "tiny", "--root", str(tmp_path), "--max-parallel", "2", env=env)
+    assert first.returncode == 0 and "8 to submit" in first.stdout, first.stdout + first.stderr
+    job = int(re.search(r"submitted job array (\d+)", first.stdout).group(1))
+    preempted, killed = suite.members()[0], suite.members()[1]  # the first two elements to start
+    # each signalled once it has trained an iteration (smoke: a checkpoint each); scancel runs in the
+    # background: on a loaded machine it can take long and retry, and the other member must not wait
+    how = {preempted.key: ["--signal=USR1", "--batch"], killed.key: ["--signal=KILL", "--full"]}
+    sent, deadline = {}, time.monotonic() + 240
+    while len(sent) < 2 and time.monotonic() < deadline:
+        for m in (preempted, killed):
+            if m.key not in sent and (m.folder / "checkpoints" / "latest.pt").is_file():
+                sent[m.key] = subprocess.Popen(["scancel", *how[m.key], f"{job}_{m.index}"])
+        time.sleep(0.1)
+    assert len(sent) == 2, f"members did not start within 240 s: {sorted(sent)}"
+    for proc in sent.values():
+        proc.wait(timeout=180)
+    wait_array_gone(job, 600)
+    status = suite_cmd("status", "tiny", "--root", str(tmp_path), env=env)
+    rows = {line.split()[1]: line for line in status.stdout.splitlines() if line[:3].strip().isdigit()}
+    assert "done" in rows[preempted.key] and "done" not in rows[killed.key], status.stdout
+    assert "summary: 7 done" in status.stdout, status.stdout
+    log = preempted.log.read_text()
+    assert "requeueing" in log and "restart 1" in log and "resuming at" in log, log[-2000:]
+    second = suite_cmd("run", "tiny", "--root", str(tmp_path), env=env)
+    assert "7 of 8 members done or queued; 1 to submit" in second.stdout, second.stdout + second.stderr
+    sub = [json.loads(x) for x in (suite.folder / "submissions.jsonl").read_text().splitlines()][-1]
+    assert sub["members"] == [killed.key]
+    wait_array_gone(sub["job"], 300)
+    rep = suite_cmd("report", "tiny", "--root", str(tmp_path), "--reps", "200", env=env, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    r = json.loads((suite.folder / "report" / "report.json").read_text())
+    bounds = {"starpilot": (2.5, 64), "bigfish": (1, 40)}  # the Procgen paper's easy-mode constants
+    for row in r["members"]:
+        m = json.loads((Path(row["folder"]) / "benchmark_metrics.json").read_text())
+        lo, hi = bounds[row["game"]]
+        assert m["finished"] and row["normalized"] == pytest.approx((m["episode_return_mean"] - lo) / (hi - lo))
+    assert len(r["members"]) + len(r["missing"]) == 8 and not any("not done" in x for x in r["missing"])
+    assert r["reference_drawn"] == {"starpilot": 1, "bigfish": 1}
