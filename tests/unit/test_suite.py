@@ -144,3 +144,26 @@ def test_paper_value_interpolates_and_is_absent_before_its_first_sample():
     mid = report.paper_at(ref, "starpilot", int((steps[1] + steps[2]) / 2))[0]
     assert mid == pytest.approx((mean[1] + mean[2]) / 2)
     assert report.paper_at(ref, "starpilot", 1000) == (None, None)
+
+
+def test_the_notebook_runs_the_report(tmp_path):
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+    s = spec.load(TINY, tmp_path)
+    for k, m in enumerate(s.members()):
+        fake_member(m, s.budget, 3.0 + k)
+    nb = nbformat.read(ROOT / "analysis" / "suite_report.ipynb", as_version=4)
+    old = dict(os.environ)
+    os.environ.update(MPIPPO_SUITE=str(TINY), MPIPPO_SUITE_ROOT=str(tmp_path), MPIPPO_REPS="100",
+                      MPIPPO_ANALYSIS=str(ROOT / "analysis"))
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(ROOT / "analysis")}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    text = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "missing: none" in text and "image/png" in text
+    assert (s.folder / "report" / "report.md").is_file()
