@@ -52,7 +52,13 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.cmd == "member":
+            from pathlib import Path
+            from mpippo.suite.submit import set_aside
             entry = spec.manifest_entry(args.manifest, args.index)
+            aside = set_aside(Path(entry["folder"]))
+            if aside:
+                sys.stderr.write(f"mpippo: suite member {entry['key']}: its last attempt left no checkpoint; "
+                                 f"kept as {aside.name}\n")
             print("\n".join([entry["folder"], *entry["args"]]))
             return 0
         suite = spec.load(args.suite, args.root)

@@ -22,6 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 MEMBER_SCRIPT = ROOT / "slurm" / "suite_member.sh"
 
 
+def set_aside(folder: Path) -> Path | None:
+    """A member folder that an attempt left without a checkpoint (ended in its first iteration) holds
+    nothing to resume, and the trainer refuses a non-empty folder without --resume: it is renamed
+    aside (kept, never deleted) so the member can start afresh. Returns the new name, if moved."""
+    if not folder.is_dir() or (folder / "checkpoints" / "latest.pt").is_file() or not any(folder.iterdir()):
+        return None
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = folder.with_name(f"{folder.name}.attempt-{stamp}")
+    folder.rename(aside)
+    return aside
+
+
 def todo(suite: Suite) -> list[Member]:
     """Members neither done nor already in Slurm's queue."""
     q = state.queued(suite)
@@ -81,6 +93,9 @@ def run_local(suite: Suite, members: list[Member], mpirun_args: str = "--oversub
         print(f"suite {suite.name}: member {k}/{len(members)}: {m.key} "
               f"({'resuming' if resume else 'starting'}; {time.monotonic() - t0:.0f} s into this run)", flush=True)
         m.folder.parent.mkdir(parents=True, exist_ok=True)
+        aside = set_aside(m.folder)
+        if aside:
+            print(f"suite {suite.name}: {m.key}: its last attempt left no checkpoint; kept as {aside.name}", flush=True)
         cmd = [sys.executable, "-m", "mpippo.launch", "-n", str(suite.ranks), f"--mpirun-args={mpirun_args}",
                "--output-dir", str(m.folder), *(["--resume"] if resume else m.args)]
         rc = _tee(cmd, m)

@@ -167,3 +167,16 @@ def test_the_notebook_runs_the_report(tmp_path):
     text = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "missing: none" in text and "image/png" in text
     assert (s.folder / "report" / "report.md").is_file()
+
+
+def test_a_member_folder_without_a_checkpoint_is_set_aside_never_deleted(tmp_path):
+    from mpippo.suite.submit import set_aside
+    m = spec.load(TINY, tmp_path).members()[0]
+    assert set_aside(m.folder) is None  # nothing there
+    fake_member(m, 256, None, finished=False)
+    aside = set_aside(m.folder)
+    assert aside is not None and not m.folder.exists() and (aside / "benchmark_metrics.json").is_file()
+    fake_member(m, 256, None, finished=False)
+    (m.folder / "checkpoints").mkdir()
+    (m.folder / "checkpoints" / "latest.pt").write_bytes(b"x")
+    assert set_aside(m.folder) is None and m.folder.is_dir()  # a checkpoint: resumed, not moved
