@@ -1,0 +1,75 @@
+"""Asynchronous PPO's learner-side pieces (APPO, as in Sample Factory; IMPALA with `vtrace_pg`):
+the off-policy targets of a batch of segments, the loss, and the policy-lag accounting.
+
+A segment is T steps of one actor's envs under the weights of version `v_behaviour`; by the time the
+learner trains on it, its own version is higher. V-trace corrects the value targets and advantages
+for that lag (mpippo/algos/vtrace.py); segments older than `max_policy_lag` are dropped and counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mpippo.algos.ppo import PPOLoss, ppo_loss
+from mpippo.algos.vtrace import vtrace
+
+
+def discounts(firsts: torch.Tensor, gamma: float) -> torch.Tensor:
+    """(T+1, N) episode-start flags -> (T, N) discounts of the steps t -> t+1 (0 where an episode ended)."""
+    return gamma * (1.0 - firsts[1:].to(torch.float32))
+
+
+def targets(behaviour_logp, target_logp, rewards, values, firsts, gamma: float, rho_bar: float, c_bar: float,
+            lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace value targets and advantages of a batch of segments. values: (T+1, N) from the learner's
+    current network (the last row bootstraps); the rest (T, N)."""
+    return vtrace(behaviour_logp, target_logp, rewards, values[:-1], values[-1], discounts(firsts, gamma),
+                  rho_bar=rho_bar, c_bar=c_bar, lam=lam)
+
+
+def appo_loss(kind: str, new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
+              clip_range: float, ent_coef: float, vf_coef: float) -> PPOLoss:
+    """`ppo_clip`: PPO's clipped surrogate with the ratio to the behaviour policy and V-trace advantages
+    (APPO); `vtrace_pg`: IMPALA's policy gradient (advantages already carry the clipped rho)."""
+    if kind == "ppo_clip":
+        return ppo_loss(new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
+                        clip_range, True, ent_coef, vf_coef)
+    pg_loss = -(advantages.detach() * new_logp).mean()
+    v_loss = 0.5 * ((new_values - vs) ** 2).mean()
+    ent = entropy.mean()
+    with torch.no_grad():
+        logratio = new_logp - behaviour_logp
+        approx_kl = ((logratio.exp() - 1) - logratio).mean()
+    zero = torch.zeros((), device=new_logp.device)
+    return PPOLoss(pg_loss - ent_coef * ent + vf_coef * v_loss, pg_loss, v_loss, ent, approx_kl, zero)
+
+
+@dataclass
+class PolicyLag:
+    """Lag = learner version - behaviour version, per segment: kept as a histogram (for TensorBoard
+    and benchmark_metrics.json); segments beyond `max_lag` are dropped and counted."""
+    max_lag: int
+    bins: int = 16
+    hist: np.ndarray = field(default=None)
+    dropped: int = 0
+    accepted: int = 0
+
+    def __post_init__(self):
+        self.hist = np.zeros(self.bins + 1, dtype=np.int64)  # the last bin: lag >= bins
+
+    def admit(self, learner_version: int, behaviour_version: int) -> bool:
+        lag = learner_version - behaviour_version
+        if lag < 0:
+            raise ValueError(f"a segment from version {behaviour_version} is newer than the learner's {learner_version}")
+        self.hist[min(lag, self.bins)] += 1
+        if lag > self.max_lag:
+            self.dropped += 1
+            return False
+        self.accepted += 1
+        return True
+
+    def mean(self) -> float:
+        n = self.hist.sum()
+        return float((self.hist * np.arange(self.bins + 1)).sum() / n) if n else 0.0
