@@ -11,7 +11,7 @@ import yaml
 
 from conftest import ROOT, mpi_env
 
-SMOKE = ["--config", "configs/smoke.yaml", "--total-timesteps", "1024"]
+SMOKE = ["--config", "configs/smoke.yaml", "--total-timesteps", "768"]
 
 
 def on_terminal(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
@@ -39,7 +39,7 @@ def test_launcher_shows_a_live_bar_on_a_terminal_and_none_on_a_pipe(tmp_path):
     assert rc == 0, out[-2000:]
     bars = [seg for seg in out.split("\r") if "step/s" in seg and "|" in seg]
     assert len(bars) >= 2, out[-2000:]  # redrawn as it goes, not printed once at the end
-    assert "/1.02k [" in bars[-1] and "<" in bars[-1]  # steps of the total, elapsed<remaining (ETA)
+    assert "/768 [" in bars[-1] and "<" in bars[-1]  # steps of the total, elapsed<remaining (ETA)
     res = subprocess.run([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *SMOKE,
                           "--output-dir", str(tmp_path / "pipe")], cwd=ROOT, env=mpi_env(), capture_output=True,
                          text=True, timeout=300)
