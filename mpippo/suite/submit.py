@@ -41,11 +41,15 @@ def todo(suite: Suite) -> list[Member]:
 
 
 def slurm_seconds(limit: str) -> int:
-    """Slurm's [days-]hours:minutes:seconds (or minutes, or h:m) in seconds."""
+    """A Slurm time limit in seconds: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+    days-hours:minutes or days-hours:minutes:seconds (sbatch's formats)."""
     days, _, rest = limit.rpartition("-")
     parts = [int(x) for x in rest.split(":")]
-    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + s
+    if days:  # after a day count the first field is hours
+        h, m, s = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + s
+    h, m, s = {1: [0, parts[0], 0], 2: [0, *parts], 3: parts}[len(parts)]
+    return h * 3600 + m * 60 + s
 
 
 def sbatch_command(suite: Suite, members: list[Member], manifest: Path, max_parallel: int | None,

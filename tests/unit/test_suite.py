@@ -180,3 +180,13 @@ def test_a_member_folder_without_a_checkpoint_is_set_aside_never_deleted(tmp_pat
     (m.folder / "checkpoints").mkdir()
     (m.folder / "checkpoints" / "latest.pt").write_bytes(b"x")
     assert set_aside(m.folder) is None and m.folder.is_dir()  # a checkpoint: resumed, not moved
+
+
+def test_slurm_time_limits_in_every_sbatch_format_and_the_array_line(tmp_path):
+    from mpippo.suite import submit
+    cases = {"30": 1800, "30:15": 1815, "2:00:00": 7200, "1-12": 129600, "1-00:30": 88200, "2-01:02:03": 176523}
+    assert {k: submit.slurm_seconds(k) for k in cases} == cases
+    s = spec.load(TINY, tmp_path)
+    cmd = submit.sbatch_command(s, s.members()[2:4], tmp_path / "m.json", 3, ["--partition=x"])
+    assert "--array=2,3%3" in cmd and "--ntasks=2" in cmd and "--time=00:20:00" in cmd
+    assert "--signal=B:USR1@120" in cmd and cmd[-3] == "--partition=x" and cmd[-1] == str(tmp_path / "m.json")
