@@ -64,3 +64,38 @@ def test_local_suite_runs_its_members_with_the_bar_and_a_second_run_finds_nothin
     status = subprocess.run([sys.executable, "-m", "mpippo.suite", "status", str(suite), "--root", str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "summary: 2 done" in status.stdout, status.stdout
+
+
+def test_ctrl_c_in_a_local_suite_checkpoints_the_member_and_the_same_command_resumes_it(tmp_path):
+    data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
+    data.update(games=["starpilot"], seeds=[1], variants={"default": []}, budget=4096)
+    suite = tmp_path / "one.yaml"
+    suite.write_text(yaml.safe_dump(data))
+    member = tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_1"
+    cmd = [sys.executable, "-m", "mpippo.suite", "run", str(suite), "--root", str(tmp_path), "--local"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(ROOT)
+        os.execvpe(cmd[0], cmd, dict(mpi_env(), COLUMNS="120"))
+    out, pressed, deadline = b"", False, time.monotonic() + 300
+    os.set_blocking(fd, False)
+    while time.monotonic() < deadline:
+        try:
+            out += os.read(fd, 65536)
+        except BlockingIOError:
+            time.sleep(0.1)
+        except OSError:
+            break
+        if not pressed and (member / "checkpoints" / "latest.pt").is_file():
+            os.write(fd, b"\x03")  # Ctrl-C at the terminal: the whole foreground group gets SIGINT
+            pressed = True
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert pressed and os.waitstatus_to_exitcode(status) == 4, text[-3000:]
+    assert "Traceback" not in text and "`python -m mpippo.suite run" in text
+    steps = yaml.safe_load((member / "benchmark_metrics.json").read_text())["total_timesteps"]
+    assert 0 < steps < 4096  # stopped part-way, with a checkpoint
+    again = subprocess.run(cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "(resuming;" in again.stdout, again.stdout + again.stderr
+    assert f"resuming at {steps:,} steps" in again.stderr + again.stdout
+    assert yaml.safe_load((member / "benchmark_metrics.json").read_text())["total_timesteps"] == 4096
