@@ -66,7 +66,10 @@ def main(argv=None) -> int:
     except SuiteError as e:
         sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
         return 2
-    except (OSError, KeyError, ValueError) as e:
+    except OSError as e:  # a folder that cannot be made or written: its path and the reason
+        sys.stderr.write(f"mpippo: error: suite: '{e.filename}': {e.strerror or e}\n")
+        return 2
+    except (KeyError, ValueError) as e:  # a manifest that is not the one the array was given
         sys.stderr.write(f"mpippo: error: suite: {e}\n")
         return 2
 

@@ -95,6 +95,8 @@ class Suite:
 def load(path: str | Path, root: str | Path = "runs") -> Suite:
     """The suite at `path` (a file, or a name under configs/suites/), checked; SuiteError if bad."""
     path = _find(Path(path))
+    if Path(root).exists() and not Path(root).is_dir():
+        raise SuiteError(f"--root: '{root}' is not a folder (suites go to <root>/suites/<name>/)")
     try:
         data = C.load_yaml(path)
     except C.ConfigError as e:

@@ -73,11 +73,13 @@ def test_bad_suite_is_one_line_and_exit_2_before_anything_runs(tmp_path, change,
 
 
 def test_missing_suite_and_bad_options_are_one_line(tmp_path):
-    for argv, needle in ((["status", "no_such_suite"], "no such file"),
-                         (["run", str(TINY), "--max-parallel", "0", "--local"], "--max-parallel: must be >= 1"),
+    (tmp_path / "file").write_text("x")
+    root = ["--root", str(tmp_path)]
+    for argv, needle in ((["status", "no_such_suite", *root], "no such file"),
+                         (["run", str(TINY), "--local", "--root", str(tmp_path / "file")], "is not a folder"),
+                         (["run", str(TINY), "--max-parallel", "0", "--local", *root], "--max-parallel: must be >= 1"),
                          (["frobnicate"], "invalid choice")):
-        res = subprocess.run([sys.executable, "-m", "mpippo.suite", *argv, "--root", str(tmp_path)] if argv[0] != "frobnicate"
-                             else [sys.executable, "-m", "mpippo.suite", *argv], cwd=ROOT, capture_output=True,
+        res = subprocess.run([sys.executable, "-m", "mpippo.suite", *argv], cwd=ROOT, capture_output=True,
                              text=True, timeout=60)
         assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
