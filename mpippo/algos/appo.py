@@ -73,3 +73,54 @@ class PolicyLag:
     def mean(self) -> float:
         n = self.hist.sum()
         return float((self.hist * np.arange(self.bins + 1)).sum() / n) if n else 0.0
+
+
+def segment_targets(model, seg: dict, a, gamma: float) -> dict:
+    """Flat (B*T,) training tensors of a batch of B segments of T steps under the current network:
+    V-trace targets and advantages (recomputed each epoch, as the network moves), its values."""
+    obs, actions = seg["obs"], seg["actions"]
+    B, T = actions.shape
+    from mpippo.algos.ppo import logprob_entropy
+    with torch.no_grad():
+        logits, values = model(obs.reshape(B * (T + 1), *obs.shape[2:]))
+        logits = logits.reshape(B, T + 1, -1)[:, :T].reshape(B * T, -1)
+        target_logp = logprob_entropy(logits, actions.reshape(-1))[0].reshape(B, T)
+        values = values.float().reshape(B, T + 1)
+        vs, adv = targets(seg["logp"].T, target_logp.T, seg["rewards"].T, values.T, seg["firsts"].T, gamma,
+                          rho_bar=a.rho_bar, c_bar=a.c_bar)
+    flat = lambda x: x.reshape(B * T, *x.shape[2:])  # noqa: E731  (B, T, ...) -> (B*T, ...)
+    return {"obs": flat(obs[:, :T]), "actions": flat(actions), "logp": flat(seg["logp"]), "vs": flat(vs.T),
+            "adv": flat(adv.T), "values": flat(values[:, :T])}
+
+
+def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | None = None) -> dict:
+    """`a.epochs` passes over a batch of segments in `a.num_minibatches` minibatches: V-trace targets
+    from the current network at each epoch, then the `a.loss` step (advantages normalized per
+    minibatch when t.norm_adv), gradients clipped to t.max_grad_norm. Returns mean statistics."""
+    from mpippo.algos.ppo import local_mean_std, logprob_entropy
+    params = list(model.parameters())
+    totals = dict(pg_loss=0.0, v_loss=0.0, entropy=0.0, approx_kl=0.0, clipfrac=0.0)
+    steps = 0
+    for _ in range(a.epochs):
+        b = segment_targets(model, seg, a, t.gamma)
+        n = b["actions"].shape[0]
+        perm = torch.randperm(n, generator=generator).to(b["actions"].device)
+        size = n // a.num_minibatches
+        for start in range(0, n, size):
+            mb = perm[start:start + size]
+            adv = b["adv"][mb]
+            if t.norm_adv:
+                mean, std = local_mean_std(adv)
+                adv = (adv - mean) / (std + 1e-8)
+            logits, new_values = model(b["obs"][mb])
+            new_logp, entropy = logprob_entropy(logits, b["actions"][mb])
+            out = appo_loss(a.loss, new_logp, entropy, new_values.float(), b["logp"][mb], adv, b["vs"][mb],
+                            b["values"][mb], a.clip_range, t.ent_coef, t.vf_coef)
+            optimizer.zero_grad(set_to_none=False)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm)
+            optimizer.step()
+            steps += 1
+            for k in totals:
+                totals[k] += float(getattr(out, k).detach())
+    return {k: v / max(steps, 1) for k, v in totals.items()} | {"updates": steps}

@@ -63,3 +63,49 @@ def test_policy_lag_histogram_and_dropping():
     assert lag.mean() == pytest.approx((0 + 1 + 2 + 3 + 4 * 2) / 6)
     with pytest.raises(ValueError):
         lag.admit(5, 6)
+
+
+def tiny_net():
+    from mpippo.models.impala_cnn import ImpalaCNNPolicy
+    torch.manual_seed(3)
+    return ImpalaCNNPolicy((8, 8, 3), 4, channels=(4,), hidden_size=16)
+
+
+def test_on_policy_appo_epoch_equals_a_ppo_epoch_with_n_step_advantages():
+    """Behaviour == the current network, one epoch: APPO's step is PPO's with lambda = 1 (V-trace
+    targets are the n-step returns, advantages returns - values), same minibatch order."""
+    import copy
+    from types import SimpleNamespace
+    from mpippo.algos.ppo import local_grad_check, ppo_update
+    B, T, gamma = 4, 6, 0.9
+    net = tiny_net()
+    obs = torch.randint(0, 255, (B, T + 1, 8, 8, 3), dtype=torch.uint8)
+    actions = torch.randint(0, 4, (B, T))
+    rewards = torch.randn(B, T)
+    firsts = (torch.rand(B, T + 1) < 0.2).long()
+    with torch.no_grad():
+        logits, values = net(obs.reshape(B * (T + 1), 8, 8, 3))
+        logp = logprob_entropy(logits.reshape(B, T + 1, 4)[:, :T].reshape(-1, 4), actions.reshape(-1))[0].reshape(B, T)
+        values = values.reshape(B, T + 1)
+    seg = {"obs": obs, "actions": actions, "logp": logp, "rewards": rewards, "firsts": firsts}
+    a = SimpleNamespace(epochs=1, num_minibatches=3, loss="ppo_clip", rho_bar=1.0, c_bar=1.0, clip_range=0.2)
+    t = SimpleNamespace(gamma=gamma, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, norm_adv=True)
+    ref = copy.deepcopy(net)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    appo.appo_update(net, opt, seg, a, t, torch.Generator().manual_seed(7))
+    # the reference: returns by the backward recursion, advantages = returns - values, ppo_update
+    ret, returns = values[:, T], torch.zeros(B, T)
+    d = appo.discounts(firsts.T, gamma).T
+    for s in range(T - 1, -1, -1):
+        ret = rewards[:, s] + d[:, s] * ret
+        returns[:, s] = ret
+    batch = {"b_obs": obs[:, :T].reshape(B * T, 8, 8, 3), "b_actions": actions.reshape(-1),
+             "b_logprobs": logp.reshape(-1), "b_advantages": (returns - values[:, :T]).reshape(-1),
+             "b_returns": returns.reshape(-1), "b_values": values[:, :T].reshape(-1)}
+    cfg = SimpleNamespace(n_epochs=1, num_minibatches=3, norm_adv=True, adv_norm="minibatch", clip_range=0.2,
+                          clip_vloss=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-3)
+    ppo_update(ref, ref_opt, batch, cfg, local_grad_check(ref.parameters()), torch.Generator().manual_seed(7))
+    gap = max(float((p - q).detach().abs().max()) for p, q in zip(net.parameters(), ref.parameters()))
+    assert gap < 1e-6, gap
+    assert any(float((p - q).detach().abs().max()) > 1e-4 for p, q in zip(net.parameters(), tiny_net().parameters()))
