@@ -33,6 +33,7 @@ KEYS = {"name": str, "base_config": str, "games": list, "seeds": list, "budget":
         "cpus_per_rank": int, "gpus_per_rank": int, "time": str, "distribution_mode": str, "variants": dict}
 DEFAULTS = {"cpus_per_rank": 1, "gpus_per_rank": 0, "time": "24:00:00", "distribution_mode": "easy",
             "variants": {"default": []}}
+MAX_MEMBERS = 1000  # array indices 0..999: within Slurm's default MaxArraySize (1001)
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -138,6 +139,10 @@ def _check(s: Suite) -> None:
         raise SuiteError(f"{where}: games: give each game once, at least one")
     if not s.seeds or len(set(s.seeds)) != len(s.seeds) or not all(type(x) is int and 0 <= x < 2**31 for x in s.seeds):
         raise SuiteError(f"{where}: seeds: distinct integers in [0, 2^31), at least one; got {C.show(list(s.seeds))}")
+    members = len(s.games) * len(s.seeds) * max(len(s.variants), 1)
+    if members > MAX_MEMBERS:
+        raise SuiteError(f"{where}: {members} members (games x seeds x variants) is more than {MAX_MEMBERS}, "
+                         f"the largest job array Slurm accepts by default (MaxArraySize); split the suite")
     for key, low in (("budget", 1), ("ranks", 1), ("cpus_per_rank", 1), ("gpus_per_rank", 0)):
         if getattr(s, key) < low:
             raise SuiteError(f"{where}: {key}: must be >= {low}, got {getattr(s, key)}")

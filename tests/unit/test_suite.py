@@ -50,6 +50,7 @@ def test_members_have_stable_indices_folders_and_options(tmp_path):
     ({"seeds": [1, 1]}, "seeds: distinct integers"),
     ({"seeds": [1, "two"]}, "seeds: distinct integers"),
     ({"budget": 0}, "budget: must be >= 1"),
+    ({"seeds": list(range(300))}, "1200 members (games x seeds x variants) is more than 1000"),
     ({"budget": "1M"}, "budget: expected int"),
     ({"ranks": True}, "ranks: expected int"),
     ({"time": "forever"}, "is not a Slurm time limit"),
