@@ -124,3 +124,58 @@ def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | 
             for k in totals:
                 totals[k] += float(getattr(out, k).detach())
     return {k: v / max(steps, 1) for k, v in totals.items()} | {"updates": steps}
+
+
+def segment_fields(obs_shape, T: int) -> list[tuple[str, type, tuple]]:
+    """What one segment (one env, T steps) carries in a chunk: (name, dtype, shape of one item).
+    `disc_returns` are the actor's running discounted returns (the learner's reward statistics),
+    `version` the weights version the segment started under."""
+    obs_shape = tuple(obs_shape)
+    return [("obs", np.uint8, (T + 1, *obs_shape)), ("actions", np.int64, (T,)), ("logp", np.float32, (T,)),
+            ("rewards", np.float32, (T,)), ("disc_returns", np.float32, (T,)), ("firsts", np.uint8, (T + 1,)),
+            ("version", np.int64, ())]
+
+
+class SegmentBatch:
+    """`size` segments gathered for one update, admitted by policy lag; the learner's version is
+    the number of updates it has made (what it stamps on the weights it sends)."""
+
+    def __init__(self, size: int, T: int, obs_shape, max_lag: int):
+        self.size, self.T = size, T
+        self.arrays = {name: np.zeros((size, *shape), dtype) for name, dtype, shape in segment_fields(obs_shape, T)}
+        self.filled = 0
+        self.lag = PolicyLag(max_lag)
+        self.overflow: list[dict] = []  # admitted segments beyond a full batch, kept for the next
+
+    def ingest(self, views: dict, count: int, version: int) -> None:
+        for i in range(count):
+            if not self.lag.admit(version, int(views["version"][i])):
+                continue
+            row = {name: views[name][i] for name in self.arrays}
+            if self.filled < self.size:
+                for name, value in row.items():
+                    self.arrays[name][self.filled] = value
+                self.filled += 1
+            else:
+                self.overflow.append({k: np.array(v) for k, v in row.items()})
+
+    def ready(self) -> bool:
+        return self.filled == self.size
+
+    def take(self, device) -> dict:
+        """The full batch as tensors (copied), then the kept overflow moves in."""
+        out = {k: torch.from_numpy(v.copy()).to(device) for k, v in self.arrays.items()}
+        self.filled = 0
+        pending, self.overflow = self.overflow, []
+        for row in pending:
+            self.ingest({k: v[None] for k, v in row.items()}, 1, int(row["version"]))
+        return out
+
+
+def normalize_rewards(seg: dict, rms) -> torch.Tensor:
+    """Rewards divided by the running std of discounted returns, updated step by step with the
+    moments over the batch's segments at that step (as the synchronous PPO does over its envs)."""
+    ret = seg["disc_returns"].double().cpu().numpy()  # (B, T)
+    moments = [(ret.shape[0], float(ret[:, t].mean()), float(ret[:, t].var())) for t in range(ret.shape[1])]
+    scales = torch.tensor(rms.scales_per_step(moments), dtype=seg["rewards"].dtype, device=seg["rewards"].device)
+    return seg["rewards"] / scales[None, :]

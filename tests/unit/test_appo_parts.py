@@ -2,6 +2,7 @@
 and the policy-lag accounting (stale segments counted and dropped)."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,3 +110,38 @@ def test_on_policy_appo_epoch_equals_a_ppo_epoch_with_n_step_advantages():
     gap = max(float((p - q).detach().abs().max()) for p, q in zip(net.parameters(), ref.parameters()))
     assert gap < 1e-6, gap
     assert any(float((p - q).detach().abs().max()) > 1e-4 for p, q in zip(net.parameters(), tiny_net().parameters()))
+
+
+def fake_segments(n, T, version, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.integers(0, 255, (n, T + 1, 8, 8, 3), dtype=np.uint8),
+            "actions": rng.integers(0, 4, (n, T)), "logp": np.full((n, T), np.log(0.25), np.float32),
+            "rewards": rng.normal(size=(n, T)).astype(np.float32),
+            "disc_returns": rng.normal(size=(n, T)).astype(np.float32),
+            "firsts": (rng.random((n, T + 1)) < 0.1).astype(np.uint8), "version": np.asarray(version)}
+
+
+def test_segment_batch_admits_by_lag_fills_and_keeps_the_overflow():
+    batch = appo.SegmentBatch(size=4, T=5, obs_shape=(8, 8, 3), max_lag=2)
+    batch.ingest(fake_segments(3, 5, [10, 7, 9]), 3, version=10)  # lags 0, 3 (dropped), 1
+    assert batch.filled == 2 and batch.lag.dropped == 1 and not batch.ready()
+    segs = fake_segments(3, 5, [10, 10, 8], seed=1)
+    batch.ingest(segs, 3, version=10)  # all admitted: 2 fill the batch, 1 waits
+    assert batch.ready() and len(batch.overflow) == 1
+    out = batch.take("cpu")
+    assert out["obs"].shape == (4, 6, 8, 8, 3) and out["actions"].dtype == torch.int64
+    assert torch.equal(out["obs"][3], torch.from_numpy(segs["obs"][1]))
+    assert batch.filled == 1 and not batch.overflow  # the waiting one moved in
+    assert np.array_equal(batch.arrays["obs"][0], segs["obs"][2])
+
+
+def test_rewards_are_scaled_step_by_step_like_the_synchronous_ppo():
+    from mpippo.algos.buffers import RunningMeanStd
+    seg = {k: torch.from_numpy(np.asarray(v)) for k, v in fake_segments(6, 4, [0] * 6).items()}
+    rms, ref = RunningMeanStd(), RunningMeanStd()
+    got = appo.normalize_rewards(seg, rms)
+    ret = seg["disc_returns"].double().numpy()
+    for t in range(4):
+        ref.update_from_moments(6, ret[:, t].mean(), ret[:, t].var())
+        assert torch.allclose(got[:, t], seg["rewards"][:, t] / math.sqrt(ref.var + 1e-8))
+    assert rms.count == pytest.approx(ref.count) and rms.var == pytest.approx(ref.var)
