@@ -179,3 +179,50 @@ def normalize_rewards(seg: dict, rms) -> torch.Tensor:
     moments = [(ret.shape[0], float(ret[:, t].mean()), float(ret[:, t].var())) for t in range(ret.shape[1])]
     scales = torch.tensor(rms.scales_per_step(moments), dtype=seg["rewards"].dtype, device=seg["rewards"].device)
     return seg["rewards"] / scales[None, :]
+
+
+class APPOActing:
+    """One actor's half: sample from the policy on the CPU, and cut each env's stream into segments
+    of T steps (the last observation of one is the first of the next, so none is lost). The
+    discounted-return tracker is the synchronous PPO's (the learner's reward statistics)."""
+
+    def __init__(self, net: torch.nn.Module, num_envs: int, T: int, obs_shape, gamma: float, precision: str,
+                 generator: torch.Generator):
+        self.net, self.num_envs, self.T, self.gamma = net, num_envs, T, gamma
+        self.precision, self.generator, self.version = precision, generator, -1
+        self.seg = {name: np.zeros((num_envs, *shape), dtype) for name, dtype, shape in segment_fields(obs_shape, T)}
+        self.t, self.ret_tracker = 0, np.zeros(num_envs)
+        self.first = np.ones(num_envs, dtype=np.uint8)  # the envs start an episode
+        self.logp = np.zeros(num_envs, np.float32)
+
+    def set_version(self, version: int) -> None:
+        """The weights version now in use (the actor calls this when new weights arrive)."""
+        self.version = version
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray, mask=None) -> np.ndarray:
+        from mpippo.algos.ppo import autocast, logprob_entropy
+        with autocast(torch.device("cpu"), self.precision):
+            logits, _ = self.net(torch.from_numpy(obs))
+        probs = torch.softmax(logits.float(), dim=-1)
+        actions = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+        self.logp = logprob_entropy(logits, actions)[0].numpy()
+        return actions.numpy()
+
+    def transitions(self, obs, actions, rew, first, next_obs, next_mask=None) -> dict | None:
+        """Record one step; every T steps, the envs' segments as chunk items (else None)."""
+        s, t = self.seg, self.t
+        if t == 0:
+            s["version"][:] = self.version
+        s["obs"][:, t], s["firsts"][:, t] = obs, self.first
+        s["actions"][:, t], s["logp"][:, t], s["rewards"][:, t] = actions, self.logp, rew
+        self.ret_tracker = self.ret_tracker * self.gamma + rew
+        s["disc_returns"][:, t] = self.ret_tracker
+        self.ret_tracker[first] = 0.0
+        self.first = first.astype(np.uint8)
+        self.t += 1
+        if self.t < self.T:
+            return None
+        s["obs"][:, self.T], s["firsts"][:, self.T] = next_obs, self.first
+        self.t = 0
+        return {name: arr.copy() for name, arr in s.items()}

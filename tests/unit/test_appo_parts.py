@@ -145,3 +145,39 @@ def test_rewards_are_scaled_step_by_step_like_the_synchronous_ppo():
         ref.update_from_moments(6, ret[:, t].mean(), ret[:, t].var())
         assert torch.allclose(got[:, t], seg["rewards"][:, t] / math.sqrt(ref.var + 1e-8))
     assert rms.count == pytest.approx(ref.count) and rms.var == pytest.approx(ref.var)
+
+
+def test_actor_cuts_each_env_stream_into_segments_with_the_behaviour_log_probs():
+    from mpippo.envs.toy import CueEnv
+    from mpippo.models.impala_cnn import ImpalaCNNPolicy
+    env = CueEnv(num_envs=3, seed=0)
+    torch.manual_seed(0)
+    net = ImpalaCNNPolicy(env.obs_shape, env.num_actions, channels=(4,), hidden_size=16)
+    acting = appo.APPOActing(net, 3, T=4, obs_shape=env.obs_shape, gamma=0.9, precision="fp32",
+                             generator=torch.Generator().manual_seed(0))
+    acting.set_version(7)
+    _, obs, _ = env.observe()
+    got, seen = [], []
+    for step in range(8):
+        actions = acting.act(obs)
+        env.act(actions)
+        rew, next_obs, first = env.observe()
+        seen.append((obs.copy(), actions.copy(), rew.copy(), acting.logp.copy()))
+        items = acting.transitions(obs, actions, rew, first, next_obs)
+        assert (items is None) == (step % 4 != 3)
+        if items is not None:
+            got.append((items, next_obs.copy()))
+        obs = next_obs
+    assert len(got) == 2
+    for k, (items, last_obs) in enumerate(got):
+        assert items["obs"].shape == (3, 5, *env.obs_shape) and (items["version"] == 7).all()
+        for t in range(4):
+            o, a, r, lp = seen[4 * k + t]
+            assert np.array_equal(items["obs"][:, t], o) and np.array_equal(items["actions"][:, t], a)
+            assert np.allclose(items["rewards"][:, t], r) and np.allclose(items["logp"][:, t], lp)
+        assert np.array_equal(items["obs"][:, 4], last_obs)  # the bootstrap observation
+    assert np.array_equal(got[0][0]["obs"][:, 4], got[1][0]["obs"][:, 0])  # consecutive segments join
+    with torch.no_grad():  # the recorded log-probs are the network's for the sampled actions
+        o, a, _, lp = seen[0]
+        logits, _ = net(torch.from_numpy(o))
+        assert np.allclose(logprob_entropy(logits, torch.from_numpy(a))[0].numpy(), lp, atol=1e-6)
