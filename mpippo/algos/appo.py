@@ -226,3 +226,52 @@ class APPOActing:
         s["obs"][:, self.T], s["firsts"][:, self.T] = next_obs, self.first
         self.t = 0
         return {name: arr.copy() for name, arr in s.items()}
+
+
+class APPOLearning:
+    """The learner's half, in the shape the layout's Learner drives (as Ape-X's): `ingest` chunks of
+    segments, `updates_allowed` (one per full batch), `update` (reward scaling, then `appo_update`),
+    and the checkpoint part. `a`: the APPO settings (batch_segments, rollout_length, max_policy_lag,
+    epochs, num_minibatches, loss, rho_bar, c_bar, clip_range); `t`: the training section."""
+
+    def __init__(self, a, t, obs_shape):
+        from mpippo.algos.buffers import RunningMeanStd
+        self.a, self.t = a, t
+        self.batch = SegmentBatch(a.batch_segments, a.rollout_length, obs_shape, a.max_policy_lag)
+        self.ret_rms = RunningMeanStd()
+        self.version, self.last_stats = 0, {}
+
+    def setup_learner(self, model: torch.nn.Module, device, seed: int) -> None:
+        self.model, self.device = model, device
+        self.opt = torch.optim.Adam(model.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def ingest(self, views: dict, count: int) -> None:
+        self.batch.ingest(views, count, self.version)
+
+    def updates_allowed(self, transitions: int, episodes: int) -> float:
+        """Updates the data pays for: the ones done, plus one when a batch is full."""
+        return self.version + (1 if self.batch.ready() else 0)
+
+    def update(self, updates_done: int, progress: float) -> float:
+        seg = self.batch.take(self.device)
+        if self.t.normalize_reward:
+            seg["rewards"] = normalize_rewards(seg, self.ret_rms)
+        seg["rewards"] = seg["rewards"].float()
+        self.last_stats = appo_update(self.model, self.opt, seg, self.a, self.t, self.generator)
+        self.version += 1
+        return self.last_stats["pg_loss"] + self.t.vf_coef * self.last_stats["v_loss"]
+
+    def state_dict(self) -> dict:
+        lag = self.batch.lag
+        return {"optimizer": self.opt.state_dict(), "ret_rms": self.ret_rms.state_dict(), "version": self.version,
+                "shuffle": self.generator.get_state(), "lag_hist": lag.hist.copy(), "lag_dropped": lag.dropped,
+                "lag_accepted": lag.accepted}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.opt.load_state_dict(st["optimizer"])
+        self.ret_rms.load_state_dict(st["ret_rms"])
+        self.version = int(st["version"])
+        self.generator.set_state(st["shuffle"])
+        lag = self.batch.lag
+        lag.hist[:], lag.dropped, lag.accepted = st["lag_hist"], int(st["lag_dropped"]), int(st["lag_accepted"])

@@ -181,3 +181,47 @@ def test_actor_cuts_each_env_stream_into_segments_with_the_behaviour_log_probs()
         o, a, _, lp = seen[0]
         logits, _ = net(torch.from_numpy(o))
         assert np.allclose(logprob_entropy(logits, torch.from_numpy(a))[0].numpy(), lp, atol=1e-6)
+
+
+def settings(**kw):
+    from types import SimpleNamespace
+    a = SimpleNamespace(batch_segments=4, rollout_length=5, max_policy_lag=1, epochs=2, num_minibatches=2,
+                        loss="ppo_clip", rho_bar=1.0, c_bar=1.0, clip_range=0.2)
+    t = SimpleNamespace(learning_rate=1e-3, adam_eps=1e-5, gamma=0.99, ent_coef=0.01, vf_coef=0.5,
+                        max_grad_norm=0.5, norm_adv=True, normalize_reward=True)
+    for k, v in kw.items():
+        setattr(a if hasattr(a, k) else t, k, v)
+    return a, t
+
+
+def test_learning_half_updates_once_per_full_batch_and_its_state_round_trips():
+    a, t = settings()
+    algo = appo.APPOLearning(a, t, (8, 8, 3))
+    algo.setup_learner(tiny_net(), "cpu", seed=0)
+    algo.ingest(fake_segments(3, 5, [0, 0, 0]), 3)
+    assert algo.updates_allowed(0, 0) == 0  # 3 of 4 segments
+    algo.ingest(fake_segments(2, 5, [0, 0], seed=1), 2)
+    assert algo.updates_allowed(0, 0) == 1
+    before = [p.detach().clone() for p in algo.model.parameters()]
+    loss = algo.update(0, 0.0)
+    assert math.isfinite(loss) and algo.version == 1 and algo.last_stats["updates"] == a.epochs * a.num_minibatches
+    assert any(not torch.equal(p, q) for p, q in zip(before, algo.model.parameters()))
+    assert algo.updates_allowed(0, 0) == 1  # one update done; the kept segment does not fill a batch
+    algo.ingest(fake_segments(4, 5, [1, 0, 0, 1], seed=2), 4)  # lags 0, 1, 1, 0 at version 1: all kept
+    st = algo.state_dict()
+    other = appo.APPOLearning(a, t, (8, 8, 3))
+    other.setup_learner(tiny_net(), "cpu", seed=5)
+    other.load_state_dict(st)
+    assert other.version == 1 and other.ret_rms.count == algo.ret_rms.count
+    assert other.batch.lag.accepted == algo.batch.lag.accepted and torch.equal(other.generator.get_state(),
+                                                                                algo.generator.get_state())
+
+
+def test_a_slow_learner_drops_stale_segments_and_counts_them():
+    a, t = settings(max_policy_lag=2)
+    algo = appo.APPOLearning(a, t, (8, 8, 3))
+    algo.setup_learner(tiny_net(), "cpu", seed=0)
+    algo.version = 5  # five updates made while these actors still ran version 1 or 2
+    algo.ingest(fake_segments(4, 5, [1, 2, 3, 5]), 4)  # lags 4, 3 (dropped), 2, 0
+    assert algo.batch.lag.dropped == 2 and algo.batch.filled == 2
+    assert algo.batch.lag.hist[:5].tolist() == [1, 0, 1, 1, 1]
