@@ -1,5 +1,7 @@
-"""python -m mpippo.suite run|status|report SUITE: a benchmark suite (games x seeds x variants) as
-one Slurm job array, or one member after another on this machine; its state; its report.
+"""python -m mpippo.suite run|status|report SUITE: the Procgen benchmark as one command.
+
+A suite (games x seeds x variants) runs as one Slurm job array, or one member after another on this
+machine; `status` says where each member stands, `report` scores the suite against the paper.
 
     python -m mpippo.suite run procgen_easy_16 --max-parallel 8   # sbatch one job array
     python -m mpippo.suite run configs/suites/mini.yaml --local   # here, one after another
@@ -28,18 +30,18 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m mpippo.suite", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n".join(__doc__.splitlines()[2:]))
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="{run,status,report}")
     run = sub.add_parser("run", help="submit (or run with --local) the members that are not done")
     run.add_argument("--local", action="store_true", help="run here, one member after another, no Slurm")
     run.add_argument("--max-parallel", type=int, default=None, help="array elements at once (sbatch's %%N)")
     run.add_argument("--sbatch-args", default="", help="extra sbatch options, one string (partition, account)")
     run.add_argument("--mpirun-args", default="--oversubscribe", help="--local: mpirun options, one string")
     run.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
-    sub.add_parser("status", help="a table of the members: done, running, pending, stopped, failed")
+    sub.add_parser("status", help="a table of the members: done, running, pending, stopped, interrupted, failed")
     rep = sub.add_parser("report", help="report.md, tables and figures against the Procgen paper")
     rep.add_argument("--out", default=None, help="folder (default: the suite's folder, report/)")
     rep.add_argument("--reps", type=int, default=2000, help="bootstrap resamples for the intervals")
-    mem = sub.add_parser("member", help=argparse.SUPPRESS)  # the array element's lookup (suite_member.sh)
+    mem = sub.add_parser("member")  # the array element's lookup (suite_member.sh); not in --help
     mem.add_argument("manifest")
     mem.add_argument("index", type=int)
     for s in (run, sub.choices["status"], rep):

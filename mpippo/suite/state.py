@@ -3,11 +3,14 @@
 Done is what the member's benchmark_metrics.json says (finished, with the suite's budget reached);
 running and pending are what Slurm's queue says of the array elements this suite submitted
 (submissions.jsonl); failed is a member that is neither, whose log ends in an error; stopped is
-one with a checkpoint and no error (a preempted or interrupted member: the next `run` resumes it).
+one with a checkpoint and no error (a preempted or interrupted member: the next `run` resumes it);
+interrupted, one that trained but left no checkpoint (the next `run` starts it afresh). A member
+that `run --local` is running now says so through its mark (LocalRun).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -102,6 +105,27 @@ def queued(suite: Suite) -> dict[str, str]:
     return out
 
 
+class LocalRun:
+    """`suite run --local` marks the member it runs (<folder>.pid, its process id) so that `status`
+    can say running without Slurm; a mark whose process is gone is stale and ignored."""
+
+    def __init__(self, member: Member):
+        self.path = member.folder.with_name(member.folder.name + ".pid")
+
+    def mark(self) -> None:
+        self.path.write_text(str(os.getpid()))
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def alive(self) -> bool:
+        try:
+            os.kill(int(self.path.read_text()), 0)
+            return True
+        except (OSError, ValueError):
+            return False
+
+
 def table(suite: Suite) -> list[dict]:
     """One row per member: its state, steps done, last return, and the last error line if it failed."""
     q, outs = queued(suite), slurm_outputs(suite)
@@ -112,10 +136,14 @@ def table(suite: Suite) -> list[dict]:
             state = "done"
         elif m.key in q:
             state = q[m.key]
+        elif LocalRun(m).alive():
+            state = "running"
         elif error:
             state = "failed"
         elif has_checkpoint(m):
             state = "stopped"
+        elif met:  # it trained, but left no checkpoint to resume from: the next run starts it afresh
+            state = "interrupted"
         else:
             state = "not started"
         rows.append({"member": m.key, "index": m.index, "state": state, "steps": int(met.get("total_timesteps", 0)),

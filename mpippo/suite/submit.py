@@ -117,6 +117,7 @@ def _tee(cmd: list[str], m: Member) -> int:
     env = dict(os.environ)
     if sys.stderr.isatty():
         env.update(MPIPPO_TTY="1", COLUMNS=str(shutil.get_terminal_size().columns))
+    state.LocalRun(m).mark()
     with open(m.log, "a") as log:
         log.write(f"mpippo: suite member {m.key}: {' '.join(cmd[2:])}\n")
         log.flush()
@@ -133,4 +134,5 @@ def _tee(cmd: list[str], m: Member) -> int:
             pass
         rc = proc.wait()
         log.write(f"mpippo: suite member {m.key} exited with status {rc}\n" if rc else f"mpippo: finished {m.key}\n")
+    state.LocalRun(m).clear()
     return rc

@@ -193,3 +193,18 @@ def test_slurm_time_limits_in_every_sbatch_format_and_the_array_line(tmp_path):
     cmd = submit.sbatch_command(s, s.members()[2:4], tmp_path / "m.json", 3, ["--partition=x"])
     assert "--array=2,3%3" in cmd and "--ntasks=2" in cmd and "--time=00:20:00" in cmd
     assert "--signal=B:USR1@120" in cmd and cmd[-3] == "--partition=x" and cmd[-1] == str(tmp_path / "m.json")
+
+
+def test_a_member_run_locally_now_is_running_and_a_stale_mark_is_ignored(tmp_path):
+    s = spec.load(TINY, tmp_path)
+    m, other = s.members()[0], s.members()[1]
+    fake_member(m, 256, 1.0, finished=False)
+    mark = state.LocalRun(m)
+    mark.mark()  # this test's own process: alive
+    fake_member(other, 256, 1.0, finished=False)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    state.LocalRun(other).path.write_text(dead.stdout.strip())  # a process that has ended
+    rows = {r["member"]: r["state"] for r in state.table(s)}
+    assert rows[m.key] == "running" and rows[other.key] == "interrupted"  # trained, no checkpoint, not running
+    mark.clear()
+    assert {r["member"]: r["state"] for r in state.table(s)}[m.key] == "interrupted"
