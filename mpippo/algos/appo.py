@@ -33,6 +33,8 @@ def appo_loss(kind: str, new_logp, entropy, new_values, behaviour_logp, advantag
               clip_range: float, ent_coef: float, vf_coef: float) -> PPOLoss:
     """`ppo_clip`: PPO's clipped surrogate with the ratio to the behaviour policy and V-trace advantages
     (APPO); `vtrace_pg`: IMPALA's policy gradient (advantages already carry the clipped rho)."""
+    if kind not in ("ppo_clip", "vtrace_pg"):
+        raise ValueError(f"appo loss '{kind}' is not one of ppo_clip, vtrace_pg")
     if kind == "ppo_clip":
         return ppo_loss(new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
                         clip_range, True, ent_coef, vf_coef)
@@ -105,9 +107,9 @@ def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | 
         b = segment_targets(model, seg, a, t.gamma)
         n = b["actions"].shape[0]
         perm = torch.randperm(n, generator=generator).to(b["actions"].device)
-        size = n // a.num_minibatches
-        for start in range(0, n, size):
-            mb = perm[start:start + size]
+        for mb in torch.tensor_split(perm, a.num_minibatches):  # sizes differ by at most one
+            if len(mb) == 0:
+                continue
             adv = b["adv"][mb]
             if t.norm_adv:
                 mean, std = local_mean_std(adv)
@@ -153,22 +155,38 @@ class SegmentBatch:
                 continue
             row = {name: views[name][i] for name in self.arrays}
             if self.filled < self.size:
-                for name, value in row.items():
-                    self.arrays[name][self.filled] = value
-                self.filled += 1
-            else:
+                self._put(row)
+            else:  # kept for the next batch, at most one batch of them (the oldest go first)
                 self.overflow.append({k: np.array(v) for k, v in row.items()})
+                if len(self.overflow) > self.size:
+                    self.overflow.pop(0)
+                    self._recount_as_dropped()
+
+    def _put(self, row: dict) -> None:
+        for name, value in row.items():
+            self.arrays[name][self.filled] = value
+        self.filled += 1
+
+    def _recount_as_dropped(self) -> None:
+        self.lag.accepted -= 1
+        self.lag.dropped += 1
 
     def ready(self) -> bool:
         return self.filled == self.size
 
-    def take(self, device) -> dict:
-        """The full batch as tensors (copied), then the kept overflow moves in."""
+    def take(self, device, version: int) -> dict:
+        """The full batch as tensors (copied); then the kept overflow moves in, except what will be
+        too old for the next batch, trained at `version` + 1 (counted as dropped, not admitted twice)."""
         out = {k: torch.from_numpy(v.copy()).to(device) for k, v in self.arrays.items()}
         self.filled = 0
         pending, self.overflow = self.overflow, []
         for row in pending:
-            self.ingest({k: v[None] for k, v in row.items()}, 1, int(row["version"]))
+            if version + 1 - int(row["version"]) > self.lag.max_lag:
+                self._recount_as_dropped()
+            elif self.filled < self.size:
+                self._put(row)
+            else:
+                self.overflow.append(row)
         return out
 
 
@@ -254,7 +272,7 @@ class APPOLearning:
         return self.version + (1 if self.batch.ready() else 0)
 
     def update(self, updates_done: int, progress: float) -> float:
-        seg = self.batch.take(self.device)
+        seg = self.batch.take(self.device, self.version)
         if self.t.normalize_reward:
             seg["rewards"] = normalize_rewards(seg, self.ret_rms)
         seg["rewards"] = seg["rewards"].float()

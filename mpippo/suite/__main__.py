@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
 import sys
 
 from mpippo.suite import spec
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
             entry = spec.manifest_entry(args.manifest, args.index)
             aside = set_aside(Path(entry["folder"]))
             if aside:
-                sys.stderr.write(f"mpippo: suite member {entry['key']}: its last attempt left no checkpoint; "
+                sys.stderr.write(f"mpippo: note: {entry['key']}: its last attempt left no checkpoint; "
                                  f"kept as {aside.name}\n")
             print("\n".join([entry["folder"], *entry["args"]]))
             return 0
@@ -70,6 +71,9 @@ def main(argv=None) -> int:
         return 2
     except OSError as e:  # a folder that cannot be made or written: its path and the reason
         sys.stderr.write(f"mpippo: error: suite: '{e.filename}': {e.strerror or e}\n")
+        return 2
+    except subprocess.TimeoutExpired as e:
+        sys.stderr.write(f"mpippo: error: suite: '{e.cmd[0]}' did not answer within {e.timeout:.0f} s; try again\n")
         return 2
     except (KeyError, ValueError) as e:  # a manifest that is not the one the array was given
         sys.stderr.write(f"mpippo: error: suite: {e}\n")
@@ -107,6 +111,8 @@ def cmd_status(suite: spec.Suite, args) -> int:
 
 def cmd_report(suite: spec.Suite, args) -> int:
     from mpippo.suite import report
+    if args.reps < 1:
+        raise SuiteError(f"--reps: bootstrap resamples must be >= 1, got {args.reps}")
     return report.main(suite, args.out, args.reps)
 
 

@@ -33,8 +33,9 @@ KEYS = {"name": str, "base_config": str, "games": list, "seeds": list, "budget":
         "cpus_per_rank": int, "gpus_per_rank": int, "time": str, "distribution_mode": str, "variants": dict}
 DEFAULTS = {"cpus_per_rank": 1, "gpus_per_rank": 0, "time": "24:00:00", "distribution_mode": "easy",
             "variants": {"default": []}}
+SUITE_OWNED = {("env", "name"), ("env", "distribution_mode"), ("training", "total_timesteps"), ("training", "seed")}
 MAX_MEMBERS = 1000  # array indices 0..999: within Slurm's default MaxArraySize (1001)
-SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: no trailing newline slips through
 
 
 class SuiteError(C.ConfigError):
@@ -102,7 +103,7 @@ def load(path: str | Path, root: str | Path = "runs") -> Suite:
         data = C.load_yaml(path)
     except C.ConfigError as e:
         raise SuiteError(f"suite {e.errors[0]}") from None
-    unknown = sorted(set(data) - set(KEYS))
+    unknown = sorted(set(data) - set(KEYS), key=str)
     if unknown:
         raise SuiteError(f"suite '{path}': unknown key '{unknown[0]}' (allowed: {', '.join(KEYS)})")
     data = {**DEFAULTS, **data}
@@ -130,14 +131,14 @@ def _find(path: Path) -> Path:
 def _check(s: Suite) -> None:
     """Every value in range, and every variant a valid config: the first problem, one line."""
     where = f"suite '{s.path}'"
-    if not SLUG.match(s.name):
+    if not SLUG.fullmatch(s.name):
         raise SuiteError(f"{where}: name: {C.show(s.name)} must be letters, digits, '_', '.', '-' (a folder name)")
     for g in s.games:
-        if g not in PROCGEN_GAMES:
+        if not isinstance(g, str) or g not in PROCGEN_GAMES:
             raise SuiteError(f"{where}: games: {C.show(g)} is not a Procgen game ({', '.join(PROCGEN_GAMES)})")
     if not s.games or len(set(s.games)) != len(s.games):
         raise SuiteError(f"{where}: games: give each game once, at least one")
-    if not s.seeds or len(set(s.seeds)) != len(s.seeds) or not all(type(x) is int and 0 <= x < 2**31 for x in s.seeds):
+    if not s.seeds or not all(type(x) is int and 0 <= x < 2**31 for x in s.seeds) or len(set(s.seeds)) != len(s.seeds):
         raise SuiteError(f"{where}: seeds: distinct integers in [0, 2^31), at least one; got {C.show(list(s.seeds))}")
     members = len(s.games) * len(s.seeds) * max(len(s.variants), 1)
     if members > MAX_MEMBERS:
@@ -155,7 +156,7 @@ def _check(s: Suite) -> None:
     if not s.variants:
         raise SuiteError(f"{where}: variants: at least one (default: [] runs the base config as it is)")
     for name, overrides in s.variants.items():
-        if not isinstance(name, str) or not SLUG.match(name):
+        if not isinstance(name, str) or not SLUG.fullmatch(name):
             raise SuiteError(f"{where}: variants: name {C.show(name)} must be letters, digits, '_', '.', '-'")
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             raise SuiteError(f"{where}: variants.{name}: a list of 'section.key=value' strings, got {C.show(overrides)}")
@@ -166,9 +167,15 @@ def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
     """The member config of this variant, built as the trainer will build it (schema, ranges)."""
     try:
         sets = [C.parse_override(o) for o in overrides]
+        for section, key, _ in sets:
+            if (section, key) in SUITE_OWNED:
+                raise SuiteError(f"suite '{s.path}': variants.{name}: {section}.{key} is the suite's to set "
+                                 f"(games, distribution_mode, budget, seeds), not a variant's")
         sets += [("env", "name", s.games[0]), ("env", "distribution_mode", s.distribution_mode),
                  ("training", "total_timesteps", s.budget)]
         C.build(C.load_yaml(s.base_config), sets, s.ranks)
+    except SuiteError:
+        raise
     except C.ConfigError as e:
         raise SuiteError(f"suite '{s.path}': variants.{name}: {e.errors[0]}") from None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,23 +40,32 @@ def has_checkpoint(member: Member) -> bool:
     return (member.folder / "checkpoints" / "latest.pt").is_file()
 
 
-START_MARKS = ("mpippo: job ", "mpippo: suite member ")  # the first line of each attempt (Slurm, local)
+START_MARK = "mpippo: job "  # common.sh's first line of each attempt under Slurm
+LOCAL_START = re.compile(r"^mpippo: suite member \S+: ")  # run --local's first line of each attempt
 END_MARKS = ("error", "Error", "exited with status", "bad input", "Killed", "CANCELLED", "DUE TO TIME LIMIT")
 
 
 def last_error(member: Member, slurm_outputs: list[Path] = ()) -> str:
-    """The line that says why the member's last attempt ended badly (an error line, the job script's
-    verdict, or Slurm's own CANCELLED / TIME LIMIT line in the element's output), or ''."""
-    lines = []
-    for path in [member.log, *slurm_outputs]:
-        try:
-            lines += path.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-    start = max((i for i, line in enumerate(lines) if line.startswith(START_MARKS)), default=-1)
+    """The line that says why the member's last attempt ended badly (an error line or the job
+    script's verdict in its log), else Slurm's own CANCELLED / TIME LIMIT line at the end of the
+    element's output (a job killed before its script could say anything), or ''."""
+    try:
+        lines = member.log.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    start = max((i for i, line in enumerate(lines) if line.startswith(START_MARK) or LOCAL_START.match(line)),
+                default=-1)
     for line in reversed(lines[start + 1:]):
         if any(m in line for m in END_MARKS):
             return line.strip()[:200]
+    for path in slurm_outputs:
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-3:]
+        except OSError:
+            continue
+        for line in reversed(tail):
+            if "CANCELLED" in line or "TIME LIMIT" in line:
+                return line.strip()[:200]
     return ""
 
 
@@ -85,8 +95,14 @@ def queued(suite: Suite) -> dict[str, str]:
     subs = submissions(suite)
     if not subs or not shutil.which("squeue"):
         return {}
-    ids = ",".join(str(s["job"]) for s in subs)
-    res = subprocess.run(["squeue", "-h", "-r", "-j", ids, "-o", "%i %T"], capture_output=True, text=True, timeout=60)
+    # by the arrays' name, not their ids: ids Slurm has already purged would make squeue fail
+    res = subprocess.run(["squeue", "-h", "-r", "--name", f"suite-{suite.name}", "-o", "%i %T"],
+                         capture_output=True, text=True, timeout=120)
+    if res.returncode != 0:
+        # an unanswered squeue is not an empty queue: resubmitting on it would run members twice
+        from mpippo.suite.spec import SuiteError
+        raise SuiteError(f"suite: squeue failed, so what is queued is unknown ({res.stderr.strip()[:200]}); "
+                         f"try again when the Slurm controller answers")
     keys = {}
     for sub in subs:
         try:

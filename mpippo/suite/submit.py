@@ -35,9 +35,10 @@ def set_aside(folder: Path) -> Path | None:
 
 
 def todo(suite: Suite) -> list[Member]:
-    """Members neither done nor already in Slurm's queue."""
+    """Members neither done, nor in Slurm's queue, nor being run by a `run --local` now."""
     q = state.queued(suite)
-    return [m for m in suite.members() if not state.finished(m, suite.budget) and m.key not in q]
+    return [m for m in suite.members() if not state.finished(m, suite.budget) and m.key not in q
+            and not state.LocalRun(m).alive()]
 
 
 def slurm_seconds(limit: str) -> int:
@@ -118,21 +119,33 @@ def _tee(cmd: list[str], m: Member) -> int:
     if sys.stderr.isatty():
         env.update(MPIPPO_TTY="1", COLUMNS=str(shutil.get_terminal_size().columns))
     state.LocalRun(m).mark()
-    with open(m.log, "a") as log:
-        log.write(f"mpippo: suite member {m.key}: {' '.join(cmd[2:])}\n")
-        log.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        pending = b""
-        try:
-            while chunk := os.read(proc.stdout.fileno(), 65536):
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.flush()
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:  # a redrawn line is logged as it last looked
-                    log.write(line.rsplit(b"\r", 1)[-1].decode(errors="replace") + "\n")
-        except KeyboardInterrupt:  # the launcher got the same Ctrl-C and relays it gently
-            pass
-        rc = proc.wait()
-        log.write(f"mpippo: suite member {m.key} exited with status {rc}\n" if rc else f"mpippo: finished {m.key}\n")
-    state.LocalRun(m).clear()
+    try:
+        with open(m.log, "a") as log:
+            log.write(f"mpippo: suite member {m.key}: {' '.join(cmd[2:])}\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+            _copy_out(proc, log)
+            rc = proc.wait()
+            log.write(f"mpippo: member {m.key} exited with status {rc}\n" if rc else f"mpippo: member {m.key} finished\n")
+    finally:
+        state.LocalRun(m).clear()
     return rc
+
+
+def _copy_out(proc: subprocess.Popen, log) -> None:
+    """Bytes to the terminal as they come, finished lines to the log (a redrawn line as it last
+    looked), until the launcher closes its output. A Ctrl-C reached the launcher too, which stops
+    gently (a second one: at once); either way its last lines still come through here."""
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+        except KeyboardInterrupt:
+            continue
+        if not chunk:
+            return
+        sys.stderr.buffer.write(chunk)
+        sys.stderr.flush()
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            log.write(line.rsplit(b"\r", 1)[-1].decode(errors="replace") + "\n")

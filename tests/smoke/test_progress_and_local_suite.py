@@ -57,7 +57,7 @@ def test_local_suite_runs_its_members_with_the_bar_and_a_second_run_finds_nothin
     assert "member 1/2: default/starpilot/seed_1" in out and "member 2/2: default/starpilot/seed_2" in out
     assert any("step/s" in seg and "|" in seg for seg in out.split("\r"))  # the bar came through
     log = (tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_2.log").read_text()
-    assert "run finished" in log and "mpippo: finished default/starpilot/seed_2" in log
+    assert "run finished" in log and "mpippo: member default/starpilot/seed_2 finished" in log
     assert "step/s]" not in log  # the bar's redraws stay out of the log
     again = subprocess.run(cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "2 of 2 members done or queued; 0 to run here" in again.stdout

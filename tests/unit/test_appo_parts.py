@@ -125,10 +125,10 @@ def test_segment_batch_admits_by_lag_fills_and_keeps_the_overflow():
     batch = appo.SegmentBatch(size=4, T=5, obs_shape=(8, 8, 3), max_lag=2)
     batch.ingest(fake_segments(3, 5, [10, 7, 9]), 3, version=10)  # lags 0, 3 (dropped), 1
     assert batch.filled == 2 and batch.lag.dropped == 1 and not batch.ready()
-    segs = fake_segments(3, 5, [10, 10, 8], seed=1)
+    segs = fake_segments(3, 5, [10, 10, 9], seed=1)
     batch.ingest(segs, 3, version=10)  # all admitted: 2 fill the batch, 1 waits
     assert batch.ready() and len(batch.overflow) == 1
-    out = batch.take("cpu")
+    out = batch.take("cpu", version=10)
     assert out["obs"].shape == (4, 6, 8, 8, 3) and out["actions"].dtype == torch.int64
     assert torch.equal(out["obs"][3], torch.from_numpy(segs["obs"][1]))
     assert batch.filled == 1 and not batch.overflow  # the waiting one moved in
@@ -225,3 +225,17 @@ def test_a_slow_learner_drops_stale_segments_and_counts_them():
     algo.ingest(fake_segments(4, 5, [1, 2, 3, 5]), 4)  # lags 4, 3 (dropped), 2, 0
     assert algo.batch.lag.dropped == 2 and algo.batch.filled == 2
     assert algo.batch.lag.hist[:5].tolist() == [1, 0, 1, 1, 1]
+
+
+def test_kept_segments_are_not_admitted_twice_and_expire_with_the_learner():
+    batch = appo.SegmentBatch(size=1, T=2, obs_shape=(8, 8, 3), max_lag=1)
+    batch.ingest(fake_segments(3, 2, [10, 10, 10]), 3, version=10)  # 1 in the batch, 1 kept, 1 over the cap
+    assert batch.lag.accepted == 2 and batch.lag.dropped == 1 and len(batch.overflow) == 1
+    batch.take("cpu", version=10)  # the next batch trains at 11: lag 1, still fine
+    assert batch.filled == 1 and batch.lag.accepted == 2 and batch.lag.hist[0] == 3
+    batch.ingest(fake_segments(1, 2, [11], seed=3), 1, version=11)  # kept behind the full batch
+    batch.take("cpu", version=11)
+    assert batch.filled == 1  # the version-11 one moved in
+    batch.ingest(fake_segments(1, 2, [11], seed=4), 1, version=11)
+    batch.take("cpu", version=12)  # at 13 a version-11 segment would be 2 behind: dropped
+    assert batch.filled == 0 and batch.lag.dropped == 2

@@ -62,6 +62,11 @@ def test_members_have_stable_indices_folders_and_options(tmp_path):
     ({"variants": {"x": "training.learning_rate=0.1"}}, "a list of 'section.key=value' strings"),
     ({"base_config": "configs/missing.yaml"}, "base_config: 'configs/missing.yaml' is not a file"),
     ({"colour": "blue"}, "unknown key 'colour'"),
+    ({"variants": {"hard": ["env.distribution_mode=hard"]}}, "env.distribution_mode is the suite's to set"),
+    ({"variants": {"x": ["env.name=coinrun"]}}, "env.name is the suite's to set"),
+    ({"seeds": [[1]]}, "seeds: distinct integers"),
+    ({"games": [["starpilot"]]}, "is not a Procgen game"),
+    ({"name": "tiny\n"}, "a folder name"),
 ])
 def test_bad_suite_is_one_line_and_exit_2_before_anything_runs(tmp_path, change, needle):
     path = write_suite(tmp_path, **change)
@@ -79,6 +84,7 @@ def test_missing_suite_and_bad_options_are_one_line(tmp_path):
     for argv, needle in ((["status", "no_such_suite", *root], "no such file"),
                          (["run", str(TINY), "--local", "--root", str(tmp_path / "file")], "is not a folder"),
                          (["run", str(TINY), "--max-parallel", "0", "--local", *root], "--max-parallel: must be >= 1"),
+                         (["report", str(TINY), "--reps", "0", *root], "--reps: bootstrap resamples must be >= 1"),
                          (["frobnicate"], "invalid choice")):
         res = subprocess.run([sys.executable, "-m", "mpippo.suite", *argv], cwd=ROOT, capture_output=True,
                              text=True, timeout=60)
@@ -107,6 +113,11 @@ def test_state_reads_metrics_checkpoints_and_the_last_attempts_error(tmp_path):
     assert rows[ms[0].key]["state"] == "done"
     assert rows[ms[1].key]["state"] == "failed" and rows[ms[1].key]["error"] == "mpippo: trainer exited with status 1"
     assert rows[ms[2].key]["state"] == "stopped" and rows[ms[3].key]["state"] == "not started"
+    # a local attempt's closing line is not the start of another: its error still counts
+    ms[3].log.write_text("mpippo: suite member default/bigfish/seed_2: -m mpippo.launch ...\n"
+                         "mpippo: error: env.num_envs: bad\nmpippo: member default/bigfish/seed_2 exited with status 2\n")
+    assert state.last_error(ms[3]) == "mpippo: member default/bigfish/seed_2 exited with status 2"
+    ms[3].log.unlink()
     slurm_out = tmp_path / "3.out"
     slurm_out.write_text("slurmstepd: error: *** JOB 12 ON node CANCELLED AT 2026-11-26T10:00:00 ***\n")
     assert "CANCELLED" in state.last_error(ms[3], [slurm_out])
@@ -206,5 +217,8 @@ def test_a_member_run_locally_now_is_running_and_a_stale_mark_is_ignored(tmp_pat
     state.LocalRun(other).path.write_text(dead.stdout.strip())  # a process that has ended
     rows = {r["member"]: r["state"] for r in state.table(s)}
     assert rows[m.key] == "running" and rows[other.key] == "interrupted"  # trained, no checkpoint, not running
+    from mpippo.suite import submit
+    assert m.key not in {x.key for x in submit.todo(s)}  # a second run --local leaves it to the first
     mark.clear()
     assert {r["member"]: r["state"] for r in state.table(s)}[m.key] == "interrupted"
+    assert m.key in {x.key for x in submit.todo(s)}
