@@ -56,7 +56,7 @@ def curves(suite: Suite, ref: dict, path: Path) -> dict:
         reached = max((c[0][-1] for (v, g), cs in data.items() if g == game for c in cs), default=suite.budget)
         if game in ref:
             steps, mean, std = ref[game]
-            keep = steps <= max(reached * 1.05, steps[0])
+            keep = steps <= max(max(reached, suite.budget) * 1.05, steps[0])  # the suite's range, done or not
             ax.fill_between(steps[keep], (mean - std)[keep], (mean + std)[keep], color="grey", alpha=0.3, lw=0)
             ax.plot(steps[keep], mean[keep], "k--o", ms=3, lw=1, label="paper PPO (+-1 std)")
             drawn[game] = int(keep.sum())

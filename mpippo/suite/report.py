@@ -159,7 +159,8 @@ def markdown(suite: Suite, r: dict) -> str:
         f.write(f"| {g['variant']} | {g['game']} | {g['seeds']} | {g['step']:,} | {g['mean']:.2f} +- {g['std']:.2f} | "
                 f"{paper} | {g['normalized']:.3f} |\n")
     if r["aggregate"]:
-        f.write(f"\n## Normalized score over {len(r['aggregate_games'])} games (rliable, 95% stratified-bootstrap CIs)\n\n"
+        n = len(r["aggregate_games"])
+        f.write(f"\n## Normalized score over {n} game{'s' * (n != 1)} (rliable, 95% stratified-bootstrap CIs)\n\n"
                 "| variant | IQM | IQM 95% CI | mean | mean 95% CI |\n|---|---|---|---|---|\n")
         for v, a in r["aggregate"]["variants"].items():
             f.write(f"| {v} | {a['iqm']:.3f} | [{a['iqm_ci'][0]:.3f}, {a['iqm_ci'][1]:.3f}] | {a['mean']:.3f} | "
