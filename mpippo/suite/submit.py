@@ -126,10 +126,20 @@ def _tee(cmd: list[str], m: Member) -> int:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
             _copy_out(proc, log)
             rc = proc.wait()
-            log.write(f"mpippo: member {m.key} exited with status {rc}\n" if rc else f"mpippo: member {m.key} finished\n")
+            log.write(f"mpippo: member {m.key} {closing(rc)}\n")
     finally:
         state.LocalRun(m).clear()
     return rc
+
+
+def closing(rc: int) -> str:
+    """The log's last word on a local attempt: 3 and 4 are the trainer's stops with a checkpoint
+    (a signal, Ctrl-C), which `status` shows as stopped, not failed."""
+    if rc == 0:
+        return "finished"
+    if rc in (3, 4):
+        return f"stopped with a checkpoint (exit {rc}); the next run resumes it"
+    return f"exited with status {rc}"
 
 
 def _copy_out(proc: subprocess.Popen, log) -> None:

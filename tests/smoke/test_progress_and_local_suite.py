@@ -93,6 +93,9 @@ def test_ctrl_c_in_a_local_suite_checkpoints_the_member_and_the_same_command_res
     text = out.decode(errors="replace")
     assert pressed and os.waitstatus_to_exitcode(status) == 4, text[-3000:]
     assert "Traceback" not in text and "`python -m mpippo.suite run" in text
+    status = subprocess.run([sys.executable, "-m", "mpippo.suite", "status", str(suite), "--root", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "summary: 1 stopped" in status.stdout, status.stdout  # a Ctrl-C is a stop, not a failure
     steps = yaml.safe_load((member / "benchmark_metrics.json").read_text())["total_timesteps"]
     assert 0 < steps < 4096  # stopped part-way, with a checkpoint
     again = subprocess.run(cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=300)
