@@ -29,15 +29,9 @@ def targets(behaviour_logp, target_logp, rewards, values, firsts, gamma: float, 
                   rho_bar=rho_bar, c_bar=c_bar, lam=lam)
 
 
-def appo_loss(kind: str, new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
-              clip_range: float, ent_coef: float, vf_coef: float) -> PPOLoss:
-    """`ppo_clip`: PPO's clipped surrogate with the ratio to the behaviour policy and V-trace advantages
-    (APPO); `vtrace_pg`: IMPALA's policy gradient (advantages already carry the clipped rho)."""
-    if kind not in ("ppo_clip", "vtrace_pg"):
-        raise ValueError(f"appo loss '{kind}' is not one of ppo_clip, vtrace_pg")
-    if kind == "ppo_clip":
-        return ppo_loss(new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
-                        clip_range, True, ent_coef, vf_coef)
+def vtrace_pg_loss(new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
+                   clip_range: float, clip_vloss: bool, ent_coef: float, vf_coef: float) -> PPOLoss:
+    """IMPALA's policy gradient (the advantages already carry the clipped rho), in ppo_loss's signature."""
     pg_loss = -(advantages.detach() * new_logp).mean()
     v_loss = 0.5 * ((new_values - vs) ** 2).mean()
     ent = entropy.mean()
@@ -46,6 +40,18 @@ def appo_loss(kind: str, new_logp, entropy, new_values, behaviour_logp, advantag
         approx_kl = ((logratio.exp() - 1) - logratio).mean()
     zero = torch.zeros((), device=new_logp.device)
     return PPOLoss(pg_loss - ent_coef * ent + vf_coef * v_loss, pg_loss, v_loss, ent, approx_kl, zero)
+
+
+# `ppo_clip`: PPO's clipped surrogate with the ratio to the behaviour policy and V-trace advantages (APPO)
+LOSSES = {"ppo_clip": ppo_loss, "vtrace_pg": vtrace_pg_loss}
+
+
+def appo_loss(kind: str, new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
+              clip_range: float, ent_coef: float, vf_coef: float) -> PPOLoss:
+    if kind not in LOSSES:
+        raise ValueError(f"appo loss '{kind}' is not one of {', '.join(LOSSES)}")
+    return LOSSES[kind](new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
+                        clip_range, True, ent_coef, vf_coef)
 
 
 @dataclass
@@ -96,36 +102,27 @@ def segment_targets(model, seg: dict, a, gamma: float) -> dict:
 
 
 def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | None = None) -> dict:
-    """`a.epochs` passes over a batch of segments in `a.num_minibatches` minibatches: V-trace targets
-    from the current network at each epoch, then the `a.loss` step (advantages normalized per
-    minibatch when t.norm_adv), gradients clipped to t.max_grad_norm. Returns mean statistics."""
-    from mpippo.algos.ppo import local_mean_std, logprob_entropy
-    params = list(model.parameters())
-    totals = dict(pg_loss=0.0, v_loss=0.0, entropy=0.0, approx_kl=0.0, clipfrac=0.0)
-    steps = 0
+    """`a.epochs` passes over a batch of segments: V-trace targets from the current network at each
+    epoch, then one epoch of the PPO update (`ppo_update`: minibatches, per-minibatch advantage
+    normalization, autocast, non-finite skipping, clipping) with the `a.loss` objective. The
+    minibatch size is (segments x T) / a.num_minibatches, which must divide (as sync PPO's)."""
+    from types import SimpleNamespace
+
+    from mpippo.algos.ppo import local_grad_check, ppo_update
+    if a.loss not in LOSSES:
+        raise ValueError(f"appo loss '{a.loss}' is not one of {', '.join(LOSSES)}")
+    cfg = SimpleNamespace(n_epochs=1, num_minibatches=a.num_minibatches, norm_adv=t.norm_adv, adv_norm="minibatch",
+                          clip_range=a.clip_range, clip_vloss=True, ent_coef=t.ent_coef, vf_coef=t.vf_coef,
+                          max_grad_norm=t.max_grad_norm, target_kl=None, precision=getattr(t, "precision", "fp32"))
+    sync, runs = local_grad_check(model.parameters()), []
     for _ in range(a.epochs):
         b = segment_targets(model, seg, a, t.gamma)
-        n = b["actions"].shape[0]
-        perm = torch.randperm(n, generator=generator).to(b["actions"].device)
-        for mb in torch.tensor_split(perm, a.num_minibatches):  # sizes differ by at most one
-            if len(mb) == 0:
-                continue
-            adv = b["adv"][mb]
-            if t.norm_adv:
-                mean, std = local_mean_std(adv)
-                adv = (adv - mean) / (std + 1e-8)
-            logits, new_values = model(b["obs"][mb])
-            new_logp, entropy = logprob_entropy(logits, b["actions"][mb])
-            out = appo_loss(a.loss, new_logp, entropy, new_values.float(), b["logp"][mb], adv, b["vs"][mb],
-                            b["values"][mb], a.clip_range, t.ent_coef, t.vf_coef)
-            optimizer.zero_grad(set_to_none=False)
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm)
-            optimizer.step()
-            steps += 1
-            for k in totals:
-                totals[k] += float(getattr(out, k).detach())
-    return {k: v / max(steps, 1) for k, v in totals.items()} | {"updates": steps}
+        batch = {"b_obs": b["obs"], "b_actions": b["actions"], "b_logprobs": b["logp"], "b_advantages": b["adv"],
+                 "b_returns": b["vs"], "b_values": b["values"]}
+        runs.append(ppo_update(model, optimizer, batch, cfg, sync, generator, loss_fn=LOSSES[a.loss]))
+    steps = sum(r["updates"] for r in runs)
+    keys = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")
+    return {k: sum(r[k] * r["updates"] for r in runs) / max(steps, 1) for k in keys} | {"updates": steps}
 
 
 def segment_fields(obs_shape, T: int) -> list[tuple[str, type, tuple]]:

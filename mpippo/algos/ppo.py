@@ -106,7 +106,8 @@ def local_mean_std(x: torch.Tensor) -> tuple[float, float]:
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, cfg,
                grad_sync, generator: torch.Generator | None = None, timer=None,
-               nonfinite_streak: int = 0, max_nonfinite_streak: int = 3, adv_moments=local_mean_std) -> dict:
+               nonfinite_streak: int = 0, max_nonfinite_streak: int = 3, adv_moments=local_mean_std,
+               loss_fn=ppo_loss) -> dict:
     """n_epochs x num_minibatches clipped-PPO steps on this rank's share of the batch.
 
     batch: b_obs (B, H, W, C) uint8, b_actions, b_logprobs, b_advantages, b_returns,
@@ -114,7 +115,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, 
     cfg.adv_norm == "minibatch" each minibatch's advantages are normalized here by
     adv_moments(local share) -> (mean, std) of the global minibatch (under MPI: every rank's
     share, one small Allreduce); otherwise b_advantages arrive as they are to be used.
-    Returns mean statistics over the steps taken.
+    Returns mean statistics over the steps taken. loss_fn: ppo_loss's signature (APPO passes its own).
     """
     phase = timer if timer is not None else (lambda name: nullcontext())
     per_minibatch = cfg.norm_adv and cfg.adv_norm == "minibatch"
@@ -139,7 +140,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, 
                     logits, newvalue = model(batch["b_obs"][mb])
                 newvalue = newvalue.float()
                 newlogprob, entropy = logprob_entropy(logits, batch["b_actions"][mb])
-                out = ppo_loss(newlogprob, entropy, newvalue, batch["b_logprobs"][mb],
+                out = loss_fn(newlogprob, entropy, newvalue, batch["b_logprobs"][mb],
                                mb_advantages, batch["b_returns"][mb], batch["b_values"][mb],
                                cfg.clip_range, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef)
                 optimizer.zero_grad(set_to_none=False)  # keep .grad as views of the flat buffer

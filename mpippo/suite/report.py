@@ -62,7 +62,7 @@ def collect(suite: Suite) -> tuple[list[dict], list[str]]:
     rows, missing = [], []
     for m in suite.members():
         met = state.metrics(m)
-        if not state.finished(m, suite.budget):
+        if not state.finished(m, suite.budget, met):
             missing.append(f"{m.key} (not done)")
             continue
         if met.get("episode_return_mean") is None:

@@ -31,8 +31,9 @@ def metrics(member: Member) -> dict:
         return {}
 
 
-def finished(member: Member, budget: int) -> bool:
-    m = metrics(member)
+def finished(member: Member, budget: int, m: dict | None = None) -> bool:
+    """Done: the metrics (read here unless given) say finished, at the suite's budget."""
+    m = metrics(member) if m is None else m
     return bool(m.get("finished")) and int(m.get("total_timesteps", 0)) >= budget
 
 
@@ -148,7 +149,7 @@ def table(suite: Suite) -> list[dict]:
     rows = []
     for m in suite.members():
         met, error = metrics(m), last_error(m, outs.get(m.key, []))
-        if finished(m, suite.budget):
+        if finished(m, suite.budget, met):
             state = "done"
         elif m.key in q:
             state = q[m.key]
