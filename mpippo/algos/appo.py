@@ -216,13 +216,13 @@ class APPOActing:
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mask=None) -> np.ndarray:
-        from mpippo.algos.ppo import autocast, logprob_entropy
+        from mpippo.algos.ppo import autocast
         with autocast(torch.device("cpu"), self.precision):
             logits, _ = self.net(torch.from_numpy(obs))
-        probs = torch.softmax(logits.float(), dim=-1)
-        actions = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
-        self.logp = logprob_entropy(logits, actions)[0].numpy()
-        return actions.numpy()
+        logp_all = torch.log_softmax(logits.float(), dim=-1)  # once: sampling and the behaviour log-prob
+        actions = torch.multinomial(logp_all.exp(), 1, generator=self.generator)
+        self.logp = logp_all.gather(1, actions).squeeze(1).numpy()
+        return actions.squeeze(1).numpy()
 
     def transitions(self, obs, actions, rew, first, next_obs, next_mask=None) -> dict | None:
         """Record one step; every T steps, the envs' segments as chunk items (else None)."""
