@@ -35,10 +35,11 @@ def test_a_hung_rank_ends_the_job_naming_it(tmp_path, rank, role, iteration):
 
 
 def test_a_slow_learner_that_keeps_talking_is_not_a_hang(tmp_path):
-    """The learner sleeps 1.6 s in each of 10 updates: its actors (4 chunks of credit each, 8 updates
-    of data together) wait for credit about 13 s, longer than
-    the timeout, while the learner's keepalives show it is alive. The run finishes."""
-    res, _ = run_faulty(tmp_path, "rank=0,iteration=100,kind=slow,seconds=1.6,count=10", limit=180)
+    """The learner sleeps 2.5 s in each of 10 updates: its actors (4 chunks of credit each, 8 updates
+    of data together) wait for credit about 20 s (15 s on the slower CI machine: 1.6 s sleeps gave
+    only 9.7 s there), longer than the timeout, while the learner's keepalives show it is alive.
+    The run finishes."""
+    res, _ = run_faulty(tmp_path, "rank=0,iteration=100,kind=slow,seconds=2.5,count=10", limit=180)
     assert res.returncode == 0, res.stderr[-3000:]
     m = metrics(tmp_path / "run")
     assert m["longest_credit_hold_s"] > TIMEOUT_S, m["longest_credit_hold_s"]
