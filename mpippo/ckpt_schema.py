@@ -202,16 +202,36 @@ def check_ppo(state: dict, cfg: C.Config, net) -> None:
         check_ppo_rank(r, f"ranks[{i}]", cfg, obs_shape)
 
 
-def check_dqn(state: dict, cfg: C.Config, net) -> None:
-    mapping(state, "checkpoint", ("agent", "target", "counters", "ret_window", "replay_rng", "torch_rng"))
+def check_learner(state: dict, net) -> None:
+    """What every actor-learner checkpoint has: agent, Adam over the network, counters, return window."""
+    mapping(state, "checkpoint", ("agent", "counters", "ret_window"))
     int_(state["agent"], "agent")
-    check_weights(state["target"], "target", net)
     check_adam(state["optimizer"], "optimizer", [tuple(p.shape) for p in net.parameters()])
     counters = mapping(state["counters"], "counters", ("updates", "episodes", "transitions", "lag_sum", "lag_n"))
     for k, v in counters.items():
         int_(v, f"counters.{k}")
     for i, x in enumerate(seq(state["ret_window"], "ret_window")[:100]):
         num(x, f"ret_window[{i}]")
+
+
+def check_appo(state: dict, cfg: C.Config, net) -> None:
+    check_learner(state, net)
+    mapping(state, "checkpoint", ("ret_rms", "version", "shuffle", "lag_hist", "lag_dropped", "lag_accepted"))
+    rms = mapping(state["ret_rms"], "ret_rms", ("mean", "var", "count"))
+    num(rms["mean"], "ret_rms.mean"), num(rms["var"], "ret_rms.var", 0.0), num(rms["count"], "ret_rms.count", 0.0)
+    need(state["version"] == state["counters"]["updates"], "version",
+         f"{C.show(state['version'])} is not the counters' {state['counters']['updates']} updates")
+    tensor(state["shuffle"], "shuffle", None, torch.uint8)
+    restores("shuffle", "torch generator", lambda: torch.Generator().set_state(state["shuffle"]))
+    from mpippo.algos.appo import PolicyLag
+    array(state["lag_hist"], "lag_hist", "i", PolicyLag(0).hist.shape)
+    int_(state["lag_dropped"], "lag_dropped"), int_(state["lag_accepted"], "lag_accepted")
+
+
+def check_dqn(state: dict, cfg: C.Config, net) -> None:
+    check_learner(state, net)
+    mapping(state, "checkpoint", ("target", "replay_rng", "torch_rng"))
+    check_weights(state["target"], "target", net)
     pcg64(state["replay_rng"], "replay_rng")
     tensor(state["torch_rng"], "torch_rng", None, torch.uint8)
     restores("torch_rng", "torch generator", lambda: torch.Generator().set_state(state["torch_rng"]))
@@ -233,7 +253,7 @@ def validate(state, where: str, algo: str | None = None) -> dict:
     try:
         mapping(state, "checkpoint", ("algo", "model", "optimizer", "timesteps", "iteration", "config",
                                       "world_size", "model_spec"))
-        need(state["algo"] in ("ppo", "dqn"), "algo", f"expected ppo or dqn, got {C.show(state['algo'])}")
+        need(state["algo"] in C.ALGOS, "algo", f"expected one of {', '.join(C.ALGOS)}, got {C.show(state['algo'])}")
         if algo is not None and state["algo"] != algo:
             raise C.ConfigError(f"{where}: it is from algorithm '{state['algo']}', this run is {algo}")
         int_(state["timesteps"], "timesteps"), int_(state["iteration"], "iteration")
@@ -241,7 +261,7 @@ def validate(state, where: str, algo: str | None = None) -> dict:
         cfg = check_config(state)
         net = meta_network(state, cfg)
         check_weights(state["model"], "model", net)
-        (check_dqn if state["algo"] == "dqn" else check_ppo)(state, cfg, net)
+        {"ppo": check_ppo, "appo": check_appo, "dqn": check_dqn}[state["algo"]](state, cfg, net)
     except Bad as e:
         raise C.ConfigError(f"{where}: not a valid mpippo checkpoint: {e}") from None
     return state

@@ -166,8 +166,8 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     trainer = _trainer(world, args, cfg, run_dir, start)
     if note and world.is_root:
         print(f"mpippo: note: {note}", flush=True)
-    if cfg.training.algo == "dqn":
-        return _train_dqn(world, trainer, signals)
+    if cfg.training.algo != "ppo":  # dqn, appo: the actor-learner layout
+        return _train_actor_learner(world, trainer, signals)
     if world.is_root:
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
@@ -242,9 +242,9 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     records the resolved config in the run folder."""
     trainer = errors = None
     try:
-        if cfg.training.algo == "dqn":  # each learner reads its own agent's checkpoint
-            from mpippo.runners.dqn import ApeXDQN
-            trainer = ApeXDQN(cfg, world, run_dir, resume=args.resume)
+        if cfg.training.algo != "ppo":  # the actor-learner layout: each learner reads its own agent's checkpoint
+            from mpippo.runners.actor_learner import ActorLearnerRun
+            trainer = ActorLearnerRun(cfg, world, run_dir, resume=args.resume)
         else:
             state = None
             if args.resume:
@@ -266,13 +266,13 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
 def _write_config(run_dir: Path, cfg: C.Config) -> None:
     try:
         atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
-        if cfg.training.algo != "dqn":
+        if cfg.training.algo == "ppo":
             (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise C.ConfigError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({e.strerror or e})") from None
 
 
-def _train_dqn(world: World, trainer, signals: SignalFlags) -> tuple[int, dict]:
+def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[int, dict]:
     summary = trainer.train(signals)
     # every agent has written its outputs; all ranks exit with the same code: the most urgent
     # reason of any agent. Agents may end minutes apart, so this waits outside the watchdog.

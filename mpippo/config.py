@@ -23,6 +23,7 @@ PROCGEN_GAMES = (
     "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
 )
 TOY_ENVS = ("toy-cue", "connect4")  # built-in envs: a tiny test env (envs/toy.py), Connect Four vs an opponent (envs/connect4.py)
+ALGOS = ("ppo", "appo", "dqn")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
 
 
@@ -88,7 +89,7 @@ class ModelConfig:
 
 @dataclass
 class TrainingConfig:
-    algo: str = _f("ppo", "Algorithm: ppo.")
+    algo: str = _f("ppo", "Algorithm: ppo (synchronous, every rank steps envs and learns) | appo (asynchronous PPO with V-trace: actor ranks and a learner rank, section appo) | dqn (Ape-X: actor ranks and a learner rank with replay, section dqn).")
     total_timesteps: int = _f(25_000_000, "Env steps over all ranks; the run ends when reached (or at duration_hours).")
     duration_hours: Optional[float] = _f(None, "Wall-clock budget in hours (timed training); null = none.")
     seed: int = _f(1, "Base seed; rank r uses derived seeds, so a run is reproducible for a given seed and world size.")
@@ -142,6 +143,23 @@ class DQNConfig:
 
 
 @dataclass
+class APPOConfig:
+    num_agents: int = _f(1, "Independent agents in one job (as dqn.num_agents): each a learner rank (its own GPU) and its actors.")
+    rollout_length: int = _f(64, "Steps T of one segment (one env's T steps under one weights version), the unit actors send and the learner trains on.")
+    batch_segments: int = _f(64, "Segments per learner update (batch = batch_segments x rollout_length samples).")
+    epochs: int = _f(2, "Passes over each batch; V-trace targets are recomputed with the current network before each.")
+    num_minibatches: int = _f(2, "Minibatches per pass; must divide batch_segments x rollout_length.")
+    loss: str = _f("ppo_clip", "ppo_clip: PPO's clipped surrogate with the ratio to the behaviour policy and V-trace advantages (APPO) | vtrace_pg: IMPALA's policy gradient.")
+    rho_bar: float = _f(1.0, "V-trace clip of the importance weights in the value targets and advantages (IMPALA's rho-bar).")
+    c_bar: float = _f(1.0, "V-trace clip of the trace coefficients (IMPALA's c-bar).")
+    max_policy_lag: int = _f(20, "Segments whose weights are more than this many learner updates old are dropped (and counted).")
+    weight_sync_period: int = _f(1, "Learner updates between weight sends to the actors (non-blocking).")
+    chunk_size: int = _f(8, "Segments per actor -> learner message.")
+    max_inflight: int = _f(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
+    checkpoint_interval_updates: int = _f(0, "Learner updates between periodic checkpoints; 0 = off (checkpoint.interval_minutes, signals and the end still save).")
+
+
+@dataclass
 class SelfPlayConfig:
     enabled: bool = _f(False, "Self-play (DQN on connect4): actors play frozen snapshots of the learner from an opponent pool instead of the random player.")
     snapshot_interval_updates: int = _f(200, "Learner updates between snapshots added to the pool (the starting network is member 0).")
@@ -179,6 +197,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    appo: APPOConfig = field(default_factory=APPOConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -376,6 +395,8 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
                     f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
     if cfg.training.algo == "dqn":
         return errs + _check_dqn(cfg, world_size, errs) + _check_selfplay(cfg)
+    if cfg.training.algo == "appo":
+        return errs + _check_appo(cfg, world_size, errs)
     if errs:  # the divisibility check below needs sane numbers
         return errs
     t = cfg.training
@@ -404,8 +425,8 @@ def _check_choices(cfg: Config) -> list[str]:
             errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
     if e.num_threads is not None and not 0 <= e.num_threads <= 1024:
         errs.append(f"env.num_threads: must be null (auto) or in [0, 1024], got {e.num_threads}")
-    if t.algo not in ("ppo", "dqn"):
-        errs.append(f"training.algo: '{t.algo}' is not supported; allowed: ppo, dqn")
+    if t.algo not in ALGOS:
+        errs.append(f"training.algo: '{t.algo}' is not supported; allowed: {', '.join(ALGOS)}")
     if cfg.selfplay.enabled and t.algo != "dqn":
         errs.append(f"selfplay.enabled: self-play runs in the DQN learner layout, training.algo is '{t.algo}'; allowed: dqn")
     if t.precision not in ("auto", "fp32", "bf16"):
@@ -481,11 +502,41 @@ def _check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     for key in ("eps", "per_beta"):
         if not 0.0 <= getattr(d, key) <= 1.0:
             errs.append(f"dqn.{key}: must be in [0, 1], got {getattr(d, key)}")
-    if not errs and not earlier and (world_size % d.num_agents or world_size // d.num_agents < 2):
-        errs.append(f"dqn.num_agents: {world_size} rank(s) cannot form {d.num_agents} agent(s) of a learner and "
-                    f">= 1 actor each; run with a multiple of {d.num_agents} ranks, at least {2 * d.num_agents}")
+    if not errs and not earlier:
+        errs += _check_agents("dqn", d.num_agents, world_size)
     if d.mirror_augment and name != "connect4":
         errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: connect4")
+    return errs
+
+
+def _check_agents(section: str, num_agents: int, world_size: int) -> list[str]:
+    """The actor-learner layout: the job splits into agents of one learner and >= 1 actor each."""
+    if world_size % num_agents or world_size // num_agents < 2:
+        return [f"{section}.num_agents: {world_size} rank(s) cannot form {num_agents} agent(s) of a learner and "
+                f">= 1 actor each; run with a multiple of {num_agents} ranks, at least {2 * num_agents}"]
+    return []
+
+
+def _check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
+    errs: list[str] = []
+    a = cfg.appo
+    for key in ("num_agents", "rollout_length", "batch_segments", "epochs", "num_minibatches", "weight_sync_period",
+                "chunk_size", "max_inflight"):
+        if getattr(a, key) < 1:
+            errs.append(f"appo.{key}: must be >= 1, got {getattr(a, key)}")
+    for key in ("max_policy_lag", "checkpoint_interval_updates"):
+        if getattr(a, key) < 0:
+            errs.append(f"appo.{key}: must be >= 0, got {getattr(a, key)}")
+    for key in ("rho_bar", "c_bar"):
+        if not getattr(a, key) > 0 or not math.isfinite(getattr(a, key)):
+            errs.append(f"appo.{key}: must be > 0, got {getattr(a, key)}")
+    if a.loss not in ("ppo_clip", "vtrace_pg"):
+        errs.append(f"appo.loss: '{a.loss}' is not one of ppo_clip, vtrace_pg")
+    if not errs and (a.batch_segments * a.rollout_length) % a.num_minibatches:
+        errs.append(f"appo.num_minibatches: the batch ({a.batch_segments} segments x {a.rollout_length} steps = "
+                    f"{a.batch_segments * a.rollout_length}) is not divisible by num_minibatches={a.num_minibatches}")
+    if not errs and not earlier:
+        errs += _check_agents("appo", a.num_agents, world_size)
     return errs
 
 
@@ -514,8 +565,16 @@ def _check_selfplay(cfg: Config) -> list[str]:
 
 
 def stepping_ranks(cfg: Config, world_size: int) -> int:
-    """Ranks that step envs: all of them in PPO; the actors in DQN (learners step none)."""
-    return max(world_size - cfg.dqn.num_agents, 1) if cfg.training.algo == "dqn" else world_size
+    """Ranks that step envs: all of them in PPO; the actors in DQN and APPO (learners step none)."""
+    if cfg.training.algo == "ppo":
+        return world_size
+    return max(world_size - layout_section(cfg).num_agents, 1)
+
+
+def layout_section(cfg: Config):
+    """The actor-learner layout's settings of this run's algorithm (dqn or appo): num_agents,
+    chunk_size, max_inflight, weight_sync_period, checkpoint_interval_updates."""
+    return cfg.appo if cfg.training.algo == "appo" else cfg.dqn
 
 
 def local_num_envs(cfg: Config, world_size: int) -> int:
@@ -584,6 +643,9 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
     if t.algo == "dqn":  # an actor: its envs' frames (and the next ones) and an inference copy
         rollout, minibatch = 2 * envs * obs_bytes, envs
+    elif t.algo == "appo":  # an actor: one segment per env, and the chunks it may have in flight
+        a = cfg.appo
+        rollout, minibatch = (envs + a.chunk_size * a.max_inflight) * (a.rollout_length + 1) * (obs_bytes + 32), envs
     else:  # uint8 frames + six float32/int64 fields per step; one minibatch's first activations
         rollout, minibatch = t.n_steps * envs * (obs_bytes + 32), max(t.n_steps * envs // t.num_minibatches, 1)
     need = 16 * params + rollout + minibatch * first_act  # params: weights, gradients, two Adam moments

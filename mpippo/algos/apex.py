@@ -9,12 +9,15 @@ received so far allows (the replay ratio, or updates per finished episodes).
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
 from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half
 from mpippo.algos.ppo import autocast
 from mpippo.envs import bits_to_mask, mask_bits
+from mpippo.models import DuelingQNetwork
 
 REPLAY_FILE = "replay.npz"
 
@@ -27,22 +30,47 @@ def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
 
 
 class ApeX:
+    name = "dqn"
+    steps_per_item = 1  # a chunk item is one (n-step) transition
+
     def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int, masked: bool):
-        self.d, self.t = cfg.dqn, cfg.training
+        self.cfg, self.d, self.t = cfg, cfg.dqn, cfg.training
         self.obs_shape, self.num_actions, self.masked = tuple(obs_shape), num_actions, masked
         self.epsilons = apex_epsilons(num_actors, self.d.eps, self.d.eps_alpha)
+        self.samples_per_update = self.d.batch_size
+
+    # ------------------------------------------------- what the layout asks of an algorithm
+    def new_net(self) -> torch.nn.Module:
+        m = self.cfg.model
+        return DuelingQNetwork(self.obs_shape, self.num_actions, tuple(m.channels), m.hidden_size, self.d.dueling,
+                               m.downsample)
+
+    def fields(self) -> list[tuple[str, type, tuple]]:
+        return chunk_fields(self.obs_shape)
+
+    def episode_capacity(self, chunk_size: int, num_envs: int) -> int:
+        """Episodes one chunk's header can carry: a chunk is sent at least every chunk_size / num_envs steps."""
+        return max(chunk_size, num_envs)
+
+    def actor_steps(self, steps: int) -> int:
+        return steps  # every step completes transitions (after the first n-1)
+
+    def describe(self) -> str:
+        return (f"replay {self.d.buffer_size:,} transitions = {self.learner_bytes() / 2**30:.2f} GiB, epsilons "
+                f"{', '.join(f'{e:.4f}' for e in self.epsilons)}")
 
     # ---------------------------------------------------------------- actor side
     def actor(self, index: int, net: torch.nn.Module, num_envs: int, rng: np.random.Generator) -> "ApeXActing":
         return ApeXActing(self, float(self.epsilons[index]), net, num_envs, rng)
 
     # -------------------------------------------------------------- learner side
-    def replay_bytes(self) -> int:
+    def learner_bytes(self) -> int:
+        """What the learner holds beyond the network: the replay buffer."""
         return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape)
 
-    def setup_learner(self, q: torch.nn.Module, target: torch.nn.Module, device, seed: int, aug_seed: int) -> None:
-        self.q, self.target, self.device = q, target, device
-        target.load_state_dict(q.state_dict())
+    def setup_learner(self, q: torch.nn.Module, device, seed: int, aug_seed: int) -> None:
+        self.q, self.target, self.device = q, copy.deepcopy(q), device
+        self.model = q  # what the checkpoint's "model" is and the actors get
         self.opt = torch.optim.Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
         self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed)
         self.aug_rng = np.random.default_rng(aug_seed)
@@ -88,6 +116,21 @@ class ApeX:
             self.target.load_state_dict(self.q.state_dict())
         return float(loss.detach())
 
+    # ------------------------------------------------ what the learner logs and reports
+    def log(self, writer, x: int, loss: float) -> None:
+        writer.add_scalar("learner/replay_size", self.replay.size, x)
+        writer.add_scalar("losses/td_loss", loss, x)
+
+    def console(self) -> str:
+        return f"replay {self.replay.size:,}"
+
+    def summary(self, updates: int, transitions: int) -> dict:
+        return {"replay_size": self.replay.size, "replay_ratio": updates * self.d.batch_size / max(transitions, 1),
+                "epsilons": self.epsilons.tolist()}
+
+    def closing_note(self, s: dict) -> str:
+        return f"replay ratio {s['replay_ratio']:.2f}"
+
     def state_dict(self) -> dict:
         return {"target": self.target.state_dict(), "optimizer": self.opt.state_dict(),
                 "replay_rng": self.replay.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
@@ -117,6 +160,9 @@ class ApeXActing:
     def __init__(self, algo: ApeX, eps: float, net: torch.nn.Module, num_envs: int, rng: np.random.Generator):
         self.algo, self.eps, self.net, self.rng, self.num_envs = algo, eps, net, rng, num_envs
         self.acc = NStepAccumulator(algo.d.n_step, algo.t.gamma, num_envs, algo.obs_shape)
+
+    def set_version(self, version: int) -> None:
+        """Transitions do not carry the weights version (the chunk header does)."""
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

@@ -83,9 +83,10 @@ class PolicyLag:
         return float((self.hist * np.arange(self.bins + 1)).sum() / n) if n else 0.0
 
 
-def segment_targets(model, seg: dict, a, gamma: float) -> dict:
+def segment_targets(model, seg: dict, a, gamma: float, lam: float) -> dict:
     """Flat (B*T,) training tensors of a batch of B segments of T steps under the current network:
-    V-trace targets and advantages (recomputed each epoch, as the network moves), its values."""
+    V-trace targets and advantages (recomputed each epoch, as the network moves), its values.
+    `lam` weights the traces as GAE's lambda does (the synchronous PPO's training.gae_lambda; 1: IMPALA's)."""
     obs, actions = seg["obs"], seg["actions"]
     B, T = actions.shape
     from mpippo.algos.ppo import logprob_entropy
@@ -95,7 +96,7 @@ def segment_targets(model, seg: dict, a, gamma: float) -> dict:
         target_logp = logprob_entropy(logits, actions.reshape(-1))[0].reshape(B, T)
         values = values.float().reshape(B, T + 1)
         vs, adv = targets(seg["logp"].T, target_logp.T, seg["rewards"].T, values.T, seg["firsts"].T, gamma,
-                          rho_bar=a.rho_bar, c_bar=a.c_bar)
+                          rho_bar=a.rho_bar, c_bar=a.c_bar, lam=lam)
     flat = lambda x: x.reshape(B * T, *x.shape[2:])  # noqa: E731  (B, T, ...) -> (B*T, ...)
     return {"obs": flat(obs[:, :T]), "actions": flat(actions), "logp": flat(seg["logp"]), "vs": flat(vs.T),
             "adv": flat(adv.T), "values": flat(values[:, :T])}
@@ -112,11 +113,11 @@ def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | 
     if a.loss not in LOSSES:
         raise ValueError(f"appo loss '{a.loss}' is not one of {', '.join(LOSSES)}")
     cfg = SimpleNamespace(n_epochs=1, num_minibatches=a.num_minibatches, norm_adv=t.norm_adv, adv_norm="minibatch",
-                          clip_range=a.clip_range, clip_vloss=True, ent_coef=t.ent_coef, vf_coef=t.vf_coef,
+                          clip_range=t.clip_range, clip_vloss=True, ent_coef=t.ent_coef, vf_coef=t.vf_coef,
                           max_grad_norm=t.max_grad_norm, target_kl=None, precision=getattr(t, "precision", "fp32"))
     sync, runs = local_grad_check(model.parameters()), []
     for _ in range(a.epochs):
-        b = segment_targets(model, seg, a, t.gamma)
+        b = segment_targets(model, seg, a, t.gamma, t.gae_lambda)
         batch = {"b_obs": b["obs"], "b_actions": b["actions"], "b_logprobs": b["logp"], "b_advantages": b["adv"],
                  "b_returns": b["vs"], "b_values": b["values"]}
         runs.append(ppo_update(model, optimizer, batch, cfg, sync, generator, loss_fn=LOSSES[a.loss]))
@@ -247,7 +248,7 @@ class APPOLearning:
     """The learner's half, in the shape the layout's Learner drives (as Ape-X's): `ingest` chunks of
     segments, `updates_allowed` (one per full batch), `update` (reward scaling, then `appo_update`),
     and the checkpoint part. `a`: the APPO settings (batch_segments, rollout_length, max_policy_lag,
-    epochs, num_minibatches, loss, rho_bar, c_bar, clip_range); `t`: the training section."""
+    epochs, num_minibatches, loss, rho_bar, c_bar); `t`: the training section."""
 
     def __init__(self, a, t, obs_shape):
         from mpippo.algos.buffers import RunningMeanStd
@@ -269,6 +270,9 @@ class APPOLearning:
         return self.version + (1 if self.batch.ready() else 0)
 
     def update(self, updates_done: int, progress: float) -> float:
+        if self.t.anneal_lr:  # linearly to 0 over the run's budget, as the synchronous PPO
+            for group in self.opt.param_groups:
+                group["lr"] = self.t.learning_rate * max(1.0 - progress, 0.0)
         seg = self.batch.take(self.device, self.version)
         if self.t.normalize_reward:
             seg["rewards"] = normalize_rewards(seg, self.ret_rms)
@@ -283,10 +287,95 @@ class APPOLearning:
                 "shuffle": self.generator.get_state(), "lag_hist": lag.hist.copy(), "lag_dropped": lag.dropped,
                 "lag_accepted": lag.accepted}
 
-    def load_state_dict(self, st: dict) -> None:
+    def load_state_dict(self, st: dict, ckpt_dir=None, updates: int = 0) -> str:
+        """Restore from a checkpoint (already checked by ckpt_schema); a note for the start-up line."""
         self.opt.load_state_dict(st["optimizer"])
         self.ret_rms.load_state_dict(st["ret_rms"])
         self.version = int(st["version"])
         self.generator.set_state(st["shuffle"])
         lag = self.batch.lag
         lag.hist[:], lag.dropped, lag.accepted = st["lag_hist"], int(st["lag_dropped"]), int(st["lag_accepted"])
+        return ""
+
+    def save_side_files(self, ckpt_dir, updates: int, write) -> None:
+        """Nothing beside the checkpoint (a partial batch is not kept: its env steps are few)."""
+
+
+class APPO(APPOLearning):
+    """APPO as an algorithm of the actor-learner layout (mpippo/layout), as algos.apex.ApeX is for
+    DQN: the network (the synchronous PPO's), what a chunk item is (a segment), the actor's half,
+    and what the learner logs and reports (the policy lag above all)."""
+    name = "appo"
+
+    def __init__(self, cfg, obs_shape, num_actions: int):
+        super().__init__(cfg.appo, cfg.training, obs_shape)
+        self.cfg, self.obs_shape, self.num_actions = cfg, tuple(obs_shape), num_actions
+        self.steps_per_item = self.a.rollout_length  # a chunk item is one env's segment of T steps
+        self.samples_per_update = self.a.batch_segments * self.a.rollout_length * self.a.epochs
+        self.hist_logged = np.zeros_like(self.batch.lag.hist)
+
+    # ------------------------------------------------- what the layout asks of an algorithm
+    def new_net(self) -> torch.nn.Module:
+        from mpippo.models import ImpalaCNNPolicy
+        m = self.cfg.model
+        return ImpalaCNNPolicy(self.obs_shape, self.num_actions, tuple(m.channels), m.hidden_size)
+
+    def fields(self) -> list[tuple[str, type, tuple]]:
+        return segment_fields(self.obs_shape, self.a.rollout_length)
+
+    def episode_capacity(self, chunk_size: int, num_envs: int) -> int:
+        """Episodes one chunk's header can carry: chunk_size segments hold at most that many x T ends."""
+        return chunk_size * self.a.rollout_length
+
+    def actor_steps(self, steps: int) -> int:
+        """Whole segments only, so every step taken is sent (and counted) exactly once."""
+        return steps // self.a.rollout_length * self.a.rollout_length
+
+    def describe(self) -> str:
+        a = self.a
+        return (f"batch {a.batch_segments} segments x {a.rollout_length} steps, {a.epochs} epoch(s), loss {a.loss}, "
+                f"max policy lag {a.max_policy_lag}")
+
+    def actor(self, index: int, net: torch.nn.Module, num_envs: int, rng: np.random.Generator) -> APPOActing:
+        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        return APPOActing(net, num_envs, self.a.rollout_length, self.obs_shape, self.t.gamma, self.t.precision,
+                          generator)
+
+    def learner_bytes(self) -> int:
+        """One batch and at most one batch of kept segments."""
+        return 2 * self.a.batch_segments * (self.a.rollout_length + 1) * int(np.prod(self.obs_shape))
+
+    def setup_learner(self, model: torch.nn.Module, device, seed: int, aug_seed: int | None = None) -> None:
+        super().setup_learner(model, device, seed)
+
+    # ------------------------------------------------ what the learner logs and reports
+    def log(self, writer, x: int, loss: float) -> None:
+        lag = self.batch.lag
+        for k, v in self.last_stats.items():
+            if k != "updates":
+                writer.add_scalar(f"losses/{k}", v, x)
+        writer.add_scalar("learner/policy_lag_mean", lag.mean(), x)
+        writer.add_scalar("learner/segments_dropped", lag.dropped, x)
+        counts, self.hist_logged = lag.hist - self.hist_logged, lag.hist.copy()
+        if counts.sum():  # this interval's lags (the last bucket: lag >= bins)
+            values = np.arange(len(counts), dtype=np.float64)
+            writer.add_histogram_raw("learner/policy_lag", min=float(values[counts > 0][0]),
+                                     max=float(values[counts > 0][-1]), num=int(counts.sum()),
+                                     sum=float((values * counts).sum()), sum_squares=float((values ** 2 * counts).sum()),
+                                     bucket_limits=(values + 0.5).tolist(), bucket_counts=counts.tolist(), global_step=x)
+
+    def console(self) -> str:
+        lag = self.batch.lag
+        return f"policy lag {lag.mean():.1f}, dropped {lag.dropped:,}"
+
+    def summary(self, updates: int, transitions: int) -> dict:
+        lag = self.batch.lag
+        return {"policy_lag": {"histogram": lag.hist.tolist(), "mean": lag.mean(), "max_allowed": lag.max_lag,
+                               "segments_accepted": lag.accepted, "segments_dropped": lag.dropped},
+                "epochs": self.a.epochs, "loss": self.a.loss, "last_update": self.last_stats,
+                "samples_per_env_step": updates * self.samples_per_update / max(transitions, 1)}
+
+    def closing_note(self, s: dict) -> str:
+        lag = s["policy_lag"]
+        return (f"policy lag {lag['mean']:.2f} updates (dropped {lag['segments_dropped']:,} of "
+                f"{lag['segments_dropped'] + lag['segments_accepted']:,} segments)")

@@ -32,9 +32,11 @@ class Learner:
 
     def __init__(self, agent, algo, ch: LearnerChannel, flat_params, hook=None):
         self.a, self.algo, self.ch, self.flat, self.hook = agent, algo, ch, flat_params, hook
-        self.cfg, self.d = agent.cfg, agent.cfg.dqn
-        # counters over the whole run (all segments); `received` is this segment's, so the run's
-        # transitions are c["transitions"] (before this segment) + received
+        self.cfg, self.d = agent.cfg, agent.section  # cfg.dqn or cfg.appo: the layout's settings
+        self.max_episodes = getattr(self.d, "max_episodes", 0)  # an episode budget: DQN's train_dqn() API
+        # counters over the whole run (all segments); `received` is this segment's items (transitions,
+        # or APPO's segments of T steps), so the run's transitions are c["transitions"] (before this
+        # segment) + received x algo.steps_per_item
         self.c = {"updates": 0, "episodes": 0, "transitions": 0, "lag_sum": 0, "lag_n": 0}
         self.window = EpisodeWindow()
         self.received, self.reason, self.stop_sent, self.error = 0, 0, False, None
@@ -45,7 +47,7 @@ class Learner:
 
     @property
     def transitions(self) -> int:
-        return self.c["transitions"] + self.received
+        return self.c["transitions"] + self.received * self.algo.steps_per_item
 
     def weights(self) -> np.ndarray:
         return self.flat.detach().cpu().numpy()
@@ -106,7 +108,7 @@ class Learner:
         """Stop early: a signal here or at an actor, the time budget, the episode budget, a failure."""
         duration = urgency("duration") if self.deadline.reached() else 0
         self.reason = max(self.reason, signal_reason(signals), self.ch.stop_reason(), duration)
-        episodes_done = self.d.max_episodes and self.c["episodes"] >= self.d.max_episodes
+        episodes_done = self.max_episodes and self.c["episodes"] >= self.max_episodes
         if not self.stop_sent and (self.reason or episodes_done or self.error):
             self.ch.request_stop()
             self.stop_sent = True
@@ -119,7 +121,7 @@ class Learner:
 
     def progress(self) -> float:
         per_agent = self.cfg.training.total_timesteps // self.d.num_agents
-        by_episodes = self.c["episodes"] / self.d.max_episodes if self.d.max_episodes else 0.0
+        by_episodes = self.c["episodes"] / self.max_episodes if self.max_episodes else 0.0
         return max(self.transitions / per_agent, by_episodes)
 
     def step(self) -> None:
@@ -150,7 +152,7 @@ class Learner:
     def checkpoint(self, final: bool) -> None:
         """Write the checkpoint (its side files first); a failure stops the agent with one line, exit 1."""
         a, c = self.a, self.c
-        state = {"algo": "dqn", "agent": a.index, "model": self.algo.q.state_dict(), **self.algo.state_dict(),
+        state = {"algo": self.algo.name, "agent": a.index, "model": self.algo.model.state_dict(), **self.algo.state_dict(),
                  "timesteps": self.env_steps(final), "iteration": c["updates"],
                  "counters": dict(c, transitions=self.transitions), "ret_window": list(self.window.returns),
                  "resumes": a.resumes, "config": self.cfg.to_dict(), "world_size": a.world_size,
@@ -181,11 +183,10 @@ class Learner:
         if w is not None:
             done = updates - self.last["updates"]
             w.add_scalar("learner/updates_per_s", done / dt, x)
-            w.add_scalar("learner/samples_per_s", done * self.d.batch_size / dt, x)
-            w.add_scalar("charts/env_steps_per_s", (self.received - self.last["received"]) / dt, x)
-            w.add_scalar("learner/replay_size", self.algo.replay.size, x)
-            w.add_scalar("losses/td_loss", self.loss, x)
+            w.add_scalar("learner/samples_per_s", done * self.algo.samples_per_update / dt, x)
+            w.add_scalar("charts/env_steps_per_s", (self.received - self.last["received"]) * self.algo.steps_per_item / dt, x)
             w.add_scalar("learner/weight_lag", self.c["lag_sum"] / max(self.c["lag_n"], 1), x)
+            self.algo.log(w, x, self.loss)
             if self.interval[1]:  # as PPO: the episodes of this interval, and the last-100 window
                 w.add_scalar("charts/episode_return", self.interval[0] / self.interval[1], x)
             if mean is not None:
@@ -195,7 +196,7 @@ class Learner:
         self.last, self.last_log = {"received": self.received, "updates": updates}, now
         self.interval = [0.0, 0]
         print(f"agent {self.a.index} | {x:>10,} transitions | {updates:>8,} updates | return "
-              f"{float('nan') if mean is None else mean:6.2f} | replay {self.algo.replay.size:,}"
+              f"{float('nan') if mean is None else mean:6.2f} | {self.algo.console()}"
               f"{self.hook.console() if self.hook is not None else ''}", flush=True)
 
     # ---- the end ----
@@ -205,7 +206,7 @@ class Learner:
         sent = {a: int(self.ch.stopped[a][0]) for a in self.ch.actors}
         if sum(sent.values()) != self.received or self.ch.corrupted():
             bad = [self.ch.guard.world.job_rank(a) for a in self.ch.corrupted()]
-            self.error = self.error or (f"agent {self.a.index}: actors sent {sum(sent.values()):,} transitions, the "
+            self.error = self.error or (f"agent {self.a.index}: actors sent {sum(sent.values()):,} items, the "
                                         f"learner got {self.received:,}; chunks from rank(s) {bad} arrived changed "
                                         f"(CRC mismatch); nothing of this segment is saved")
         if self.hook is not None:
@@ -232,18 +233,19 @@ class Learner:
         steps = self.env_steps(final=True) - a.steps_before
         updates = c["updates"] - self.updates0
         out = {
-            "algo": "dqn", "env": self.cfg.env.name, "agent": a.index, "world_size": a.world_size,
+            "algo": self.algo.name, "env": self.cfg.env.name, "agent": a.index, "world_size": a.world_size,
             "num_actors": len(self.ch.actors), "num_envs_per_rank": a.num_envs,
             "total_timesteps": self.env_steps(final=True), "target_timesteps": self.cfg.training.total_timesteps // d.num_agents,
             "stop_reason": "failed" if self.error else STOP_REASONS[self.reason], "error": self.error,
             "resumes": a.resumes, "duration_s": elapsed, "fps": steps / elapsed,
             "actor_steps_per_s": steps / elapsed / len(self.ch.actors),
-            "learner_updates_per_s": updates / elapsed, "learner_samples_per_s": updates * d.batch_size / elapsed,
-            "learner_device": str(self.algo.device), "updates": c["updates"], "replay_size": self.algo.replay.size,
-            "replay_ratio": c["updates"] * d.batch_size / max(self.transitions, 1),
-            "weight_lag": c["lag_sum"] / max(c["lag_n"], 1), "epsilons": self.algo.epsilons.tolist(),
+            "learner_updates_per_s": updates / elapsed,
+            "learner_samples_per_s": updates * self.algo.samples_per_update / elapsed,
+            "learner_device": str(self.algo.device), "updates": c["updates"],
+            "weight_lag": c["lag_sum"] / max(c["lag_n"], 1), **self.algo.summary(c["updates"], self.transitions),
             "longest_credit_hold_s": self.ch.longest_hold_s,
-            "transitions_sent": sum(sent.values()), "transitions_received": self.received,
+            "transitions_sent": sum(sent.values()) * self.algo.steps_per_item,
+            "transitions_received": self.received * self.algo.steps_per_item,
             "episode_return_mean": self.window.mean(), "episodes": c["episodes"],
             "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
         }
@@ -258,9 +260,9 @@ class Learner:
         ret = "-" if s["episode_return_mean"] is None else f"{s['episode_return_mean']:.2f}"
         print(f"mpippo: agent {self.a.index} {state}: {s['total_timesteps']:,} env steps "
               f"({s['total_timesteps'] - self.a.steps_before:,} in {s['duration_s']:.1f} s, {s['fps']:.0f} steps/s), "
-              f"{s['updates']:,} updates ({s['learner_samples_per_s']:.0f} samples/s), replay ratio "
-              f"{s['replay_ratio']:.2f}, return {ret}, transitions sent {s['transitions_sent']:,} = received "
-              f"{self.received:,}", flush=True)
+              f"{s['updates']:,} updates ({s['learner_samples_per_s']:.0f} samples/s), {self.algo.closing_note(s)}, "
+              f"return {ret}, transitions sent {s['transitions_sent']:,} = received {s['transitions_received']:,}",
+              flush=True)
         if self.hook is not None:
             print(self.hook.closing_line(self.a.index), flush=True)
 

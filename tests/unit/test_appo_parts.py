@@ -89,8 +89,8 @@ def test_on_policy_appo_epoch_equals_a_ppo_epoch_with_n_step_advantages():
         logp = logprob_entropy(logits.reshape(B, T + 1, 4)[:, :T].reshape(-1, 4), actions.reshape(-1))[0].reshape(B, T)
         values = values.reshape(B, T + 1)
     seg = {"obs": obs, "actions": actions, "logp": logp, "rewards": rewards, "firsts": firsts}
-    a = SimpleNamespace(epochs=1, num_minibatches=3, loss="ppo_clip", rho_bar=1.0, c_bar=1.0, clip_range=0.2)
-    t = SimpleNamespace(gamma=gamma, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, norm_adv=True)
+    a = SimpleNamespace(epochs=1, num_minibatches=3, loss="ppo_clip", rho_bar=1.0, c_bar=1.0)
+    t = SimpleNamespace(gamma=gamma, gae_lambda=1.0, clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, norm_adv=True)
     ref = copy.deepcopy(net)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     appo.appo_update(net, opt, seg, a, t, torch.Generator().manual_seed(7))
@@ -186,8 +186,8 @@ def test_actor_cuts_each_env_stream_into_segments_with_the_behaviour_log_probs()
 def settings(**kw):
     from types import SimpleNamespace
     a = SimpleNamespace(batch_segments=4, rollout_length=5, max_policy_lag=1, epochs=2, num_minibatches=2,
-                        loss="ppo_clip", rho_bar=1.0, c_bar=1.0, clip_range=0.2)
-    t = SimpleNamespace(learning_rate=1e-3, adam_eps=1e-5, gamma=0.99, ent_coef=0.01, vf_coef=0.5,
+                        loss="ppo_clip", rho_bar=1.0, c_bar=1.0)
+    t = SimpleNamespace(learning_rate=1e-3, clip_range=0.2, anneal_lr=False, adam_eps=1e-5, gamma=0.99, gae_lambda=0.95, ent_coef=0.01, vf_coef=0.5,
                         max_grad_norm=0.5, norm_adv=True, normalize_reward=True)
     for k, v in kw.items():
         setattr(a if hasattr(a, k) else t, k, v)

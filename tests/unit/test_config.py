@@ -25,10 +25,12 @@ def test_default_config_is_the_procgen_paper_setting():
 def test_every_default_field_is_in_the_default_yaml():
     data = C.load_yaml(C.DEFAULT_CONFIG)
     for section, cls in C._section_classes().items():
-        if section not in ("dqn", "selfplay"):  # the PPO default leaves them out; the DQN configs have them
+        if section not in ("dqn", "appo", "selfplay"):  # the PPO default leaves them out; their configs have them
             assert set(data[section]) == {f.name for f in C.dataclasses.fields(cls)}, section
     dqn = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_procgen.yaml")["dqn"]
     assert set(dqn) == {f.name for f in C.dataclasses.fields(C.DQNConfig)}
+    appo = C.load_yaml(C.DEFAULT_CONFIG.parent / "appo_procgen.yaml")["appo"]
+    assert set(appo) == {f.name for f in C.dataclasses.fields(C.APPOConfig)}
     sp = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_selfplay.yaml")["selfplay"]
     assert set(sp) == {f.name for f in C.dataclasses.fields(C.SelfPlayConfig)}
 

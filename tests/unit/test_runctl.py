@@ -110,7 +110,7 @@ def test_ppo_and_dqn_report_episode_return_mean_alike(tmp_path):
 
     dqn_cfg = C.resolve(C.build({}, [("training", "algo", "dqn")], 2), 2)
     learner = Learner.__new__(Learner)
-    Learner.__init__(learner, type("A", (), {"cfg": dqn_cfg})(), None,
+    Learner.__init__(learner, type("A", (), {"cfg": dqn_cfg, "section": dqn_cfg.dqn})(), None,
                      _Chunks(ChunkLayout(64, chunk_fields((8, 8, 3)), episode_capacity=80), [returns[:60], returns[60:]]), None)
     learner.ingest()
     assert learner.window.mean() == pytest.approx(ppo_mean, abs=1e-9)

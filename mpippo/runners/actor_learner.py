@@ -1,23 +1,25 @@
-"""DQN in the Ape-X layout: per agent, one learner rank and several actor ranks.
+"""The actor-learner layout, assembled: per agent, one learner rank and several actor ranks,
+for Ape-X DQN (`training.algo: dqn`) and asynchronous PPO (`training.algo: appo`).
 
-The job's World is split into `dqn.num_agents` contiguous agents (World.split); in each, rank 0
-is the learner (mpippo/layout/learner.py: replay, target network, optimizer; on a GPU when there
-is one) and the others are actors (mpippo/layout/actor.py). The algorithm, Ape-X DQN, is the
-object `algos.apex.ApeX`: epsilon-greedy acting and n-step transitions on the actors, prioritized
-replay and the double-DQN loss on the learner. Self-play (two-player games) is a hook on both
-roles (selfplay.LearnerHook / ActorHook).
+The job's World is split into `<algo>.num_agents` contiguous agents (World.split); in each, rank 0
+is the learner (mpippo/layout/learner.py; on a GPU when there is one) and the others are actors
+(mpippo/layout/actor.py). The algorithm is one object with both halves: `algos.apex.ApeX`
+(epsilon-greedy acting and n-step transitions; prioritized replay and the double-DQN loss) or
+`algos.appo.APPO` (sampling from the policy and segments of T steps; V-trace and PPO's clipped
+loss, the policy lag bounded). Self-play (two-player games, DQN) is a hook on both roles
+(selfplay.LearnerHook / ActorHook).
 
-Checkpoints (the learner's): online and target networks, Adam, counters, the return window,
-the replay RNG and, with `dqn.save_replay`, the replay buffer in a separate file. They are
-written every `dqn.checkpoint_interval_updates` updates / `checkpoint.interval_minutes`, on a
-signal and at the end. A signal on any rank of an agent stops its actors (STOPREQ), the learner
+Checkpoints (the learner's): the network, the algorithm's state (DQN: target network, Adam, the
+replay RNG and, with `dqn.save_replay`, the replay buffer in a separate file; APPO: Adam, reward
+statistics, version, lag histogram), counters and the return window. They are written every
+`<algo>.checkpoint_interval_updates` updates / `checkpoint.interval_minutes`, on a signal and
+at the end. A signal on any rank of an agent stops its actors (STOPREQ), the learner
 drains every chunk in flight, checkpoints and the job exits 3 (SIGUSR1: requeue) or 4. A resume
 continues the counters and budgets; it is not bit-exact (actor/learner timing is not), and after
 a crash the env steps since the last checkpoint are collected again.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,16 +27,16 @@ import numpy as np
 import psutil
 import torch
 
-from mpippo.algos.apex import ApeX, chunk_fields
+from mpippo.algos.apex import ApeX
+from mpippo.algos.appo import APPO
 from mpippo.algos.ppo import autocast
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
-from mpippo.config import Config, ConfigError
+from mpippo.config import Config, ConfigError, layout_section
 from mpippo.envs import make_env, rank_seed
 from mpippo.layout.actor import Actor
 from mpippo.layout.learner import Learner, agent_folder
-from mpippo.models import DuelingQNetwork
 from mpippo.models.flat import flatten_parameters_
 from mpippo.preemption import SignalFlags
 from mpippo.runctl import bf16_native, cuda_determinism, pick_device, resolve_precision, threads_per_rank
@@ -59,10 +61,15 @@ class Agent:
     def ckpt_dir(self) -> Path:
         return self.run_dir / "checkpoints"
 
+    @property
+    def section(self):
+        """The layout's settings (num_agents, chunk_size, ...): cfg.dqn or cfg.appo."""
+        return layout_section(self.cfg)
 
-class ApeXDQN:
+
+class ActorLearnerRun:
     def __init__(self, cfg: Config, world: World, run_dir: Path, resume: bool = False):
-        d = cfg.dqn
+        d = layout_section(cfg)
         per_agent = world.size // d.num_agents
         index = world.rank // per_agent
         self.cfg, self.world = cfg, world
@@ -76,18 +83,25 @@ class ApeXDQN:
         self.env = make_env(cfg, num_envs if not self.is_learner else 1, seed=self.seed)  # the learner: spaces only
         self.agent = Agent(cfg, index, agent_folder(run_dir, index, d.num_agents), world.size, world.rank, num_envs,
                            tuple(self.env.obs_shape), int(self.env.num_actions))
-        self.model = self.new_net()
-        self.algo = ApeX(cfg, self.agent.obs_shape, self.agent.num_actions, self.num_actors,
-                         masked=hasattr(self.env, "action_mask"))
+        self.algo = self.new_algo()
+        self.model = self.algo.new_net()
         sp = cfg.selfplay if cfg.selfplay.enabled else None
         self.table_size = 1 + 2 * sp.pool_size if sp else 0
-        self.layout = ChunkLayout(d.chunk_size, chunk_fields(self.agent.obs_shape),
-                                  results_rows=sp.pool_size + 4 if sp else 0, episode_capacity=max(d.chunk_size, num_envs))
+        self.layout = ChunkLayout(d.chunk_size, self.algo.fields(), results_rows=sp.pool_size + 4 if sp else 0,
+                                  episode_capacity=self.algo.episode_capacity(d.chunk_size, num_envs))
         self.resume_state = self.resume_point(resume)
         self.precision_why = self.settle_precision()
-        if self.is_learner and self.algo.replay_bytes() > 0.9 * psutil.virtual_memory().available:
-            raise ConfigError(f"dqn.buffer_size: {d.buffer_size} transitions need {self.algo.replay_bytes() / 2**30:.1f} "
-                              f"GiB, more than the {psutil.virtual_memory().available / 2**30:.1f} GiB available; lower it")
+        if self.is_learner and self.algo.learner_bytes() > 0.9 * psutil.virtual_memory().available:
+            what = (f"dqn.buffer_size: {cfg.dqn.buffer_size} transitions" if self.algo.name == "dqn" else
+                    f"appo.batch_segments: {cfg.appo.batch_segments} segments of {cfg.appo.rollout_length} steps")
+            raise ConfigError(f"{what} need {self.algo.learner_bytes() / 2**30:.1f} GiB, more than the "
+                              f"{psutil.virtual_memory().available / 2**30:.1f} GiB available; lower it")
+
+    def new_algo(self):
+        a = self.agent
+        if self.cfg.training.algo == "appo":
+            return APPO(self.cfg, a.obs_shape, a.num_actions)
+        return ApeX(self.cfg, a.obs_shape, a.num_actions, self.num_actors, masked=hasattr(self.env, "action_mask"))
 
     def settle_precision(self) -> str:
         """training.precision made concrete for this rank's own device (auto -> bf16 | fp32): a
@@ -98,11 +112,6 @@ class ApeXDQN:
         if warning and self.world.is_root:
             print(warning, flush=True)
         return why
-
-    def new_net(self) -> DuelingQNetwork:
-        m = self.cfg.model
-        return DuelingQNetwork(self.agent.obs_shape, self.agent.num_actions, tuple(m.channels), m.hidden_size,
-                               self.cfg.dqn.dueling, m.downsample)
 
     def resume_point(self, resume: bool) -> dict | None:
         """The learner picks its device and reads its agent's checkpoint; the group learns the outcome
@@ -126,7 +135,7 @@ class ApeXDQN:
 
     def read_checkpoint(self) -> dict:
         path = self.agent.ckpt_dir / LATEST
-        state = load_checkpoint(read_checkpoint_bytes(path), str(path), "dqn")
+        state = load_checkpoint(read_checkpoint_bytes(path), str(path), self.algo.name)
         if self.cfg.selfplay.enabled and "selfplay" not in state:
             raise ConfigError("checkpoint: it has no opponent pool (trained without self-play); "
                               "resume it with selfplay.enabled=false")
@@ -148,18 +157,18 @@ class ApeXDQN:
     def act(self, signals: SignalFlags) -> dict:
         cfg, a, sp = self.cfg, self.agent, self.cfg.selfplay
         index = self.group.rank - 1
-        budget = cfg.training.total_timesteps // cfg.dqn.num_agents - a.steps_before  # this agent's remaining steps
-        steps = max(budget, 0) // self.num_actors // a.num_envs
+        budget = cfg.training.total_timesteps // a.section.num_agents - a.steps_before  # this agent's remaining steps
+        steps = self.algo.actor_steps(max(budget, 0) // self.num_actors // a.num_envs)
         if a.resumes:  # fresh episodes and exploration, not a replay of segment 1
             self.env.close()
             self.env = make_env(cfg, a.num_envs, seed=self.seed + 7919 * a.resumes)
         flat = flatten_parameters_(self.model)
         rng = np.random.default_rng(self.seed + 17 + 7919 * a.resumes)
-        ch = ActorChannel(self.group, 0, self.layout, flat.numel(), cfg.dqn.max_inflight, self.table_size,
+        ch = ActorChannel(self.group, 0, self.layout, flat.numel(), a.section.max_inflight, self.table_size,
                           snapshots=sp.enabled, timeout_s=cfg.guards.collective_timeout_s)
         hook = None
         if sp.enabled:  # the env's opponent: pool members (inference copies) and the heuristic players
-            cache = OpponentCache(self.new_net, a.num_envs, np.random.default_rng(rng.integers(2**62)), sp.heuristic_prob,
+            cache = OpponentCache(self.algo.new_net, a.num_envs, np.random.default_rng(rng.integers(2**62)), sp.heuristic_prob,
                                   sp.pool_size, lambda: autocast(torch.device("cpu"), cfg.training.precision),
                                   sp.opponent_eps)
             hook = ActorHook(sp, cache, self.env)
@@ -170,20 +179,18 @@ class ApeXDQN:
         cfg, a, device = self.cfg, self.agent, self.device
         q = self.model.to(device)
         flat = flatten_parameters_(q)
-        self.algo.setup_learner(q, copy.deepcopy(q), device, seed=self.seed,
-                                aug_seed=self.seed + 99 + 7919 * a.resumes)
+        self.algo.setup_learner(q, device, seed=self.seed, aug_seed=self.seed + 99 + 7919 * a.resumes)
         hook = LearnerHook(cfg.selfplay, self.greedy_policy(q, device), self.seed) if cfg.selfplay.enabled else None
         ch = LearnerChannel(self.group, list(range(1, self.num_actors + 1)), self.layout, flat.numel(),
-                            cfg.dqn.max_inflight, self.table_size, timeout_s=cfg.guards.collective_timeout_s)
+                            a.section.max_inflight, self.table_size, timeout_s=cfg.guards.collective_timeout_s)
         learner = Learner(a, self.algo, ch, flat, hook)
         note = learner.restore(self.resume_state) if self.resume_state is not None else ""
         self.resume_state = None
         a.run_dir.mkdir(parents=True, exist_ok=True)
-        d = cfg.dqn
         verb = f"resuming at {a.steps_before:,} env steps, {learner.c['updates']:,} updates{note}" if a.resumes else "starting"
-        print(f"mpippo: agent {a.index}: {verb}: learner on {device} in {cfg.training.precision} ({self.precision_why}), {self.num_actors} actor(s) x {a.num_envs} envs, "
-              f"replay {d.buffer_size:,} transitions = {self.algo.replay_bytes() / 2**30:.2f} GiB, epsilons "
-              f"{', '.join(f'{e:.4f}' for e in self.algo.epsilons)}", flush=True)
+        print(f"mpippo: agent {a.index}: {verb}: {self.algo.name} on {cfg.env.name}, learner on {device} in "
+              f"{cfg.training.precision} ({self.precision_why}), {self.num_actors} actor(s) x {a.num_envs} envs, "
+              f"{self.algo.describe()}", flush=True)
         return learner.run(signals)
 
     def greedy_policy(self, q, device):
