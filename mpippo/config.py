@@ -532,6 +532,10 @@ def _check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
             errs.append(f"appo.{key}: must be > 0, got {getattr(a, key)}")
     if a.loss not in ("ppo_clip", "vtrace_pg"):
         errs.append(f"appo.loss: '{a.loss}' is not one of ppo_clip, vtrace_pg")
+    if not errs and a.max_policy_lag < a.weight_sync_period:
+        errs.append(f"appo.max_policy_lag: {a.max_policy_lag} is below appo.weight_sync_period={a.weight_sync_period}: "
+                    f"actors would keep weights older than the bound between syncs and every segment would be dropped; "
+                    f"allowed: >= {a.weight_sync_period}")
     if not errs and (a.batch_segments * a.rollout_length) % a.num_minibatches:
         errs.append(f"appo.num_minibatches: the batch ({a.batch_segments} segments x {a.rollout_length} steps = "
                     f"{a.batch_segments * a.rollout_length}) is not divisible by num_minibatches={a.num_minibatches}")

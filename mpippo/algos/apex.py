@@ -52,8 +52,9 @@ class ApeX:
         """Episodes one chunk's header can carry: a chunk is sent at least every chunk_size / num_envs steps."""
         return max(chunk_size, num_envs)
 
-    def actor_steps(self, steps: int) -> int:
-        return steps  # every step completes transitions (after the first n-1)
+    def actor_steps(self, budget: int, num_actors: int, index: int, num_envs: int) -> int:
+        """Actor `index`'s share of the agent's remaining env-step budget, in steps of its envs."""
+        return budget // num_actors // num_envs
 
     def describe(self) -> str:
         return (f"replay {self.d.buffer_size:,} transitions = {self.learner_bytes() / 2**30:.2f} GiB, epsilons "
@@ -163,6 +164,9 @@ class ApeXActing:
 
     def set_version(self, version: int) -> None:
         """Transitions do not carry the weights version (the chunk header does)."""
+
+    def can_stop(self) -> bool:
+        return True  # any step: a stop loses at most the n-1 steps of unfinished n-step transitions
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

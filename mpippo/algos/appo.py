@@ -215,6 +215,10 @@ class APPOActing:
         """The weights version now in use (the actor calls this when new weights arrive)."""
         self.version = version
 
+    def can_stop(self) -> bool:
+        """Only between segments, so every env step counted was also sent (a stop waits < T steps)."""
+        return self.t == 0
+
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mask=None) -> np.ndarray:
         from mpippo.algos.ppo import autocast
@@ -313,6 +317,7 @@ class APPO(APPOLearning):
         self.steps_per_item = self.a.rollout_length  # a chunk item is one env's segment of T steps
         self.samples_per_update = self.a.batch_segments * self.a.rollout_length * self.a.epochs
         self.hist_logged = np.zeros_like(self.batch.lag.hist)
+        self.log_every_updates = cfg.logging.log_interval  # the learner's TensorBoard cadence, as sync PPO's
 
     # ------------------------------------------------- what the layout asks of an algorithm
     def new_net(self) -> torch.nn.Module:
@@ -327,9 +332,14 @@ class APPO(APPOLearning):
         """Episodes one chunk's header can carry: chunk_size segments hold at most that many x T ends."""
         return chunk_size * self.a.rollout_length
 
-    def actor_steps(self, steps: int) -> int:
-        """Whole segments only, so every step taken is sent (and counted) exactly once."""
-        return steps // self.a.rollout_length * self.a.rollout_length
+    def actor_steps(self, budget: int, num_actors: int, index: int, num_envs: int) -> int:
+        """Actor `index`'s share of the remaining env-step budget, in whole segments (so every step
+        taken is sent and counted once), spread so that the shares add up to the budget: exact
+        whenever the budget is a multiple of num_envs x rollout_length (resumes included, since
+        actors stop between segments)."""
+        T = self.a.rollout_length
+        rounds = budget // (num_envs * T)
+        return (rounds // num_actors + (1 if index < rounds % num_actors else 0)) * T
 
     def describe(self) -> str:
         a = self.a

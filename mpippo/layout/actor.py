@@ -61,7 +61,7 @@ class Actor:
         t0, steps_done, reason = time.perf_counter(), 0, 0
         for step in range(self.steps):
             reason = signal_reason(signals)
-            if reason or self.ch.stop_requested():
+            if (reason or self.ch.stop_requested()) and self.acting.can_stop():
                 break
             self.ch.check()
             steps_done = step + 1

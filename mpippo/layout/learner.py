@@ -22,7 +22,7 @@ from mpippo.preemption import SignalFlags
 from mpippo.runctl import STOP_REASONS, Deadline, EpisodeWindow, urgency
 from mpippo.layout.actor import signal_reason
 
-LOG_EVERY_S = 5.0
+LOG_EVERY_S = 5.0  # TensorBoard points and console lines at least this often
 
 
 class Learner:
@@ -69,7 +69,9 @@ class Learner:
     def run(self, signals: SignalFlags) -> dict:
         self.open_logs()
         self.updates0, self.t0 = self.c["updates"], time.perf_counter()
-        self.last_log, self.last_ckpt = self.t0, time.monotonic()
+        self.last_log, self.last_print, self.last_ckpt = self.t0, self.t0, time.monotonic()
+        # an algorithm whose updates are few and large (APPO) also logs every log_interval updates
+        self.log_every = getattr(self.algo, "log_every_updates", 0)
         self.last = {"received": 0, "updates": self.c["updates"]}
         if self.hook is not None:
             self.hook.start(self.ch.send_snapshot, self.weights(), self.c["updates"], self.transitions)
@@ -139,7 +141,7 @@ class Learner:
                 every_s > 0 and time.monotonic() - self.last_ckpt >= every_s):
             self.checkpoint(final=False)
             self.last_ckpt = time.monotonic()
-        if time.perf_counter() - self.last_log > LOG_EVERY_S:
+        if time.perf_counter() - self.last_log > LOG_EVERY_S or (self.log_every and updates % self.log_every == 0):
             self.log()
         self.ch.check()
 
@@ -195,6 +197,9 @@ class Learner:
                 self.hook.log(x)
         self.last, self.last_log = {"received": self.received, "updates": updates}, now
         self.interval = [0.0, 0]
+        if now - self.last_print < LOG_EVERY_S:
+            return
+        self.last_print = now
         print(f"agent {self.a.index} | {x:>10,} transitions | {updates:>8,} updates | return "
               f"{float('nan') if mean is None else mean:6.2f} | {self.algo.console()}"
               f"{self.hook.console() if self.hook is not None else ''}", flush=True)

@@ -158,7 +158,7 @@ class ActorLearnerRun:
         cfg, a, sp = self.cfg, self.agent, self.cfg.selfplay
         index = self.group.rank - 1
         budget = cfg.training.total_timesteps // a.section.num_agents - a.steps_before  # this agent's remaining steps
-        steps = self.algo.actor_steps(max(budget, 0) // self.num_actors // a.num_envs)
+        steps = self.algo.actor_steps(max(budget, 0), self.num_actors, index, a.num_envs)
         if a.resumes:  # fresh episodes and exploration, not a replay of segment 1
             self.env.close()
             self.env = make_env(cfg, a.num_envs, seed=self.seed + 7919 * a.resumes)

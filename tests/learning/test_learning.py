@@ -1,4 +1,4 @@
-"""PPO must actually learn: a broken update (no gradient averaging, wrong sign, bad
+"""PPO, APPO and DQN must actually learn: a broken update (no gradient averaging, wrong sign, bad
 advantages) stays near the uniform policy's return of 4 on toy-cue."""
 import pytest
 
@@ -22,6 +22,27 @@ def test_two_rank_ppo_learns_toy_cue(tmp_path, precision):
     acc.Reload()
     curve = [e.value for e in acc.Scalars("charts/episode_return")]
     assert len(curve) == 40 and curve[0] < 8.0 < curve[-1]  # the logged curve shows the learning
+
+
+@pytest.mark.parametrize("loss", ["ppo_clip", "vtrace_pg"])
+def test_appo_on_three_ranks_learns_toy_cue_within_the_ppo_budget(tmp_path, loss):
+    """1 learner + 2 actors, the PPO test's budget (40,960 env steps) and threshold (12 of 16):
+    the V-trace targets and the loss must be right for the lagging segments to teach anything."""
+    run_dir = tmp_path / "run"
+    res = ok(trainer(3, ["--config", "configs/appo_toy.yaml", "--output-dir", str(run_dir), "--no-progress",
+                         "--set", f"appo.loss={loss}"], timeout=300))
+    m = metrics(run_dir)
+    assert m["algo"] == "appo" and m["loss"] == loss and m["num_actors"] == 2 and m["total_timesteps"] == 40960
+    assert m["transitions_sent"] == m["transitions_received"] == 40960
+    assert m["episode_return_mean"] >= 12.0, m["episode_return_mean"]
+    assert m["policy_lag"]["mean"] > 0  # the segments really were off-policy
+    assert "appo on toy-cue, learner on cpu" in res.stdout
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(run_dir / "logs"))
+    acc.Reload()
+    curve = [e.value for e in acc.Scalars("charts/episode_return")]
+    assert curve[0] < 8.0 < curve[-1]  # the logged curve shows the learning
 
 
 def test_apex_dqn_on_three_ranks_learns_toy_cue(tmp_path):

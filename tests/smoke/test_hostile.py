@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,7 +49,9 @@ def bases(tmp_path_factory) -> dict[str, Path]:
                       "--output-dir", str(root / "coinrun")]))
     ok(trainer(3, ["--config", "configs/dqn_toy.yaml", "--no-progress", "--total-timesteps", "3000",
                    "--set", "dqn.learning_starts=500", "--output-dir", str(root / "dqn")]))
-    return {"ppo": root / "ppo", "coinrun": root / "coinrun", "dqn": root / "dqn"}
+    ok(trainer(3, ["--config", "configs/appo_toy.yaml", "--no-progress", "--total-timesteps", "2048",
+                   "--output-dir", str(root / "appo")]))
+    return {"ppo": root / "ppo", "coinrun": root / "coinrun", "dqn": root / "dqn", "appo": root / "appo"}
 
 
 def edited(bases, tmp: Path, base: str, edit: Callable[[dict], object]) -> Path:
@@ -140,6 +143,8 @@ CASES = [
          check=lambda t: not (t / EVIL_MARKER).exists()),
     Case("dqn-planted-code", lambda t, b: resume("dqn", planted(t), ranks=3)(t, b), "refused: it holds Python objects",
          check=lambda t: not (t / EVIL_MARKER).exists()),
+    Case("appo-planted-code", lambda t, b: resume("appo", planted(t), ranks=3)(t, b), "refused: it holds Python objects",
+         check=lambda t: not (t / EVIL_MARKER).exists()),
     Case("evaluate-planted-code", lambda t, b: evaluate("ppo", planted(t))(t, b), "refused: it holds Python objects",
          check=lambda t: not (t / EVIL_MARKER).exists()),
     Case("ckpt-missing-key", resume("ppo", drop("ret_rms")), "missing key(s) ret_rms"),
@@ -164,6 +169,10 @@ CASES = [
          "it is from algorithm 'dqn', this run is ppo"),
     Case("dqn-replay-file-path", resume("dqn", set_key("replay_file", "../../../etc/passwd"), ranks=3),
          "replay_file: expected null or 'replay.npz'"),
+    Case("ckpt-appo-lag-histogram", resume("appo", set_key("lag_hist", np.zeros(3, dtype=np.int64)), ranks=3),
+         "lag_hist: expected a i array of shape (17,)"),
+    Case("ckpt-appo-version", resume("appo", set_key("version", 10**6), ranks=3),
+         "version: 1000000 is not the counters'"),
     Case("ckpt-truncated", lambda t, b: _truncated(t, b), "unreadable checkpoint"),
     # ---- config files ----
     Case("config-not-utf8", train("--config", "TMP/c.yaml", files={"c.yaml": b"training:\n  seed: \xe9\n"}),
@@ -209,6 +218,13 @@ CASES = [
          "'cuda' requested but CUDA is not usable"),
     Case("dqn-agents", train("--config", "configs/dqn_toy.yaml", "--set", "dqn.num_agents=2", ranks=2),
          "2 rank(s) cannot form 2 agent(s)"),
+    Case("appo-one-rank", train("--config", "configs/appo_toy.yaml"), "appo.num_agents: 1 rank(s) cannot form 1 agent(s)"),
+    Case("appo-loss", train("--config", "configs/appo_toy.yaml", "--set", "appo.loss=a2c", ranks=3),
+         "appo.loss: 'a2c' is not one of ppo_clip, vtrace_pg"),
+    Case("appo-lag-below-sync", train("--config", "configs/appo_toy.yaml", "--set", "appo.weight_sync_period=9", ranks=3),
+         "appo.max_policy_lag: 8 is below appo.weight_sync_period=9"),
+    Case("appo-minibatches", train("--config", "configs/appo_toy.yaml", "--set", "appo.num_minibatches=7", ranks=3),
+         "is not divisible by num_minibatches=7"),
     # ---- the run folder ----
     Case("output-name-too-long", train(*TOY, "--output-dir", "TMP/" + "x" * 300), "File name too long"),
     Case("output-under-a-file", train(*TOY, "--output-dir", "TMP/f/run", files={"f": "x"}), "Not a directory"),

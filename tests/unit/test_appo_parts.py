@@ -239,3 +239,16 @@ def test_kept_segments_are_not_admitted_twice_and_expire_with_the_learner():
     batch.ingest(fake_segments(1, 2, [11], seed=4), 1, version=11)
     batch.take("cpu", version=12)  # at 13 a version-11 segment would be 2 behind: dropped
     assert batch.filled == 0 and batch.lag.dropped == 2
+
+
+def test_actor_shares_are_whole_segments_that_add_up_to_the_budget():
+    """3 actors x 5 envs, T = 4: 7 rounds of 20 steps go 3, 2, 2; a budget that is no multiple of
+    the 20 steps of a round loses only its remainder."""
+    from mpippo import config as C
+    cfg = C.build({}, [("training", "algo", "appo"), ("env", "name", "toy-cue"), ("appo", "rollout_length", 4),
+                       ("appo", "batch_segments", 4), ("appo", "num_minibatches", 1), ("model", "channels", [4]),
+                       ("model", "hidden_size", 8)], 4)
+    algo = appo.APPO(cfg, (8, 8, 3), 4)
+    shares = [algo.actor_steps(7 * 20, 3, i, 5) for i in range(3)]
+    assert shares == [12, 8, 8] and sum(shares) * 5 == 7 * 20
+    assert sum(algo.actor_steps(7 * 20 + 19, 3, i, 5) for i in range(3)) * 5 == 7 * 20
