@@ -222,6 +222,29 @@ def test_dqn_6agents_script_requeues_and_each_agent_resumes_its_own_folder(clust
         assert f"agent {k}: resuming at" in log and m["transitions_sent"] == m["transitions_received"]
 
 
+def test_appo_script_as_two_agents_requeues_and_each_resumes_to_its_exact_budget(cluster, tmp_path):
+    """slurm/appo_6gpu.sh in its six-agent form, scaled to this machine: 2 agents x (1 learner +
+    2 actors), a GPU each (fake here: the learners fall back to the CPU with one warning each),
+    requeued by USR1 mid-run; every agent resumes in its own folder and ends on its budget."""
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    per_agent = 40960 * 3
+    args = ["--config", "configs/appo_toy.yaml", "--total-timesteps", str(2 * per_agent), "--set", "appo.num_agents=2",
+            "--set", "training.device=auto", "--set", "logging.tensorboard=false"]
+    job = sbatch("appo_6gpu.sh", ["--ntasks=6", "--gpus-per-node=2"], args, job_env(run_dir), out)
+    wait_for_text(out, "agent 1 |", 300)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], check=True, timeout=30)
+    info = wait_state(job, FINAL, 600, out)
+    log = out.read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    assert int(info["Restarts"]) >= 1 and "restart 1" in log, info
+    assert "learner on cpu" in log and "CUDA is not usable here" in log
+    for k in range(2):
+        m = metrics(run_dir / f"agent_{k}")
+        assert m["algo"] == "appo" and m["agent"] == k and m["num_actors"] == 2 and m["world_size"] == 6, m
+        assert m["resumes"] >= 1 and m["stop_reason"] == "done" and m["total_timesteps"] == per_agent, m
+        assert f"agent {k}: resuming at" in log and m["transitions_sent"] == m["transitions_received"]
+
+
 def test_impossible_request_fails_at_submit(cluster, tmp_path):
     res = subprocess.run(["sbatch", "--ntasks=49", "slurm/ppo_48core.sh"], cwd=ROOT, capture_output=True, text=True,
                          env=job_env(tmp_path / "run"), timeout=60)
