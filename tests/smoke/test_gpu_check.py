@@ -16,11 +16,12 @@ def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):
     r = json.loads(out.read_text())
     checks = [row["check"] for row in r["rows"]]
     assert checks == ["ppo fp32, 1 rank", "ppo bf16, 1 rank", "ppo fp32, 2 ranks on one device",
-                      "exact resume (2+2 vs 4 iterations)", "dqn learner"]
+                      "exact resume (2+2 vs 4 iterations)", "dqn learner", "appo learner"]
     assert all(row["ok"] and row["device"] == "cpu" for row in r["rows"]), r["rows"]
     assert r["rows"][3]["max_param_gap"] == 0.0  # bit-exact on the CPU
     assert r["dry_run"] is True and set(r["targets"]) == {"ppo_fp32_steps_per_s", "bf16_over_fp32",
-                                                         "two_ranks_over_one", "dqn_samples_per_s"}
+                                                         "two_ranks_over_one", "dqn_samples_per_s",
+                                                         "appo_samples_per_s"}
     assert all(c in res.stdout for c in checks)
 
 
