@@ -33,8 +33,13 @@ class Run:
 
     @property
     def cores(self) -> int:
-        """Cores the run used: ranks x torch threads per rank (a 1-rank run may use several threads)."""
-        return self.ranks * int(self.metrics.get("threads_per_rank") or 1)
+        """Cores the run used: ranks x torch threads per rank (a 1-rank run may use several threads),
+        at most the node's CPUs for a one-node actor-learner job (its learner shares the actors' cores)."""
+        cores = self.ranks * int(self.metrics.get("threads_per_rank") or 1)
+        m = self.metrics
+        if m.get("node_cpus") and m.get("ranks_on_learner_node") == m.get("world_size"):
+            cores = min(cores, int(m["node_cpus"]))
+        return cores
 
     @property
     def fps(self) -> float:

@@ -7,6 +7,7 @@ an actor that holds credit falls silent.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -253,6 +254,7 @@ class Learner:
             "transitions_received": self.received * self.algo.steps_per_item,
             "episode_return_mean": self.window.mean(), "episodes": c["episodes"],
             "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
+            "node_cpus": os.cpu_count(), "ranks_on_learner_node": a.ranks_on_node,
         }
         if self.hook is not None:
             out["selfplay"] = self.hook.summary()

@@ -54,6 +54,7 @@ class Agent:
     num_envs: int
     obs_shape: tuple
     num_actions: int
+    ranks_on_node: int = 1  # the job's ranks on the learner's node (all of them: a one-node job)
     steps_before: int = 0
     resumes: int = 0
 
@@ -82,7 +83,7 @@ class ActorLearnerRun:
         num_envs = cfg.env.num_envs_per_rank
         self.env = make_env(cfg, num_envs if not self.is_learner else 1, seed=self.seed)  # the learner: spaces only
         self.agent = Agent(cfg, index, agent_folder(run_dir, index, d.num_agents), world.size, world.rank, num_envs,
-                           tuple(self.env.obs_shape), int(self.env.num_actions))
+                           tuple(self.env.obs_shape), int(self.env.num_actions), world.local_size)
         self.algo = self.new_algo()
         self.model = self.algo.new_net()
         sp = cfg.selfplay if cfg.selfplay.enabled else None
