@@ -142,6 +142,9 @@ class Reporter:
         if print_line:
             ret = m["episode_return_mean"]
             eta = (self.total - global_step) / max(m["fps"], 1e-9)
+            hours = self.cfg.training.duration_hours
+            if hours:  # timed training ends at whichever budget comes first
+                eta = min(eta, max(hours * 3600 - elapsed, 0.0))
             line = (f"iter {iteration:5d} | {global_step:>11,} steps | return(100) "
                     f"{'   -  ' if ret is None else f'{ret:6.2f}'} | {interval_fps:8.1f} steps/s | "
                     f"kl {m['approx_kl']:.4f} | elapsed {_fmt_duration(elapsed)} | ETA {_fmt_duration(eta)}")
