@@ -227,7 +227,7 @@ def test_appo_script_as_two_agents_requeues_and_each_resumes_to_its_exact_budget
     2 actors), a GPU each (fake here: the learners fall back to the CPU with one warning each),
     requeued by USR1 mid-run; every agent resumes in its own folder and ends on its budget."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    per_agent = 40960 * 3
+    per_agent = 40960 * 2
     args = ["--config", "configs/appo_toy.yaml", "--total-timesteps", str(2 * per_agent), "--set", "appo.num_agents=2",
             "--set", "training.device=auto", "--set", "logging.tensorboard=false"]
     job = sbatch("appo_6gpu.sh", ["--ntasks=6", "--gpus-per-node=2"], args, job_env(run_dir), out)
