@@ -484,19 +484,19 @@ def _check_ranges(cfg: Config) -> list[str]:
     return errs
 
 
+def _at_least(section: str, values, keys: tuple, lo: int) -> list[str]:
+    """One line per key of the section below `lo`."""
+    return [f"{section}.{k}: must be >= {lo}, got {getattr(values, k)}" for k in keys if getattr(values, k) < lo]
+
+
 def _check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
-    errs: list[str] = []
     e = cfg.env
     name = canonical_env_name(e.name)
     d = cfg.dqn
-    for key in ("num_agents", "buffer_size", "batch_size", "n_step", "target_update_period",
-                "weight_sync_period", "chunk_size", "max_inflight", "episodes_per_batch"):
-        if getattr(d, key) < 1:
-            errs.append(f"dqn.{key}: must be >= 1, got {getattr(d, key)}")
-    for key in ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes",
-                "checkpoint_interval_updates"):
-        if getattr(d, key) < 0:
-            errs.append(f"dqn.{key}: must be >= 0, got {getattr(d, key)}")
+    errs = _at_least("dqn", d, ("num_agents", "buffer_size", "batch_size", "n_step", "target_update_period",
+                                "weight_sync_period", "chunk_size", "max_inflight", "episodes_per_batch"), 1)
+    errs += _at_least("dqn", d, ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes",
+                                 "checkpoint_interval_updates"), 0)
     if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
         errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
     for key in ("eps", "per_beta"):
@@ -518,15 +518,10 @@ def _check_agents(section: str, num_agents: int, world_size: int) -> list[str]:
 
 
 def _check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
-    errs: list[str] = []
     a = cfg.appo
-    for key in ("num_agents", "rollout_length", "batch_segments", "epochs", "num_minibatches", "weight_sync_period",
-                "chunk_size", "max_inflight"):
-        if getattr(a, key) < 1:
-            errs.append(f"appo.{key}: must be >= 1, got {getattr(a, key)}")
-    for key in ("max_policy_lag", "checkpoint_interval_updates"):
-        if getattr(a, key) < 0:
-            errs.append(f"appo.{key}: must be >= 0, got {getattr(a, key)}")
+    errs = _at_least("appo", a, ("num_agents", "rollout_length", "batch_segments", "epochs", "num_minibatches",
+                                 "weight_sync_period", "chunk_size", "max_inflight"), 1)
+    errs += _at_least("appo", a, ("max_policy_lag", "checkpoint_interval_updates"), 0)
     for key in ("rho_bar", "c_bar"):
         if not getattr(a, key) > 0 or not math.isfinite(getattr(a, key)):
             errs.append(f"appo.{key}: must be > 0, got {getattr(a, key)}")
@@ -552,12 +547,8 @@ def _check_selfplay(cfg: Config) -> list[str]:
     if sp.enabled:
         if name != "connect4":
             errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: connect4")
-        for key in ("snapshot_interval_updates", "pool_size", "eval_games"):
-            if getattr(sp, key) < 1:
-                errs.append(f"selfplay.{key}: must be >= 1, got {getattr(sp, key)}")
-        for key in ("eval_interval_updates", "elo_k", "priority_exponent"):
-            if getattr(sp, key) < 0:
-                errs.append(f"selfplay.{key}: must be >= 0, got {getattr(sp, key)}")
+        errs += _at_least("selfplay", sp, ("snapshot_interval_updates", "pool_size", "eval_games"), 1)
+        errs += _at_least("selfplay", sp, ("eval_interval_updates", "elo_k", "priority_exponent"), 0)
         for key in ("heuristic_prob", "opponent_eps"):
             if not 0.0 <= getattr(sp, key) <= 1.0:
                 errs.append(f"selfplay.{key}: must be in [0, 1], got {getattr(sp, key)}")
@@ -646,14 +637,16 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     h, w, _ = obs_shape
     first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
     if t.algo == "dqn":  # an actor: its envs' frames (and the next ones) and an inference copy
-        rollout, minibatch = 2 * envs * obs_bytes, envs
+        steps, rollout, minibatch = 2, 2 * envs * obs_bytes, envs
     elif t.algo == "appo":  # an actor: one segment per env, and the chunks it may have in flight
         a = cfg.appo
-        rollout, minibatch = (envs + a.chunk_size * a.max_inflight) * (a.rollout_length + 1) * (obs_bytes + 32), envs
+        steps = a.rollout_length + 1
+        rollout, minibatch = (envs + a.chunk_size * a.max_inflight) * steps * (obs_bytes + 32), envs
     else:  # uint8 frames + six float32/int64 fields per step; one minibatch's first activations
-        rollout, minibatch = t.n_steps * envs * (obs_bytes + 32), max(t.n_steps * envs // t.num_minibatches, 1)
+        steps = t.n_steps
+        rollout, minibatch = steps * envs * (obs_bytes + 32), max(steps * envs // t.num_minibatches, 1)
     need = 16 * params + rollout + minibatch * first_act  # params: weights, gradients, two Adam moments
-    return need, (f"network {params:,} parameters, {envs:,} envs x {t.n_steps:,} steps of {obs_bytes:,}-byte frames, "
+    return need, (f"network {params:,} parameters, {envs:,} envs x {steps:,} steps of {obs_bytes:,}-byte frames, "
                   f"minibatch {minibatch:,} samples")
 
 

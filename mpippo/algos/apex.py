@@ -32,6 +32,7 @@ def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
 class ApeX:
     name = "dqn"
     steps_per_item = 1  # a chunk item is one (n-step) transition
+    log_every_updates = 0  # updates are many and small: the learner logs by time only
 
     def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int, masked: bool):
         self.cfg, self.d, self.t = cfg, cfg.dqn, cfg.training

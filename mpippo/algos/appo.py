@@ -46,14 +46,6 @@ def vtrace_pg_loss(new_logp, entropy, new_values, behaviour_logp, advantages, vs
 LOSSES = {"ppo_clip": ppo_loss, "vtrace_pg": vtrace_pg_loss}
 
 
-def appo_loss(kind: str, new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
-              clip_range: float, ent_coef: float, vf_coef: float) -> PPOLoss:
-    if kind not in LOSSES:
-        raise ValueError(f"appo loss '{kind}' is not one of {', '.join(LOSSES)}")
-    return LOSSES[kind](new_logp, entropy, new_values, behaviour_logp, advantages, vs, old_values,
-                        clip_range, True, ent_coef, vf_coef)
-
-
 @dataclass
 class PolicyLag:
     """Lag = learner version - behaviour version, per segment: kept as a histogram (for TensorBoard
@@ -114,7 +106,7 @@ def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | 
         raise ValueError(f"appo loss '{a.loss}' is not one of {', '.join(LOSSES)}")
     cfg = SimpleNamespace(n_epochs=1, num_minibatches=a.num_minibatches, norm_adv=t.norm_adv, adv_norm="minibatch",
                           clip_range=t.clip_range, clip_vloss=True, ent_coef=t.ent_coef, vf_coef=t.vf_coef,
-                          max_grad_norm=t.max_grad_norm, target_kl=None, precision=getattr(t, "precision", "fp32"))
+                          max_grad_norm=t.max_grad_norm, target_kl=None, precision=t.precision)
     sync, runs = local_grad_check(model.parameters()), []
     for _ in range(a.epochs):
         b = segment_targets(model, seg, a, t.gamma, t.gae_lambda)
@@ -198,6 +190,8 @@ def normalize_rewards(seg: dict, rms) -> torch.Tensor:
 
 
 class APPOActing:
+    eps = None  # (Ape-X actors report their epsilon; sampling from the policy has none)
+
     """One actor's half: sample from the policy on the CPU, and cut each env's stream into segments
     of T steps (the last observation of one is the first of the next, so none is lost). The
     discounted-return tracker is the synchronous PPO's (the learner's reward statistics)."""

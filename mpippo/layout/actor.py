@@ -84,7 +84,7 @@ class Actor:
         self.flush(steps_done)
         self.ch.finish(env_steps=steps_done * self.num_envs, reason=reason)
         self.env.close()
-        return {"role": "actor", "sent": self.ch.sent, "eps": getattr(self.acting, "eps", None), "stop_reason": STOP_REASONS[reason],
+        return {"role": "actor", "sent": self.ch.sent, "eps": self.acting.eps, "stop_reason": STOP_REASONS[reason],
                 "steps_per_s": steps_done * self.num_envs / (time.perf_counter() - t0),
                 **(self.hook.summary() if self.hook is not None else {})}
 

@@ -72,7 +72,7 @@ class Learner:
         self.updates0, self.t0 = self.c["updates"], time.perf_counter()
         self.last_log, self.last_print, self.last_ckpt = self.t0, self.t0, time.monotonic()
         # an algorithm whose updates are few and large (APPO) also logs every log_interval updates
-        self.log_every = getattr(self.algo, "log_every_updates", 0)
+        self.log_every = self.algo.log_every_updates
         self.last = {"received": 0, "updates": self.c["updates"]}
         if self.hook is not None:
             self.hook.start(self.ch.send_snapshot, self.weights(), self.c["updates"], self.transitions)

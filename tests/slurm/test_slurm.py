@@ -204,17 +204,24 @@ def test_dqn_6gpu_script_learner_falls_back_to_cpu_on_fake_gpus(cluster, tmp_pat
     assert m["transitions_sent"] == m["transitions_received"] == 6000
 
 
-def test_dqn_6agents_script_requeues_and_each_agent_resumes_its_own_folder(cluster, tmp_path):
-    run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    per_agent = 16000
-    args = DQN_TINY + ["--total-timesteps", str(6 * per_agent), "--set", "dqn.save_replay=true"]
-    job = sbatch("dqn_6agents.sh", ["--ntasks=12"], args, job_env(run_dir), out)
-    wait_for_text(out, "agent 0 |", 300)
+def requeued_once(script: str, sbatch_args: list[str], args: list[str], run_dir: Path, out: Path, started: str) -> str:
+    """Submit, send USR1 to the batch script once `started` is in the output, and wait for the
+    job to finish after its requeue; its whole output."""
+    job = sbatch(script, sbatch_args, args, job_env(run_dir), out)
+    wait_for_text(out, started, 300)
     subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], check=True, timeout=30)
     info = wait_state(job, FINAL, 600, out)
     log = out.read_text()
     assert info["JobState"] == "COMPLETED", log[-3000:]
     assert int(info["Restarts"]) >= 1 and "restart 1" in log, info
+    return log
+
+
+def test_dqn_6agents_script_requeues_and_each_agent_resumes_its_own_folder(cluster, tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    per_agent = 16000
+    args = DQN_TINY + ["--total-timesteps", str(6 * per_agent), "--set", "dqn.save_replay=true"]
+    log = requeued_once("dqn_6agents.sh", ["--ntasks=12"], args, run_dir, out, "agent 0 |")
     for k in range(6):
         m = metrics(run_dir / f"agent_{k}")
         assert m["agent"] == k and m["num_actors"] == 1 and m["world_size"] == 12, m
@@ -230,13 +237,7 @@ def test_appo_script_as_two_agents_requeues_and_each_resumes_to_its_exact_budget
     per_agent = 40960 * 2
     args = ["--config", "configs/appo_toy.yaml", "--total-timesteps", str(2 * per_agent), "--set", "appo.num_agents=2",
             "--set", "training.device=auto", "--set", "logging.tensorboard=false"]
-    job = sbatch("appo_6gpu.sh", ["--ntasks=6", "--gpus-per-node=2"], args, job_env(run_dir), out)
-    wait_for_text(out, "agent 1 |", 300)
-    subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], check=True, timeout=30)
-    info = wait_state(job, FINAL, 600, out)
-    log = out.read_text()
-    assert info["JobState"] == "COMPLETED", log[-3000:]
-    assert int(info["Restarts"]) >= 1 and "restart 1" in log, info
+    log = requeued_once("appo_6gpu.sh", ["--ntasks=6", "--gpus-per-node=2"], args, run_dir, out, "agent 1 |")
     assert "learner on cpu" in log and "CUDA is not usable here" in log
     for k in range(2):
         m = metrics(run_dir / f"agent_{k}")

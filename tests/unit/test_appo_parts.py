@@ -35,7 +35,7 @@ def test_vtrace_pg_gradient_is_minus_advantage_times_grad_logp():
     adv, vs = torch.randn(6), torch.randn(6)
     values = torch.randn(6, requires_grad=True)
     logp, ent = logprob_entropy(logits, actions)
-    out = appo.appo_loss("vtrace_pg", logp, ent, values, logp.detach(), adv, vs, values.detach(), 0.2, 0.0, 0.5)
+    out = appo.LOSSES["vtrace_pg"](logp, ent, values, logp.detach(), adv, vs, values.detach(), 0.2, True, 0.0, 0.5)
     out.loss.backward()
     ref_logits = logits.detach().clone().requires_grad_(True)
     ref_logp, _ = logprob_entropy(ref_logits, actions)
@@ -48,8 +48,8 @@ def test_ppo_clip_stops_the_gradient_of_a_stale_action_beyond_the_clip():
     logits = torch.zeros(1, 2, requires_grad=True)
     logp, ent = logprob_entropy(logits, torch.tensor([0]))  # pi(a) = 0.5
     behaviour = torch.log(torch.tensor([0.25]))             # ratio 2 > 1 + 0.2
-    out = appo.appo_loss("ppo_clip", logp, ent, torch.zeros(1, requires_grad=True), behaviour,
-                         torch.ones(1), torch.zeros(1), torch.zeros(1), 0.2, 0.0, 0.5)
+    out = appo.LOSSES["ppo_clip"](logp, ent, torch.zeros(1, requires_grad=True), behaviour,
+                                  torch.ones(1), torch.zeros(1), torch.zeros(1), 0.2, True, 0.0, 0.5)
     out.loss.backward()
     assert logits.grad.abs().max() == 0 and out.clipfrac == 1.0
 
@@ -90,7 +90,7 @@ def test_on_policy_appo_epoch_equals_a_ppo_epoch_with_n_step_advantages():
         values = values.reshape(B, T + 1)
     seg = {"obs": obs, "actions": actions, "logp": logp, "rewards": rewards, "firsts": firsts}
     a = SimpleNamespace(epochs=1, num_minibatches=3, loss="ppo_clip", rho_bar=1.0, c_bar=1.0)
-    t = SimpleNamespace(gamma=gamma, gae_lambda=1.0, clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, norm_adv=True)
+    t = SimpleNamespace(gamma=gamma, gae_lambda=1.0, precision="fp32", clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, norm_adv=True)
     ref = copy.deepcopy(net)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     appo.appo_update(net, opt, seg, a, t, torch.Generator().manual_seed(7))
@@ -187,7 +187,7 @@ def settings(**kw):
     from types import SimpleNamespace
     a = SimpleNamespace(batch_segments=4, rollout_length=5, max_policy_lag=1, epochs=2, num_minibatches=2,
                         loss="ppo_clip", rho_bar=1.0, c_bar=1.0)
-    t = SimpleNamespace(learning_rate=1e-3, clip_range=0.2, anneal_lr=False, adam_eps=1e-5, gamma=0.99, gae_lambda=0.95, ent_coef=0.01, vf_coef=0.5,
+    t = SimpleNamespace(learning_rate=1e-3, precision="fp32", clip_range=0.2, anneal_lr=False, adam_eps=1e-5, gamma=0.99, gae_lambda=0.95, ent_coef=0.01, vf_coef=0.5,
                         max_grad_norm=0.5, norm_adv=True, normalize_reward=True)
     for k, v in kw.items():
         setattr(a if hasattr(a, k) else t, k, v)
