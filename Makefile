@@ -9,6 +9,9 @@ ARGS    ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
+# ... and its btl/ofi sleeps 1 s in every MPI_Init where there is no fabric: make's targets run on
+# one node, where the sm and self BTLs carry everything (a cluster's Slurm scripts leave it be)
+export OMPI_MCA_btl ?= ^ofi
 # the launcher relays SIGTERM/Ctrl-C so the ranks checkpoint before stopping (see README)
 LAUNCH  := $(BIN)/python -m mpippo.launch --mpirun-args=--oversubscribe
 

@@ -13,6 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 MPIRUN = str(BIN / "mpirun") if (BIN / "mpirun").exists() else "mpirun"
+# pip Open MPI's btl/ofi sleeps 1 s in every MPI_Init on a machine without a fabric (strace: after
+# its network scan); the tests run on one node, where the sm and self BTLs carry everything. Set
+# here, so that every process the tests start inherits it, Slurm jobs included (measured: the
+# suite's idle wall time was mostly these seconds, one per start).
+os.environ.setdefault("OMPI_MCA_btl", "^ofi")
 
 
 def mpi_env() -> dict:
