@@ -34,7 +34,8 @@ def test_appo_on_three_ranks_learns_toy_cue_within_the_ppo_budget(tmp_path, loss
     m = metrics(run_dir)
     assert m["algo"] == "appo" and m["loss"] == loss and m["num_actors"] == 2 and m["total_timesteps"] == 40960
     assert m["transitions_sent"] == m["transitions_received"] == 40960
-    assert m["episode_return_mean"] >= 12.0, m["episode_return_mean"]
+    # a miss says how the run went: typical runs end near 16 with a mean lag under 2 and none dropped
+    assert m["episode_return_mean"] >= 12.0, (m["episode_return_mean"], m["policy_lag"], m["updates"])
     assert m["policy_lag"]["mean"] > 0  # the segments really were off-policy
     assert "appo on toy-cue, learner on cpu" in res.stdout
 
