@@ -24,13 +24,15 @@ def test_two_rank_ppo_learns_toy_cue(tmp_path, precision):
     assert len(curve) == 40 and curve[0] < 8.0 < curve[-1]  # the logged curve shows the learning
 
 
-@pytest.mark.parametrize("loss", ["ppo_clip", "vtrace_pg"])
-def test_appo_on_three_ranks_learns_toy_cue_within_the_ppo_budget(tmp_path, loss):
+# plain IMPALA (vtrace_pg) makes one pass over each batch, as in the IMPALA paper: with the config's two
+# passes and no clip to stop the second, 2 of 20 runs here settled near 12 (against 11 of 11 near 16 with one)
+@pytest.mark.parametrize("loss,epochs", [("ppo_clip", 2), ("vtrace_pg", 1)])
+def test_appo_on_three_ranks_learns_toy_cue_within_the_ppo_budget(tmp_path, loss, epochs):
     """1 learner + 2 actors, the PPO test's budget (40,960 env steps) and threshold (12 of 16):
     the V-trace targets and the loss must be right for the lagging segments to teach anything."""
     run_dir = tmp_path / "run"
     res = ok(trainer(3, ["--config", "configs/appo_toy.yaml", "--output-dir", str(run_dir), "--no-progress",
-                         "--set", f"appo.loss={loss}"], timeout=300))
+                         "--set", f"appo.loss={loss}", "--set", f"appo.epochs={epochs}"], timeout=300))
     m = metrics(run_dir)
     assert m["algo"] == "appo" and m["loss"] == loss and m["num_actors"] == 2 and m["total_timesteps"] == 40960
     assert m["transitions_sent"] == m["transitions_received"] == 40960
