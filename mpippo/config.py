@@ -111,9 +111,14 @@ class TrainingConfig:
     adv_norm: str = _f("minibatch", "minibatch: each global minibatch by its own mean and std (all ranks' shares; one 3-number Allreduce per minibatch), as ppo2 and CleanRL | rollout: once over the whole rollout.")
     normalize_reward: bool = _f(True, "Scale rewards by a running std of discounted returns, shared by all ranks (as the Procgen paper); how: reward_norm.")
     reward_norm: str = _f("step", "step: the running std is updated every env step with every rank's envs and each step's rewards are scaled by the statistics up to that step, as baselines' VecNormalize (one Allreduce of 3 x n_steps numbers per rollout) | rollout: updated once per rollout, which then is scaled as a whole.")
+    reward_norm_gamma: Optional[float] = _f(None, "The discount of the returns whose running std scales the rewards; null = gamma. The Procgen paper's runs used 0.99 here while learning with 0.999 (baselines' VecNormalize keeps its own default, 0.99, unless given one).")
     device: str = _f("cpu", "cpu | cuda | auto. cuda picks the GPU from the local rank.")
     deterministic: bool = _f(True, "On a GPU: deterministic cuDNN and cuBLAS kernels, so that a resumed run continues bit for bit (the default kernels sum in a varying order: measured on an H100, a resume drifted by 2e-3 within 4 updates); false: the fastest kernels. CPU runs are deterministic either way.")
     precision: str = _f("auto", "auto | fp32 | bf16. bf16 runs the network's forward and backward under autocast; parameters, optimizer and losses stay fp32. auto: bf16 where the hardware computes it natively (CPU flag avx512_bf16 or amx_bf16, GPU compute capability >= 8.0; for sync PPO on every rank), else fp32. The start-up line, config.yaml and benchmark_metrics.json say which ran and why.")
+
+    def norm_gamma(self) -> float:
+        """The discount of the returns that the reward normalizer tracks."""
+        return self.gamma if self.reward_norm_gamma is None else self.reward_norm_gamma
 
 
 @dataclass
@@ -462,7 +467,10 @@ def _check_ranges(cfg: Config) -> list[str]:
     for key, val in positive.items():
         if not val > 0 or (isinstance(val, float) and not math.isfinite(val)):
             errs.append(f"{key}: must be > 0, got {val}")
-    for key, val in {"training.gamma": t.gamma, "training.gae_lambda": t.gae_lambda}.items():
+    unit = {"training.gamma": t.gamma, "training.gae_lambda": t.gae_lambda}
+    if t.reward_norm_gamma is not None:
+        unit["training.reward_norm_gamma"] = t.reward_norm_gamma
+    for key, val in unit.items():
         if not 0.0 <= val <= 1.0:
             errs.append(f"{key}: must be in [0, 1], got {val}")
     for key, val in {"training.ent_coef": t.ent_coef, "training.vf_coef": t.vf_coef,

@@ -342,7 +342,7 @@ class APPO(APPOLearning):
 
     def actor(self, index: int, net: torch.nn.Module, num_envs: int, rng: np.random.Generator) -> APPOActing:
         generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        return APPOActing(net, num_envs, self.a.rollout_length, self.obs_shape, self.t.gamma, self.t.precision,
+        return APPOActing(net, num_envs, self.a.rollout_length, self.obs_shape, self.t.norm_gamma(), self.t.precision,
                           generator)
 
     def learner_bytes(self) -> int:

@@ -177,7 +177,7 @@ class SyncPPO:
     # ---- one iteration, in pieces ----
     @torch.inference_mode()
     def collect_rollout(self, obs, first):
-        buf, env, timer, gamma = self.buf, self.env, self.timer, self.cfg.training.gamma
+        buf, env, timer, gamma = self.buf, self.env, self.timer, self.cfg.training.norm_gamma()
         ep_ret_sum = ep_len_sum = ep_count = 0.0
         for step in range(self.cfg.training.n_steps):
             with timer("inference"):

@@ -52,6 +52,13 @@ def test_all_errors_reported_at_once():
     assert any("'pong'" in e and "coinrun" in e for e in errs)
 
 
+def test_the_reward_normalizer_discount_is_gamma_unless_set_and_checked_like_it():
+    assert C.resolve(build({}), 1).training.norm_gamma() == 0.999
+    assert C.resolve(build({"training.reward_norm_gamma": 0.99}), 1).training.norm_gamma() == 0.99
+    errs = errors_of({"training.reward_norm_gamma": -0.5})
+    assert errs == ["training.reward_norm_gamma: must be in [0, 1], got -0.5"], errs
+
+
 def test_env_name_aliases():
     assert C.resolve(build({"env.name": "procgen-starpilot-v0"}), 1).env.name == "starpilot"
 
