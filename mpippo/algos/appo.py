@@ -190,11 +190,11 @@ def normalize_rewards(seg: dict, rms) -> torch.Tensor:
 
 
 class APPOActing:
-    eps = None  # (Ape-X actors report their epsilon; sampling from the policy has none)
-
     """One actor's half: sample from the policy on the CPU, and cut each env's stream into segments
     of T steps (the last observation of one is the first of the next, so none is lost). The
     discounted-return tracker is the synchronous PPO's (the learner's reward statistics)."""
+
+    eps = None  # (Ape-X actors report their epsilon; sampling from the policy has none)
 
     def __init__(self, net: torch.nn.Module, num_envs: int, T: int, obs_shape, gamma: float, precision: str,
                  generator: torch.Generator):
