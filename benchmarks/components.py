@@ -28,6 +28,7 @@ ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from mpippo.algos.adam import Adam  # noqa: E402
 from mpippo.algos.ppo import autocast, local_grad_check, ppo_update  # noqa: E402
 from mpippo.config import TrainingConfig  # noqa: E402
 from mpippo.models import ImpalaCNNPolicy  # noqa: E402
@@ -122,7 +123,7 @@ def main() -> None:
     batch = {"b_obs": torch.randint(0, 255, (B, 64, 64, 3), dtype=torch.uint8),
              "b_actions": torch.randint(0, 15, (B,)), "b_logprobs": torch.full((B,), -2.7),
              "b_advantages": torch.randn(B), "b_returns": torch.randn(B), "b_values": torch.randn(B)}
-    opt = torch.optim.Adam(model.parameters(), lr=5e-4, eps=1e-5)
+    opt = Adam(model.parameters(), lr=5e-4, eps=1e-5)
     sync = local_grad_check(model.parameters())
     update_s = timed(lambda: ppo_update(model, opt, batch, cfg, sync), args.seconds) / B
 

@@ -14,6 +14,7 @@ import copy
 import numpy as np
 import torch
 
+from mpippo.algos.adam import Adam
 from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half
 from mpippo.algos.ppo import autocast
 from mpippo.envs import bits_to_mask, mask_bits
@@ -73,7 +74,7 @@ class ApeX:
     def setup_learner(self, q: torch.nn.Module, device, seed: int, aug_seed: int) -> None:
         self.q, self.target, self.device = q, copy.deepcopy(q), device
         self.model = q  # what the checkpoint's "model" is and the actors get
-        self.opt = torch.optim.Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
+        self.opt = Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
         self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed)
         self.aug_rng = np.random.default_rng(aug_seed)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mpippo.algos.adam import Adam
 from mpippo.algos.ppo import PPOLoss, ppo_loss
 from mpippo.algos.vtrace import vtrace
 
@@ -257,7 +258,7 @@ class APPOLearning:
 
     def setup_learner(self, model: torch.nn.Module, device, seed: int) -> None:
         self.model, self.device = model, device
-        self.opt = torch.optim.Adam(model.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
+        self.opt = Adam(model.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
         self.generator = torch.Generator().manual_seed(seed)
 
     def ingest(self, views: dict, count: int) -> None:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mpippo.algos.adam import Adam
 from mpippo.errors import NonFiniteError
 
 
@@ -104,7 +105,7 @@ def local_mean_std(x: torch.Tensor) -> tuple[float, float]:
     return float(x.mean()), (float(x.std(unbiased=False)) if x.numel() > 1 else 0.0)
 
 
-def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, cfg,
+def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                grad_sync, generator: torch.Generator | None = None, timer=None,
                nonfinite_streak: int = 0, max_nonfinite_streak: int = 3, adv_moments=local_mean_std,
                loss_fn=ppo_loss) -> dict:

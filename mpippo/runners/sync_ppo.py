@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mpippo.algos.adam import Adam
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
 from mpippo.algos.ppo import autocast, compute_gae, ppo_update
 from mpippo.checkpoint import save_checkpoint
@@ -69,7 +70,7 @@ class SyncPPO:
         # params and grads become views of two flat buffers; the grads' buffer is the MPI buffer.
         # Adam over the single flat tensor: one fused update instead of one per layer.
         self.flat_params, _ = flat_model_(self.model, self.grad_sync.grad)
-        self.optimizer = torch.optim.Adam([self.flat_params], lr=t.learning_rate, eps=t.adam_eps)
+        self.optimizer = Adam([self.flat_params], lr=t.learning_rate, eps=t.adam_eps)
 
         self.ret_rms = RunningMeanStd()
         self.global_step, self.iteration = 0, 0

@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import torch
 
+from mpippo.algos.adam import Adam
 from mpippo.algos.ppo import ppo_update
 from mpippo.comm import World
 from mpippo.comm.collectives import GradAllreduce, check_replicas, global_mean_std
@@ -37,7 +38,7 @@ model = ImpalaCNNPolicy((8, 8, 3), 4, channels=(4, 8), hidden_size=16)
 sync = GradAllreduce(world, num_params(model), torch.device("cpu"))
 flat, _ = flat_model_(model, sync.grad)
 world.bcast_(flat.numpy())
-opt = torch.optim.Adam([flat], lr=1e-3, eps=1e-5)
+opt = Adam([flat], lr=1e-3, eps=1e-5)
 
 mean, std = global_mean_std(world, adv_raw[lo:hi])
 ref = adv_raw.double()
