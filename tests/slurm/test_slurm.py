@@ -218,13 +218,17 @@ def requeued_once(script: str, sbatch_args: list[str], args: list[str], run_dir:
 
 
 def test_dqn_6agents_script_requeues_and_each_agent_resumes_its_own_folder(cluster, tmp_path):
+    """slurm/dqn_6agents.sh scaled to this machine: 3 agents x (1 learner + 1 actor) (6 agents
+    took twice the CPU for nothing more: the agents are alike), requeued by USR1 mid-run; every
+    agent resumes in its own folder, its replay buffer included, and ends on its budget."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    per_agent = 16000
-    args = DQN_TINY + ["--total-timesteps", str(6 * per_agent), "--set", "dqn.save_replay=true"]
-    log = requeued_once("dqn_6agents.sh", ["--ntasks=12"], args, run_dir, out, "agent 0 |")
-    for k in range(6):
+    per_agent, agents = 16000, 3
+    args = DQN_TINY + ["--total-timesteps", str(agents * per_agent), "--set", "dqn.save_replay=true",
+                       "--set", f"dqn.num_agents={agents}"]
+    log = requeued_once("dqn_6agents.sh", [f"--ntasks={2 * agents}"], args, run_dir, out, "agent 0 |")
+    for k in range(agents):
         m = metrics(run_dir / f"agent_{k}")
-        assert m["agent"] == k and m["num_actors"] == 1 and m["world_size"] == 12, m
+        assert m["agent"] == k and m["num_actors"] == 1 and m["world_size"] == 2 * agents, m
         assert m["resumes"] >= 1 and m["total_timesteps"] == per_agent and m["stop_reason"] == "done", m
         assert f"agent {k}: resuming at" in log and m["transitions_sent"] == m["transitions_received"]
 
