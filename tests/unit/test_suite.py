@@ -202,7 +202,7 @@ def test_slurm_time_limits_in_every_sbatch_format_and_the_array_line(tmp_path):
     assert {k: submit.slurm_seconds(k) for k in cases} == cases
     s = spec.load(TINY, tmp_path)
     cmd = submit.sbatch_command(s, s.members()[2:4], tmp_path / "m.json", 3, ["--partition=x"])
-    assert "--array=2,3%3" in cmd and "--ntasks=2" in cmd and "--time=00:20:00" in cmd
+    assert "--array=2,3%3" in cmd and f"--ntasks={s.ranks}" in cmd and "--time=00:20:00" in cmd
     assert "--signal=B:USR1@120" in cmd and cmd[-3] == "--partition=x" and cmd[-1] == str(tmp_path / "m.json")
 
 
