@@ -85,6 +85,7 @@ class ModelConfig:
     channels: list = _f([16, 32, 32], "IMPALA-CNN conv channels, one entry per stage.")
     hidden_size: int = _f(256, "Width of the dense layer after the conv stack.")
     downsample: bool = _f(True, "Max-pool by 2 in every conv stage (IMPALA); false keeps full resolution, for small boards (connect4). DQN only.")
+    init: str = _f("torch", "Initial weights of the conv stack and the dense layer: torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases) | glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had). The policy and value heads are orthogonal either way.")
 
 
 @dataclass
@@ -442,6 +443,8 @@ def _check_choices(cfg: Config) -> list[str]:
         errs.append(f"training.reward_norm: '{t.reward_norm}' is not one of step, rollout")
     if t.device not in ("cpu", "cuda", "auto"):
         errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
+    if cfg.model.init not in ("torch", "glorot"):
+        errs.append(f"model.init: '{cfg.model.init}' is not one of torch, glorot")
 
     return errs
 

@@ -45,7 +45,7 @@ class ApeX:
     def new_net(self) -> torch.nn.Module:
         m = self.cfg.model
         return DuelingQNetwork(self.obs_shape, self.num_actions, tuple(m.channels), m.hidden_size, self.d.dueling,
-                               m.downsample)
+                               m.downsample).init_trunk_(m.init)
 
     def fields(self) -> list[tuple[str, type, tuple]]:
         return chunk_fields(self.obs_shape)

@@ -318,7 +318,7 @@ class APPO(APPOLearning):
     def new_net(self) -> torch.nn.Module:
         from mpippo.models import ImpalaCNNPolicy
         m = self.cfg.model
-        return ImpalaCNNPolicy(self.obs_shape, self.num_actions, tuple(m.channels), m.hidden_size)
+        return ImpalaCNNPolicy(self.obs_shape, self.num_actions, tuple(m.channels), m.hidden_size).init_trunk_(m.init)
 
     def fields(self) -> list[tuple[str, type, tuple]]:
         return segment_fields(self.obs_shape, self.a.rollout_length)

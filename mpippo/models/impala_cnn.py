@@ -48,6 +48,17 @@ class ImpalaTrunk(nn.Module):
         self.stages = nn.Sequential(*stages)
         self.fc = nn.Linear(in_ch * h * w, hidden_size)
 
+    def init_trunk_(self, scheme: str) -> "ImpalaTrunk":
+        """`model.init`: torch keeps PyTorch's defaults (nothing drawn: runs stay as they were);
+        glorot redraws the conv and dense weights Glorot-uniform with zero biases, TensorFlow's
+        defaults, which the Procgen paper's IMPALA-CNN (tf.layers) started from."""
+        if scheme == "glorot":
+            for layer in [*self.stages.modules(), self.fc]:
+                if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                    nn.init.xavier_uniform_(layer.weight)
+                    nn.init.zeros_(layer.bias)
+        return self
+
     def features(self, obs_u8: torch.Tensor) -> torch.Tensor:
         # (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
         x = obs_u8.permute(0, 3, 1, 2).float().div_(255.0)

@@ -64,8 +64,8 @@ class SyncPPO:
         self.env = make_env(cfg, self.num_envs, seed=seed, num_threads=self.env_threads)
         self.batch_size = cfg.env.num_envs * t.n_steps  # global: all ranks
 
-        self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions,
-                                     tuple(cfg.model.channels), cfg.model.hidden_size).to(self.device)
+        self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions, tuple(cfg.model.channels),
+                                     cfg.model.hidden_size).init_trunk_(cfg.model.init).to(self.device)
         self.grad_sync = GradAllreduce(world, num_params(self.model), self.device)
         # params and grads become views of two flat buffers; the grads' buffer is the MPI buffer.
         # Adam over the single flat tensor: one fused update instead of one per layer.
