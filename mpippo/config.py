@@ -415,7 +415,7 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
 
 
 def _check_choices(cfg: Config) -> list[str]:
-    """Names and modes: env, algorithm, precision, normalization, device."""
+    """Names and modes: env, algorithm, precision, normalization, device, the network's initial weights."""
     errs: list[str] = []
     e, t = cfg.env, cfg.training
 
