@@ -4,7 +4,7 @@ already written changed; checkpoints never run code; signals from the first inst
 Each case builds its inputs in a fresh folder, runs the real command (the trainer, `mpippo.evaluate`
 or the launcher; plain python, or 2-3 ranks under mpirun), and checks the exit code, exactly one
 `mpippo: error:` line naming the problem, no `Traceback`, and that every file that existed before
-has the same bytes after.
+has the same bytes after. The cases run two at a time (the `outcomes` fixture); each has its own test.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -281,27 +282,55 @@ def _marked(case: Case):
     return pytest.param(case, id=case.id, marks=[pytest.mark.slow] if _needs_bases(case) else [])
 
 
-@pytest.mark.parametrize("case", [_marked(c) for c in CASES])
-def test_hostile_input(case: Case, request, tmp_path):
-    bases = request.getfixturevalue("bases") if _needs_bases(case) else {}
-    ranks, argv = case.setup(tmp_path, bases)
-    kept = [tmp_path, *([bases["ppo"]] if bases else [])]
-    before = {k: v for folder in kept for k, v in hashes(folder).items()}
+@dataclass
+class Outcome:
+    res: object  # subprocess.CompletedProcess
+    seconds: float
+    before: dict
+    after: dict
+    folder: Path
+
+
+def _play(case: Case, folder: Path, bases: dict) -> Outcome:
+    """Build the case's inputs in its folder, run it, and hash what existed before and after."""
+    ranks, argv = case.setup(folder, bases)
+    kept = [folder, *([bases["ppo"]] if bases else [])]
+    before = {k: v for f in kept for k, v in hashes(f).items()}
     cmd = [sys.executable, *argv] if ranks is None else [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable,
                                                           *argv]
     t0 = time.monotonic()
     res = run(cmd, timeout=90)
+    return Outcome(res, time.monotonic() - t0, before, {k: v for f in kept for k, v in hashes(f).items()}, folder)
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory) -> dict:
+    """The cases this session selected, run two at a time: most are one short process whose
+    start-up leaves the other core idle (run one by one, a third of this module's time was idle).
+    Each test below checks its own case; an error in one case is raised in that case's test."""
+    selected = [item.callspec.params["case"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_hostile_input"]
+    bases = request.getfixturevalue("bases") if any(map(_needs_bases, selected)) else {}
+    pool = ThreadPoolExecutor(max_workers=2)
+    request.addfinalizer(pool.shutdown)
+    return {c.id: pool.submit(_play, c, tmp_path_factory.mktemp(c.id), bases if _needs_bases(c) else {})
+            for c in selected}
+
+
+@pytest.mark.parametrize("case", [_marked(c) for c in CASES])
+def test_hostile_input(case: Case, outcomes):
+    o = outcomes[case.id].result()
+    res = o.res
     assert res.returncode == case.code, (res.returncode, res.stdout[-1500:], res.stderr[-2500:])
     errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
     assert len(errors) == 1, res.stderr[-2500:]  # once per job, not once per rank
     assert case.expect in errors[0], errors[0]
     assert "Traceback" not in res.stderr + res.stdout
-    assert time.monotonic() - t0 < 60
-    after = {k: v for folder in kept for k, v in hashes(folder).items()}
-    assert {p: h for p, h in after.items() if p in before} == before  # nothing that existed changed
-    assert not (tmp_path / "out").exists()  # nothing new written either
+    assert o.seconds < 60
+    assert {p: h for p, h in o.after.items() if p in o.before} == o.before  # nothing that existed changed
+    assert not (o.folder / "out").exists()  # nothing new written either
     if case.check is not None:
-        assert case.check(tmp_path), sorted(str(p) for p in tmp_path.rglob("*"))
+        assert case.check(o.folder), sorted(str(p) for p in o.folder.rglob("*"))
 
 
 def test_every_case_class_is_covered():
