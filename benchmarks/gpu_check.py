@@ -28,7 +28,7 @@ from results_file import write_result  # noqa: E402  (benchmarks/)
 # the default config (64 envs x 256 steps = 16,384 per iteration) on the GPU; smoke-sized on the CPU
 REAL = {"ppo": [], "ppo_steps": 12 * 16384, "resume_half": 2 * 16384, "dqn_steps": 60_000, "dqn_batch": 512,
         "appo": [], "appo_batch": (64, 64), "appo_steps": 40 * 4096}
-DRY = {"ppo": ["--config", "configs/smoke.yaml"], "ppo_steps": 512, "resume_half": 256, "dqn_steps": 1600,
+DRY = {"ppo": ["--config", "configs/smoke.yaml"], "ppo_steps": 512, "resume_half": 256, "dqn_steps": 1200,
        "dqn_batch": 32, "appo": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"], "appo_batch": (8, 8),
        "appo_steps": 1024}
 
