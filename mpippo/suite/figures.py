@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo.checkpoint import atomic_write_bytes
+from mpippo.suite import state
 from mpippo.suite.report import ROOT
 from mpippo.suite.spec import Suite
 
@@ -28,7 +29,7 @@ def _save(fig, path: Path) -> None:
 
 
 def member_curves(suite: Suite) -> dict:
-    """{(variant, game): [(steps, returns), ...]} of every member that has logged a return."""
+    """{(variant, game): [(steps, returns, done), ...]} of every member that has logged a return."""
     sys.path.insert(0, str(ROOT / "analysis"))
     from runs import NotARun, load_runs
     out = {}
@@ -37,10 +38,19 @@ def member_curves(suite: Suite) -> dict:
             runs = load_runs(m.folder)
         except NotARun:
             continue
+        done = state.finished(m, suite.budget)
         for r in runs:
             if len(r.curve_steps):
-                out.setdefault((m.variant, m.game), []).append((r.curve_steps, r.curve_returns))
+                out.setdefault((m.variant, m.game), []).append((r.curve_steps, r.curve_returns, done))
     return out
+
+
+def _seed_mean(cs: list) -> tuple[np.ndarray, np.ndarray, int]:
+    """The mean curve over the finished members (as the tables), or over all while none is:
+    a member stopped early would otherwise cut every seed's mean short at its last step."""
+    use = [c for c in cs if c[2]] or cs
+    grid = np.linspace(0, min(s[-1] for s, _, _ in use), 100)
+    return grid, np.mean([np.interp(grid, s, r) for s, r, _ in use], axis=0), len(use)
 
 
 def curves(suite: Suite, ref: dict, path: Path) -> dict:
@@ -62,12 +72,11 @@ def curves(suite: Suite, ref: dict, path: Path) -> dict:
             drawn[game] = int(keep.sum())
         for k, variant in enumerate(suite.variants):
             cs = data.get((variant, game), [])
-            for s, r in cs:
+            for s, r, _ in cs:
                 ax.plot(s, r, color=f"C{k}", alpha=0.3, lw=0.7)
             if cs:
-                grid = np.linspace(0, min(c[0][-1] for c in cs), 100)
-                avg = np.mean([np.interp(grid, s, r) for s, r in cs], axis=0)
-                ax.plot(grid, avg, color=f"C{k}", lw=2, label=f"{variant} ({len(cs)} seed{'s' * (len(cs) > 1)})")
+                grid, avg, n = _seed_mean(cs)
+                ax.plot(grid, avg, color=f"C{k}", lw=2, label=f"{variant} ({n} seed{'s' * (n > 1)})")
         ax.set_title(game, fontsize=10)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)

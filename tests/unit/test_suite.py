@@ -160,6 +160,17 @@ def test_paper_value_interpolates_and_is_absent_before_its_first_sample():
     assert report.paper_at(ref, "starpilot", 1000) == (None, None)
 
 
+def test_a_variants_mean_curve_is_over_its_finished_seeds():
+    """A seed stopped early must not cut the variant's mean curve short at its last step."""
+    from mpippo.suite.figures import _seed_mean
+    done = (np.array([0.0, 100.0, 200.0]), np.array([0.0, 1.0, 2.0]), True)
+    stopped = (np.array([0.0, 50.0]), np.array([5.0, 5.0]), False)
+    grid, avg, n = _seed_mean([done, stopped])
+    assert n == 1 and grid[-1] == 200 and avg[-1] == 2.0
+    grid, avg, n = _seed_mean([stopped, done[:2] + (False,)])  # none done yet: all, over their common range
+    assert n == 2 and grid[-1] == 50 and avg[-1] == pytest.approx((5.0 + 0.5) / 2)
+
+
 def test_the_notebook_runs_the_report(tmp_path):
     import os
 
