@@ -28,7 +28,7 @@ def test_shipped_suites_load_and_the_paper_suite_is_16_games_by_3_seeds():
     assert sorted(big.games) == sorted(spec.PROCGEN_GAMES) and big.seeds == (1, 2, 3) and big.budget == 25_000_000
     assert len(big.members()) == 48
     tiny = spec.load("tiny", ROOT / "runs")  # a name under configs/suites/
-    assert len(tiny.members()) == 2 * 2 * 2 and len(spec.load(ROOT / "configs/suites/mini.yaml").members()) == 3
+    assert len(tiny.members()) == 2 * 2 * 2 and len(spec.load(ROOT / "configs/suites/mini.yaml").members()) == 3 * 2
 
 
 def test_members_have_stable_indices_folders_and_options(tmp_path):
