@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -268,8 +269,8 @@ def _with_file(tmp, setup_result):
     return setup_result
 
 
-def hashes(folder: Path) -> dict:
-    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+def hashes(*folders: Path) -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for f in folders for p in f.rglob("*") if p.is_file()}
 
 
 def _needs_bases(case: Case) -> bool:
@@ -284,7 +285,7 @@ def _marked(case: Case):
 
 @dataclass
 class Outcome:
-    res: object  # subprocess.CompletedProcess
+    res: subprocess.CompletedProcess
     seconds: float
     before: dict
     after: dict
@@ -295,12 +296,12 @@ def _play(case: Case, folder: Path, bases: dict) -> Outcome:
     """Build the case's inputs in its folder, run it, and hash what existed before and after."""
     ranks, argv = case.setup(folder, bases)
     kept = [folder, *([bases["ppo"]] if bases else [])]
-    before = {k: v for f in kept for k, v in hashes(f).items()}
+    before = hashes(*kept)
     cmd = [sys.executable, *argv] if ranks is None else [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable,
                                                           *argv]
     t0 = time.monotonic()
     res = run(cmd, timeout=90)
-    return Outcome(res, time.monotonic() - t0, before, {k: v for f in kept for k, v in hashes(f).items()}, folder)
+    return Outcome(res, time.monotonic() - t0, before, hashes(*kept), folder)
 
 
 @pytest.fixture(scope="module")
