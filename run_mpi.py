@@ -14,4 +14,7 @@ hostmem.configure()
 from mpippo.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    finally:  # decided (start-up exits too): a late signal cannot change the exit code in MPI's shutdown
+        preemption.settle()

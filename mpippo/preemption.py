@@ -4,7 +4,9 @@ SIGUSR1        -> checkpoint, exit EXIT_REQUEUE (3): "stopped early, requeue me"
 SIGTERM/SIGINT -> checkpoint, exit EXIT_STOPPED (4): stopped on request, resumable with --resume.
 SIGUSR2        -> the same as SIGTERM; `python -m mpippo.launch` relays SIGTERM/SIGINT as SIGUSR2,
                   because mpirun kills the ranks right after forwarding a SIGTERM.
-A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts).
+A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts); any
+number of SIGUSR1/SIGUSR2/SIGTERM keep the first stop's outcome, up to the process's last
+instant (`settle`).
 Whichever rank or ranks got the signal, the flags are combined with one Allreduce(MAX), so
 a signal delivered to mpirun (which forwards it) or to a single rank works the same.
 
@@ -21,6 +23,17 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
 
 
 _FLAGS: "SignalFlags | None" = None
+SETTLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+
+
+def settle() -> None:
+    """The run's outcome is decided: further SIGUSR1/SIGUSR2/SIGTERM are ignored from here to the
+    process's end. Python's shutdown puts every signal it handled back to its default action (which
+    kills) before mpi4py's MPI_Finalize runs, and that can wait for other ranks for a while; Slurm
+    may send SIGUSR1 more than once, so a second one there would turn exit 3 into death by signal.
+    Ignored signals stay ignored through the shutdown. SIGINT is left alone (a person's Ctrl-C)."""
+    for sig in SETTLED:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def install() -> "SignalFlags":
@@ -43,15 +56,6 @@ class SignalFlags:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGUSR2, self._on_stop)
         return self
-
-    @staticmethod
-    def uninstall() -> None:
-        """Back to the default actions (terminate), for runners that do not check the flags."""
-        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-
-    def name(self) -> str:
-        return "SIGUSR1" if self.requeue else "SIGTERM/SIGINT/SIGUSR2"
 
     def _on_usr1(self, signum, frame):
         self.requeue = True

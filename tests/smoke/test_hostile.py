@@ -2,21 +2,17 @@
 already written changed; checkpoints never run code; signals from the first instant.
 
 Each case builds its inputs in a fresh folder, runs the real command (the trainer, `mpippo.evaluate`
-or the launcher; plain python, or 2-3 ranks under mpirun), and checks the exit code, exactly one
-`mpippo: error:` line naming the problem, no `Traceback`, and that every file that existed before
-has the same bytes after. The cases run two at a time (the `outcomes` fixture); each has its own test.
+or the launcher; plain python, or 2-3 ranks under mpirun), and checks what hostile.check promises
+(exit code, one error line, no traceback, nothing changed or left behind, no process left running).
+The cases run two at a time; each has its own test.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -24,7 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import MPIRUN, ok, run, trainer
+import hostile
+from conftest import MPIRUN, ok, trainer
+from hostile import Case
 from mpippo.launch import catches_usr1
 from test_resilience import finish, start
 
@@ -122,15 +120,6 @@ def drop(key: str):
     def edit(state):
         del state[key]
     return edit
-
-
-@dataclass
-class Case:
-    id: str
-    setup: Callable
-    expect: str
-    code: int = 2
-    check: Callable | None = field(default=None)
 
 
 # a billion laughs: nine levels of nine references, 9**9 leaves if anything expands it
@@ -269,69 +258,25 @@ def _with_file(tmp, setup_result):
     return setup_result
 
 
-def hashes(*folders: Path) -> dict:
-    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for f in folders for p in f.rglob("*") if p.is_file()}
-
-
 def _needs_bases(case: Case) -> bool:
     return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay")) or "planted" in case.id
 
 
-def _marked(case: Case):
-    """Cases that start from a trained checkpoint (and the evaluate ones) are slow: make test-fast
-    keeps the config, value, run-folder and launcher cases (without training the base runs)."""
-    return pytest.param(case, id=case.id, marks=[pytest.mark.slow] if _needs_bases(case) else [])
-
-
-@dataclass
-class Outcome:
-    res: subprocess.CompletedProcess
-    seconds: float
-    before: dict
-    after: dict
-    folder: Path
-
-
-def _play(case: Case, folder: Path, bases: dict) -> Outcome:
-    """Build the case's inputs in its folder, run it, and hash what existed before and after."""
-    ranks, argv = case.setup(folder, bases)
-    kept = [folder, *([bases["ppo"]] if bases else [])]
-    before = hashes(*kept)
-    cmd = [sys.executable, *argv] if ranks is None else [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable,
-                                                          *argv]
-    t0 = time.monotonic()
-    res = run(cmd, timeout=90)
-    return Outcome(res, time.monotonic() - t0, before, hashes(*kept), folder)
+for _c in CASES:  # cases that start from a trained checkpoint (and the evaluate ones) are slow
+    _c.slow = _needs_bases(_c)
+    if _c.slow:
+        _c.kept = lambda tmp, bases: [bases["ppo"]]
 
 
 @pytest.fixture(scope="module")
 def outcomes(request, tmp_path_factory) -> dict:
-    """The cases this session selected, run two at a time: most are one short process whose
-    start-up leaves the other core idle (run one by one, a third of this module's time was idle).
-    Each test below checks its own case; an error in one case is raised in that case's test."""
-    selected = [item.callspec.params["case"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_hostile_input"]
-    bases = request.getfixturevalue("bases") if any(map(_needs_bases, selected)) else {}
-    pool = ThreadPoolExecutor(max_workers=2)
-    request.addfinalizer(pool.shutdown)
-    return {c.id: pool.submit(_play, c, tmp_path_factory.mktemp(c.id), bases if _needs_bases(c) else {})
-            for c in selected}
+    return hostile.outcomes(request, tmp_path_factory, CASES, "test_hostile_input",
+                            lambda: request.getfixturevalue("bases"))
 
 
-@pytest.mark.parametrize("case", [_marked(c) for c in CASES])
+@pytest.mark.parametrize("case", hostile.params(CASES))
 def test_hostile_input(case: Case, outcomes):
-    o = outcomes[case.id].result()
-    res = o.res
-    assert res.returncode == case.code, (res.returncode, res.stdout[-1500:], res.stderr[-2500:])
-    errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
-    assert len(errors) == 1, res.stderr[-2500:]  # once per job, not once per rank
-    assert case.expect in errors[0], errors[0]
-    assert "Traceback" not in res.stderr + res.stdout
-    assert o.seconds < 60
-    assert {p: h for p, h in o.after.items() if p in o.before} == o.before  # nothing that existed changed
-    assert not (o.folder / "out").exists()  # nothing new written either
-    if case.check is not None:
-        assert case.check(o.folder), sorted(str(p) for p in o.folder.rglob("*"))
+    hostile.check(case, outcomes[case.id].result())
 
 
 def test_every_case_class_is_covered():

@@ -1,0 +1,138 @@
+"""Reading the files mpippo wrote earlier, or saying in one line why a file is not one.
+
+Every reader of a run's or a suite's own files goes through here: benchmark_metrics.json, a run's
+config.yaml, a suite's manifests and submissions.jsonl, a sweep's or a benchmark's results. Such a
+file may have been damaged, truncated, replaced by hand or by another tool, or be something else
+under the expected name: each problem is a ConfigError whose one line names the file and what is
+wrong with it (the entry points print it as `mpippo: error: ...`, exit 2). Nothing here runs code:
+JSON and safe YAML build plain data only.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from mpippo.config import ConfigError, show
+
+MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few MB); more is not one of ours
+METRICS = "benchmark_metrics.json"
+
+
+def _problem(path: Path, what: str, why: str) -> ConfigError:
+    return ConfigError(f"{what} '{show(str(path))[1:-1]}': {why}")
+
+
+def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> bytes:
+    """The file's bytes: it must exist, be a file, and hold at most `limit` bytes."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            raise _problem(path, what, "is a folder, not a file")
+        if not path.is_file():
+            raise _problem(path, what, "no such file")
+        size = path.stat().st_size
+        if size > limit:
+            raise _problem(path, what, f"{size:,} bytes, more than the {limit:,} such a file can hold; "
+                                       f"it is not one mpippo wrote")
+        return path.read_bytes()
+    except OSError as e:  # permissions, a name too long, an I/O error, a path through a file
+        raise _problem(path, what, f"cannot read it ({e.strerror or e})") from None
+
+
+def read_text(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
+    raw = read_bytes(path, what, limit)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _problem(Path(path), what, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+
+
+def _parse_json(text: str, path: Path, what: str, where: str = "") -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _problem(path, what, f"not valid JSON ({where}line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise _problem(path, what, "not valid JSON (nested too deeply)") from None
+
+
+def read_json(path: str | Path, what: str, kind: type = dict) -> Any:
+    """A JSON file whose top level is a `kind` (dict or list)."""
+    path = Path(path)
+    data = _parse_json(read_text(path, what), path, what)
+    if not isinstance(data, kind):
+        raise _problem(path, what, f"expected a JSON {'object' if kind is dict else 'array'} at the top level, "
+                                   f"got {show(data)}")
+    return data
+
+
+def read_jsonl(path: str | Path, what: str) -> list[dict]:
+    """A file of one JSON object per line (blank lines skipped); a bad line is named by its number."""
+    path = Path(path)
+    rows = []
+    for n, line in enumerate(read_text(path, what).splitlines(), 1):
+        if not line.strip():
+            continue
+        row = _parse_json(line, path, what, where=f"line {n}: ")
+        if not isinstance(row, dict):
+            raise _problem(path, what, f"line {n}: expected a JSON object, got {show(row)}")
+        rows.append(row)
+    return rows
+
+
+def read_yaml(path: str | Path, what: str) -> dict:
+    """A YAML file whose top level is a mapping (the config loader's checks: size, UTF-8, safe
+    constructors only, no duplicate keys), its problems named with `what`."""
+    from mpippo.config import load_yaml
+    try:
+        return load_yaml(path)
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e.errors[0]}") from None
+
+
+def read_run_config(folder: str | Path):
+    """A run folder's config.yaml as a Config (types checked; values as that run resolved them)."""
+    from mpippo import config as C
+    path = Path(folder) / "config.yaml"
+    data = read_yaml(path, "run config")
+    errors: list[str] = []
+    cfg = C.from_dict(data, errors)
+    if errors:
+        raise _problem(path, "run config", errors[0])
+    return cfg
+
+
+# benchmark_metrics.json keys that readers use, by type: a file that holds them with other types
+# (hand-edited, damaged, another tool's) is refused instead of being read as numbers it does not hold
+_INTS = ("total_timesteps", "target_timesteps", "world_size", "threads_per_rank", "node_cpus",
+         "ranks_on_learner_node", "episodes", "iterations", "updates")
+_NUMBERS = ("fps", "fps_steady", "duration_s", "peak_rss_mb_total", "peak_rss_mb_learner", "episode_return_mean")
+_STOP_REASONS = ("done", "duration", "stopped", "requeue", "failed")
+
+
+def check_metrics(m: dict, path: Path) -> dict:
+    """The typed keys of a metrics dict (present ones; readers treat absent ones as unknown)."""
+    what = "metrics file"
+    for key in _INTS:
+        v = m.get(key)
+        if v is not None and (type(v) is not int or v < 0):
+            raise _problem(path, what, f"{key}: expected a non-negative integer, got {show(v)}")
+    if m.get("world_size") == 0:
+        raise _problem(path, what, "world_size: expected at least 1 rank, got 0")
+    for key in _NUMBERS:
+        v = m.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or math.isinf(v)):
+            raise _problem(path, what, f"{key}: expected a number, got {show(v)}")
+    if "finished" in m and not isinstance(m["finished"], bool):
+        raise _problem(path, what, f"finished: expected true or false, got {show(m['finished'])}")
+    if m.get("stop_reason") is not None and m["stop_reason"] not in _STOP_REASONS:
+        raise _problem(path, what, f"stop_reason: {show(m['stop_reason'])} is not one of {', '.join(_STOP_REASONS)}")
+    return m
+
+
+def read_metrics(folder: str | Path) -> dict:
+    """A run folder's benchmark_metrics.json, its typed keys checked."""
+    path = Path(folder) / METRICS
+    return check_metrics(read_json(path, "metrics file"), path)

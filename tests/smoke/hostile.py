@@ -1,0 +1,146 @@
+"""The hostile-input harness shared by the test_hostile*.py tables.
+
+A case builds its inputs in a fresh folder, runs one real command (a trainer, a launcher, a tool;
+plain python or under mpirun), and the table's test checks its outcome: the exit code, exactly one
+`mpippo: error:` line naming the problem, no `Traceback`, every file that existed before has the
+same bytes after, nothing new left in the case folder's `out`, and no process of the case still
+running (every process a case starts carries a marker in its environment, found however it
+detached: own session, reparented, under mpirun).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+import pytest
+
+from conftest import MPIRUN, ROOT, mpi_env
+
+MARK = "MPIPPO_HOSTILE_CASE"
+
+
+@dataclass
+class Case:
+    id: str
+    setup: Callable  # (case folder, shared inputs) -> (ranks or None, argv after python) or a Popen-ready dict
+    expect: str
+    code: int = 2
+    check: Callable | None = field(default=None)
+    kept: Callable | None = field(default=None)  # (case folder, shared inputs) -> more folders whose files must not change
+    slow: bool = False  # needs the module's trained runs (left out by make test-fast)
+
+
+@dataclass
+class Outcome:
+    res: subprocess.CompletedProcess
+    seconds: float
+    before: dict
+    after: dict
+    folder: Path
+    left_running: list[str]
+
+
+def hashes(*folders: Path) -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for f in folders for p in Path(f).rglob("*") if p.is_file()}
+
+
+def marked_processes(tag: str) -> list[psutil.Process]:
+    """Processes whose environment carries this case's marker (any session, any parent)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(MARK) == tag:
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def run_marked(cmd: list[str], tag: str, timeout: float = 90, env: dict | None = None) -> tuple:
+    """Run cmd with the case marker; returns (CompletedProcess, processes of the case still alive
+    shortly after it ended, as 'pid name'), and kills those."""
+    full_env = mpi_env() | {MARK: tag} | (env or {})
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for p in marked_processes(tag):
+            p.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s (a hang): {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
+    left = []
+    deadline = time.monotonic() + 3.0  # mpirun's last ranks may take a moment to be reaped
+    while (alive := [p for p in marked_processes(tag) if p.status() != psutil.STATUS_ZOMBIE]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in alive:
+        try:
+            left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            p.kill()
+        except psutil.Error:
+            pass
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), left
+
+
+def play(case: Case, folder: Path, shared: dict) -> Outcome:
+    """Build the case's inputs in its folder, run it, hash what existed before and after."""
+    made = case.setup(folder, shared)
+    ranks, argv = made[:2]
+    env = made[2] if len(made) > 2 else None
+    kept = [folder, *(case.kept(folder, shared) if case.kept else [])]
+    before = hashes(*kept)
+    cmd = [sys.executable, *argv] if ranks is None else [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable,
+                                                          *argv]
+    t0 = time.monotonic()
+    res, left = run_marked(cmd, f"{case.id}-{os.getpid()}-{time.monotonic_ns()}", env=env)
+    return Outcome(res, time.monotonic() - t0, before, hashes(*kept), folder, left)
+
+
+def outcomes(request, tmp_path_factory, cases: list[Case], test_name: str, shared: Callable[[], dict]) -> dict:
+    """The cases of `test_name` this session selected, run two at a time (most are one short process
+    whose start-up leaves the other core idle). An error in a case is raised in that case's test."""
+    ids = {item.callspec.params["case"].id for item in request.session.items
+           if getattr(item, "originalname", "") == test_name and item.module.__name__ == request.module.__name__}
+    selected = [c for c in cases if c.id in ids]
+    inputs = shared() if any(c.slow for c in selected) else {}
+    pool = ThreadPoolExecutor(max_workers=2)
+    request.addfinalizer(pool.shutdown)
+    return {c.id: pool.submit(play, c, tmp_path_factory.mktemp(c.id[:40]), inputs) for c in selected}
+
+
+def params(cases: list[Case]) -> list:
+    return [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else []) for c in cases]
+
+
+def check(case: Case, o: Outcome) -> None:
+    """The promise, for one case's outcome."""
+    res = o.res
+    assert res.returncode == case.code, (res.returncode, res.stdout[-1500:], res.stderr[-2500:])
+    errors = [line for line in (res.stderr + res.stdout).splitlines() if line.startswith("mpippo: error:")]
+    assert len(errors) == 1, res.stderr[-2500:]  # once per job, not once per rank
+    assert case.expect in errors[0], errors[0]
+    assert "Traceback" not in res.stderr + res.stdout, res.stderr[-2500:]
+    assert o.seconds < 60
+    assert {p: h for p, h in o.after.items() if p in o.before} == o.before  # nothing that existed changed
+    assert not (o.folder / "out").exists()  # nothing new written either
+    assert not o.left_running, o.left_running  # nothing left running
+    if case.check is not None:
+        assert case.check(o.folder), sorted(str(p) for p in o.folder.rglob("*"))[:50]
+
+
+def stop_case_processes(tag: str, sig=signal.SIGKILL) -> None:
+    for p in marked_processes(tag):
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            pass
