@@ -43,6 +43,24 @@ def terminal_env(env: dict) -> dict:
     return env
 
 
+def die_with_parent(sig: int):
+    """A Popen preexec_fn: the child gets `sig` when this process dies, however it dies (kill -9
+    included), so a wrapper that is killed never leaves its job running on its own. Linux only
+    (prctl PR_SET_PDEATHSIG); elsewhere nothing is set."""
+    parent = os.getpid()
+
+    def preexec():
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before the prctl took effect
+            os.kill(os.getpid(), sig)
+    return preexec
+
+
 def mpirun_command(ranks: int, argv: list[str], threads: int = 1) -> tuple[list[str], dict]:
     """(command, environment) for `mpirun -n ranks python argv...`; when ranks x threads exceed the
     cores, ranks may share cores (oversubscribed) and are not bound (binding would stack them)."""
