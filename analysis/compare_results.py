@@ -12,12 +12,15 @@ and comparison_report.txt (the table and how each number was computed).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import NotARun, Run, load_runs  # noqa: E402
+from runs import Run, load_runs  # noqa: E402
+from toolcli import ConfigError, Parser, output_folder, run, save_figure, write_bytes  # noqa: E402
+
+TOOL = "compare_results"
+OUTPUTS = ("comparison.png", "comparison_report.txt")
 
 
 def table(runs: list[Run]) -> tuple[list[str], list[dict]]:
@@ -26,9 +29,9 @@ def table(runs: list[Run]) -> tuple[list[str], list[dict]]:
     for r in runs:
         speedup = r.fps / base.fps if base.fps else float("nan")
         rows.append({
-            "run": r.name, "algo": r.metrics.get("algo", "ppo"), "ranks": r.ranks,
-            "duration_s": float(r.metrics.get("duration_s", 0.0)),
-            "timesteps": int(r.metrics.get("total_timesteps", 0)), "steps_per_s": r.fps,
+            "run": r.name, "algo": r.metrics.get("algo") or "ppo", "ranks": r.ranks,
+            "duration_s": float(r.metrics.get("duration_s") or 0.0),
+            "timesteps": int(r.metrics.get("total_timesteps") or 0), "steps_per_s": r.fps,
             "cores": r.cores, "speedup": speedup, "efficiency": speedup / (r.cores / base.cores),
             "peak_memory_mb": r.peak_memory_mb, "final_return": r.final_return, "best_return": r.best_return,
             "status": r.status,
@@ -78,13 +81,15 @@ def plot(runs: list[Run], path: Path) -> None:
         a.grid(alpha=0.3, axis="y")
         a.margins(y=0.15)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, "--out")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run(TOOL, _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="compare_results.py", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="*", type=Path, help="run folders; the first is the baseline")
     p.add_argument("--sequential", type=Path, help="the baseline run (same as giving it first)")
     p.add_argument("--parallel", type=Path, nargs="+", default=[], help="runs to compare against it")
@@ -92,19 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     folders = ([args.sequential] if args.sequential else []) + list(args.runs) + list(args.parallel)
     if not folders:
-        p.print_usage(sys.stderr)
-        sys.stderr.write("compare_results: error: give at least one run folder\n")
-        return 2
-    runs: list[Run] = []
-    try:
-        for f in folders:
-            runs += load_runs(f)
-    except NotARun as e:
-        sys.stderr.write(f"compare_results: error: {e}\n")
-        return 2
+        raise ConfigError("give at least one run folder (see --help)")
+    output_folder(args.out, "--out", OUTPUTS)  # before the runs are read: nothing is written before all is checked
+    runs: list[Run] = [r for f in folders for r in load_runs(f)]
     lines, rows = table(runs)
     print("\n".join(lines))
-    png, report = args.out / "comparison.png", args.out / "comparison_report.txt"
+    png, report = args.out / OUTPUTS[0], args.out / OUTPUTS[1]
     plot(runs, png)
     notes = [
         "",
@@ -115,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory: peak resident memory summed over ranks (DQN: the learner's)",
         "final/best return: last and highest point of the 100-episode mean return curve",
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines + notes) + "\n")
+    write_bytes(report, ("\n".join(lines + notes) + "\n").encode(), "--out")
     print(f"\nwrote {png} and {report}")
     return 0
 

@@ -10,12 +10,14 @@ segments of a resumed run removed).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import NotARun, load_runs  # noqa: E402
+from runs import load_runs  # noqa: E402
+from toolcli import Parser, output_file, run, save_figure  # noqa: E402
+
+TOOL = "learning_curves"
 
 # Procgen paper (Cobbe et al. 2020), PPO, easy, all levels: mean return at these env steps
 PAPER_PPO = {
@@ -50,22 +52,19 @@ def plot_learning_curves(folders, out: Path) -> Path:
         a.grid(alpha=0.3)
         a.legend(fontsize=8)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, "--out")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run(TOOL, _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="learning_curves.py", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", type=Path)
-    p.add_argument("--out", type=Path, default=Path("learning_curves.png"))
+    p.add_argument("--out", type=Path, default=Path("learning_curves.png"), help="a .png file")
     args = p.parse_args(argv)
-    try:
-        out = plot_learning_curves(args.runs, args.out)
-    except NotARun as e:
-        sys.stderr.write(f"learning_curves: error: {e}\n")
-        return 2
+    out = plot_learning_curves(args.runs, output_file(args.out, "--out", (".png",)))
     print(f"wrote {out}")
     return 0
 

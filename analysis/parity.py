@@ -13,9 +13,9 @@ standard deviations and 0.5 (the standard error of a 100-episode window).
 """
 from __future__ import annotations
 
-import argparse
 import csv
-import json
+import io
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +23,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import NotARun, load_runs  # noqa: E402
+from runs import load_runs  # noqa: E402
+from toolcli import Parser, output_folder, run, save_figure, shown, write_bytes, write_json  # noqa: E402
+
+from mpippo.config import ConfigError  # noqa: E402
+from mpippo.files import read_text, read_yaml  # noqa: E402
+
+TOOL = "parity"
+OUTPUTS = ("parity.png", "parity.md", "parity.json")
+COLUMNS = ("mode", "levels", "split", "game", "timesteps", "return_mean", "return_std")
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "data" / "reference" / "procgen_ppo_curves.csv"
@@ -31,19 +39,37 @@ WINDOW_SE = 0.5  # a 100-episode mean's standard error on these games, roughly
 
 
 def reference_curves(path: Path, mode: str = "easy", levels: str = "all", split: str = "train") -> dict:
-    """{game: (steps, mean, std)} of the paper's PPO runs."""
+    """{game: (steps, mean, std)} of the paper's PPO runs; a damaged file is a ConfigError naming it."""
+    what = f"reference curves '{shown(path)}'"
     rows = defaultdict(list)
-    with open(path) as f:
-        for r in csv.DictReader(f):
+    try:
+        reader = csv.DictReader(io.StringIO(read_text(path, "reference curves")))
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"{what}: no column(s) {', '.join(missing)} in its header line; it needs {', '.join(COLUMNS)}")
+        for n, r in enumerate(reader, 2):
             if (r["mode"], r["levels"], r["split"]) == (mode, levels, split):
-                rows[r["game"]].append((int(r["timesteps"]), float(r["return_mean"]), float(r["return_std"])))
+                try:
+                    point = (int(r["timesteps"]), float(r["return_mean"]), float(r["return_std"]))
+                except (TypeError, ValueError):
+                    point = None
+                if point is None or point[0] < 0 or not all(map(math.isfinite, point[1:])) or point[2] < 0:
+                    raise ConfigError(f"{what}: line {n}: expected timesteps >= 0 and finite return_mean, return_std "
+                                      f">= 0, got {', '.join(str(r[c])[:20] for c in COLUMNS[4:])}")
+                rows[r["game"]].append(point)
+    except csv.Error as e:
+        raise ConfigError(f"{what}: not a CSV file ({e})") from None
     return {g: tuple(np.array(c) for c in zip(*sorted(v))) for g, v in rows.items()}
 
 
 def variant(run) -> str:
-    import yaml
-    cfg = yaml.safe_load((run.path / "config.yaml").read_text())
-    t = cfg["training"]
+    """precision, and the normalization choices when they are not the defaults (a config without
+    those keys is from before they existed, when both were 'rollout')."""
+    if run.config is None:
+        raise ConfigError(f"'{shown(run.path)}' has no config.yaml; parity groups runs by their config")
+    cfg = run.config.training  # checked (runs.load_runs); the raw file tells which keys it holds
+    path = run.path / "config.yaml" if (run.path / "config.yaml").exists() else run.path.parent / "config.yaml"
+    t = {k: getattr(cfg, k) for k in read_yaml(path, "run config").get("training") or {} if hasattr(cfg, k)}
     name = t.get("precision", "fp32")
     old = [f"{k} {t.get(k, 'rollout')}" for k, default in (("adv_norm", "minibatch"), ("reward_norm", "step"))
            if t.get(k, "rollout") != default]
@@ -108,9 +134,7 @@ def plot(groups: dict, ref: dict, out: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    path = out / "parity.png"
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, out / OUTPUTS[0], "--out")
 
 
 def report(rows: list[dict]) -> str:
@@ -128,30 +152,30 @@ def report(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", help="run folders (their config.yaml names game and variant)")
+    return run(TOOL, _main, argv)
+
+
+def _main(argv) -> int:
+    p = Parser(prog="parity.py", description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", type=Path, help="run folders (their config.yaml names game and variant)")
     p.add_argument("--out", type=Path, default=HERE / "data" / "parity")
     p.add_argument("--reference", type=Path, default=REFERENCE)
     args = p.parse_args(argv)
-    groups = defaultdict(list)
-    try:
-        for folder in args.runs:
-            for r in load_runs(folder):
-                if len(r.curve_steps):
-                    groups[(r.metrics.get("env"), variant(r))].append(r)
-    except NotARun as e:
-        sys.stderr.write(f"mpippo: error: {e}\n")
-        return 2
-    if not groups:
-        sys.stderr.write("mpippo: error: no run has logged an episode yet\n")
-        return 2
+    output_folder(args.out, "--out", OUTPUTS)
     ref = reference_curves(args.reference)
+    groups = defaultdict(list)
+    for folder in args.runs:
+        for r in load_runs(folder):
+            key = (r.metrics.get("env") or "unknown", variant(r))
+            if len(r.curve_steps):
+                groups[key].append(r)
+    if not groups:
+        raise ConfigError("no run has logged an episode yet")
     rows = score(groups, ref)
-    args.out.mkdir(parents=True, exist_ok=True)
     figure = plot(groups, ref, args.out)
     text = report(rows)
-    (args.out / "parity.md").write_text(text)
-    (args.out / "parity.json").write_text(json.dumps(rows, indent=2) + "\n")
+    write_bytes(args.out / OUTPUTS[1], text.encode(), "--out")
+    write_json(args.out / OUTPUTS[2], rows, "--out")
     print(text + f"\nfigure: {figure}")
     return 0
 

@@ -7,15 +7,26 @@ the event files (a resume purges the steps it repeats, so each step appears once
 """
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolcli import NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
 
-class NotARun(ValueError):
-    pass
+from mpippo.config import ConfigError  # noqa: E402
+from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
+
+
+class NotARun(ConfigError):
+    """A folder that is not an mpippo run, or whose files are damaged: one line naming it."""
+
+
+# the metrics keys the tools use beyond those mpippo/files.py checks
+METRICS_USED = {"algo": Maybe(TEXT), "env": Maybe(TEXT), "device": Maybe(TEXT), "device_used": Maybe(TEXT),
+                "peak_rss_mb_total": Maybe(NUMBER), "peak_rss_mb_learner": Maybe(NUMBER)}
 
 
 @dataclass
@@ -23,13 +34,15 @@ class Run:
     path: Path
     name: str
     metrics: dict
+    budget_hours: float | None = None  # the run's training.duration_hours (config.yaml)
+    config: object = None  # the run's config.yaml as a Config (None when it has none)
     curve_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
     curve_returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
     curve_wall: np.ndarray = field(default_factory=lambda: np.zeros(0))  # seconds of training (gaps removed)
 
     @property
     def ranks(self) -> int:
-        return int(self.metrics.get("world_size", 1))
+        return int(self.metrics.get("world_size") or 1)
 
     @property
     def cores(self) -> int:
@@ -52,17 +65,9 @@ class Run:
             return "stopped (resumable)"
         if m.get("finished") or m.get("stop_reason") == "done":
             return "finished"
-        if m.get("stop_reason") == "duration" or (self.budget_hours and m.get("duration_s", 0) >= 0.99 * self.budget_hours * 3600):
+        if m.get("stop_reason") == "duration" or (self.budget_hours and (m.get("duration_s") or 0) >= 0.99 * self.budget_hours * 3600):
             return "finished (time budget)"
         return "running or ended early"
-
-    @property
-    def budget_hours(self):
-        cfg = self.path / "config.yaml"
-        if not cfg.is_file():
-            return None
-        import yaml
-        return (yaml.safe_load(cfg.read_text()) or {}).get("training", {}).get("duration_hours")
 
     @property
     def peak_memory_mb(self) -> float:
@@ -92,11 +97,17 @@ def training_seconds(wall: np.ndarray) -> np.ndarray:
 
 
 def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The 100-episode mean return over env steps from a run's TensorBoard logs (empty without any;
+    a truncated event file gives what it holds; one that cannot be read is a NotARun)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.tensorflow_stub.errors import OpError
     if not logs.is_dir():
         return np.zeros(0), np.zeros(0), np.zeros(0)
     acc = EventAccumulator(str(logs), size_guidance={"scalars": 0})
-    acc.Reload()
+    try:
+        acc.Reload()
+    except (OSError, OpError) as e:
+        raise NotARun(f"logs '{shown(logs)}': cannot read its event files ({getattr(e, 'strerror', None) or e})") from None
     tags = acc.Tags().get("scalars", [])
     tag = next((t for t in ("charts/episode_return_mean", "charts/episode_return") if t in tags), None)
     if tag is None:
@@ -107,24 +118,37 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return steps, np.array([e.value for e in ev], dtype=np.float64), training_seconds(wall)
 
 
-def load_runs(path: str | Path) -> list[Run]:
-    """The run(s) in a folder: one, or one per agent for a multi-agent DQN run."""
+def run_config(folder: Path, top: Path):
+    """The run's config.yaml as a Config (a multi-agent run keeps it at its top), or None when there is none."""
+    for f in (folder, top):
+        if (f / "config.yaml").exists() or (f / "config.yaml").is_symlink():
+            return read_run_config(f)
+    return None
+
+
+def load_runs(path: str | Path, curves: bool = True) -> list[Run]:
+    """The run(s) in a folder: one, or one per agent for a multi-agent DQN run. Its metrics and
+    config.yaml are checked (mpippo/files.py); a damaged one is a NotARun naming the file."""
     path = Path(path)
-    if not path.is_dir():
-        raise NotARun(f"'{path}' is not a folder")
-    agents = sorted(path.glob("agent_*/benchmark_metrics.json"))
+    try:
+        if not path.is_dir():
+            raise NotARun(f"'{shown(path)}' is not a folder" if not path.exists() else
+                          f"'{shown(path)}' is a file, not a run folder")
+        agents = sorted(path.glob(f"agent_*/{METRICS}"))
+    except OSError as e:
+        raise NotARun(f"'{shown(path)}': cannot read it ({e.strerror or e})") from None
     folders = [a.parent for a in agents] if agents else [path]
     runs = []
     for f in folders:
-        metrics_file = f / "benchmark_metrics.json"
-        if not metrics_file.is_file():
-            raise NotARun(f"'{path}' is not an mpippo run folder (no benchmark_metrics.json; a run writes it "
+        if not (f / METRICS).exists():
+            raise NotARun(f"'{shown(path)}' is not an mpippo run folder (no {METRICS}; a run writes it "
                           f"after its first iteration)")
         try:
-            metrics = json.loads(metrics_file.read_text())
-        except json.JSONDecodeError as e:
-            raise NotARun(f"'{metrics_file}': not valid JSON ({e})") from None
+            metrics = conform(read_metrics(f), METRICS_USED, f / METRICS)
+            cfg = run_config(f, path)
+        except ConfigError as e:
+            raise NotARun(e.errors[0]) from None
         name = path.name if f == path else f"{path.name}/{f.name}"
-        steps, returns, wall = read_curve(f / "logs")
-        runs.append(Run(f, name, metrics, steps, returns, wall))
+        steps, returns, wall = read_curve(f / "logs") if curves else (np.zeros(0),) * 3
+        runs.append(Run(f, name, metrics, cfg.training.duration_hours if cfg else None, cfg, steps, returns, wall))
     return runs

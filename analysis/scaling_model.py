@@ -15,18 +15,47 @@ on every rank, and the allreduce time each rank saw. Derived:
 """
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
+
+from mpippo.config import ConfigError  # noqa: E402
+from mpippo.files import check_metrics, read_json  # noqa: E402
+
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
+# what the model reads of a sweep (analysis/scaling_sweep.py's sweep.json: a run's metrics per size)
+RUN_SPEC = {"world_size": COUNT, "fps": NUMBER, "fps_steady": Maybe(NUMBER), "iterations": Maybe(COUNT),
+            "num_envs_per_rank": COUNT, "n_steps": COUNT, "phase_seconds": {p: NUMBER for p in PHASES},
+            "phase_seconds_per_rank": {"allreduce": [NUMBER]}, "allreduce_bytes": Maybe(NUMBER),
+            "allreduce_calls_per_iteration": Maybe(NUMBER)}
+SWEEP_SPEC = {"mode": TEXT, "cores": Maybe(COUNT), "runs": [RUN_SPEC]}
 # (latency alpha in s, bandwidth beta in bytes/s) per link; effective figures, not line rates
 NETWORKS = {"InfiniBand HDR (200 Gb/s)": (1.5e-6, 23e9), "10 GbE": (25e-6, 1.15e9)}
 
 
+def read_sweep(path: str | Path) -> dict:
+    """A sweep.json, checked: what load_sweep uses is there and typed, every run's metrics as
+    mpippo/files.py checks them, measured throughput > 0; else one ConfigError line naming the file."""
+    path = Path(path)
+    sweep = conform(read_json(path, "sweep file"), SWEEP_SPEC, path, "sweep file")
+    for i, m in enumerate(sweep["runs"]):
+        try:
+            check_metrics(m, path)
+        except ConfigError as e:  # "metrics file '<path>': <key>: ..." -> "sweep file '<path>': runs[i].<key>: ..."
+            why = e.errors[0].removeprefix(f"metrics file '{shown(path)}': ")
+            raise ConfigError(f"sweep file '{shown(path)}': runs[{i}].{why}") from None
+        if not (m.get("fps_steady") or m["fps"]) > 0:
+            raise ConfigError(f"sweep file '{shown(path)}': runs[{i}].fps: expected a measured throughput > 0, "
+                              f"got {m['fps']}")
+    return sweep
+
+
 def load_sweep(path: str | Path) -> dict:
-    sweep = json.loads(Path(path).read_text())
+    sweep = read_sweep(path)
     runs = sorted(sweep["runs"], key=lambda m: m["world_size"])
     p = np.array([m["world_size"] for m in runs], dtype=float)
     fps = np.array([m.get("fps_steady") or m["fps"] for m in runs], dtype=float)

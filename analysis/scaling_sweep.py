@@ -13,36 +13,47 @@ analysis/scaling.ipynb reads sweep.json. Options after `--` go to run_mpi.py unc
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
+import io
 import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from mpippo import launch  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolcli import (MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, number,  # noqa: E402
+                     output_folder, ranks_fit, run, run_trainer, shown, write_bytes, write_json)
+
+TOOL = "scaling_sweep"
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
+OUTPUTS = ("sweep.json", "sweep.csv")
+MAX_TIMESTEPS = 10**12  # the budget a --duration run is given: its clock ends it first
+
+
+def trainer_args(ranks: int, args, extra: list[str]) -> list[str]:
+    """run_mpi.py's options for the run at `ranks` ranks (its --output-dir comes from run_trainer)."""
+    out = ["--no-progress", "--n-steps", str(args.n_steps), "--set", "checkpoint.interval_iterations=0",
+           "--set", "parallel.threads_per_rank=1"]
+    if args.config:
+        out += ["--config", args.config]
+    if args.mode == "weak":
+        out += ["--num-envs-per-rank", str(args.envs_per_rank)]
+        per_iteration = ranks * args.envs_per_rank * args.n_steps
+    else:
+        out += ["--num-envs", str(args.num_envs)]
+        per_iteration = args.num_envs * args.n_steps
+    if args.duration:
+        out += ["--duration", str(args.duration), "--total-timesteps", str(MAX_TIMESTEPS)]
+    else:
+        budget = args.total_timesteps * (ranks if args.mode == "weak" else 1)
+        out += ["--total-timesteps", str(max(budget, per_iteration))]
+    return out + extra
 
 
 def run_one(ranks: int, args, extra: list[str], run_dir: Path) -> dict:
-    trainer_args = ["--no-progress", "--n-steps", str(args.n_steps), "--set", "checkpoint.interval_iterations=0",
-                    "--set", "parallel.threads_per_rank=1"]
-    if args.config:
-        trainer_args += ["--config", args.config]
-    if args.mode == "weak":
-        trainer_args += ["--num-envs-per-rank", str(args.envs_per_rank)]
-        per_iteration = ranks * args.envs_per_rank * args.n_steps
-    else:
-        trainer_args += ["--num-envs", str(args.num_envs)]
-        per_iteration = args.num_envs * args.n_steps
-    if args.duration:
-        trainer_args += ["--duration", str(args.duration), "--total-timesteps", str(10**12)]
-    else:
-        budget = args.total_timesteps * (ranks if args.mode == "weak" else 1)
-        trainer_args += ["--total-timesteps", str(max(budget, per_iteration))]
-    return launch.run_trainer(ranks, trainer_args + extra, run_dir, timeout=args.timeout)
+    return run_trainer(ranks, trainer_args(ranks, args, extra), run_dir, f"the run at {ranks} rank(s)",
+                       timeout=args.timeout)
 
 
 def flat_row(m: dict) -> dict:
@@ -56,29 +67,61 @@ def flat_row(m: dict) -> dict:
     return row
 
 
+def make_parser() -> Parser:
+    p = Parser(prog="scaling_sweep.py", description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=count(1, MAX_RANKS), nargs="+", default=[1, 2])
+    p.add_argument("--mode", choices=("weak", "strong"), default="weak")
+    p.add_argument("--config", help="trainer config (default: the trainer's default)")
+    p.add_argument("--envs-per-rank", type=count(1), default=32, help="weak scaling")
+    p.add_argument("--num-envs", type=count(1), default=64, help="strong scaling: total, divided over the ranks")
+    p.add_argument("--n-steps", type=count(1), default=256)
+    p.add_argument("--total-timesteps", type=count(1, MAX_TIMESTEPS), default=3 * 32 * 256,
+                   help="budget per run (weak: per rank); default 3 iterations of the default per-rank batch")
+    p.add_argument("--duration", type=number(0, 24 * 365), help="budget per run in hours instead of timesteps")
+    p.add_argument("--out", type=Path, help="default analysis/data/sweep-<mode>-<date>; a new folder")
+    p.add_argument("--timeout", type=number(0, 30 * 86400), default=3600.0,
+                   help="seconds per run before it counts as hung")
+    return p
+
+
+def check(args, extra: list[str]) -> Path:
+    """Everything before the first run: options, every run's trainer options at its rank count, the
+    output folder (new, or without a sweep in it). Returns the output folder."""
+    distinct(args.ranks, "--ranks")
+    if args.mode == "strong" and any(args.num_envs % n for n in args.ranks):
+        raise ConfigError(f"--num-envs {args.num_envs} must divide evenly over every rank count in {args.ranks}")
+    if args.duration and args.duration * 3600 >= args.timeout:
+        raise ConfigError(f"--duration {args.duration:g} h is not below --timeout {args.timeout:g} s: every run "
+                          f"would be ended as hung; raise --timeout")
+    ranks_fit(max(args.ranks), "--ranks")
+    for n in args.ranks:
+        opts, cfg = check_trainer(trainer_args(n, args, extra), n, f"at {n} rank(s)")
+        if opts.output_dir is not None or opts.resume:
+            raise ConfigError(f"options after --: the sweep chooses each run's folder; leave out --output-dir "
+                              f"and --resume (give --out)")
+        if cfg.training.algo != "ppo":
+            raise ConfigError(f"the sweep measures synchronous PPO (phase times of every rank); training.algo is "
+                              f"'{cfg.training.algo}'")
+    out = args.out or ROOT / "analysis" / "data" / f"sweep-{args.mode}-{datetime.date.today().isoformat()}"
+    taken = [out / name for name in (*OUTPUTS, *(f"ranks{n}" for n in args.ranks)) if (out / name).exists()]
+    if taken and out.is_dir():
+        raise ConfigError(f"--out: '{shown(out)}' already holds a sweep ('{taken[0].name}'); give a new folder")
+    return output_folder(out, "--out", OUTPUTS)
+
+
 def main(argv: list[str] | None = None) -> int:
+    return run(TOOL, _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--mode", choices=("weak", "strong"), default="weak")
-    p.add_argument("--config", help="trainer config (default: the trainer's default)")
-    p.add_argument("--envs-per-rank", type=int, default=32, help="weak scaling")
-    p.add_argument("--num-envs", type=int, default=64, help="strong scaling: total, divided over the ranks")
-    p.add_argument("--n-steps", type=int, default=256)
-    p.add_argument("--total-timesteps", type=int, default=3 * 32 * 256,
-                   help="budget per run (weak: per rank); default 3 iterations of the default per-rank batch")
-    p.add_argument("--duration", type=float, help="budget per run in hours instead of timesteps")
-    p.add_argument("--out", type=Path, help="default analysis/data/sweep-<mode>-<date>")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it counts as hung")
-    args = p.parse_args(argv)
-    if any(n < 1 for n in args.ranks):
-        p.error(f"--ranks must be >= 1, got {args.ranks}")
-    if args.mode == "strong" and any(args.num_envs % n for n in args.ranks):
-        p.error(f"--num-envs {args.num_envs} must divide evenly over every rank count in {args.ranks}")
-    out = args.out or ROOT / "analysis" / "data" / f"sweep-{args.mode}-{datetime.date.today().isoformat()}"
-    out.mkdir(parents=True, exist_ok=True)
+    args = make_parser().parse_args(argv)
+    # the trainer runs in the repository root: paths given relative to here are made absolute
+    args.config = os.path.abspath(args.config) if args.config else None
+    args.out = Path(os.path.abspath(args.out)) if args.out else None
+    out = check(args, extra)
     cores = len(os.sched_getaffinity(0))
     print(f"scaling_sweep: {args.mode} scaling, ranks {args.ranks} on {cores} cores; output {out}", flush=True)
     results = []
@@ -91,13 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     sweep = {"mode": args.mode, "cores": cores, "date": datetime.datetime.now().isoformat(timespec="seconds"),
              "torch": torch.__version__, "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
              "extra_args": extra, "runs": results}
-    from mpippo.checkpoint import atomic_write_json
-    atomic_write_json(out / "sweep.json", sweep)
+    write_json(out / OUTPUTS[0], sweep, "--out")
     rows = [flat_row(m) for m in results]
-    with open(out / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    write_bytes(out / OUTPUTS[1], text.getvalue().encode(), "--out")
     base = results[0]["fps_steady"] or results[0]["fps"]
     print(f"\n{'ranks':>5} {'steps/s':>9} {'speedup':>8} {'eff.':>6} {'allreduce':>9}")
     for m in results:
@@ -106,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         n = m["world_size"] / results[0]["world_size"]  # ideal throughput grows with the ranks in both modes
         print(f"{m['world_size']:>5} {fps:>9.1f} {fps / base:>7.2f}x {100 * fps / base / n:>5.1f}% "
               f"{100 * ph['allreduce'] / max(sum(ph.values()), 1e-9):>8.2f}%")
-    print(f"\nwrote {out / 'sweep.json'} and {out / 'sweep.csv'}; plot it with analysis/scaling.ipynb")
+    print(f"\nwrote {out / OUTPUTS[0]} and {out / OUTPUTS[1]}; plot it with analysis/scaling.ipynb")
     return 0
 
 

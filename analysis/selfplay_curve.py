@@ -7,24 +7,38 @@ final pool with its ratings.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, conform, output_file, run, save_figure, shown  # noqa: E402
 
-class BadRun(ValueError):
+from mpippo.config import ConfigError  # noqa: E402
+from mpippo.files import METRICS, read_metrics  # noqa: E402
+
+TOOL = "selfplay_curve"
+_GAMES = {"win_rate": NUMBER, "wins": COUNT, "draws": COUNT, "losses": COUNT}
+# what this tool reads of a self-play run's metrics (the learner's `selfplay` block)
+SPEC = {"env": TEXT, "total_timesteps": COUNT, "updates": COUNT,
+        "selfplay": {"learner_elo": NUMBER, "sampling": TEXT, "pool_size": COUNT, "snapshots_taken": COUNT,
+                     "heuristics": {"lookahead": {"elo": NUMBER}},
+                     "pool": [{"id": COUNT, "update": COUNT, "elo": NUMBER, "score": Maybe(NUMBER)}],
+                     "ratings": [{"transitions": COUNT, "update": COUNT, "elo": Maybe(NUMBER),
+                                  "random": _GAMES, "lookahead": _GAMES}]}}
+
+
+class BadRun(ConfigError):
     pass
 
 
 def load(run_dir: Path) -> dict:
-    path = run_dir / "benchmark_metrics.json"
-    if not path.is_file():
-        raise BadRun(f"no benchmark_metrics.json in '{run_dir}' (give a self-play run folder)")
-    m = json.loads(path.read_text())
+    path = run_dir / METRICS
+    if not path.exists():
+        raise BadRun(f"no {METRICS} in '{shown(run_dir)}' (give a self-play run folder)")
+    m = read_metrics(run_dir)
     if "selfplay" not in m:
-        raise BadRun(f"'{run_dir}' is not a self-play run (its metrics have no 'selfplay' block)")
-    return m
+        raise BadRun(f"'{shown(run_dir)}' is not a self-play run (its metrics have no 'selfplay' block)")
+    return conform(m, SPEC, path)
 
 
 def plot(m: dict, out: Path) -> None:
@@ -50,23 +64,21 @@ def plot(m: dict, out: Path) -> None:
     ax2.legend(loc="upper left")
     fig.suptitle(f"self-play DQN on {m['env']}: {m['total_timesteps']:,} env steps, {m['updates']:,} updates")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, "--out")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run(TOOL, _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="selfplay_curve.py", description=__doc__.splitlines()[0])
     p.add_argument("run_dir", type=Path)
     p.add_argument("--out", type=Path, help="PNG to write (default RUN_DIR/selfplay.png)")
     args = p.parse_args(argv)
-    try:
-        m = load(args.run_dir)
-    except BadRun as e:
-        sys.stderr.write(f"selfplay_curve: error: {e}\n")
-        return 2
+    m = load(args.run_dir)
+    out = output_file(args.out or args.run_dir / "selfplay.png", "--out", (".png",))
     sp, rounds = m["selfplay"], m["selfplay"]["ratings"]
-    out = args.out or args.run_dir / "selfplay.png"
     plot(m, out)
     print(f"self-play run {args.run_dir}: {m['total_timesteps']:,} env steps, {sp['snapshots_taken']} snapshots, "
           f"learner Elo {sp['learner_elo']:.0f}")

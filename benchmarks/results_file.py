@@ -1,14 +1,24 @@
 """Where `make bench` stores a result: benchmarks/results/<date><suffix>.json, atomically.
 
-A second run on the same day gets the time in its name, so the first result stays."""
+A second run on the same day gets the time in its name, so the first result stays. `check_out`
+tells before the benchmark starts whether the result can be written there."""
 from __future__ import annotations
 
 import datetime
+import sys
 from pathlib import Path
 
-from mpippo.checkpoint import atomic_write_json
-
 RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.append(str(RESULTS.parent.parent / "analysis"))
+from toolcli import output_file, output_folder, write_json  # noqa: E402
+
+
+def check_out(out: Path | None) -> Path | None:
+    """--out (a file), or the results folder when it is not given: writable, or one ConfigError line."""
+    if out is None:
+        output_folder(RESULTS, "--out (default benchmarks/results/)")
+        return None
+    return output_file(out, "--out")
 
 
 def write_result(result: dict, suffix: str = "", out: Path | None = None) -> Path:
@@ -16,6 +26,4 @@ def write_result(result: dict, suffix: str = "", out: Path | None = None) -> Pat
     path = out or RESULTS / f"{now:%Y-%m-%d}{suffix}.json"
     if out is None and path.exists():
         path = RESULTS / f"{now:%Y-%m-%d-%H%M}{suffix}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, result)
-    return path
+    return write_json(path, result, "--out")

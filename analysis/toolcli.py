@@ -1,0 +1,292 @@
+"""The command line of the analysis and benchmark tools: bad input is one line and exit 2.
+
+Every tool (analysis/*.py, benchmarks/*.py; benchmarks import this module from analysis/) does the
+same, before it starts any run or writes anything:
+  - parses with `Parser`, whose option types (`count`, `number`, `seed`) name the bad value and the
+    allowed range;
+  - checks its outputs with `output_file` / `output_folder` (a probe written and removed where the
+    output will go; folders made for it removed again), and the trainer options it will pass with
+    `check_trainer` (the trainer's own checks, in this process);
+  - reads the files mpippo wrote through mpippo/files.py, and checks the parts it uses with `conform`;
+  - runs its main through `run`, which prints a ConfigError as `mpippo: error: <tool>: <line>`, exit 2,
+    and a `ToolFailure` (a run or a write that failed after the checks) the same way, exit 1.
+Outputs are written atomically (`write_bytes`, `write_json`, `save_figure`).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from mpippo.checkpoint import atomic_write_bytes, missing_folders, remove_if_empty  # noqa: E402
+from mpippo.config import INT64_MAX, ConfigError, show  # noqa: E402
+
+EXIT_FAILURE, EXIT_USAGE = 1, 2
+SEED_MAX = INT64_MAX  # seeds end up in int64 arrays and torch's 64-bit generator
+# a rank's interpreter with numpy, torch and procgen loaded, before it allocates anything of its own
+# (README: about 350 MB per procgen process); the trainer's own floor comes on top
+RANK_BASE_BYTES = 300 << 20
+MAX_RANKS = 4096
+
+
+class ToolFailure(RuntimeError):
+    """A run or a write that failed after every check passed: one line, exit 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one ConfigError line (`run` prints it)."""
+
+    def error(self, message):
+        raise ConfigError(f"{message} (see --help)")
+
+
+def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
+    try:
+        return main(argv)
+    except ConfigError as e:
+        more = f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""
+        sys.stderr.write(f"mpippo: error: {tool}: {e.errors[0]}{more}\n")
+        return EXIT_USAGE
+    except ToolFailure as e:
+        sys.stderr.write(f"mpippo: error: {tool}: {e}\n")
+        return EXIT_FAILURE
+
+
+def shown(path) -> str:
+    """A path for a message: short and on one line, whatever its name holds."""
+    return show(str(path))[1:-1]
+
+
+# ---- option types: each names the bad value and what is allowed ----
+def count(lo: int = 1, hi: int = INT64_MAX, what: str = "a whole number") -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} from {lo:,} to {hi:,}, got {show(text)}") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{show(n)} is out of range; allowed: {lo:,} to {hi:,}")
+        return n
+    parse.__name__ = "count"
+    return parse
+
+
+def number(lo: float, hi: float, lo_open: bool = True, what: str = "a number") -> Callable[[str], float]:
+    """A finite float in (lo, hi] (or [lo, hi] when not lo_open)."""
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            x = math.nan
+        low = f"{'above' if lo_open else 'from'} {lo:g}"
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"expected {what} {low} up to {hi:g}, got {show(text)}")
+        if x < lo or (lo_open and x == lo) or x > hi:
+            raise argparse.ArgumentTypeError(f"{x:g} is out of range; allowed: {low} up to {hi:g}")
+        return x
+    parse.__name__ = "number"
+    return parse
+
+
+seed = count(0, SEED_MAX, "a seed (a whole number)")
+
+
+def distinct(values: list, flag: str) -> list:
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise ConfigError(f"{flag}: {show(v)} is given twice; each value once")
+        seen.add(v)
+    return values
+
+
+def ranks_fit(ranks: int, flag: str) -> None:
+    """`ranks` processes on this node (or on each node of a Slurm allocation) must have memory to start."""
+    from mpippo.config import memory_available
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
+    per_node = -(-ranks // (int(nodes) if nodes.isdigit() and int(nodes) > 0 else 1))
+    need, have = per_node * RANK_BASE_BYTES, memory_available(1)
+    if need > have:
+        raise ConfigError(f"{flag}: {ranks:,} rank(s) need at least {need / 2**30:,.1f} GiB on this node to start "
+                          f"({RANK_BASE_BYTES >> 20} MB each), {have / 2**30:,.1f} GiB are available; give fewer")
+
+
+# ---- outputs: checked before any work, written atomically after it ----
+def _probe(folder: Path, name: str, flag: str, target: Path) -> None:
+    """Make `folder`, create and remove a file named as an atomic write of `name` would (same length),
+    and remove the folders made for it: what cannot be written is found now, and nothing is left."""
+    made = missing_folders(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot write '{shown(target)}' ({e.strerror or e})") from None
+    finally:
+        remove_if_empty(made)
+
+
+def output_file(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """A file the tool will write: not a folder, one of `suffixes` (when given), in a folder it can write."""
+    path = Path(path)
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise ConfigError(f"{flag}: '{shown(path)}' must end in {' or '.join(suffixes)}")
+    try:
+        if path.is_dir():
+            raise ConfigError(f"{flag}: '{shown(path)}' is a folder; give a file name")
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+    _probe(path.parent, path.name, flag, path)
+    return path
+
+
+def output_folder(path: Path, flag: str, files: tuple[str, ...] = ()) -> Path:
+    """A folder the tool will write `files` into: not a file, writable, none of `files` a folder there."""
+    path = Path(path)
+    try:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{flag}: '{shown(path)}' is a file; give a folder")
+        for name in files:
+            if (path / name).is_dir():
+                raise ConfigError(f"{flag}: '{shown(path / name)}' is a folder, where {flag} writes the file {name}")
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+    _probe(path, max(files, key=len, default="x"), flag, path)
+    return path
+
+
+def write_bytes(path: Path, data: bytes, flag: str) -> Path:
+    try:
+        atomic_write_bytes(path, data)
+    except OSError as e:
+        raise ToolFailure(f"{flag}: writing '{shown(path)}' failed ({e.strerror or e})") from None
+    return path
+
+
+def write_json(path: Path, obj, flag: str) -> Path:
+    return write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode(), flag)
+
+
+def save_figure(fig, path: Path, flag: str, dpi: int = 110) -> Path:
+    """A matplotlib figure, rendered in memory and written atomically (format from the suffix)."""
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png", dpi=dpi)
+    plt.close(fig)
+    return write_bytes(path, buf.getvalue(), flag)
+
+
+# ---- the parts of mpippo's files a tool uses ----
+class Maybe:
+    """null, or the spec."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+
+NUMBER = "a number"  # int or float, not bool, not infinite (NaN stands for 'not measured')
+COUNT = "a non-negative integer"
+TEXT = "a string"
+FLAG = "true or false"
+_CHECKS = {
+    NUMBER: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isinf(v),
+    COUNT: lambda v: type(v) is int and v >= 0,
+    TEXT: lambda v: isinstance(v, str),
+    FLAG: lambda v: isinstance(v, bool),
+}
+
+
+def _mismatch(value: Any, spec, where: str) -> str | None:
+    """Where `value` differs from `spec`, as 'key.path: expected ..., got ...', or None."""
+    if isinstance(spec, Maybe):
+        return None if value is None else _mismatch(value, spec.spec, where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where or 'top level'}: expected a JSON object, got {show(value)}"
+        for key, sub in spec.items():
+            if key not in value:
+                if isinstance(sub, Maybe):
+                    continue
+                return f"{where + '.' if where else ''}{key}: missing"
+            if (bad := _mismatch(value[key], sub, f"{where + '.' if where else ''}{key}")):
+                return bad
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list) or not value:
+            return f"{where}: expected a non-empty list, got {show(value)}"
+        for i, item in enumerate(value):
+            if (bad := _mismatch(item, spec[0], f"{where}[{i}]")):
+                return bad
+        return None
+    return None if _CHECKS[spec](value) else f"{where}: expected {spec}, got {show(value)}"
+
+
+def conform(data: Any, spec, path: Path, what: str = "metrics file") -> Any:
+    """`data` (read from `path`) has the keys and types of `spec`, or a ConfigError naming the file."""
+    if (bad := _mismatch(data, spec, "")):
+        raise ConfigError(f"{what} '{shown(path)}': {bad}")
+    return data
+
+
+# ---- the trainer's options, checked here before any run starts ----
+def _trainer_cli():
+    """mpippo.cli, imported without starting MPI in this process: importing it imports mpi4py's MPI
+    module, which would initialize MPI; a tool only launches mpirun (the setting is not inherited)."""
+    if "mpippo.cli" not in sys.modules:
+        before = os.environ.get("MPI4PY_RC_INITIALIZE")
+        os.environ["MPI4PY_RC_INITIALIZE"] = "false"
+        try:
+            import mpippo.cli  # noqa: F401
+        finally:
+            if before is None:
+                del os.environ["MPI4PY_RC_INITIALIZE"]
+            else:
+                os.environ["MPI4PY_RC_INITIALIZE"] = before
+    return sys.modules["mpippo.cli"]
+
+
+def check_trainer(argv: list[str], ranks: int, what: str):
+    """The trainer's own checks of `run_mpi.py argv` at `ranks` ranks on this node (command line,
+    config file, values, memory, threads), run in this process without MPI or torch; returns
+    (the parsed options, the resolved Config), or a ConfigError whose lines start with `what`."""
+    cli = _trainer_cli()
+    from mpippo import hostmem
+    from mpippo import config as C
+    try:
+        if (bad := hostmem.error()):
+            raise ConfigError(bad)
+        args = cli.make_parser().parse_args(argv)
+        cfg = C.resolve(C.build(C.load_yaml(args.config or C.DEFAULT_CONFIG), cli._overrides(args), ranks), ranks)
+        if (problems := C.host_problems(cfg, ranks, ranks)):
+            raise ConfigError(problems)
+        return args, cfg
+    except ConfigError as e:
+        raise ConfigError([f"{what}: {line}" for line in e.errors]) from None
+
+
+def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, **kw) -> dict:
+    """mpippo.launch.run_trainer (the run's metrics), with a failed or hung run as one ToolFailure line."""
+    import subprocess
+
+    from mpippo import launch
+    try:
+        return launch.run_trainer(ranks, argv, out_dir, **kw)
+    except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        last = next((ln for ln in reversed(lines[1:]) if "error:" in ln), lines[-1] if len(lines) > 1 else "")
+        raise ToolFailure(f"{what} in '{shown(out_dir)}': {lines[0].rstrip(':') if lines else 'failed'}"
+                          + (f"; its last words: {last[:300]}" if last else "")) from None
+    except subprocess.TimeoutExpired as e:
+        raise ToolFailure(f"{what} in '{shown(out_dir)}' did not end within {e.timeout:g} s") from None
