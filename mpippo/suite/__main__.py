@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 
+from mpippo import config as C
+from mpippo.config import ConfigError
 from mpippo.suite import spec
 from mpippo.suite.spec import SuiteError
 
@@ -51,22 +54,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_REPS = 100_000  # rliable's bootstrap: 2,000 is its default; beyond this it only costs minutes
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.cmd == "member":
-            from pathlib import Path
-            from mpippo.suite.submit import set_aside
-            entry = spec.manifest_entry(args.manifest, args.index)
-            aside = set_aside(Path(entry["folder"]))
-            if aside:
-                sys.stderr.write(f"mpippo: note: {entry['key']}: its last attempt left no checkpoint; "
-                                 f"kept as {aside.name}\n")
-            print("\n".join([entry["folder"], *entry["args"]]))
-            return 0
+            return cmd_member(args)
         suite = spec.load(args.suite, args.root)
         return {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.cmd](suite, args)
-    except SuiteError as e:
+    except ConfigError as e:  # SuiteError, a damaged file of the suite's (mpippo.files), a folder in use
         sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
         return 2
     except OSError as e:  # a folder that cannot be made or written: its path and the reason
@@ -75,32 +73,72 @@ def main(argv=None) -> int:
     except subprocess.TimeoutExpired as e:
         sys.stderr.write(f"mpippo: error: suite: '{e.cmd[0]}' did not answer within {e.timeout:.0f} s; try again\n")
         return 2
-    except (KeyError, ValueError) as e:  # a manifest that is not the one the array was given
-        sys.stderr.write(f"mpippo: error: suite: {e}\n")
-        return 2
+
+
+def cmd_member(args) -> int:
+    """The array element's lookup: its folder and options, one a line (slurm/suite_member.sh)."""
+    from pathlib import Path
+
+    from mpippo import runlock
+    from mpippo.suite.submit import set_aside
+    entry = spec.manifest_entry(args.manifest, args.index)
+    folder = Path(entry["folder"])
+    who = runlock.holder(folder)
+    if who:
+        raise SuiteError(f"suite member {entry['key']}: its folder '{folder}' is in use: {who} holds its lock; "
+                         f"one writer per folder: this element leaves it alone")
+    aside = set_aside(folder)
+    if aside:
+        sys.stderr.write(f"mpippo: note: {entry['key']}: its last attempt left no checkpoint; kept as {aside.name}\n")
+    print("\n".join([entry["folder"], *entry["args"]]))
+    return 0
+
+
+def _split(option: str, value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError as e:
+        raise SuiteError(f"suite run: {option}: {C.show(value)} is not a list of options as a shell would split "
+                         f"it ({e})") from None
 
 
 def cmd_run(suite: spec.Suite, args) -> int:
     from mpippo.suite import submit
-    if args.max_parallel is not None and args.max_parallel < 1:
-        raise SuiteError(f"--max-parallel: must be >= 1, got {args.max_parallel}")
-    members = submit.todo(suite)
-    total = len(suite.members())
-    print(f"suite {suite.name}: {total - len(members)} of {total} members done or queued; "
-          f"{len(members)} to {'run here' if args.local else 'submit'}", flush=True)
-    if not members:
-        return 0
-    if args.dry_run:
-        for m in members:
-            print(f"  {m.index:>3} {m.key}: {'resume' if (m.folder / 'checkpoints' / 'latest.pt').is_file() else ' '.join(m.args)}")
-        return 0
-    if args.local:
-        return submit.run_local(suite, members, args.mpirun_args)
-    job = submit.submit_slurm(suite, members, args.max_parallel, shlex.split(args.sbatch_args))
+    if args.max_parallel is not None and not 1 <= args.max_parallel <= spec.MAX_MEMBERS:
+        raise SuiteError(f"--max-parallel: must be in 1..{spec.MAX_MEMBERS}, got {args.max_parallel}")
+    extra = _split("--sbatch-args", args.sbatch_args)
+    _split("--mpirun-args", args.mpirun_args)
+    if args.dry_run:  # decides as a run would, under no lock: it changes nothing
+        elsewhere = []
+        return _plan(suite, args, submit.todo(suite, elsewhere), elsewhere)
+    if not args.local and not shutil.which("sbatch"):  # before anything is made
+        raise SuiteError("suite run: sbatch is not on PATH (no Slurm here); use --local to run the members here")
+    with submit.SuiteLock(suite) as lock:
+        elsewhere = []
+        members = submit.todo(suite, elsewhere)
+        if _plan(suite, args, members, elsewhere) is not None:
+            return 0
+        if args.local:
+            return submit.run_local(suite, members, args.mpirun_args, lock.fd())
+        job = submit.submit_slurm(suite, members, args.max_parallel, extra)
     print(f"suite {suite.name}: submitted job array {job} ({len(members)} elements"
           f"{f', at most {args.max_parallel} at once' if args.max_parallel else ''}); "
           f"python -m mpippo.suite status {suite.path} follows it", flush=True)
     return 0
+
+
+def _plan(suite: spec.Suite, args, members: list, elsewhere: list = ()) -> int | None:
+    """Say what this run does; 0 when that is the end of it (nothing to do, or a dry run)."""
+    total = len(suite.members())
+    print(f"suite {suite.name}: {total - len(members) - len(elsewhere)} of {total} members done or queued; "
+          f"{len(members)} to {'run here' if args.local else 'submit'}", flush=True)
+    for m, who in elsewhere:
+        print(f"suite {suite.name}: {m.key} is running elsewhere ({who}); left to it", flush=True)
+    if args.dry_run:
+        for m in members:
+            print(f"  {m.index:>3} {m.key}: {'resume' if (m.folder / 'checkpoints' / 'latest.pt').is_file() else ' '.join(m.args)}")
+        return 0
+    return None if members else 0
 
 
 def cmd_status(suite: spec.Suite, args) -> int:
@@ -111,8 +149,9 @@ def cmd_status(suite: spec.Suite, args) -> int:
 
 def cmd_report(suite: spec.Suite, args) -> int:
     from mpippo.suite import report
-    if args.reps < 1:
-        raise SuiteError(f"--reps: bootstrap resamples must be >= 1, got {args.reps}")
+    if not 1 <= args.reps <= MAX_REPS:
+        raise SuiteError(f"--reps: bootstrap resamples must be in 1..{MAX_REPS:,} (rliable's default: 2,000), "
+                         f"got {args.reps:,}")
     return report.main(suite, args.out, args.reps)
 
 

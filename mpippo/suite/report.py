@@ -58,10 +58,12 @@ def paper_at(ref: dict, game: str, step: int) -> tuple[float, float] | tuple[Non
 
 
 def collect(suite: Suite) -> tuple[list[dict], list[str]]:
-    """One row per member with a final return (done members), and the others with the reason."""
+    """One row per member with a final return (done members), and the others with the reason.
+    A member folder that is not the member's run, or a damaged file of one, refuses the report
+    (SuiteError) before anything is written: it would be scored as what it is not."""
     rows, missing = [], []
     for m in suite.members():
-        met = state.metrics(m)
+        met = state.check(suite, m)
         if not state.finished(m, suite.budget, met):
             missing.append(f"{m.key} (not done)")
             continue
@@ -69,7 +71,11 @@ def collect(suite: Suite) -> tuple[list[dict], list[str]]:
             missing.append(f"{m.key} (done, but no episode finished)")
             continue
         ret = float(met["episode_return_mean"])
-        rows.append({"variant": m.variant, "game": m.game, "seed": m.seed, "steps": int(met["total_timesteps"]),
+        if ret != ret:
+            missing.append(f"{m.key} (done, but its return is NaN)")
+            continue
+        steps = met.get("total_timesteps") or met.get("target_timesteps") or suite.budget
+        rows.append({"variant": m.variant, "game": m.game, "seed": m.seed, "steps": int(steps),
                      "return": ret, "normalized": normalized(m.game, suite.distribution_mode, ret),
                      "folder": str(m.folder)})
     return rows, missing

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpippo import config as C
+from mpippo import files
 
 PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
                  "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
@@ -75,6 +76,7 @@ class Suite:
     distribution_mode: str
     variants: dict
     root: Path
+    algos: dict = field(default_factory=dict, compare=False)  # variant -> training.algo it resolves to
 
     @property
     def folder(self) -> Path:
@@ -173,11 +175,15 @@ def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
                                  f"(games, distribution_mode, budget, seeds), not a variant's")
         sets += [("env", "name", s.games[0]), ("env", "distribution_mode", s.distribution_mode),
                  ("training", "total_timesteps", s.budget)]
-        C.build(C.load_yaml(s.base_config), sets, s.ranks)
+        cfg = C.build(C.load_yaml(s.base_config), sets, s.ranks)
     except SuiteError:
         raise
     except C.ConfigError as e:
         raise SuiteError(f"suite '{s.path}': variants.{name}: {e.errors[0]}") from None
+    if cfg.training.algo != "ppo" and C.layout_section(cfg).num_agents != 1:
+        raise SuiteError(f"suite '{s.path}': variants.{name}: {cfg.training.algo}.num_agents: a suite member is one "
+                         f"agent (one run folder), got {C.layout_section(cfg).num_agents}")
+    s.algos[name] = cfg.training.algo
 
 
 def write_manifest(path: Path, members: list[Member]) -> None:
@@ -188,5 +194,25 @@ def write_manifest(path: Path, members: list[Member]) -> None:
     atomic_write_bytes(path, json.dumps(rows, indent=1).encode())
 
 
+def read_manifest(path: str | Path) -> dict[str, dict]:
+    """A submission's manifest, {array index: {key, folder, args}}, checked: a damaged or foreign
+    file is one line naming it (a ConfigError), never a member run from what it happens to hold."""
+    rows = files.read_json(path, "suite manifest")
+    for index, row in rows.items():
+        where = f"suite manifest '{C.show(str(path))[1:-1]}': entry {C.show(index)}"
+        if not index.isdigit() or len(index) > 4:
+            raise SuiteError(f"{where}: expected an array index (0-{MAX_MEMBERS - 1}) as its key")
+        if not isinstance(row, dict) or not isinstance(row.get("key"), str) or not isinstance(row.get("folder"), str) \
+                or not row["folder"] or not isinstance(row.get("args"), list) \
+                or not all(isinstance(a, str) for a in row["args"]):
+            raise SuiteError(f"{where}: expected {{\"key\": text, \"folder\": text, \"args\": [text, ...]}}, "
+                             f"got {C.show(row)}; it is not a manifest `suite run` wrote")
+    return rows
+
+
 def manifest_entry(path: Path, index: int) -> dict:
-    return json.loads(Path(path).read_text())[str(index)]
+    rows = read_manifest(path)
+    if str(index) not in rows:
+        raise SuiteError(f"suite manifest '{C.show(str(path))[1:-1]}': no member with array index {index} "
+                         f"(it lists {C.show(sorted(rows, key=int))})")
+    return rows[str(index)]

@@ -3,18 +3,31 @@
 Both skip the members that are done and resume the ones with a checkpoint (the job script and the
 launcher pass --resume when the member's folder holds one), so `run` is safe to repeat: after a
 preemption, a failure or an edit that adds seeds, it submits exactly what is missing.
+
+One writer per folder: `run` holds the suite folder's lock (mpippo/runlock.py) while it decides and
+submits or runs, so two `run`s of one suite never overlap; a member whose folder's lock a trainer
+holds is running (wherever it was started) and is left to it. `run --local` relays SIGTERM, SIGINT
+and SIGUSR1 to the member's launcher, which runs in its own session and gets SIGTERM should this
+process die without a word (kill -9): the member always stops with a checkpoint, never on its own.
 """
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import os
+import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from mpippo import runlock
+from mpippo.checkpoint import missing_folders, remove_if_empty
+from mpippo.config import ConfigError, show
 from mpippo.suite import state
 from mpippo.suite.spec import Member, Suite, SuiteError, write_manifest
 
@@ -25,20 +38,72 @@ MEMBER_SCRIPT = ROOT / "slurm" / "suite_member.sh"
 def set_aside(folder: Path) -> Path | None:
     """A member folder that an attempt left without a checkpoint (ended in its first iteration) holds
     nothing to resume, and the trainer refuses a non-empty folder without --resume: it is renamed
-    aside (kept, never deleted) so the member can start afresh. Returns the new name, if moved."""
+    aside (kept, never deleted) so the member can start afresh. Returns the new name, if moved.
+    A folder whose lock a trainer holds is never moved (SuiteError): it is being written."""
     if not folder.is_dir() or (folder / "checkpoints" / "latest.pt").is_file() or not any(folder.iterdir()):
         return None
+    who = runlock.holder(folder)
+    if who:
+        raise SuiteError(f"suite member folder '{folder}' is in use: {who} holds its lock; "
+                         f"one writer per folder: it is left as it is")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     aside = folder.with_name(f"{folder.name}.attempt-{stamp}")
     folder.rename(aside)
     return aside
 
 
-def todo(suite: Suite) -> list[Member]:
-    """Members neither done, nor in Slurm's queue, nor being run by a `run --local` now."""
-    q = state.queued(suite)
-    return [m for m in suite.members() if not state.finished(m, suite.budget) and m.key not in q
-            and not state.LocalRun(m).alive()]
+def todo(suite: Suite, elsewhere: list | None = None) -> list[Member]:
+    """Members neither done, nor in Slurm's queue, nor being written by a trainer now (those are
+    appended to `elsewhere` as (member, holder)). Every member's folder is checked first: a
+    mismatched or damaged one refuses the whole run (SuiteError), before anything starts."""
+    jobs = state.manifests(suite)
+    q = state.queued(suite, jobs)
+    out = []
+    for m in suite.members():
+        met = state.check(suite, m)
+        if state.finished(m, suite.budget, met) or m.key in q:
+            continue
+        who = state.running(m)
+        if who:
+            if elsewhere is not None:
+                elsewhere.append((m, who))
+            continue
+        out.append(m)
+    return out
+
+
+class SuiteLock:
+    """`run`'s hold on the suite folder, taken before it decides anything and kept to its end (a
+    second `run` of the suite is refused in one line naming this one). A refused `run` removes what
+    taking the lock created: the folder, if it made it, and the lock file, if it wrote it."""
+
+    def __init__(self, suite: Suite):
+        self.folder = suite.folder
+        self.made: list[Path] = []
+        self.new_lock = False
+
+    def __enter__(self) -> "SuiteLock":
+        self.made = missing_folders(self.folder)
+        path = runlock.lock_path(self.folder)
+        self.new_lock = not path.exists() and not path.is_symlink()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            runlock.acquire(self.folder, "suite folder")
+        except BaseException:
+            remove_if_empty(self.made)
+            raise
+        return self
+
+    def fd(self) -> int | None:
+        """The lock's descriptor, for the member's launcher to hold too (None without locks)."""
+        return runlock._HELD.get(str(runlock.lock_path(self.folder)))
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        refused = kind is not None and issubclass(kind, (ConfigError, OSError, subprocess.SubprocessError))
+        runlock.release(self.folder, remove=refused and self.new_lock)
+        if refused:
+            remove_if_empty(self.made)
+        return False
 
 
 def slurm_seconds(limit: str) -> int:
@@ -68,32 +133,152 @@ def sbatch_command(suite: Suite, members: list[Member], manifest: Path, max_para
     return cmd + extra + [str(MEMBER_SCRIPT), str(manifest)]
 
 
+JOB_ID = re.compile(r"(\d+)(;\S+)?")  # sbatch --parsable: "<job id>" or "<job id>;<cluster>"
+
+
 def submit_slurm(suite: Suite, members: list[Member], max_parallel: int | None, extra: list[str]) -> int:
-    """One sbatch of a job array over `members`; records it in submissions.jsonl. Returns the job id."""
+    """One sbatch of a job array over `members`; records it in submissions.jsonl. Returns the job id.
+    A submission that fails leaves nothing of itself behind (its manifest, a slurm/ folder it made)."""
     if not shutil.which("sbatch"):
         raise SuiteError("suite run: sbatch is not on PATH (no Slurm here); use --local to run the members here")
+    made = missing_folders(suite.folder / "slurm")
     (suite.folder / "slurm").mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     manifest = suite.folder / f"manifest-{stamp}.json"
-    write_manifest(manifest, members)
-    env = dict(os.environ, MPIPPO_ROOT=str(ROOT), MPIPPO_PYTHON=os.environ.get("MPIPPO_PYTHON", sys.executable))
-    res = subprocess.run(sbatch_command(suite, members, manifest, max_parallel, extra), capture_output=True,
-                         text=True, timeout=120, env=env, cwd=ROOT)
-    if res.returncode != 0:
+    cancel = f"if it queued an array, cancel it: scancel --name suite-{suite.name}"
+
+    def refuse(why: str) -> SuiteError:
         manifest.unlink(missing_ok=True)
-        raise SuiteError(f"suite run: sbatch refused the array: {(res.stderr.strip() or res.stdout.strip())[:300]}")
-    job = int(res.stdout.strip().split(";")[0])
+        remove_if_empty(made)
+        return SuiteError(f"suite run: sbatch {why}; nothing was recorded")
+
+    try:
+        write_manifest(manifest, members)
+        env = dict(os.environ, MPIPPO_ROOT=str(ROOT), MPIPPO_PYTHON=os.environ.get("MPIPPO_PYTHON", sys.executable))
+        res = subprocess.run(sbatch_command(suite, members, manifest, max_parallel, extra), capture_output=True,
+                             timeout=120, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise refuse(f"did not answer within 120 s ({cancel})") from None
+    except OSError as e:
+        raise refuse(f"could not be run ({e.strerror or e})") from None
+    out, err = (res.stdout.decode(errors="replace").strip(), res.stderr.decode(errors="replace").strip())
+    if res.returncode != 0:
+        said = " ".join((err or out).split()) or "nothing"
+        raise refuse(f"refused the array (exit {res.returncode}): {show(said[:300])}")
+    last = out.splitlines()[-1].strip() if out else ""
+    found = JOB_ID.fullmatch(last)
+    if not found:
+        raise refuse(f"printed {show(' '.join(out.split())[:120]) if out else 'nothing'} instead of a job id "
+                     f"(sbatch --parsable prints one; {cancel})")
+    job = int(found.group(1))
     with open(suite.folder / state.SUBMISSIONS, "a") as f:
         f.write(json.dumps({"job": job, "manifest": str(manifest), "members": [m.key for m in members],
                             "time": stamp}) + "\n")
     return job
 
 
-def run_local(suite: Suite, members: list[Member], mpirun_args: str = "--oversubscribe") -> int:
+class Relay:
+    """`run --local`'s handlers for SIGTERM, SIGINT and SIGUSR1: each signal is noted (nothing else
+    happens in a handler) and passed on by the copy loop to the member's launcher, as the launcher
+    would have it: the first SIGTERM or SIGINT (checkpoint, stop: exit 4), a second SIGINT (stop at
+    once), the first SIGUSR1 (checkpoint, exit 3). Repeats of a decided stop are not passed on, so
+    any number of them keep its outcome. Once a signal came, no further member starts."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+    def __init__(self):
+        self.received: list[int] = []
+        self.proc: subprocess.Popen | None = None
+        self.seen = self.stops_sent = self.ints = 0
+        self.usr1_sent = self.told = False
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        self.old_wakeup = signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        self.old = {sig: signal.signal(sig, self.note) for sig in self.SIGNALS}
+
+    def note(self, signum, frame) -> None:
+        self.received.append(signum)
+
+    def code(self) -> int:
+        """The exit code a stop by the signals received asks for: 3 (SIGUSR1: requeue) or 4."""
+        return 3 if signal.SIGUSR1 in self.received else 4
+
+    def attach(self, proc: subprocess.Popen | None) -> None:
+        self.proc = proc
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Pass on what came since the last call (only while a launcher runs: a signal noted between
+        the last check and its start is passed on once it exists)."""
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while self.proc is not None and self.seen < len(self.received):
+            sig = self.received[self.seen]
+            self.seen += 1
+            self.relay(sig)
+
+    def relay(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        if sig == signal.SIGUSR1:
+            send = not self.usr1_sent
+            self.usr1_sent = True
+        else:
+            self.ints += sig == signal.SIGINT
+            send = self.stops_sent == 0 or (sig == signal.SIGINT and self.ints >= 2 and self.stops_sent == 1)
+            self.stops_sent += send
+        if send:
+            self.proc.send_signal(sig)
+        elif not self.told:
+            self.told = True
+            _say(f"mpippo.suite: {name} again: the member is already stopping with a checkpoint"
+                 f"{' (a second Ctrl-C stops it at once)' if sig != signal.SIGINT else ''}")
+
+    def close(self) -> None:
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+        signal.set_wakeup_fd(self.old_wakeup)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # no terminal left to tell: the log still says it
+        pass
+
+
+def run_local(suite: Suite, members: list[Member], mpirun_args: str = "--oversubscribe",
+              lock_fd: int | None = None) -> int:
     """The members one after another through the launcher (a live progress bar on a terminal).
-    Ctrl-C: the running member checkpoints and stops, and no further member starts (exit 4)."""
+    A SIGTERM or Ctrl-C (SIGINT), or SIGUSR1: the running member checkpoints and stops, no further
+    member starts, and the exit code is the member's (4; 3 for SIGUSR1). `lock_fd`: the suite
+    folder's lock, held by each launcher too, so the suite stays locked until its member has stopped."""
+    relay = Relay()
+    try:
+        return _run_members(suite, members, mpirun_args, lock_fd, relay)
+    finally:
+        relay.close()
+
+
+def _run_members(suite: Suite, members: list[Member], mpirun_args: str, lock_fd: int | None, relay: Relay) -> int:
     t0 = time.monotonic()
+    again = f"`python -m mpippo.suite run {suite.path} --local`"
     for k, m in enumerate(members, 1):
+        if relay.received:
+            print(f"suite {suite.name}: stopped by {signal.Signals(relay.received[0]).name} before member {k}/"
+                  f"{len(members)} ({m.key}) started; {again} continues with it", flush=True)
+            return relay.code()
+        who = state.running(m)
+        if who:  # taken since the members were chosen
+            print(f"suite {suite.name}: member {k}/{len(members)}: {m.key} is running elsewhere ({who}); "
+                  f"left to it", flush=True)
+            continue
         resume = state.has_checkpoint(m)
         print(f"suite {suite.name}: member {k}/{len(members)}: {m.key} "
               f"({'resuming' if resume else 'starting'}; {time.monotonic() - t0:.0f} s into this run)", flush=True)
@@ -103,33 +288,68 @@ def run_local(suite: Suite, members: list[Member], mpirun_args: str = "--oversub
             print(f"suite {suite.name}: {m.key}: its last attempt left no checkpoint; kept as {aside.name}", flush=True)
         cmd = [sys.executable, "-m", "mpippo.launch", "-n", str(suite.ranks), f"--mpirun-args={mpirun_args}",
                "--output-dir", str(m.folder), *(["--resume"] if resume else m.args)]
-        rc = _tee(cmd, m)
-        if rc != 0:
-            print(f"suite {suite.name}: {m.key} ended with exit {rc} (log: {m.log}); "
-                  f"`python -m mpippo.suite run {suite.path} --local` again resumes it", flush=True)
+        rc = _tee(cmd, m, relay, lock_fd)
+        if rc in (3, 4):
+            print(f"suite {suite.name}: {m.key} stopped with a checkpoint (exit {rc}; log: {m.log}); "
+                  f"{again} resumes it", flush=True)
             return rc
+        if rc != 0:
+            print(f"suite {suite.name}: {m.key} ended with exit {rc} (log: {m.log}); {again} runs it again", flush=True)
+            return rc
+        if relay.received and k < len(members):
+            print(f"suite {suite.name}: stopped by {signal.Signals(relay.received[0]).name} after {m.key} finished; "
+                  f"{again} continues with the next member", flush=True)
+            return relay.code()
     return 0
 
 
-def _tee(cmd: list[str], m: Member) -> int:
+def _tee(cmd: list[str], m: Member, relay: Relay, lock_fd: int | None = None) -> int:
     """Run the launcher with its output on this terminal as it comes (the progress bar redraws with
     '\r', so bytes, not lines) and its finished lines in the member's log (what `status` reads).
-    A terminal here means a bar there: MPIPPO_TTY tells the launcher, whose stderr is our pipe."""
+    A terminal here means a bar there: MPIPPO_TTY tells the launcher, whose stderr is our pipe.
+
+    The launcher runs in its own session (a Ctrl-C at the terminal reaches this process only, which
+    passes it on once) and gets SIGTERM if this process dies (die_with_parent): it then checkpoints
+    and stops. It holds the read end of its own output pipe too, so that its last lines never meet
+    a closed pipe once we are gone (they wait in the pipe's buffer, enlarged to 1 MB)."""
+    from mpippo.launch import die_with_parent
     env = dict(os.environ)
     if sys.stderr.isatty():
         env.update(MPIPPO_TTY="1", COLUMNS=str(shutil.get_terminal_size().columns))
-    state.LocalRun(m).mark()
-    try:
-        with open(m.log, "a") as log:
-            log.write(f"mpippo: suite member {m.key}: {' '.join(cmd[2:])}\n")
-            log.flush()
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-            _copy_out(proc, log)
-            rc = proc.wait()
-            log.write(f"mpippo: member {m.key} {closing(rc)}\n")
-    finally:
-        state.LocalRun(m).clear()
+    with open(m.log, "a") as log:
+        log.write(f"mpippo: suite member {m.key}: {' '.join(cmd[2:])}\n")
+        log.flush()
+        read_end, write_end = os.pipe()
+        try:
+            try:
+                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
+            except OSError:
+                pass
+            keep = tuple(fd for fd in (read_end, lock_fd) if fd is not None)
+            try:
+                proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
+                                        env=env, pass_fds=keep, start_new_session=True,
+                                        preexec_fn=die_with_parent(signal.SIGTERM))
+            finally:
+                os.close(write_end)
+            relay.attach(proc)
+            try:
+                _copy_out(read_end, log, relay)
+                rc = _wait(proc, relay)
+            finally:
+                relay.attach(None)
+        finally:
+            os.close(read_end)
+        log.write(f"mpippo: member {m.key} {closing(rc)}\n")
     return rc
+
+
+def _wait(proc: subprocess.Popen, relay: Relay) -> int:
+    while True:
+        try:
+            return proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            relay.dispatch()
 
 
 def closing(rc: int) -> str:
@@ -142,20 +362,27 @@ def closing(rc: int) -> str:
     return f"exited with status {rc}"
 
 
-def _copy_out(proc: subprocess.Popen, log) -> None:
+def _copy_out(fd: int, log, relay: Relay) -> None:
     """Bytes to the terminal as they come, finished lines to the log (a redrawn line as it last
-    looked), until the launcher closes its output. A Ctrl-C reached the launcher too, which stops
-    gently (a second one: at once); either way its last lines still come through here."""
-    pending = b""
+    looked), until the launcher and everything under it closed its output; signals that came
+    meanwhile are passed on as they come (the relay's wake-up pipe ends the wait)."""
+    pending, echo = b"", True
     while True:
-        try:
-            chunk = os.read(proc.stdout.fileno(), 65536)
-        except KeyboardInterrupt:
+        ready, _, _ = select.select([fd, relay.wake_r], [], [], 1.0)
+        relay.dispatch()
+        if fd not in ready:
             continue
+        chunk = os.read(fd, 65536)
         if not chunk:
-            return
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.flush()
+            break
+        if echo:
+            try:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+            except (OSError, ValueError):  # the terminal went away: the log goes on
+                echo = False
         *lines, pending = (pending + chunk).split(b"\n")
         for line in lines:
             log.write(line.rsplit(b"\r", 1)[-1].decode(errors="replace") + "\n")
+    if pending.strip():
+        log.write(pending.rsplit(b"\r", 1)[-1].decode(errors="replace") + "\n")
