@@ -500,23 +500,49 @@ def _at_least(section: str, values, keys: tuple, lo: int) -> list[str]:
     return [f"{section}.{k}: must be >= {lo}, got {getattr(values, k)}" for k in keys if getattr(values, k) < lo]
 
 
+def _within(section: str, values, bounds: dict) -> list[str]:
+    """One line per key outside its closed range: {key: (lo, hi)}, hi None for no upper bound. The
+    types (int, finite float, below 2**63) were checked when the values were read."""
+    errs = []
+    for key, (lo, hi) in bounds.items():
+        value = getattr(values, key)
+        if value < lo or (hi is not None and value > hi):
+            allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            errs.append(f"{section}.{key}: must be {allowed}, got {value}")
+    return errs
+
+
+# Upper bounds of values that are absurd beyond them (each named in its refusal).
+MAX_REPLAY_RATIO = 1024  # samples trained per env step: each transition trained on ~1,000 times
+MAX_ELO_K = 400          # one game would move a rating by more than the scale's unit (10:1 odds)
+MAX_PRIORITY_EXPONENT = 100  # loss_rate ** 100: only the single hardest member is ever sampled
+
+DQN_RANGES = {"num_agents": (1, None), "buffer_size": (1, None), "batch_size": (1, None), "n_step": (1, None),
+              "learning_starts": (0, None), "replay_ratio": (0, MAX_REPLAY_RATIO), "target_update_period": (1, None),
+              "weight_sync_period": (1, None), "eps": (0, 1), "eps_alpha": (0, None), "per_alpha": (0, 1),
+              "per_beta": (0, 1), "max_episodes": (0, None), "episodes_per_batch": (1, None), "chunk_size": (1, None),
+              "max_inflight": (1, None), "checkpoint_interval_updates": (0, None)}
+APPO_RANGES = {"num_agents": (1, None), "rollout_length": (1, None), "batch_segments": (1, None), "epochs": (1, None),
+               "num_minibatches": (1, None), "max_policy_lag": (0, None), "weight_sync_period": (1, None),
+               "chunk_size": (1, None), "max_inflight": (1, None), "checkpoint_interval_updates": (0, None)}
+SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None), "eval_games": (1, None),
+                   "eval_interval_updates": (0, None), "elo_k": (0, MAX_ELO_K),
+                   "priority_exponent": (0, MAX_PRIORITY_EXPONENT), "heuristic_prob": (0, 1), "opponent_eps": (0, 1)}
+
+
 def _check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     e = cfg.env
     name = canonical_env_name(e.name)
     d = cfg.dqn
-    errs = _at_least("dqn", d, ("num_agents", "buffer_size", "batch_size", "n_step", "target_update_period",
-                                "weight_sync_period", "chunk_size", "max_inflight", "episodes_per_batch"), 1)
-    errs += _at_least("dqn", d, ("learning_starts", "replay_ratio", "eps_alpha", "per_alpha", "max_episodes",
-                                 "checkpoint_interval_updates"), 0)
+    errs = _within("dqn", d, DQN_RANGES)
     if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
         errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
-    for key in ("eps", "per_beta"):
-        if not 0.0 <= getattr(d, key) <= 1.0:
-            errs.append(f"dqn.{key}: must be in [0, 1], got {getattr(d, key)}")
     if not errs and not earlier:
         errs += _check_agents("dqn", d.num_agents, world_size)
     if d.mirror_augment and name != "connect4":
         errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: connect4")
+    if not errs and not earlier:
+        errs += _dqn_budget(cfg, world_size)
     return errs
 
 
@@ -528,11 +554,69 @@ def _check_agents(section: str, num_agents: int, world_size: int) -> list[str]:
     return []
 
 
+def _budget_text(cfg: Config, world_size: int) -> str:
+    """How the job's env-step budget divides over the agents, for the refusals: '3,000 // 1 agent(s)'."""
+    sec = layout_section(cfg)
+    return f"{cfg.training.total_timesteps:,} // {sec.num_agents} agent(s)"
+
+
+def dqn_production(cfg: Config, world_size: int) -> dict:
+    """What the actors of one DQN agent make over the whole budget (algos/apex.py: actor_steps, the
+    n-step accumulator): steps per env, transitions per actor and in all, and the most updates the
+    replay ratio then allows (None when learning by episodes, or with replay_ratio 0)."""
+    d = cfg.dqn
+    actors = world_size // d.num_agents - 1
+    envs = local_num_envs(cfg, world_size)
+    steps = cfg.training.total_timesteps // d.num_agents // actors // envs
+    per_actor = max(steps - d.n_step + 1, 0) * envs
+    total = actors * per_actor
+    updates = None
+    if d.learning_steps_per_batch is None and d.replay_ratio > 0:
+        updates = int(d.replay_ratio * max(total - d.learning_starts, 0) / d.batch_size)
+    return {"actors": actors, "envs": envs, "steps": steps, "per_actor": per_actor, "total": total, "updates": updates}
+
+
+def _dqn_budget(cfg: Config, world_size: int) -> list[str]:
+    """Combinations under which no update can ever happen (or the learner gets its data too late)."""
+    d, errs = cfg.dqn, []
+    if d.learning_starts > d.buffer_size:
+        errs.append(f"dqn.learning_starts: {d.learning_starts:,} is above dqn.buffer_size={d.buffer_size:,}: the replay "
+                    f"never holds that many transitions, so no update would ever happen; allowed: <= {d.buffer_size:,}")
+    if d.batch_size > d.buffer_size:
+        errs.append(f"dqn.batch_size: {d.batch_size:,} is above dqn.buffer_size={d.buffer_size:,}: every batch would "
+                    f"repeat transitions of a smaller replay; allowed: <= {d.buffer_size:,}")
+    p = dqn_production(cfg, world_size)
+    split = (f"{_budget_text(cfg, world_size)} // {p['actors']} actor(s) // {p['envs']} envs = {p['steps']:,} steps "
+             f"per env")
+    if p["steps"] < d.n_step:
+        least = d.n_step * p["envs"] * p["actors"] * d.num_agents
+        errs.append(f"training.total_timesteps: {split}, fewer than dqn.n_step={d.n_step:,}: no transition would ever "
+                    f"be made; allowed: >= {least:,} (or lower dqn.n_step or env.num_envs)")
+        return errs
+    made = (f"{p['actors']} actor(s) x ({p['steps']:,} steps - dqn.n_step {d.n_step} + 1) x {p['envs']} envs = "
+            f"{p['total']:,}, with training.total_timesteps {split}")
+    # one line per mistake: a learning_starts or batch_size above the replay was said above
+    if d.learning_starts >= p["total"]:
+        if d.learning_starts <= d.buffer_size:
+            errs.append(f"dqn.learning_starts: {d.learning_starts:,} is not below the transitions the actors make over "
+                        f"the budget ({made}): no update would ever happen; allowed: < {p['total']:,} (or raise "
+                        f"training.total_timesteps)")
+    elif p["updates"] is not None and p["updates"] < 1 and d.batch_size <= d.buffer_size:
+        least = d.batch_size / (p["total"] - d.learning_starts)
+        errs.append(f"dqn.replay_ratio: {d.replay_ratio:g} x ({p['total']:,} transitions - dqn.learning_starts "
+                    f"{d.learning_starts:,}) / dqn.batch_size {d.batch_size:,} = {p['updates']} updates over the budget "
+                    f"({made}): no update would ever happen; allowed: >= {least:.4g} (or lower dqn.learning_starts)")
+    if d.chunk_size > p["per_actor"]:
+        errs.append(f"dqn.chunk_size: {d.chunk_size:,} transitions per message, but each actor makes only "
+                    f"{p['per_actor']:,} over the budget (({p['steps']:,} steps - dqn.n_step {d.n_step} + 1) x "
+                    f"{p['envs']} envs, with training.total_timesteps {split}): they would reach the learner only in "
+                    f"its last message, when the run ends, too late to train on; allowed: <= {p['per_actor']:,}")
+    return errs
+
+
 def _check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     a = cfg.appo
-    errs = _at_least("appo", a, ("num_agents", "rollout_length", "batch_segments", "epochs", "num_minibatches",
-                                 "weight_sync_period", "chunk_size", "max_inflight"), 1)
-    errs += _at_least("appo", a, ("max_policy_lag", "checkpoint_interval_updates"), 0)
+    errs = _within("appo", a, APPO_RANGES)
     for key in ("rho_bar", "c_bar"):
         if not getattr(a, key) > 0 or not math.isfinite(getattr(a, key)):
             errs.append(f"appo.{key}: must be > 0, got {getattr(a, key)}")
@@ -545,8 +629,50 @@ def _check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     if not errs and (a.batch_segments * a.rollout_length) % a.num_minibatches:
         errs.append(f"appo.num_minibatches: the batch ({a.batch_segments} segments x {a.rollout_length} steps = "
                     f"{a.batch_segments * a.rollout_length}) is not divisible by num_minibatches={a.num_minibatches}")
+    if not errs and a.chunk_size > 2 * a.batch_segments:
+        errs.append(f"appo.chunk_size: a message of {a.chunk_size:,} segments is more than the learner keeps between two "
+                    f"updates (a batch and one more: 2 x appo.batch_segments = {2 * a.batch_segments:,}): "
+                    f"{a.chunk_size - 2 * a.batch_segments:,} segments of each would be dropped; allowed: "
+                    f"<= {2 * a.batch_segments:,}")
     if not errs and not earlier:
         errs += _check_agents("appo", a.num_agents, world_size)
+    if not errs and not earlier:
+        errs += _appo_budget(cfg, world_size)
+    return errs
+
+
+def appo_production(cfg: Config, world_size: int) -> dict:
+    """What the actors of one APPO agent make over the whole budget (algos/appo.py: actor_steps):
+    rounds of rollout_length steps of all of an actor's envs, one segment per env and round."""
+    a = cfg.appo
+    actors = world_size // a.num_agents - 1
+    envs = local_num_envs(cfg, world_size)
+    rounds = cfg.training.total_timesteps // a.num_agents // (envs * a.rollout_length)
+    return {"actors": actors, "envs": envs, "rounds": rounds, "total": rounds * envs,
+            "per_actor": -(-rounds // actors) * envs}
+
+
+def _appo_budget(cfg: Config, world_size: int) -> list[str]:
+    """Combinations under which no update can ever happen (or the learner gets its data too late)."""
+    a, errs = cfg.appo, []
+    p = appo_production(cfg, world_size)
+    split = (f"{_budget_text(cfg, world_size)} // ({p['envs']} envs x appo.rollout_length {a.rollout_length:,}) = "
+             f"{p['rounds']:,} round(s) of {p['envs']} segments")
+    if p["total"] == 0:
+        least = p["envs"] * a.rollout_length * a.num_agents
+        errs.append(f"training.total_timesteps: {split}: no segment would ever be made; allowed: >= {least:,} (or lower "
+                    f"appo.rollout_length or env.num_envs)")
+        return errs
+    if a.batch_segments > p["total"]:
+        errs.append(f"appo.batch_segments: {a.batch_segments:,} segments per update, but the actors make only "
+                    f"{p['total']:,} over the budget (training.total_timesteps {split}): no update would ever happen; allowed: <= {p['total']:,} "
+                    f"(or raise training.total_timesteps)")
+    if a.chunk_size > p["per_actor"]:
+        errs.append(f"appo.chunk_size: {a.chunk_size:,} segments per message, but an actor makes at most "
+                    f"{p['per_actor']:,} over the budget (training.total_timesteps {split}, over {p['actors']} "
+                    f"actor(s)): they would reach the "
+                    f"learner only in its last message, when the run ends, too late to train on; allowed: "
+                    f"<= {p['per_actor']:,}")
     return errs
 
 
@@ -558,17 +684,12 @@ def _check_selfplay(cfg: Config) -> list[str]:
     if sp.enabled:
         if name != "connect4":
             errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: connect4")
-        errs += _at_least("selfplay", sp, ("snapshot_interval_updates", "pool_size", "eval_games"), 1)
-        errs += _at_least("selfplay", sp, ("eval_interval_updates", "elo_k", "priority_exponent"), 0)
-        for key in ("heuristic_prob", "opponent_eps"):
-            if not 0.0 <= getattr(sp, key) <= 1.0:
-                errs.append(f"selfplay.{key}: must be in [0, 1], got {getattr(sp, key)}")
+        errs += _within("selfplay", sp, SELFPLAY_RANGES)
         if sp.sampling not in ("latest", "uniform", "prioritized"):
             errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
         if sp.drop not in ("oldest", "lowest_rated"):
             errs.append(f"selfplay.drop: '{sp.drop}' is not one of oldest, lowest_rated")
     return errs
-
 
 def stepping_ranks(cfg: Config, world_size: int) -> int:
     """Ranks that step envs: all of them in PPO; the actors in DQN and APPO (learners step none)."""
@@ -639,26 +760,114 @@ def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15,
 def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     """A lower bound of one env-stepping rank's memory in bytes, and what it is made of. A lower
     bound (the real peak is several times larger: README, Performance), so it never refuses a job
-    that would fit; it catches the sizes that would only end in an allocation failure."""
+    that would fit; it catches the sizes that would only end in an allocation failure. In the
+    actor-learner layout (dqn, appo) this is an actor; `layout_memory` has the learner too."""
     m, t = cfg.model, cfg.training
+    if t.algo in ("dqn", "appo"):
+        parts = layout_memory(cfg, world_size)[1]
+        return sum(b for b, _, _ in parts), ", ".join(what for _, what, _ in parts)
     obs_shape = obs_shape_of(cfg.env.name)
     envs = local_num_envs(cfg, world_size)
     params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
     obs_bytes = math.prod(obs_shape)
     h, w, _ = obs_shape
     first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
-    if t.algo == "dqn":  # an actor: its envs' frames (and the next ones) and an inference copy
-        steps, rollout, minibatch = 2, 2 * envs * obs_bytes, envs
-    elif t.algo == "appo":  # an actor: one segment per env, and the chunks it may have in flight
-        a = cfg.appo
-        steps = a.rollout_length + 1
-        rollout, minibatch = (envs + a.chunk_size * a.max_inflight) * steps * (obs_bytes + 32), envs
-    else:  # uint8 frames + six float32/int64 fields per step; one minibatch's first activations
-        steps = t.n_steps
-        rollout, minibatch = steps * envs * (obs_bytes + 32), max(steps * envs // t.num_minibatches, 1)
+    # uint8 frames + six float32/int64 fields per step; one minibatch's first activations
+    steps = t.n_steps
+    rollout, minibatch = steps * envs * (obs_bytes + 32), max(steps * envs // t.num_minibatches, 1)
     need = 16 * params + rollout + minibatch * first_act  # params: weights, gradients, two Adam moments
     return need, (f"network {params:,} parameters, {envs:,} envs x {steps:,} steps of {obs_bytes:,}-byte frames, "
                   f"minibatch {minibatch:,} samples")
+
+
+def _aligned(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+def segment_bytes(frame: int, T: int) -> int:
+    """One APPO segment (algos/appo.segment_fields): T+1 frames and first-flags, T actions, log-probs,
+    rewards and discounted returns, the version."""
+    return (T + 1) * (frame + 1) + T * (8 + 4 + 4 + 4) + 8
+
+
+def chunk_bytes(cfg: Config, world_size: int) -> int:
+    """One actor -> learner message (comm/p2p.ChunkLayout), by arithmetic: the header, self-play's
+    result rows, the episode-return slots and chunk_size items (DQN: transitions of two frames;
+    APPO: segments of T+1 frames)."""
+    sec, frame = layout_section(cfg), math.prod(obs_shape_of(cfg.env.name))
+    C = sec.chunk_size
+    rows = cfg.selfplay.pool_size + 4 if cfg.selfplay.enabled and cfg.training.algo == "dqn" else 0
+    if cfg.training.algo == "dqn":
+        capacity = max(C, local_num_envs(cfg, world_size))
+        items = 2 * _aligned(8 * C) + 2 * _aligned(4 * C) + 2 * _aligned(C * frame)
+    else:
+        T = cfg.appo.rollout_length
+        capacity = C * T
+        items = (_aligned(C * (T + 1) * frame) + _aligned(8 * C * T) + 3 * _aligned(4 * C * T)
+                 + _aligned(C * (T + 1)) + 8 * C)
+    return 64 + 32 * rows + 8 * capacity + items
+
+
+def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
+    """Lower bounds of a learner's and of an actor's memory in the actor-learner layout, as parts
+    [(bytes, what, the keys that size it)]: what is allocated for certain (buffers, network copies,
+    one forward pass), never the allocator's or the framework's overhead."""
+    m, sp, algo = cfg.model, cfg.selfplay, cfg.training.algo
+    sec = layout_section(cfg)
+    obs_shape = obs_shape_of(cfg.env.name)
+    frame, (h, w, _) = math.prod(obs_shape), obs_shape
+    fwd = 4 * frame + h * w * m.channels[0] * 4  # per sample: the float input and the first conv's output
+    params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
+    actors, envs = world_size // sec.num_agents - 1, local_num_envs(cfg, world_size)
+    rows = 32 * (sp.pool_size + 4) if sp.enabled and algo == "dqn" else 0  # self-play's game results, per message
+    chunk = chunk_bytes(cfg, world_size) - rows
+    net_keys = "model.hidden_size, model.channels"
+    chunk_keys = f"{algo}.chunk_size, {algo}.max_inflight"
+    learner = [(actors * sec.max_inflight * chunk, f"{actors} actor(s) x {sec.max_inflight:,} messages in flight x "
+                f"{chunk:,} bytes", chunk_keys)]
+    actor = [(8 * params, f"network {params:,} parameters x 2 (the copy it acts with, the weights received)", net_keys),
+             (sec.max_inflight * chunk, f"{sec.max_inflight:,} messages in flight x {chunk:,} bytes", chunk_keys),
+             (envs * fwd, f"{envs:,} envs' forward pass", "env.num_envs")]
+    if rows:
+        learner.append((actors * sec.max_inflight * rows, f"{actors} actor(s) x {sec.max_inflight:,} messages' "
+                        f"game-result rows of {rows:,} bytes", "selfplay.pool_size"))
+        actor.append((sec.max_inflight * rows, f"{sec.max_inflight:,} messages' game-result rows of {rows:,} bytes",
+                      "selfplay.pool_size"))
+    if algo == "dqn":
+        d = cfg.dqn
+        replay = d.buffer_size * (2 * frame + 24) + 2 * (1 << max(int(d.buffer_size - 1).bit_length(), 0)) * 8
+        learner += [(24 * params, f"network {params:,} parameters x 6 (weights, gradients, two Adam moments, target "
+                     f"network, weights sent)", net_keys),
+                    (replay, f"replay {d.buffer_size:,} transitions x {2 * frame + 24:,} bytes (two frames each)",
+                     "dqn.buffer_size"),
+                    (d.batch_size * (2 * frame + 2 * fwd), f"batch {d.batch_size:,} transitions and their forward "
+                     f"passes", "dqn.batch_size")]
+        actor.append(((d.n_step + 2) * envs * frame, f"{envs:,} envs x (dqn.n_step {d.n_step:,} + 2) frames",
+                      "dqn.n_step, env.num_envs"))
+        if sp.enabled:  # pool members on the learner, cached on the actors; the sampling table in every message
+            updates = dqn_production(cfg, world_size)["updates"] if world_size // d.num_agents >= 2 else None
+            members = min(sp.pool_size, 1 + (updates // sp.snapshot_interval_updates if updates is not None else 0))
+            table = 32 * (1 + 2 * sp.pool_size)
+            learner += [(members * 4 * params + table, f"opponent pool of {members:,} snapshot(s) and its table",
+                         "selfplay.pool_size"),
+                        (sp.eval_games * (3 * frame + fwd), f"{sp.eval_games:,} rating games side by side",
+                         "selfplay.eval_games")]
+            actor.append(((members + 1) * 4 * params + table, f"{members:,} cached opponent(s) and the table",
+                          "selfplay.pool_size"))
+    else:
+        a = cfg.appo
+        T, seg = a.rollout_length, segment_bytes(frame, a.rollout_length)
+        samples = a.batch_segments * T
+        learner += [(20 * params, f"network {params:,} parameters x 5 (weights, gradients, two Adam moments, weights "
+                     f"sent)", net_keys),
+                    (2 * a.batch_segments * seg, f"batch {a.batch_segments:,} segments x {seg:,} bytes, and its copy",
+                     "appo.batch_segments, appo.rollout_length"),
+                    (a.batch_segments * (T + 1) * fwd, f"the V-trace forward pass over {a.batch_segments:,} x "
+                     f"{T + 1:,} frames", "appo.batch_segments, appo.rollout_length"),
+                    (samples // a.num_minibatches * fwd, f"minibatch {samples // a.num_minibatches:,} samples",
+                     "appo.batch_segments, appo.num_minibatches")]
+        actor.append((2 * envs * seg, f"{envs:,} envs' segments of {T:,} steps x 2", "appo.rollout_length, env.num_envs"))
+    return learner, actor
 
 
 def memory_available(ranks_on_node: int) -> int:
@@ -686,7 +895,13 @@ def host_problems(cfg: Config, world_size: int, ranks_on_node: int) -> list[str]
     return [e for e in errs if e]
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f}"
+
+
 def memory_problem(cfg: Config, world_size: int, ranks_on_node: int) -> str | None:
+    if cfg.training.algo in ("dqn", "appo"):
+        return _layout_memory_problem(cfg, world_size, ranks_on_node)
     need, parts = memory_floor(cfg, world_size)
     have = memory_available(ranks_on_node)
     if need <= have:
@@ -694,6 +909,37 @@ def memory_problem(cfg: Config, world_size: int, ranks_on_node: int) -> str | No
     return (f"memory: this config needs at least {need / 2**30:,.1f} GiB per rank ({parts}), but {have / 2**30:,.1f} GiB "
             f"are available to each of the {ranks_on_node} rank(s) on this node; lower model.hidden_size, model.channels, "
             f"env.num_envs or training.n_steps")
+
+
+def _layout_memory_problem(cfg: Config, world_size: int, ranks_on_node: int) -> str | None:
+    """The learners and actors this node holds against its available memory. Ranks are placed in
+    order, agent after agent (a learner, then its actors), so a node of r ranks holds at most
+    ceil(r / ranks per agent) learners (the first node holds that many)."""
+    per_agent = world_size // layout_section(cfg).num_agents
+    learners = min(layout_section(cfg).num_agents, -(-ranks_on_node // max(per_agent, 1)))
+    actors = max(ranks_on_node - learners, 0)
+    learner, actor = layout_memory(cfg, world_size)
+    one_learner, one_actor = sum(b for b, _, _ in learner), sum(b for b, _, _ in actor)
+    need = learners * one_learner + actors * one_actor
+    have = memory_available(1)
+    if need <= have:
+        return None
+    weighted = sorted([(learners * b, "learner", what, keys) for b, what, keys in learner] +
+                      [(actors * b, "actor", what, keys) for b, what, keys in actor], key=lambda x: -x[0])
+    top, covered = [], 0
+    for part in weighted:  # the few parts that make most of it: what to lower
+        if not part[0]:
+            break
+        top.append(part)
+        covered += part[0]
+        if covered >= 0.9 * need:
+            break
+    keys = list(dict.fromkeys(k.strip() for _, _, _, ks in top for k in ks.split(",")))
+    most = "; ".join(f"{role}: {what} = {_gib(b / (learners if role == 'learner' else actors))} GiB"
+                     for b, role, what, _ in top)
+    return (f"memory: this config needs at least {_gib(need)} GiB on this node ({learners} learner(s) x "
+            f"{_gib(one_learner)} GiB + {actors} actor(s) x {_gib(one_actor)} GiB; most of it: {most}), but "
+            f"{_gib(have)} GiB are available there; lower {', '.join(keys)}")
 
 
 def build(data: dict, overrides: list[tuple[str, str, Any]], world_size: int) -> Config:
