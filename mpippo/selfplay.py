@@ -39,8 +39,9 @@ DROP = ("oldest", "lowest_rated")
 
 
 def elo_expected(r_a: float, r_b: float) -> float:
-    """Expected score of a player rated r_a against one rated r_b."""
-    return 1.0 / (1.0 + 10.0 ** ((r_b - r_a) / 400.0))
+    """Expected score of a player rated r_a against one rated r_b. Beyond 300 x 400 points apart the
+    score is 0 or 1 to double precision; the exponent stops there (10 ** 309 would overflow)."""
+    return 1.0 / (1.0 + 10.0 ** min(max((r_b - r_a) / 400.0, -300.0), 300.0))
 
 
 class OpponentPool:

@@ -18,6 +18,7 @@ from mpippo.algos.adam import Adam
 from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half
 from mpippo.algos.ppo import autocast
 from mpippo.envs import bits_to_mask, mask_bits
+from mpippo.errors import NonFiniteError
 from mpippo.models import DuelingQNetwork
 
 REPLAY_FILE = "replay.npz"
@@ -30,6 +31,14 @@ def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
             ("next_legal", np.int64, ()), ("obs", np.uint8, obs_shape), ("next_obs", np.uint8, obs_shape)]
 
 
+def nonfinite_message(what: str, streak: int, limit: int, lr: float, loss: float | None = None,
+                      unit: str = "learner updates") -> str:
+    """The one line that ends a learner whose steps kept failing (APPO's too)."""
+    last = f" (last loss {loss:g})" if loss is not None else ""
+    return (f"{what} or its gradient was not finite{last} in {streak} consecutive {unit}, each skipped "
+            f"(guards.max_nonfinite_skips = {limit}): training diverged; lower training.learning_rate (now {lr:g})")
+
+
 class ApeX:
     name = "dqn"
     steps_per_item = 1  # a chunk item is one (n-step) transition
@@ -40,6 +49,8 @@ class ApeX:
         self.obs_shape, self.num_actions, self.masked = tuple(obs_shape), num_actions, masked
         self.epsilons = apex_epsilons(num_actors, self.d.eps, self.d.eps_alpha)
         self.samples_per_update = self.d.batch_size
+        self.max_nonfinite = cfg.guards.max_nonfinite_skips
+        self.skipped = self.nonfinite_streak = 0  # updates skipped for a non-finite loss or gradient
 
     # ------------------------------------------------- what the layout asks of an algorithm
     def new_net(self) -> torch.nn.Module:
@@ -92,7 +103,9 @@ class ApeX:
         return d.replay_ratio * (transitions - d.learning_starts) / d.batch_size
 
     def update(self, updates_done: int, progress: float) -> float:
-        """One prioritized double-DQN step; `progress` in [0, 1] anneals beta (and the lr). Returns the loss."""
+        """One prioritized double-DQN step; `progress` in [0, 1] anneals beta (and the lr). Returns the loss.
+        A step whose loss or gradient is not finite is skipped (the weights and the priorities stay as they
+        were), as sync PPO's; guards.max_nonfinite_skips of them in a row raise NonFiniteError."""
         d, t = self.d, self.t
         beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
         if t.anneal_lr:  # linearly to 0 over the run's budget (the last updates settle the policy)
@@ -112,12 +125,24 @@ class ApeX:
                                    b["returns"], b["discounts"], torch.from_numpy(w).to(self.device), next_legal)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.q.parameters(), t.max_grad_norm)
-        self.opt.step()
-        self.replay.update_priorities(idx, td.cpu().numpy())
+        norm = torch.nn.utils.clip_grad_norm_(self.q.parameters(), t.max_grad_norm)  # not finite if a gradient is not
+        if bool(torch.isfinite(torch.stack([loss.detach(), norm.to(loss.device)])).all()):
+            self.nonfinite_streak = 0
+            self.opt.step()
+            self.replay.update_priorities(idx, td.cpu().numpy())
+        else:
+            self.skip_nonfinite(float(loss.detach()))
         if (updates_done + 1) % d.target_update_period == 0:
             self.target.load_state_dict(self.q.state_dict())
         return float(loss.detach())
+
+    def skip_nonfinite(self, loss: float) -> None:
+        """Count a skipped step; end the agent after guards.max_nonfinite_skips of them in a row."""
+        self.skipped += 1
+        self.nonfinite_streak += 1
+        if self.nonfinite_streak >= self.max_nonfinite:
+            raise NonFiniteError(nonfinite_message("the TD loss", self.nonfinite_streak, self.max_nonfinite,
+                                                   self.t.learning_rate, loss))
 
     # ------------------------------------------------ what the learner logs and reports
     def log(self, writer, x: int, loss: float) -> None:
@@ -129,7 +154,7 @@ class ApeX:
 
     def summary(self, updates: int, transitions: int) -> dict:
         return {"replay_size": self.replay.size, "replay_ratio": updates * self.d.batch_size / max(transitions, 1),
-                "epsilons": self.epsilons.tolist()}
+                "epsilons": self.epsilons.tolist(), "nonfinite_skips": self.skipped}
 
     def closing_note(self, s: dict) -> str:
         return f"replay ratio {s['replay_ratio']:.2f}"

@@ -7,6 +7,7 @@ for that lag (mpippo/algos/vtrace.py); segments older than `max_policy_lag` are 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from mpippo.algos.adam import Adam
 from mpippo.algos.ppo import PPOLoss, ppo_loss
 from mpippo.algos.vtrace import vtrace
+from mpippo.errors import NonFiniteError
 
 
 def discounts(firsts: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -95,11 +97,14 @@ def segment_targets(model, seg: dict, a, gamma: float, lam: float) -> dict:
             "adv": flat(adv.T), "values": flat(values[:, :T])}
 
 
-def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | None = None) -> dict:
+def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | None = None,
+                nonfinite_streak: int = 0, max_nonfinite_streak: int = 3) -> dict:
     """`a.epochs` passes over a batch of segments: V-trace targets from the current network at each
     epoch, then one epoch of the PPO update (`ppo_update`: minibatches, per-minibatch advantage
     normalization, autocast, non-finite skipping, clipping) with the `a.loss` objective. The
-    minibatch size is (segments x T) / a.num_minibatches, which must divide (as sync PPO's)."""
+    minibatch size is (segments x T) / a.num_minibatches, which must divide (as sync PPO's).
+    `nonfinite_streak`: steps skipped in a row before this batch (the count goes on over epochs and
+    batches; ppo_update raises NonFiniteError at max_nonfinite_streak); the stats carry it on."""
     from types import SimpleNamespace
 
     from mpippo.algos.ppo import local_grad_check, ppo_update
@@ -113,10 +118,13 @@ def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | 
         b = segment_targets(model, seg, a, t.gamma, t.gae_lambda)
         batch = {"b_obs": b["obs"], "b_actions": b["actions"], "b_logprobs": b["logp"], "b_advantages": b["adv"],
                  "b_returns": b["vs"], "b_values": b["values"]}
-        runs.append(ppo_update(model, optimizer, batch, cfg, sync, generator, loss_fn=LOSSES[a.loss]))
+        runs.append(ppo_update(model, optimizer, batch, cfg, sync, generator, nonfinite_streak=nonfinite_streak,
+                               max_nonfinite_streak=max_nonfinite_streak, loss_fn=LOSSES[a.loss]))
+        nonfinite_streak = runs[-1]["nonfinite_streak"]
     steps = sum(r["updates"] for r in runs)
     keys = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")
-    return {k: sum(r[k] * r["updates"] for r in runs) / max(steps, 1) for k in keys} | {"updates": steps}
+    return {k: sum(r[k] * r["updates"] for r in runs) / max(steps, 1) for k in keys} | {
+        "updates": steps, "skipped": sum(r["skipped"] for r in runs), "nonfinite_streak": nonfinite_streak}
 
 
 def segment_fields(obs_shape, T: int) -> list[tuple[str, type, tuple]]:
@@ -220,7 +228,12 @@ class APPOActing:
         with autocast(torch.device("cpu"), self.precision):
             logits, _ = self.net(torch.from_numpy(obs))
         logp_all = torch.log_softmax(logits.float(), dim=-1)  # once: sampling and the behaviour log-prob
-        actions = torch.multinomial(logp_all.exp(), 1, generator=self.generator)
+        probs = logp_all.exp()
+        broken = ~(torch.isfinite(probs).all(1) & (probs.sum(1) > 0))
+        if broken.any():  # weights of a diverging learner (it ends the run): those envs act uniformly, and say so
+            logp_all[broken] = -math.log(logp_all.shape[1])
+            probs = logp_all.exp()
+        actions = torch.multinomial(probs, 1, generator=self.generator)
         self.logp = logp_all.gather(1, actions).squeeze(1).numpy()
         return actions.squeeze(1).numpy()
 
@@ -249,12 +262,14 @@ class APPOLearning:
     and the checkpoint part. `a`: the APPO settings (batch_segments, rollout_length, max_policy_lag,
     epochs, num_minibatches, loss, rho_bar, c_bar); `t`: the training section."""
 
-    def __init__(self, a, t, obs_shape):
+    def __init__(self, a, t, obs_shape, max_nonfinite: int = 3):
         from mpippo.algos.buffers import RunningMeanStd
         self.a, self.t = a, t
         self.batch = SegmentBatch(a.batch_segments, a.rollout_length, obs_shape, a.max_policy_lag)
         self.ret_rms = RunningMeanStd()
         self.version, self.last_stats = 0, {}
+        self.max_nonfinite = max_nonfinite  # guards.max_nonfinite_skips: skipped steps in a row that end the agent
+        self.skipped = self.nonfinite_streak = 0
 
     def setup_learner(self, model: torch.nn.Module, device, seed: int) -> None:
         self.model, self.device = model, device
@@ -276,7 +291,15 @@ class APPOLearning:
         if self.t.normalize_reward:
             seg["rewards"] = normalize_rewards(seg, self.ret_rms)
         seg["rewards"] = seg["rewards"].float()
-        self.last_stats = appo_update(self.model, self.opt, seg, self.a, self.t, self.generator)
+        try:  # steps with a non-finite loss or gradient are skipped; too many in a row end the agent
+            self.last_stats = appo_update(self.model, self.opt, seg, self.a, self.t, self.generator,
+                                          self.nonfinite_streak, self.max_nonfinite)
+        except NonFiniteError:
+            from mpippo.algos.apex import nonfinite_message
+            raise NonFiniteError(nonfinite_message("the APPO loss", self.max_nonfinite, self.max_nonfinite,
+                                                   self.t.learning_rate, unit="minibatch steps")) from None
+        self.skipped += self.last_stats["skipped"]
+        self.nonfinite_streak = self.last_stats["nonfinite_streak"]
         self.version += 1
         return self.last_stats["pg_loss"] + self.t.vf_coef * self.last_stats["v_loss"]
 
@@ -307,7 +330,7 @@ class APPO(APPOLearning):
     name = "appo"
 
     def __init__(self, cfg, obs_shape, num_actions: int):
-        super().__init__(cfg.appo, cfg.training, obs_shape)
+        super().__init__(cfg.appo, cfg.training, obs_shape, cfg.guards.max_nonfinite_skips)
         self.cfg, self.obs_shape, self.num_actions = cfg, tuple(obs_shape), num_actions
         self.steps_per_item = self.a.rollout_length  # a chunk item is one env's segment of T steps
         self.samples_per_update = self.a.batch_segments * self.a.rollout_length * self.a.epochs
@@ -378,6 +401,7 @@ class APPO(APPOLearning):
         return {"policy_lag": {"histogram": lag.hist.tolist(), "mean": lag.mean(), "max_allowed": lag.max_lag,
                                "segments_accepted": lag.accepted, "segments_dropped": lag.dropped},
                 "epochs": self.a.epochs, "loss": self.a.loss, "last_update": self.last_stats,
+                "nonfinite_skips": self.skipped,
                 "samples_per_env_step": updates * self.samples_per_update / max(transitions, 1)}
 
     def closing_note(self, s: dict) -> str:

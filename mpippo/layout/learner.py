@@ -16,7 +16,7 @@ import numpy as np
 
 from mpippo.checkpoint import atomic_write_json, atomic_write_with, save_checkpoint
 from mpippo.comm.p2p import LearnerChannel
-from mpippo.errors import CheckpointError
+from mpippo.errors import CheckpointError, NonFiniteError
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.preemption import SignalFlags
@@ -128,8 +128,14 @@ class Learner:
         return max(self.transitions / per_agent, by_episodes)
 
     def step(self) -> None:
-        """One update, then what follows it on its schedule: hook, weights, checkpoint, log."""
-        self.loss = self.algo.update(self.c["updates"], self.progress())
+        """One update, then what follows it on its schedule: hook, weights, checkpoint, log. An algorithm
+        whose steps kept failing (non-finite loss) stops the agent with one line, exit 1, as a failed
+        checkpoint does: the actors are told to stop and drained, nothing of the diverged state is saved."""
+        try:
+            self.loss = self.algo.update(self.c["updates"], self.progress())
+        except NonFiniteError as e:
+            self.error = f"agent {self.a.index}: {e}"
+            return
         self.c["updates"] += 1
         updates = self.c["updates"]
         maybe_inject(self.a.job_rank, updates - self.updates0)  # tests only: counted in this segment's updates

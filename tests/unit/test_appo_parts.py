@@ -252,3 +252,53 @@ def test_actor_shares_are_whole_segments_that_add_up_to_the_budget():
     shares = [algo.actor_steps(7 * 20, 3, i, 5) for i in range(3)]
     assert shares == [12, 8, 8] and sum(shares) * 5 == 7 * 20
     assert sum(algo.actor_steps(7 * 20 + 19, 3, i, 5) for i in range(3)) * 5 == 7 * 20
+
+
+def test_non_finite_steps_are_skipped_counted_across_batches_and_end_the_learner():
+    """As sync PPO and the DQN learner: a minibatch step whose loss or gradient is not finite is
+    skipped (the weights stay), the streak goes on over epochs and batches, and guards.max_nonfinite_skips
+    in a row raise NonFiniteError naming the learning rate."""
+    from mpippo.errors import NonFiniteError
+    a, t = settings(normalize_reward=False)  # 2 epochs x 2 minibatches: 4 steps per update
+    algo = appo.APPOLearning(a, t, (8, 8, 3), max_nonfinite=6)
+    algo.setup_learner(tiny_net(), "cpu", seed=0)
+    before = [p.detach().clone() for p in algo.model.parameters()]
+    bad = fake_segments(4, 5, [0] * 4)
+    bad["rewards"][:] = np.inf
+    algo.ingest(bad, 4)
+    algo.update(0, 0.0)
+    assert algo.skipped == algo.nonfinite_streak == 4 and algo.last_stats["updates"] == 0 and algo.version == 1
+    assert all(torch.equal(p, q) for p, q in zip(before, algo.model.parameters()))
+    bad["version"][:] = 1
+    algo.ingest(bad, 4)
+    with pytest.raises(NonFiniteError, match=r"the APPO loss .* not finite in 6 consecutive minibatch steps.*"
+                                             r"lower training.learning_rate \(now 0.001\)"):
+        algo.update(1, 0.0)
+
+
+def test_a_finite_batch_resets_the_streak():
+    a, t = settings(normalize_reward=False)
+    algo = appo.APPOLearning(a, t, (8, 8, 3), max_nonfinite=5)
+    algo.setup_learner(tiny_net(), "cpu", seed=0)
+    bad = fake_segments(4, 5, [0] * 4)
+    bad["rewards"][:] = np.nan
+    algo.ingest(bad, 4)
+    algo.update(0, 0.0)
+    assert algo.nonfinite_streak == 4
+    algo.ingest(fake_segments(4, 5, [1] * 4, seed=1), 4)
+    algo.update(1, 0.0)
+    assert algo.nonfinite_streak == 0 and algo.skipped == 4 and algo.last_stats["updates"] == 4
+
+
+def test_an_actor_with_diverged_weights_acts_uniformly_instead_of_crashing():
+    """Weights whose logits overflow (a diverging learner: it ends the run) made torch.multinomial
+    raise on the actor, an MPI abort; those envs now act uniformly and record that log-prob."""
+    net = tiny_net()
+    with torch.no_grad():
+        net.policy.bias[0] = float("inf")
+        net.policy.bias[1] = float("nan")
+    acting = appo.APPOActing(net, 3, T=4, obs_shape=(8, 8, 3), gamma=0.9, precision="fp32",
+                             generator=torch.Generator().manual_seed(0))
+    actions = acting.act(np.zeros((3, 8, 8, 3), np.uint8))
+    assert ((actions >= 0) & (actions < 4)).all()
+    assert np.allclose(acting.logp, np.log(0.25))

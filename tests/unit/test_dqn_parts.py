@@ -111,3 +111,76 @@ def test_mask_bits_round_trip_and_replay_keeps_them():
     replay.add(obs, np.zeros(4, np.int64), np.zeros(4, np.float32), np.ones(4, np.float32), obs, next_legal=bits)
     idx, batch, _ = replay.sample(4, 0.4)
     assert (batch["next_legal"] == bits[idx]).all()
+
+
+def _apex_learner(max_skips=3, returns=0.0):
+    """An Ape-X learner half on toy-cue frames whose replay holds 64 transitions of `returns`."""
+    from mpippo import config as C
+    from mpippo.algos.apex import ApeX
+    cfg = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_toy.yaml"),
+                  [("guards", "max_nonfinite_skips", max_skips), ("training", "precision", "fp32")], 3)
+    obs_shape = C.obs_shape_of("toy-cue")
+    algo = ApeX(cfg, obs_shape, 4, num_actors=2, masked=False)
+    torch.manual_seed(0)
+    algo.setup_learner(algo.new_net(), torch.device("cpu"), seed=0, aug_seed=1)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (64,) + obs_shape, dtype=np.uint8)
+    algo.replay.add(frames, rng.integers(0, 4, 64), np.full(64, returns, np.float32), np.full(64, 0.5, np.float32),
+                    frames)
+    return algo
+
+
+def test_a_non_finite_td_loss_is_skipped_and_ends_the_learner_after_the_guard():
+    """As sync PPO: the step is skipped (weights and priorities as they were), counted, and after
+    guards.max_nonfinite_skips in a row NonFiniteError names the learning rate."""
+    from mpippo.errors import NonFiniteError
+    algo = _apex_learner(max_skips=3, returns=float("inf"))
+    weights = [p.detach().clone() for p in algo.q.parameters()]
+    leaves = algo.replay.tree.get(np.arange(64)).copy()
+    for k in range(2):
+        assert not np.isfinite(algo.update(k, 0.0))
+    assert algo.skipped == algo.nonfinite_streak == 2
+    assert all(torch.equal(p, q) for p, q in zip(weights, algo.q.parameters()))
+    assert np.array_equal(algo.replay.tree.get(np.arange(64)), leaves) and np.isfinite(algo.replay.tree.total)
+    with pytest.raises(NonFiniteError, match=r"not finite .* in 3 consecutive learner updates.*"
+                                             r"guards.max_nonfinite_skips = 3.*lower training.learning_rate \(now 0.001\)"):
+        algo.update(2, 0.0)
+    assert algo.summary(3, 64)["nonfinite_skips"] == 3
+
+
+def test_a_finite_step_resets_the_non_finite_streak():
+    algo = _apex_learner(max_skips=2, returns=float("nan"))
+    algo.update(0, 0.0)
+    assert algo.nonfinite_streak == 1
+    algo.replay.returns[:] = 1.0
+    assert np.isfinite(algo.update(1, 0.0)) and algo.nonfinite_streak == 0 and algo.skipped == 1
+    algo.replay.returns[:] = np.nan
+    algo.update(2, 0.0)  # one in a row again: below the guard's 2
+    assert algo.nonfinite_streak == 1
+
+
+def test_a_huge_learning_rate_never_crashes_the_learner_only_the_guard_ends_it():
+    """Before the guard, lr 1e15 made inf/nan priorities and the sum tree's sampling overflowed
+    (numpy OverflowError, an MPI abort)."""
+    from mpippo.errors import NonFiniteError
+    algo = _apex_learner(max_skips=3, returns=1.0)
+    for group in algo.opt.param_groups:
+        group["lr"] = 1e15
+    algo.t.learning_rate = 1e15
+    with pytest.raises(NonFiniteError, match=r"now 1e\+15"):
+        for k in range(50):
+            algo.update(k, 0.0)
+    assert np.isfinite(algo.replay.tree.total)
+    assert all(bool(torch.isfinite(p).all()) for p in algo.q.parameters())  # skipped steps change nothing
+
+
+def test_elo_ratings_far_apart_do_not_overflow():
+    """10 ** (gap / 400) overflowed Python's float (OverflowError) for gaps beyond ~123,000 points."""
+    from mpippo.selfplay import OpponentPool, elo_expected
+    assert elo_expected(0.0, 1e9) == pytest.approx(0.0, abs=1e-299) and elo_expected(1e9, 0.0) == 1.0
+    assert elo_expected(0.0, 400.0) == pytest.approx(1 / 11)
+    pool = OpponentPool(size=2, elo_k=400.0)
+    pool.snapshot(0, np.zeros(3, np.float32))
+    pool.learner_rating = 1e12
+    pool.record(0, wins=0, draws=0, losses=3)  # upsets at an absurd gap: finite ratings, no exception
+    assert np.isfinite(pool.learner_rating) and np.isfinite(pool.members[0]["rating"])
