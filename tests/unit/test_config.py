@@ -143,3 +143,168 @@ def test_selfplay_needs_dqn_and_a_two_player_game():
     assert any("selfplay.sampling: 'best' is not one of latest, uniform, prioritized" in e for e in errs)
     assert any("selfplay.pool_size: must be >= 1, got 0" in e for e in errs)
     assert any("selfplay.opponent_eps: must be in [0, 1], got 2" in e for e in errs)
+
+
+# ---- the actor-learner sections: ranges, impossible combinations, memory ----
+CONFIGS = C.DEFAULT_CONFIG.parent
+
+
+def layout_errors(name: str, overrides: dict, world_size: int = 3) -> list[str]:
+    return errors_of(overrides, world_size, C.load_yaml(CONFIGS / name))
+
+
+@pytest.mark.parametrize("name,key,value,expect", [
+    ("dqn_toy.yaml", "dqn.per_alpha", 2.0, "dqn.per_alpha: must be in [0, 1], got 2.0"),
+    ("dqn_toy.yaml", "dqn.replay_ratio", 1e6, "dqn.replay_ratio: must be in [0, 1024], got 1000000.0"),
+    ("dqn_toy.yaml", "dqn.replay_ratio", -1, "dqn.replay_ratio: must be in [0, 1024], got -1.0"),
+    ("dqn_toy.yaml", "dqn.eps_alpha", -0.5, "dqn.eps_alpha: must be >= 0, got -0.5"),
+    ("dqn_toy.yaml", "dqn.max_inflight", 0, "dqn.max_inflight: must be >= 1, got 0"),
+    ("dqn_toy.yaml", "dqn.learning_starts", 1e308, "dqn.learning_starts: expected int"),
+    ("dqn_toy.yaml", "dqn.eps", ".nan", "dqn.eps: must be a finite number, got nan"),
+    ("appo_toy.yaml", "appo.epochs", 0, "appo.epochs: must be >= 1, got 0"),
+    ("appo_toy.yaml", "appo.max_policy_lag", -1, "appo.max_policy_lag: must be >= 0, got -1"),
+    ("appo_toy.yaml", "appo.rho_bar", 1e400, "appo.rho_bar: must be a finite number, got inf"),
+    ("dqn_selfplay.yaml", "selfplay.elo_k", 1e18, "selfplay.elo_k: must be in [0, 400], got 1e+18"),
+    ("dqn_selfplay.yaml", "selfplay.priority_exponent", 1e9, "selfplay.priority_exponent: must be in [0, 100]"),
+    ("dqn_selfplay.yaml", "selfplay.eval_games", 0, "selfplay.eval_games: must be >= 1, got 0"),
+    ("dqn_selfplay.yaml", "selfplay.snapshot_interval_updates", 10**20, "is out of range; allowed: below 2**63"),
+])
+def test_actor_learner_keys_are_range_checked(name, key, value, expect):
+    errs = layout_errors(name, {key: C.yaml.safe_load(value) if isinstance(value, str) else value})
+    assert len(errs) == 1 and expect in errs[0], errs
+
+
+def test_replay_thresholds_above_the_replay_are_refused_once():
+    (msg,) = layout_errors("dqn_toy.yaml", {"dqn.learning_starts": 30000})  # above the replay and the budget: one line
+    assert msg == ("dqn.learning_starts: 30,000 is above dqn.buffer_size=20,000: the replay never holds that many "
+                   "transitions, so no update would ever happen; allowed: <= 20,000")
+    (msg,) = layout_errors("dqn_toy.yaml", {"dqn.batch_size": 30000})
+    assert msg.startswith("dqn.batch_size: 30,000 is above dqn.buffer_size=20,000") and "allowed: <= 20,000" in msg
+
+
+def test_a_budget_too_small_to_start_learning_is_refused_with_its_formula():
+    """dqn_toy on 3 ranks: 2 actors x 8 envs; 3,000 steps are 187 per env, 2,992 transitions."""
+    (msg,) = layout_errors("dqn_toy.yaml", {"training.total_timesteps": 3000, "dqn.learning_starts": 3000})
+    assert msg.startswith("dqn.learning_starts: 3,000 is not below the transitions the actors make over the budget "
+                          "(2 actor(s) x (187 steps - dqn.n_step 1 + 1) x 8 envs = 2,992, with training.total_timesteps "
+                          "3,000 // 1 agent(s) // 2 actor(s) // 8 envs = 187 steps per env)"), msg
+    assert msg.endswith("allowed: < 2,992 (or raise training.total_timesteps)")
+    # n-step returns need n steps per env
+    (msg,) = layout_errors("dqn_toy.yaml", {"dqn.n_step": 10**9, "dqn.learning_starts": 0})
+    assert msg.startswith("training.total_timesteps: 24,000 // 1 agent(s) // 2 actor(s) // 8 envs = 1,500 steps per env, "
+                          "fewer than dqn.n_step=1,000,000,000: no transition would ever be made"), msg
+    # the replay ratio pays for less than one update
+    (msg,) = layout_errors("dqn_toy.yaml", {"dqn.replay_ratio": 0.001})
+    assert msg.startswith("dqn.replay_ratio: 0.001 x (24,000 transitions - dqn.learning_starts 1,000) / "
+                          "dqn.batch_size 64 = 0 updates over the budget") and "allowed: >= 0.002783" in msg
+    # replay_ratio 0 collects only (benchmarks/bench_dqn.py): allowed
+    C.build(C.load_yaml(CONFIGS / "dqn_toy.yaml"), [("dqn", "replay_ratio", 0)], 3)
+
+
+def test_a_chunk_larger_than_an_actor_makes_is_refused():
+    (msg,) = layout_errors("dqn_toy.yaml", {"dqn.chunk_size": 10**9})
+    assert msg.startswith("dqn.chunk_size: 1,000,000,000 transitions per message, but each actor makes only 12,000 "
+                          "over the budget") and msg.endswith("allowed: <= 12,000"), msg
+    (msg,) = layout_errors("appo_toy.yaml", {"appo.chunk_size": 64, "appo.batch_segments": 64,
+                                             "training.total_timesteps": 1024})
+    assert msg.startswith("appo.chunk_size: 64 segments per message, but an actor makes at most 32 over the budget "
+                          "(training.total_timesteps 1,024 // 1 agent(s) // (16 envs x appo.rollout_length 16) = "
+                          "4 round(s) of 16 segments, over 2 actor(s))"), msg
+
+
+def test_appo_budgets_that_never_fill_a_batch_are_refused():
+    (msg,) = layout_errors("appo_toy.yaml", {"appo.batch_segments": 10**9, "appo.num_minibatches": 1})
+    assert msg.startswith("appo.batch_segments: 1,000,000,000 segments per update, but the actors make only 2,560 over "
+                          "the budget (training.total_timesteps 40,960 // 1 agent(s) // (16 envs x "
+                          "appo.rollout_length 16) = 160 round(s) of 16 segments)") and "allowed: <= 2,560" in msg, msg
+    (msg,) = layout_errors("appo_toy.yaml", {"appo.rollout_length": 10**9})
+    assert msg.startswith("training.total_timesteps: 40,960 // 1 agent(s) // (16 envs x appo.rollout_length "
+                          "1,000,000,000) = 0 round(s) of 16 segments: no segment would ever be made"), msg
+    (msg,) = layout_errors("appo_toy.yaml", {"appo.chunk_size": 100})
+    assert msg.startswith("appo.chunk_size: a message of 100 segments is more than the learner keeps between two "
+                          "updates (a batch and one more: 2 x appo.batch_segments = 64): 36 segments of each would be "
+                          "dropped; allowed: <= 64"), msg
+
+
+def test_every_test_and_benchmark_layout_stays_valid():
+    """The budgets the suite and the benchmarks run the layout with are not refused."""
+    for name, sets, ranks in [
+            ("dqn_toy.yaml", {"training.total_timesteps": 3000, "dqn.learning_starts": 500}, 3),
+            ("dqn_toy.yaml", {"training.total_timesteps": 6000}, 3),
+            ("dqn_toy.yaml", {"dqn.learning_starts": 200, "dqn.max_episodes": 300, "dqn.learning_steps_per_batch": 8,
+                              "training.total_timesteps": 10**12}, 3),
+            ("dqn_connect4.yaml", {"training.total_timesteps": 2048, "dqn.learning_starts": 500}, 3),
+            ("dqn_connect4.yaml", {"training.total_timesteps": 4096, "selfplay.enabled": True}, 3),
+            ("dqn_selfplay.yaml", {"training.total_timesteps": 12000, "dqn.learning_starts": 1000,
+                                   "selfplay.snapshot_interval_updates": 20, "selfplay.pool_size": 3}, 3),
+            ("dqn_procgen.yaml", {"training.total_timesteps": 1200, "dqn.learning_starts": 800, "dqn.batch_size": 32,
+                                  "dqn.replay_ratio": 8, "dqn.buffer_size": 20000, "env.num_envs_per_rank": 8}, 3),
+            ("dqn_procgen.yaml", {"training.total_timesteps": 8000, "dqn.replay_ratio": 0, "dqn.buffer_size": 20000,
+                                  "env.num_envs_per_rank": 8}, 2),
+            ("appo_toy.yaml", {"training.total_timesteps": 2048}, 3),
+            ("appo_toy.yaml", {"training.total_timesteps": 4096}, 3),
+            ("appo_procgen.yaml", {"training.total_timesteps": 1024, "env.num_envs_per_rank": 16,
+                                   "appo.batch_segments": 8, "appo.rollout_length": 8}, 4)]:
+        C.build(C.load_yaml(CONFIGS / name), [tuple(k.split(".", 1)) + (v,) for k, v in sets.items()], ranks)
+
+
+def test_chunk_bytes_is_the_message_layout():
+    from mpippo.algos.apex import chunk_fields
+    from mpippo.algos.appo import segment_fields
+    from mpippo.comm.p2p import ChunkLayout
+    for name, ranks in (("dqn_toy.yaml", 3), ("dqn_selfplay.yaml", 3), ("appo_toy.yaml", 3)):
+        cfg = C.resolve(C.build(C.load_yaml(CONFIGS / name), [], ranks), ranks)
+        shape, sec = C.obs_shape_of(cfg.env.name), C.layout_section(cfg)
+        if cfg.training.algo == "dqn":
+            fields, capacity = chunk_fields(shape), max(sec.chunk_size, cfg.env.num_envs_per_rank)
+        else:
+            fields, capacity = segment_fields(shape, cfg.appo.rollout_length), sec.chunk_size * cfg.appo.rollout_length
+        rows = cfg.selfplay.pool_size + 4 if cfg.selfplay.enabled else 0
+        layout = ChunkLayout(sec.chunk_size, fields, results_rows=rows, episode_capacity=capacity)
+        assert C.chunk_bytes(cfg, ranks) == layout.nbytes, name
+
+
+def test_the_learner_memory_floor_counts_the_replay_and_network_copies():
+    from mpippo.algos.dqn import PrioritizedReplay
+    cfg = C.resolve(C.build(C.load_yaml(CONFIGS / "dqn_toy.yaml"), [], 3), 3)
+    learner, actor = C.layout_memory(cfg, 3)
+    replay = next(b for b, what, _ in learner if what.startswith("replay"))
+    assert replay == PrioritizedReplay.nbytes(20000, C.obs_shape_of("toy-cue"))
+    params = C.network_params(C.obs_shape_of("toy-cue"), [8, 16], 64)
+    assert any(b == 24 * params and "target" in what for b, what, _ in learner)
+    assert C.memory_floor(cfg, 3)[0] == sum(b for b, _, _ in actor)  # memory_floor: one env-stepping rank
+
+
+@pytest.mark.parametrize("name,key,value,lower", [
+    ("dqn_toy.yaml", "dqn.buffer_size", 10**12, "lower dqn.buffer_size"),
+    ("dqn_toy.yaml", "dqn.max_inflight", 10**9, "lower dqn.chunk_size, dqn.max_inflight"),
+    ("appo_toy.yaml", "appo.max_inflight", 10**9, "lower appo.chunk_size, appo.max_inflight"),
+    ("dqn_selfplay.yaml", "selfplay.pool_size", 10**12, "lower selfplay.pool_size"),
+    ("dqn_selfplay.yaml", "selfplay.eval_games", 10**12, "lower selfplay.eval_games"),
+])
+def test_layout_sizes_beyond_the_node_are_refused_naming_the_keys(name, key, value, lower):
+    cfg = C.resolve(C.build(C.load_yaml(CONFIGS / name), [tuple(key.split(".", 1)) + (value,)], 3), 3)
+    (msg,) = C.host_problems(cfg, 3, 3)
+    assert msg.startswith("memory: this config needs at least ") and "1 learner(s) x" in msg and "2 actor(s) x" in msg
+    assert msg.endswith(lower), msg
+
+
+def test_a_huge_appo_batch_is_refused_on_the_learner_node_only_as_it_needs(monkeypatch):
+    """1,000,000 segments of 17 frames: the learner's batch and its V-trace pass, tens of GiB."""
+    cfg = C.resolve(C.build(C.load_yaml(CONFIGS / "appo_toy.yaml"),
+                            [("appo", "batch_segments", 10**6), ("appo", "num_minibatches", 1),
+                             ("training", "total_timesteps", 10**12)], 3), 3)
+    learner, actor = C.layout_memory(cfg, 3)
+    one_learner, one_actor = sum(b for b, _, _ in learner), sum(b for b, _, _ in actor)
+    assert one_learner > 30 * 2**30 > 2**20 > one_actor
+    monkeypatch.setattr(C, "memory_available", lambda ranks: one_learner + 3 * one_actor)
+    assert C.host_problems(cfg, 3, 3) == []  # fits: the node's memory is not split evenly over the ranks
+    monkeypatch.setattr(C, "memory_available", lambda ranks: one_learner - 1)
+    (msg,) = C.host_problems(cfg, 3, 3)
+    assert "lower appo.batch_segments, appo.rollout_length" in msg, msg
+    # 6 ranks of 2 agents on nodes of 2 ranks: a node holds at most one learner (and its actor)
+    two = C.resolve(C.build(C.load_yaml(CONFIGS / "appo_toy.yaml"),
+                            [("appo", "batch_segments", 10**6), ("appo", "num_minibatches", 1), ("appo", "num_agents", 2),
+                             ("training", "total_timesteps", 10**12)], 6), 6)
+    monkeypatch.setattr(C, "memory_available", lambda ranks: one_learner + 2 * one_actor)
+    assert C.host_problems(two, 6, 2) == [] and C.host_problems(two, 6, 6) != []
