@@ -865,7 +865,7 @@ def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
                     (a.batch_segments * (T + 1) * fwd, f"the V-trace forward pass over {a.batch_segments:,} x "
                      f"{T + 1:,} frames", "appo.batch_segments, appo.rollout_length"),
                     (samples // a.num_minibatches * fwd, f"minibatch {samples // a.num_minibatches:,} samples",
-                     "appo.batch_segments, appo.num_minibatches")]
+                     "appo.batch_segments, appo.rollout_length")]  # (or raise appo.num_minibatches)
         actor.append((2 * envs * seg, f"{envs:,} envs' segments of {T:,} steps x 2", "appo.rollout_length, env.num_envs"))
     return learner, actor
 

@@ -296,6 +296,8 @@ class APPOLearning:
                                           self.nonfinite_streak, self.max_nonfinite)
         except NonFiniteError:
             from mpippo.algos.apex import nonfinite_message
+            self.skipped += self.max_nonfinite - self.nonfinite_streak  # this batch's, up to the guard
+            self.nonfinite_streak = self.max_nonfinite
             raise NonFiniteError(nonfinite_message("the APPO loss", self.max_nonfinite, self.max_nonfinite,
                                                    self.t.learning_rate, unit="minibatch steps")) from None
         self.skipped += self.last_stats["skipped"]

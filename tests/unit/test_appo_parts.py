@@ -274,6 +274,7 @@ def test_non_finite_steps_are_skipped_counted_across_batches_and_end_the_learner
     with pytest.raises(NonFiniteError, match=r"the APPO loss .* not finite in 6 consecutive minibatch steps.*"
                                              r"lower training.learning_rate \(now 0.001\)"):
         algo.update(1, 0.0)
+    assert algo.skipped == 6
 
 
 def test_a_finite_batch_resets_the_streak():
