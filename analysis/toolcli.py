@@ -128,6 +128,9 @@ def _probe(folder: Path, name: str, flag: str, target: Path) -> None:
     and remove the folders made for it: what cannot be written is found now, and nothing is left."""
     made = missing_folders(folder)
     try:
+        above = next((f for f in (folder, *folder.parents) if f.exists() or f.is_symlink()), None)
+        if above is not None and not above.is_dir():
+            raise ConfigError(f"{flag}: cannot write '{shown(target)}': '{shown(above)}' is a file, not a folder")
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
         os.close(fd)

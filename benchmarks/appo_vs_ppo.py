@@ -13,8 +13,6 @@ Writes <out>/comparison.png, comparison_report.txt (compare_results) and appo_vs
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
@@ -22,24 +20,77 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "analysis"))
+from toolcli import (COUNT, MAX_RANKS, NUMBER, ConfigError, Maybe, Parser, ToolFailure, check_trainer,  # noqa: E402
+                     conform, count, number, output_folder, ranks_fit, run, shown, write_json)
+
 from mpippo import launch  # noqa: E402
+from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
+from mpippo.runlock import LOCK_NAME  # noqa: E402
+
+TOOL = "appo_vs_ppo"
+OUTPUTS = ("comparison.png", "comparison_report.txt", "appo_vs_ppo.json")
+KEPT = ("done", "duration")  # a run that ended so is kept as it is
+# what the comparison and the model read of each run's metrics
+SPEC = {"sync PPO": {"world_size": COUNT, "total_timesteps": COUNT, "fps": NUMBER, "episode_return_mean": Maybe(NUMBER),
+                     "phase_seconds": {k: NUMBER for k in ("env_step", "inference", "backward", "optimizer")}},
+        "APPO": {"fps": NUMBER, "epochs": COUNT, "episode_return_mean": Maybe(NUMBER)}}
 
 
-def run(name: str, ranks: int, config: str, args, folder: Path) -> dict:
-    metrics = folder / "benchmark_metrics.json"
-    if metrics.exists() and json.loads(metrics.read_text()).get("stop_reason") in ("done", "duration"):
+def fresh_args(config: str, args) -> list[str]:
+    return ["--config", config, "--set", f"env.name={args.env}", "--set", f"training.duration_hours={args.minutes / 60}",
+            "--total-timesteps", str(10**9), "--set", "logging.progress=false"]
+
+
+def checkpoint_of(folder: Path) -> Path | None:
+    return next((p for p in (folder / "checkpoints" / "latest.pt", folder / "agent_0" / "checkpoints" / "latest.pt")
+                 if p.is_file()), None)
+
+
+def kept_metrics(name: str, folder: Path) -> dict | None:
+    """The metrics of a run that ended (checked for what the comparison reads), else None."""
+    if not (folder / METRICS).exists():
+        return None
+    m = read_metrics(folder)
+    if m.get("stop_reason") not in KEPT:
+        return None
+    conform(m, SPEC[name], folder / METRICS)
+    if name == "sync PPO" and not m["total_timesteps"]:
+        raise ConfigError(f"metrics file '{shown(folder / METRICS)}': total_timesteps: 0 steps to compare")
+    return m
+
+
+def check_run(name: str, ranks: int, config: str, args, folder: Path) -> None:
+    """Before anything runs: the folder is new, holds a run that ended, or one to resume (its
+    config as the trainer will read it); the options pass the trainer's checks at `ranks`."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--root: '{shown(folder)}' is a file, where the {name} run folder goes")
+    if kept_metrics(name, folder) is not None:
+        return
+    if checkpoint_of(folder):
+        read_run_config(folder)
+        check_trainer(["--config", str(folder / "config.yaml")], ranks, f"{name} (resumed)")
+        return
+    if folder.is_dir() and any(p.name != LOCK_NAME for p in folder.iterdir()):
+        raise ConfigError(f"--root: '{shown(folder)}' holds an unfinished {name} run without a checkpoint to resume "
+                          f"from; move it away to start afresh")
+    check_trainer(fresh_args(config, args), ranks, name)
+
+
+def run_one(name: str, ranks: int, config: str, args, folder: Path) -> dict:
+    if (m := kept_metrics(name, folder)) is not None:
         print(f"{name}: finished before, kept ({folder})", flush=True)
-        return json.loads(metrics.read_text())
-    resume = (folder / "checkpoints" / "latest.pt").exists() or (folder / "config.yaml").exists()
-    cmd = ["--resume"] if resume else ["--config", config, "--set", f"env.name={args.env}",
-                                       "--set", f"training.duration_hours={args.minutes / 60}",
-                                       "--total-timesteps", str(10**9), "--set", "logging.progress=false"]
+        return m
+    cmd = ["--resume"] if checkpoint_of(folder) else fresh_args(config, args)
     print(f"{name}: {ranks} ranks, {args.minutes:g} minutes on {args.env} -> {folder}", flush=True)
     command, env = launch.mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(folder), *cmd], 1)
-    res = subprocess.run(command, cwd=ROOT, env=env, timeout=args.minutes * 60 + 900)  # its console lines: progress
+    try:
+        res = subprocess.run(command, cwd=ROOT, env=env, timeout=args.minutes * 60 + 900)  # its console lines: progress
+    except subprocess.TimeoutExpired:
+        raise ToolFailure(f"{name} did not end within {args.minutes:g} minutes and 15 more") from None
     if res.returncode != 0:
-        sys.exit(f"mpippo: error: appo_vs_ppo: {name} exited {res.returncode}")
-    return json.loads(metrics.read_text())
+        raise ToolFailure(f"{name} exited {res.returncode}; run the same command again to resume it")
+    return conform(read_metrics(folder), SPEC[name], folder / METRICS)
 
 
 def model(ppo: dict, appo: dict, cores: int = 48) -> dict:
@@ -60,30 +111,44 @@ def model(ppo: dict, appo: dict, cores: int = 48) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run(TOOL, _main, argv)
+
+
+def _main(argv) -> int:
+    p = Parser(prog="appo_vs_ppo.py", description=__doc__.splitlines()[0])
     p.add_argument("--env", default="starpilot")
-    p.add_argument("--minutes", type=float, default=20.0)
-    p.add_argument("--ranks", type=int, default=2, help="sync PPO ranks = APPO actors (APPO adds a learner)")
+    p.add_argument("--minutes", type=number(0, 7 * 24 * 60), default=20.0)
+    p.add_argument("--ranks", type=count(1, MAX_RANKS - 1), default=2,
+                   help="sync PPO ranks = APPO actors (APPO adds a learner)")
     p.add_argument("--root", type=Path, default=ROOT / "runs" / "appo_vs_ppo")
     p.add_argument("--out", type=Path, default=ROOT / "analysis" / "data" / "appo_vs_ppo")
     args = p.parse_args(argv)
-    ppo = run("sync PPO", args.ranks, "configs/ppo_procgen.yaml", args, args.root / "sync_ppo")
-    appo = run("APPO", args.ranks + 1, "configs/appo_procgen.yaml", args, args.root / "appo")
-    args.out.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, str(ROOT / "analysis" / "compare_results.py"), str(args.root / "sync_ppo"),
-                    str(args.root / "appo"), "--out", str(args.out)], check=True, env=os.environ)
+    args.root, args.out = Path(os.path.abspath(args.root)), Path(os.path.abspath(args.out))  # runs start in the root
+    if args.root.exists() and not args.root.is_dir():
+        raise ConfigError(f"--root: '{shown(args.root)}' is a file; give a folder")
+    ranks_fit(args.ranks + 1, "--ranks")
+    plan = [("sync PPO", args.ranks, "configs/ppo_procgen.yaml", args.root / "sync_ppo"),
+            ("APPO", args.ranks + 1, "configs/appo_procgen.yaml", args.root / "appo")]
+    for name, ranks, config, folder in plan:
+        check_run(name, ranks, config, args, folder)
+    output_folder(args.out, "--out", OUTPUTS)
+    ppo, appo = (run_one(name, ranks, config, args, folder) for name, ranks, config, folder in plan)
+    res = subprocess.run([sys.executable, str(ROOT / "analysis" / "compare_results.py"), str(args.root / "sync_ppo"),
+                          str(args.root / "appo"), "--out", str(args.out)], env=os.environ)
+    if res.returncode != 0:
+        raise ToolFailure(f"compare_results exited {res.returncode} (its line above says why)")
     keep = ("algo", "world_size", "total_timesteps", "duration_s", "fps", "episode_return_mean", "precision",
             "learner_samples_per_s", "policy_lag", "longest_credit_hold_s", "updates", "phase_seconds")
     result = {"env": args.env, "minutes": args.minutes, "cores": os.cpu_count(),
               "sync_ppo": {k: ppo[k] for k in keep if k in ppo}, "appo": {k: appo[k] for k in keep if k in appo},
               "model_48_cores_1_gpu": model(ppo, appo)}
-    (args.out / "appo_vs_ppo.json").write_text(json.dumps(result, indent=1))
+    write_json(args.out / OUTPUTS[2], result, "--out")
     m = result["model_48_cores_1_gpu"]
     print(f"\nsync PPO {ppo['fps']:.0f} steps/s, return {ppo['episode_return_mean']}; APPO {appo['fps']:.0f} steps/s, "
           f"return {appo['episode_return_mean']} ({args.minutes:g} minutes each on {os.cpu_count()} cores)\n"
           f"modeled, 48 cores + 1 GPU: sync PPO on 48 CPU ranks {m['ppo_cpu_steps_per_s']:,.0f} steps/s; APPO's 47 "
           f"actors collect {m['appo_collection_steps_per_s']:,.0f} steps/s if the GPU learner trains "
-          f"{m['appo_learner_samples_per_s_needed']:,.0f} samples/s\nwrote {args.out / 'appo_vs_ppo.json'}", flush=True)
+          f"{m['appo_learner_samples_per_s_needed']:,.0f} samples/s\nwrote {args.out / OUTPUTS[2]}", flush=True)
     return 0
 
 

@@ -26,8 +26,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "analysis"))
 from mpippo import hostmem, launch  # noqa: E402
-from results_file import write_result  # noqa: E402  (benchmarks/)
+from mpippo.config import PROCGEN_GAMES  # noqa: E402
+from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
+from toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
+                     number, ranks_fit, run)
+from toolcli import run_trainer as run_checked  # noqa: E402
+
+TOOL = "bench"
+MEMORY_RUN = {"ranks": 2, "envs_per_rank": 8, "n_steps": 64}  # the memory-growth run: many small iterations
 
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 
@@ -42,22 +50,25 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def trainer_args(ranks: int, args, precision: str = "fp32", envs_per_rank: int | None = None,
+                 n_steps: int | None = None, iterations: int | None = None, tensorboard: bool = False,
+                 device: str = "cpu") -> list[str]:
+    envs_per_rank, n_steps = envs_per_rank or args.envs_per_rank, n_steps or args.n_steps
+    steps = ranks * envs_per_rank * n_steps * (iterations or args.iterations)
+    return ["--set", f"env.name={args.env}", "--num-envs-per-rank", str(envs_per_rank), "--n-steps", str(n_steps),
+            "--total-timesteps", str(steps), "--no-progress",
+            "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
+            "--set", f"logging.tensorboard={str(tensorboard).lower()}",
+            "--set", f"training.num_minibatches={args.minibatches}", "--set", f"training.n_epochs={args.epochs}",
+            "--set", f"training.precision={precision}", "--device", device]
+
+
 def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_per_rank: int | None = None,
                 n_steps: int | None = None, iterations: int | None = None, tensorboard: bool = False,
                 allocator: str = "retain", device: str = "cpu") -> dict:
-    envs_per_rank, n_steps = envs_per_rank or args.envs_per_rank, n_steps or args.n_steps
-    steps = ranks * envs_per_rank * n_steps * (iterations or args.iterations)
-    trainer_args = ["--set", f"env.name={args.env}", "--num-envs-per-rank", str(envs_per_rank), "--n-steps", str(n_steps),
-                    "--total-timesteps", str(steps), "--no-progress",
-                    "--set", f"parallel.threads_per_rank={args.threads}", "--set", "checkpoint.interval_iterations=0",
-                    "--set", f"logging.tensorboard={str(tensorboard).lower()}",
-                    "--set", f"training.num_minibatches={args.minibatches}", "--set", f"training.n_epochs={args.epochs}",
-                    "--set", f"training.precision={precision}", "--device", device]
-    try:
-        return launch.run_trainer(ranks, trainer_args, out_dir, args.threads,
-                                  extra_env={hostmem.ENV: allocator})
-    except RuntimeError as e:
-        sys.exit(f"bench: {e}")
+    argv = trainer_args(ranks, args, precision, envs_per_rank, n_steps, iterations, tensorboard, device)
+    return run_checked(ranks, argv, out_dir, f"the {ranks}-rank {precision} run", threads=args.threads,
+                       extra_env={hostmem.ENV: allocator})
 
 
 def components(args, precision: str) -> dict:
@@ -74,7 +85,7 @@ def components(args, precision: str) -> dict:
                  for _ in range(copies)]
         outs = [p.communicate(timeout=900)[0] for p in procs]
         if any(p.returncode for p in procs):
-            sys.exit(f"bench: {' '.join(cmd)} failed")
+            raise ToolFailure(f"the component costs ({precision}) failed: {' '.join(cmd)}")
         return [json.loads(o.strip().splitlines()[-1]) for o in outs]
 
     alone = measure(1)[0]
@@ -105,8 +116,12 @@ def with_ceiling(c: dict) -> dict:
 
 
 def peer(args) -> dict | None:
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--env", args.env,
-                          "--iterations", str(args.peer_iterations)], capture_output=True, text=True, timeout=7200)
+    try:
+        res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--env", args.env,
+                              "--iterations", str(args.peer_iterations)], capture_output=True, text=True, timeout=7200)
+    except subprocess.TimeoutExpired:
+        print("bench: peer skipped: no result within 2 hours", flush=True)
+        return None
     if res.returncode != 0:
         print(f"bench: peer skipped: {res.stderr.strip()[-500:]}", flush=True)
         return None
@@ -116,7 +131,9 @@ def peer(args) -> dict | None:
 def memory_growth(args, out_dir: Path) -> dict:
     """A longer 2-rank run with small iterations: peak RSS (max over ranks) after each iteration."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    run_trainer(2, args, out_dir, envs_per_rank=8, n_steps=64, iterations=args.memory_iterations, tensorboard=True)
+    m = MEMORY_RUN
+    run_trainer(m["ranks"], args, out_dir, envs_per_rank=m["envs_per_rank"], n_steps=m["n_steps"],
+                iterations=args.memory_iterations, tensorboard=True)
     acc = EventAccumulator(str(out_dir / "logs"))
     acc.Reload()
     curve = [e.value for e in acc.Scalars("charts/peak_rss_mb_max_rank")]
@@ -132,37 +149,72 @@ def allreduce_seconds(ranks: int) -> float:
         return 0.0
     cmd, env = launch.mpirun_command(ranks, [str(ROOT / "benchmarks" / "allreduce_micro.py")])
     env["PYTHONPATH"] = str(ROOT)
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True)
+    try:
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        raise ToolFailure(f"the Allreduce microbenchmark at {ranks} ranks failed ({e})") from None
     return json.loads(res.stdout.strip().splitlines()[-1])["seconds_per_call"]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--env", default="coinrun")
-    p.add_argument("--envs-per-rank", type=int, default=32, help="default: the default job (64 envs) on 2 ranks")
-    p.add_argument("--n-steps", type=int, default=256)
-    p.add_argument("--minibatches", type=int, default=8)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--iterations", type=int, default=3, help="per run; the first is warm-up")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+def make_parser() -> Parser:
+    p = Parser(prog="bench.py", description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=count(1, MAX_RANKS), nargs="+", default=[1, 2])
+    p.add_argument("--env", default="coinrun", choices=PROCGEN_GAMES, metavar="GAME", help="a Procgen game")
+    p.add_argument("--envs-per-rank", type=count(1), default=32, help="default: the default job (64 envs) on 2 ranks")
+    p.add_argument("--n-steps", type=count(1), default=256)
+    p.add_argument("--minibatches", type=count(1), default=8)
+    p.add_argument("--epochs", type=count(1, 100), default=3)
+    p.add_argument("--iterations", type=count(1, 1000), default=3, help="per run; the first is warm-up")
+    p.add_argument("--threads", type=count(1, 1024), default=1, help="torch threads per rank")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure training.precision=bf16 at the largest rank count that fits the cores")
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                    help="run CleanRL's ppo_procgen.py side by side (benchmarks/peers.py)")
-    p.add_argument("--peer-iterations", type=int, default=2)
+    p.add_argument("--peer-iterations", type=count(1, 100), default=2)
     p.add_argument("--gpu", action="store_true",
                    help="also run 1 rank on the GPU (training.device=cuda), fp32 and bf16; skipped without CUDA")
-    p.add_argument("--component-seconds", type=float, default=8.0, help="timing per component cost")
+    p.add_argument("--component-seconds", type=number(0, 600), default=8.0, help="timing per component cost")
     p.add_argument("--ceiling-after", action=argparse.BooleanOptionalAction, default=True,
                    help="measure the component costs again after the runs; the faster measurement sets the ceiling")
     p.add_argument("--allocator-baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="also run fp32 at the full-machine rank count with malloc left as it is "
                         f"({hostmem.ENV}=system, THP for torch): what keeping freed memory gains")
-    p.add_argument("--memory-iterations", type=int, default=21, help="0 = skip the memory-growth run")
-    p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args()
+    p.add_argument("--memory-iterations", type=count(0, 10_000), default=21,
+                   help="0 = skip the memory-growth run; else at least 3")
+    p.add_argument("--out", type=Path, default=None, help="the result file (default benchmarks/results/<date>.json)")
+    return p
 
+
+def check(args, cores: int) -> None:
+    """Every option and every run's trainer options, before the first measurement."""
+    distinct(args.ranks, "--ranks")
+    if args.memory_iterations in (1, 2):
+        raise ConfigError(f"--memory-iterations: {args.memory_iterations} is too few to see growth after the second "
+                          f"iteration; allowed: 0 (skip) or 3 to 10,000")
+    if args.envs_per_rank * args.n_steps < args.minibatches:
+        raise ConfigError(f"--minibatches: {args.minibatches} minibatches of a {args.envs_per_rank} x {args.n_steps} "
+                          f"batch per rank leave them empty; allowed: 1 to {args.envs_per_rank * args.n_steps}")
+    ranks_fit(max(args.ranks), "--ranks")
+    full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
+    for n in args.ranks:
+        check_trainer(trainer_args(n, args), n, f"the {n}-rank run")
+    if args.bf16:
+        check_trainer(trainer_args(full, args, "bf16"), full, f"the {full}-rank bf16 run")
+    if args.memory_iterations:
+        m = MEMORY_RUN
+        check_trainer(trainer_args(m["ranks"], args, envs_per_rank=m["envs_per_rank"], n_steps=m["n_steps"],
+                                   iterations=args.memory_iterations, tensorboard=True), m["ranks"],
+                      "the memory run (--memory-iterations)")
+    check_out(args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(TOOL, _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    args = make_parser().parse_args(argv)
+    check(args, len(os.sched_getaffinity(0)))
     cores = len(os.sched_getaffinity(0))
     print(f"bench: {args.env}, {args.envs_per_rank} envs x {args.n_steps} steps per rank, {args.iterations} "
           f"iterations, {args.threads} thread(s)/rank, ranks {args.ranks} on {cores} cores ({cpu_model()})", flush=True)

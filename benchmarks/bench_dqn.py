@@ -8,7 +8,6 @@ the GPU where training.device finds one). Writes benchmarks/results/<date>-dqn.j
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import sys
@@ -17,41 +16,58 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo import launch  # noqa: E402
-from results_file import write_result  # noqa: E402  (benchmarks/)
+sys.path.append(str(ROOT / "analysis"))
+from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
+from toolcli import MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
+from toolcli import run as run_tool  # noqa: E402
+
+TOOL = "bench_dqn"
+CONFIG = ["--config", "configs/dqn_procgen.yaml", "--set", "logging.tensorboard=false"]
 
 
-def run(ranks: int, extra: list[str], out: Path) -> dict:
-    args = ["--config", "configs/dqn_procgen.yaml", "--set", "logging.tensorboard=false", *extra]
-    try:
-        return launch.run_trainer(ranks, args, out)
-    except RuntimeError as e:
-        sys.exit(f"bench_dqn: {e}")
+def collection_args(n: int, args) -> list[str]:
+    """n actors, the learner storing without training (replay ratio 0): collection alone."""
+    return [*CONFIG, "--num-envs-per-rank", str(args.envs_per_actor), "--total-timesteps", str(n * args.steps_per_actor),
+            "--set", "dqn.replay_ratio=0", "--set", "dqn.buffer_size=20000", "--set", f"training.device={args.device}"]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--actors", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--envs-per-actor", type=int, default=8)
-    p.add_argument("--steps-per-actor", type=int, default=8000)
-    p.add_argument("--learner-steps", type=int, default=4000, help="env steps of the learner measurement")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args()
+def learner_args(args) -> list[str]:
+    return [*CONFIG, "--num-envs-per-rank", str(args.envs_per_actor), "--total-timesteps", str(args.learner_steps),
+            "--set", "dqn.learning_starts=500", "--set", "dqn.buffer_size=20000", "--set", f"training.device={args.device}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_tool(TOOL, _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="bench_dqn.py", description=__doc__.splitlines()[0])
+    p.add_argument("--actors", type=count(1, MAX_RANKS - 1), nargs="+", default=[1, 2, 3])
+    p.add_argument("--envs-per-actor", type=count(1), default=8)
+    p.add_argument("--steps-per-actor", type=count(1, 10**9), default=8000)
+    p.add_argument("--learner-steps", type=count(1, 10**9), default=4000, help="env steps of the learner measurement")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--out", type=Path, default=None, help="the result file (default benchmarks/results/<date>-dqn.json)")
+    args = p.parse_args(argv)
+    distinct(args.actors, "--actors")
+    ranks_fit(max(args.actors) + 1, "--actors")
+    for n in args.actors:
+        check_trainer(collection_args(n, args), n + 1, f"the run with {n} actor(s)")
+    check_trainer(learner_args(args), 2, "the learner run")
+    check_out(args.out)
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ConfigError("--device: 'cuda' requested but CUDA is not usable here; allowed here: auto, cpu")
     rows = []
     with tempfile.TemporaryDirectory(prefix="mpippo-bench-dqn-") as tmp:
         for n in args.actors:
             print(f"bench_dqn: collection with {n} actor(s) ...", flush=True)
-            m = run(n + 1, ["--num-envs-per-rank", str(args.envs_per_actor), "--total-timesteps",
-                            str(n * args.steps_per_actor), "--set", "dqn.replay_ratio=0",
-                            "--set", "dqn.buffer_size=20000", "--set", f"training.device={args.device}"],
-                    Path(tmp) / f"c{n}")
+            m = run_trainer(n + 1, collection_args(n, args), Path(tmp) / f"c{n}", f"the run with {n} actor(s)")
             rows.append({"actors": n, "steps_per_s": m["fps"], "steps_per_s_per_actor": m["actor_steps_per_s"],
                          "transitions_sent": m["transitions_sent"], "transitions_received": m["transitions_received"]})
         print("bench_dqn: learner ...", flush=True)
-        lm = run(2, ["--num-envs-per-rank", str(args.envs_per_actor), "--total-timesteps", str(args.learner_steps),
-                     "--set", "dqn.learning_starts=500", "--set", "dqn.buffer_size=20000",
-                     "--set", f"training.device={args.device}"], Path(tmp) / "learner")
+        lm = run_trainer(2, learner_args(args), Path(tmp) / "learner", "the learner run")
     base = rows[0]["steps_per_s"]
     print(f"\n{'actors':>6} {'steps/s':>9} {'per actor':>10} {'scaling':>8}")
     for r in rows:

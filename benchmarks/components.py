@@ -13,7 +13,6 @@ Prints one JSON line. Host memory set up as run_mpi.py does (mpippo/hostmem.py).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -21,7 +20,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "analysis"))
 from mpippo import hostmem  # noqa: E402
+from mpippo.config import PROCGEN_GAMES  # noqa: E402
+from toolcli import Parser, count, number, run  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
 
@@ -86,14 +88,18 @@ def conv_peak(convs: list, batch: int, device, precision: str, seconds: float) -
     return best
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--env", default="coinrun")
-    p.add_argument("--envs-per-rank", type=int, default=32)
-    p.add_argument("--minibatch", type=int, default=1024, help="samples per rank per training step")
-    p.add_argument("--precision", default="fp32")
-    p.add_argument("--seconds", type=float, default=8.0, help="per component")
-    args = p.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    return run("components", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="components.py", description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="coinrun", choices=PROCGEN_GAMES, metavar="GAME", help="a Procgen game")
+    p.add_argument("--envs-per-rank", type=count(1, 4096), default=32)
+    p.add_argument("--minibatch", type=count(1, 1 << 16), default=1024, help="samples per rank per training step")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--seconds", type=number(0, 600), default=8.0, help="per component")
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
     device = torch.device("cpu")
 
@@ -144,7 +150,8 @@ def main() -> None:
                       "inference_flops_rate": fwd / infer_s, "update_flops_rate": train / update_s,
                       "step_flops_rate": step_flops / per_step, "conv_peak_flops_rate": peak,
                       "kernel_bound_per_core": peak / step_flops}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

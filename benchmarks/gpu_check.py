@@ -13,7 +13,6 @@ not, with the numbers.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import platform
 import sys
@@ -22,8 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo import launch  # noqa: E402
-from results_file import write_result  # noqa: E402  (benchmarks/)
+sys.path.append(str(ROOT / "analysis"))
+from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
+from toolcli import ConfigError, Parser, count, run, run_trainer  # noqa: E402  (analysis/)
+
+TOOL = "gpu-check"
+MAX_PPO_ITERATIONS = 200  # 200 x 16,384 steps at the measured 6,500-7,500 steps/s: about 8 of a run's 10 minutes
 
 # the default config (64 envs x 256 steps = 16,384 per iteration) on the GPU; smoke-sized on the CPU
 REAL = {"ppo": [], "ppo_steps": 12 * 16384, "resume_half": 2 * 16384, "dqn_steps": 60_000, "dqn_batch": 512,
@@ -35,10 +38,7 @@ DRY = {"ppo": ["--config", "configs/smoke.yaml"], "ppo_steps": 512, "resume_half
 
 def trainer(ranks: int, args: list[str], out: Path, device: str) -> dict:
     common = ["--no-progress", "--device", device, "--set", "logging.tensorboard=false", "--set", "logging.print_interval=1000"]
-    try:
-        return launch.run_trainer(ranks, [*args, *common], out, timeout=600)
-    except RuntimeError as e:
-        sys.exit(f"gpu-check: {e}")
+    return run_trainer(ranks, [*args, *common], out, f"the {ranks}-rank run", timeout=600)
 
 
 def ppo_rows(budget: dict, device: str, tmp: Path) -> list[dict]:
@@ -60,7 +60,8 @@ def resume_row(budget: dict, device: str, tmp: Path) -> dict:
     for name in ("whole", "again"):
         trainer(1, [*base, "--total-timesteps", str(2 * half)], tmp / name, device)
     trainer(1, [*base, "--total-timesteps", str(half)], tmp / "halves", device)
-    launch.run_trainer(1, ["--resume", "--total-timesteps", str(2 * half), "--no-progress"], tmp / "halves", timeout=600)
+    run_trainer(1, ["--resume", "--total-timesteps", str(2 * half), "--no-progress"], tmp / "halves", "the resumed run",
+                timeout=600)
     a, b, c = (torch.load(tmp / d / "checkpoints" / "latest.pt", weights_only=False)["model"]
                for d in ("whole", "halves", "again"))
     gap = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
@@ -91,15 +92,20 @@ def appo_row(budget: dict, device: str, tmp: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run(TOOL, _main, argv)
+
+
+def _main(argv) -> int:
+    p = Parser(prog="gpu_check.py", description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU with tiny budgets")
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--ppo-iterations", type=int, default=12, help="PPO updates per timed row (GPU runs)")
+    p.add_argument("--out", type=Path, default=None, help="the result file (default benchmarks/results/<date>-gpu.json)")
+    p.add_argument("--ppo-iterations", type=count(1, MAX_PPO_ITERATIONS), default=12,
+                   help="PPO updates per timed row (GPU runs)")
     args = p.parse_args(argv)
     import torch
     if not args.dry_run and not torch.cuda.is_available():
-        sys.stderr.write("mpippo: error: gpu-check: no CUDA device here; run it on a GPU machine, or with --dry-run\n")
-        return 2
+        raise ConfigError("no CUDA device here; run it on a GPU machine, or with --dry-run")
+    check_out(args.out)
     budget, device = (DRY, "cpu") if args.dry_run else (dict(REAL, ppo_steps=args.ppo_iterations * 16384), "cuda")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

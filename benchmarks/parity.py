@@ -16,9 +16,9 @@ analysis/parity.py reports on all of them.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,40 +26,64 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "analysis"))
+from toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
+                     number, output_folder, ranks_fit, run, seed, shown)
+
+from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
+from mpippo.runlock import LOCK_NAME  # noqa: E402
+
+TOOL = "benchmarks/parity"
 KEEP = ROOT / "analysis" / "data" / "parity" / "runs"  # the small files of finished runs, committed
 BUDGETS = {"coinrun": 524_288, "starpilot": 1_048_576}  # the paper's values there: 6.50 +- 0.08, 9.35 +- 0.89
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def keep(run_dir: Path) -> Path:
-    """Copy a finished run's curves and metrics (not its checkpoints) to analysis/data/parity/runs."""
+    """Copy a finished run's curves and metrics (not its checkpoints) to analysis/data/parity/runs:
+    into a new folder first, which then replaces the kept copy (a failed copy leaves the old one)."""
     import shutil
     dest = KEEP / run_dir.name
-    shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(run_dir / "logs", dest / "logs")
-    for name in ("benchmark_metrics.json", "config.yaml"):
-        shutil.copy2(run_dir / name, dest / name)
+    tmp = KEEP / f".{run_dir.name}.new"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(run_dir / "logs", tmp / "logs")
+        for name in (METRICS, "config.yaml"):
+            shutil.copy2(run_dir / name, tmp / name)
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ToolFailure(f"copying '{shown(run_dir)}' to '{shown(dest)}' failed ({e.strerror or e})") from None
     return dest
 
 
+def kept_runs() -> list[Path]:
+    return sorted(p for p in KEEP.iterdir() if p.is_dir() and not p.name.startswith(".")) if KEEP.is_dir() else []
+
+
 def finished(run_dir: Path) -> bool:
-    try:
-        return bool(json.loads((run_dir / "benchmark_metrics.json").read_text()).get("finished"))
-    except (OSError, ValueError):
-        return False
+    """The run's metrics say it finished (they were checked before anything started)."""
+    return (run_dir / METRICS).is_file() and bool(read_metrics(run_dir).get("finished"))
 
 
-def run_command(run_dir: Path, game: str, seed: int, args) -> list[str]:
-    """The launcher line of one run: a fresh start, or a resume from its checkpoint."""
-    cmd = [sys.executable, "-m", "mpippo.launch", "-n", str(args.ranks), f"--mpirun-args={args.mpirun_args}",
-           "--output-dir", str(run_dir), "--no-progress", "--set", "logging.print_interval=4",
-           "--set", "checkpoint.interval_iterations=4"]
+def trainer_args(run_dir: Path, game: str, seed_: int, args) -> list[str]:
+    """run_mpi.py's options of one run (without --output-dir): a fresh start, or a resume from its checkpoint."""
+    out = ["--no-progress", "--set", "logging.print_interval=4", "--set", "checkpoint.interval_iterations=4"]
     if args.parallel > 1:  # runs side by side share the cores, and none may bind (they would stack)
         cores = len(os.sched_getaffinity(0))
-        cmd += ["--set", f"parallel.threads_per_rank={max(1, cores // (args.parallel * args.ranks))}"]
+        out += ["--set", f"parallel.threads_per_rank={max(1, cores // (args.parallel * args.ranks))}"]
     if (run_dir / "checkpoints" / "latest.pt").is_file():
-        return cmd + ["--resume"]
-    return cmd + ["--set", f"env.name={game}", "--total-timesteps", str(BUDGETS[game]), "--seed", str(seed),
+        return out + ["--resume"]
+    return out + ["--set", f"env.name={game}", "--total-timesteps", str(BUDGETS[game]), "--seed", str(seed_),
                   "--set", f"training.precision={args.precision}", *[a for s in args.set for a in ("--set", s)]]
+
+
+def run_command(run_dir: Path, game: str, seed_: int, args) -> list[str]:
+    """The launcher line of one run."""
+    return [sys.executable, "-m", "mpippo.launch", "-n", str(args.ranks), f"--mpirun-args={args.mpirun_args}",
+            "--output-dir", str(run_dir), *trainer_args(run_dir, game, seed_, args)]
 
 
 def run_queue(todo: list[tuple[Path, list[str]]], parallel: int, stop_after: float | None) -> int:
@@ -95,34 +119,85 @@ def run_queue(todo: list[tuple[Path, list[str]]], parallel: int, stop_after: flo
     return worst
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def make_parser() -> Parser:
+    p = Parser(prog="benchmarks/parity.py", description=__doc__.splitlines()[0])
     p.add_argument("--games", nargs="+", default=list(BUDGETS), choices=sorted(BUDGETS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--seeds", nargs="+", type=seed, default=[1, 2])
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--tag", default=None, help="folder tag (default: the precision)")
+    p.add_argument("--ranks", type=count(1, MAX_RANKS), default=2)
+    p.add_argument("--tag", default=None, help="folder tag (default: the precision); letters, digits, . _ -")
     p.add_argument("--set", action="append", default=[], help="config overrides for a variant")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "parity")
-    p.add_argument("--parallel", type=int, default=1, help="runs at once (a machine with many cores or a GPU); "
-                   "their output goes to <out>/<run>.log")
-    p.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--parallel", type=count(1, 64), default=1, help="runs at once (a machine with many cores or "
+                   "a GPU); their output goes to <out>/<run>.log")
+    p.add_argument("--stop-after", type=number(0, 30 * 86400), default=None, metavar="SECONDS",
                    help="then the running runs checkpoint and stop, and no new one starts")
     p.add_argument("--mpirun-args", default="--oversubscribe --bind-to none")
-    args = p.parse_args(argv)
+    return p
+
+
+def check_run(run_dir: Path, game: str, seed_: int, args) -> None:
+    """One run of the set: its folder is new, finished (metrics, curves and config to keep), or
+    resumable (a checkpoint, and a config the trainer accepts); its options pass the trainer's checks."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"'{shown(run_dir)}' is a file, where the run folder of {game} seed {seed_} goes")
+    if (run_dir / METRICS).exists() and read_metrics(run_dir).get("finished"):
+        read_run_config(run_dir)
+        if not (run_dir / "logs").is_dir():
+            raise ConfigError(f"'{shown(run_dir)}' finished but has no logs/ folder to keep")
+        return
+    argv = trainer_args(run_dir, game, seed_, args)
+    if "--resume" in argv:  # the trainer reads the run's own config.yaml: checked as it will read it
+        read_run_config(run_dir)
+        argv = ["--config", str(run_dir / "config.yaml"), *[a for a in argv if a != "--resume"]]
+    elif run_dir.is_dir() and any(p.name != LOCK_NAME for p in run_dir.iterdir()):
+        raise ConfigError(f"'{shown(run_dir)}' holds an unfinished run without a checkpoint to resume from; "
+                          f"move it away to start {game} seed {seed_} afresh")
+    check_trainer(argv, args.ranks, run_dir.name)
+
+
+def check(args) -> list[tuple[Path, str, int]]:
+    """Everything before the first run; returns the runs of the set (folder, game, seed)."""
+    distinct(args.games, "--games")
+    distinct(args.seeds, "--seeds")
+    if args.tag is not None and not TAG.fullmatch(args.tag):
+        raise ConfigError(f"--tag: {shown(args.tag)!r} is not a folder tag; allowed: 1-64 letters, digits, '.', "
+                          f"'_' or '-', not starting with '.' or '-'")
+    try:
+        shlex.split(args.mpirun_args)
+    except ValueError as e:
+        raise ConfigError(f"--mpirun-args: {shown(args.mpirun_args)!r} is not a command-line fragment ({e})") from None
+    ranks_fit(args.ranks * args.parallel, "--ranks x --parallel")
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out: '{shown(args.out)}' is a file; give a folder")
     tag = args.tag or args.precision
-    folders, todo = [], []
-    for game in args.games:
-        for seed in args.seeds:
-            run_dir = args.out / f"{game}-{tag}-s{seed}"
-            folders.append(run_dir)
-            if finished(run_dir):
-                print(f"parity: {run_dir.name}: finished earlier", flush=True)
-            else:
-                todo.append((run_dir, run_command(run_dir, game, seed, args)))
-    rc = run_queue(todo, max(1, args.parallel), args.stop_after)
-    done = [keep(f) for f in folders if finished(f)]
-    kept = sorted(set(done) | set(p for p in KEEP.iterdir() if p.is_dir())) if KEEP.is_dir() else done
+    runs = [(args.out / f"{game}-{tag}-s{s}", game, s) for game in args.games for s in args.seeds]
+    for run_dir, game, s in runs:
+        check_run(run_dir, game, s, args)
+    for kept in kept_runs():
+        read_metrics(kept)
+        read_run_config(kept)
+    output_folder(args.out, "--out")  # last: the only check that writes (a probe, removed at once)
+    return runs
+
+
+def main(argv=None) -> int:
+    return run(TOOL, _main, argv)
+
+
+def _main(argv) -> int:
+    args = make_parser().parse_args(argv)
+    args.out = Path(os.path.abspath(args.out))  # the launcher runs in the repository root
+    runs = check(args)
+    todo = []
+    for run_dir, game, s in runs:
+        if finished(run_dir):
+            print(f"parity: {run_dir.name}: finished earlier", flush=True)
+        else:
+            todo.append((run_dir, run_command(run_dir, game, s, args)))
+    rc = run_queue(todo, args.parallel, args.stop_after)
+    done = [keep(f) for f, _, _ in runs if finished(f)]
+    kept = sorted(set(done) | set(kept_runs()))
     report = subprocess.call([sys.executable, str(ROOT / "analysis" / "parity.py"), *map(str, kept)], cwd=ROOT)
     return rc or report
 

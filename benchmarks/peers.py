@@ -11,7 +11,6 @@ way bench.py computes mpippo's. Prints one JSON line; exits 3 when the peer cann
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -20,6 +19,11 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "analysis"))
+from toolcli import Parser, count, run  # noqa: E402
+
+from mpippo.config import PROCGEN_GAMES  # noqa: E402
+
 PEERS = ROOT / ".venv-peers"
 CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, 2025
 CLEANRL_URL = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/ppo_procgen.py"
@@ -50,12 +54,16 @@ def steady_sps(lines: list[str], batch: int) -> tuple[float, float]:
     return steady, float(sps[-1])
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--iterations", type=int, default=2, help="of 64 envs x 256 steps; the first is warm-up")
-    p.add_argument("--env", default="coinrun")
+def main(argv: list[str] | None = None) -> int:
+    return run("peers", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="peers.py", description=__doc__.splitlines()[0])
+    p.add_argument("--iterations", type=count(1, 100), default=2, help="of 64 envs x 256 steps; the first is warm-up")
+    p.add_argument("--env", default="coinrun", choices=PROCGEN_GAMES, metavar="GAME", help="a Procgen game")
     p.add_argument("--thp", action="store_true", help="also give the peer THP_MEM_ALLOC_ENABLE=1 (not stock)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     try:
         script = setup()
     except (OSError, subprocess.CalledProcessError) as e:
@@ -67,8 +75,12 @@ def main() -> int:
         env["THP_MEM_ALLOC_ENABLE"] = "1"
     cmd = [str(PEERS / "bin" / "python"), str(script), "--env-id", args.env, "--no-cuda", "--exp-name", "peer-bench",
            "--total-timesteps", str(args.iterations * batch)]
-    res = subprocess.run(cmd, cwd=PEERS, env=env, capture_output=True, text=True, timeout=7200)
-    if res.returncode != 0:
+    try:
+        res = subprocess.run(cmd, cwd=PEERS, env=env, capture_output=True, text=True, timeout=7200)
+    except subprocess.TimeoutExpired:
+        print("peers: CleanRL gave no result within 2 hours", file=sys.stderr)
+        return 1
+    if res.returncode != 0 or not any(line.startswith("SPS:") for line in res.stdout.splitlines()):
         print(f"peers: CleanRL failed (exit {res.returncode}): {res.stderr[-1500:]}", file=sys.stderr)
         return 1
     steady, overall = steady_sps(res.stdout.splitlines(), batch)

@@ -15,7 +15,9 @@ Each env slot plays a fixed quota of episodes, so short episodes are not over-re
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +45,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--levels", choices=("train", "test"), default="train",
                    help="train: the run's own levels; test: unseen levels (num_levels=0)")
     p.add_argument("--num-envs", type=int, default=16, help="envs per rank played in parallel")
-    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--seed", type=int, default=12345, help="0 to 2**63 - 1")
     p.add_argument("--video", type=Path, help="record the first env's episodes to this .mp4")
     p.add_argument("--video-episodes", type=int, default=3, help="episodes in the video")
     p.add_argument("--json", type=Path, help="also write the results here")
@@ -152,32 +154,64 @@ def summarize(returns: list, lengths: list) -> dict:
             "length_mean": float(ln.mean()), "length_median": float(np.median(ln))}
 
 
+# (flag, lowest, highest): counts bounded by what one evaluation can hold in memory and finish
+# (frames of --video-episodes are kept until the end; --num-envs is bounded by memory, below)
+RANGES = (("--num-episodes", 1, 1_000_000), ("--num-envs", 1, C.INT64_MAX), ("--max-steps", 1, 100_000_000),
+          ("--video-episodes", 1, 100), ("--seed", 0, C.INT64_MAX))
+
+
 def check_options(args) -> None:
     """Every option, before the checkpoint is read or an env made (one ConfigError line)."""
-    for flag, value in (("--num-episodes", args.num_episodes), ("--num-envs", args.num_envs),
-                        ("--max-steps", args.max_steps), ("--video-episodes", args.video_episodes)):
-        if value < 1:
-            raise C.ConfigError(f"{flag}: must be >= 1, got {value}")
+    for flag, lo, hi in RANGES:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        allowed = f"allowed: {lo:,} to {'2**63 - 1' if hi == C.INT64_MAX else f'{hi:,}'}"
+        if value < lo:
+            raise C.ConfigError(f"{flag}: must be >= {lo}, got {C.show(value)}; {allowed}")
+        if value > hi:
+            raise C.ConfigError(f"{flag}: must be <= {hi:,}, got {C.show(value)}; {allowed}")
     if args.video is not None and args.video.suffix.lower() != ".mp4":
-        raise C.ConfigError(f"--video: '{args.video}' must end in .mp4")
+        raise C.ConfigError(f"--video: '{C.show(str(args.video))[1:-1]}' must end in .mp4")
+    if args.video is not None and args.json is not None and _real(args.video) == _real(args.json):
+        raise C.ConfigError(f"--json and --video: both name '{C.show(str(args.json))[1:-1]}'; give two files")
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop, a name too long: compared as given
+        return path.absolute()
+
+
+def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
+    """An output may not replace what the run wrote: the checkpoint, its folder's files, the
+    run's metrics and config."""
+    if path is None:
+        return
+    out, ckpt = _real(path), _real(checkpoint)
+    run_files = {ckpt.parent.parent / "benchmark_metrics.json", ckpt.parent.parent / "config.yaml"} \
+        if ckpt.parent.name == "checkpoints" else set()
+    if out == ckpt or (ckpt.parent.name == "checkpoints" and out.parent == ckpt.parent) or out in run_files:
+        raise C.ConfigError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files "
+                            f"({'the checkpoint' if out == ckpt else out.name}); give another name")
 
 
 def probe_output(path: Path | None, flag: str) -> None:
-    """Make the output's folder and write a probe file there now, so a path that cannot be written
-    is refused before the first episode, not after the whole evaluation."""
+    """Make the output's folder and write a probe file there now (named as the atomic write's), so a
+    path that cannot be written is refused before the first episode, not after the whole evaluation."""
     if path is None:
         return
     made = missing_folders(path.parent)
     try:
         if path.is_dir():
-            raise C.ConfigError(f"{flag}: '{path}' is a folder; give a file name")
+            raise C.ConfigError(f"{flag}: '{C.show(str(path))[1:-1]}' is a folder; give a file name")
         path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f".{path.name}.probe")
-        probe.write_bytes(b"")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # as the write will
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
-        remove_if_empty(made)
         raise C.ConfigError(f"{flag}: cannot write '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
+    finally:
+        remove_if_empty(made)  # the write makes them again; an early exit leaves nothing
 
 
 def memory_problem(state: dict, num_envs: int) -> str | None:
@@ -196,6 +230,8 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     """Options, checkpoint, network, env settings and outputs, all checked before any episode."""
     check_options(args)
     path = resolve_checkpoint(args.checkpoint)
+    check_not_input(args.json, "--json", path)
+    check_not_input(args.video, "--video", path)
     try:
         if not path.is_file():
             raise C.ConfigError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
