@@ -24,7 +24,11 @@ MANIFEST=${1:?usage: suite_member.sh MANIFEST (submitted by python -m mpippo.sui
 shift
 ROOT=${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-.}}
 PYTHON=${MPIPPO_PYTHON:-$ROOT/.venv/bin/python}
-mapfile -t ENTRY < <(cd "$ROOT" && "$PYTHON" -m mpippo.suite member "$MANIFEST" "${SLURM_ARRAY_TASK_ID:?not an array element}")
+# the lookup says in one line why it cannot give the member (a damaged manifest, a member folder
+# that another process writes now): its exit code ends the element, without a second line
+LOOKUP=$(cd "$ROOT" && "$PYTHON" -m mpippo.suite member "$MANIFEST" "${SLURM_ARRAY_TASK_ID:?not an array element}") \
+    || exit $?
+mapfile -t ENTRY <<< "$LOOKUP"
 if [ "${#ENTRY[@]}" -lt 1 ] || [ -z "${ENTRY[0]}" ]; then
     echo "mpippo: error: suite member ${SLURM_ARRAY_TASK_ID} is not in $MANIFEST" >&2; exit 2
 fi

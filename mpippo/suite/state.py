@@ -206,10 +206,11 @@ def queued(suite: Suite, jobs: dict[str, dict] | None = None) -> dict[str, str]:
     except OSError as e:
         raise SuiteError(f"suite {suite.name}: cannot run squeue ({e.strerror or e}), so what is queued is "
                          f"unknown; try again when Slurm's commands work") from None
-    said = (res.stderr or res.stdout).decode(errors="replace").strip().replace("\n", " ")
     if res.returncode != 0:
+        from mpippo.suite.submit import quote
+        said = quote((res.stderr or res.stdout).decode(errors="replace"), 200)
         # an unanswered squeue is not an empty queue: resubmitting on it would run members twice
-        raise SuiteError(f"suite {suite.name}: squeue failed (exit {res.returncode}: {show(said[:200])}), so what is "
+        raise SuiteError(f"suite {suite.name}: squeue failed (exit {res.returncode}: {said}), so what is "
                          f"queued is unknown; try again when the Slurm controller answers")
     out = {}
     for line in res.stdout.decode(errors="replace").split("\n"):
