@@ -516,16 +516,19 @@ def _within(section: str, values, bounds: dict) -> list[str]:
 MAX_REPLAY_RATIO = 1024  # samples trained per env step: each transition trained on ~1,000 times
 MAX_ELO_K = 400          # one game would move a rating by more than the scale's unit (10:1 odds)
 MAX_PRIORITY_EXPONENT = 100  # loss_rate ** 100: only the single hardest member is ever sampled
+MAX_APPO_EPOCHS = 1000   # passes over one batch: a single update would outlast the actors' patience (guards)
+MAX_EVAL_GAMES = 100_000  # rating games per heuristic player and round: ~15 s of the learner's time (CPU)
 
 DQN_RANGES = {"num_agents": (1, None), "buffer_size": (1, None), "batch_size": (1, None), "n_step": (1, None),
               "learning_starts": (0, None), "replay_ratio": (0, MAX_REPLAY_RATIO), "target_update_period": (1, None),
               "weight_sync_period": (1, None), "eps": (0, 1), "eps_alpha": (0, None), "per_alpha": (0, 1),
               "per_beta": (0, 1), "max_episodes": (0, None), "episodes_per_batch": (1, None), "chunk_size": (1, None),
               "max_inflight": (1, None), "checkpoint_interval_updates": (0, None)}
-APPO_RANGES = {"num_agents": (1, None), "rollout_length": (1, None), "batch_segments": (1, None), "epochs": (1, None),
+APPO_RANGES = {"num_agents": (1, None), "rollout_length": (1, None), "batch_segments": (1, None),
+               "epochs": (1, MAX_APPO_EPOCHS),
                "num_minibatches": (1, None), "max_policy_lag": (0, None), "weight_sync_period": (1, None),
                "chunk_size": (1, None), "max_inflight": (1, None), "checkpoint_interval_updates": (0, None)}
-SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None), "eval_games": (1, None),
+SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None), "eval_games": (1, MAX_EVAL_GAMES),
                    "eval_interval_updates": (0, None), "elo_k": (0, MAX_ELO_K),
                    "priority_exponent": (0, MAX_PRIORITY_EXPONENT), "heuristic_prob": (0, 1), "opponent_eps": (0, 1)}
 
@@ -665,8 +668,8 @@ def _appo_budget(cfg: Config, world_size: int) -> list[str]:
         return errs
     if a.batch_segments > p["total"]:
         errs.append(f"appo.batch_segments: {a.batch_segments:,} segments per update, but the actors make only "
-                    f"{p['total']:,} over the budget (training.total_timesteps {split}): no update would ever happen; allowed: <= {p['total']:,} "
-                    f"(or raise training.total_timesteps)")
+                    f"{p['total']:,} over the budget (training.total_timesteps {split}): no update would ever happen; "
+                    f"allowed: <= {p['total']:,} (or raise training.total_timesteps)")
     if a.chunk_size > p["per_actor"]:
         errs.append(f"appo.chunk_size: {a.chunk_size:,} segments per message, but an actor makes at most "
                     f"{p['per_actor']:,} over the budget (training.total_timesteps {split}, over {p['actors']} "
@@ -847,13 +850,13 @@ def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
         if sp.enabled:  # pool members on the learner, cached on the actors; the sampling table in every message
             updates = dqn_production(cfg, world_size)["updates"] if world_size // d.num_agents >= 2 else None
             members = min(sp.pool_size, 1 + (updates // sp.snapshot_interval_updates if updates is not None else 0))
-            table = 32 * (1 + 2 * sp.pool_size)
-            learner += [(members * 4 * params + table, f"opponent pool of {members:,} snapshot(s) and its table",
-                         "selfplay.pool_size"),
-                        (sp.eval_games * (3 * frame + fwd), f"{sp.eval_games:,} rating games side by side",
-                         "selfplay.eval_games")]
-            actor.append(((members + 1) * 4 * params + table, f"{members:,} cached opponent(s) and the table",
-                          "selfplay.pool_size"))
+            table = (32 * (1 + 2 * sp.pool_size), f"the opponent table of {sp.pool_size:,} slots", "selfplay.pool_size")
+            learner += [(members * 4 * params, f"opponent pool of {members:,} snapshot(s)",
+                         f"selfplay.pool_size, {net_keys}"),
+                        table, (sp.eval_games * (3 * frame + fwd), f"{sp.eval_games:,} rating games side by side",
+                                "selfplay.eval_games")]
+            actor += [((members + 1) * 4 * params, f"{members:,} cached opponent(s)", f"selfplay.pool_size, {net_keys}"),
+                      table]
     else:
         a = cfg.appo
         T, seg = a.rollout_length, segment_bytes(frame, a.rollout_length)

@@ -35,7 +35,8 @@ def train(base: list[str], *sets: str, extra=(), output: str = "out"):
 def failed_without_a_checkpoint(tmp) -> bool:
     """What a diverged run leaves: its metrics say failed; no checkpoint of the diverged weights."""
     m = json.loads((tmp / "run" / "benchmark_metrics.json").read_text())
-    return m["stop_reason"] == "failed" and m["nonfinite_skips"] >= 3 and not (tmp / "run" / "checkpoints" / "latest.pt").exists()
+    return (m["stop_reason"] == "failed" and m["nonfinite_skips"] >= 3
+            and not (tmp / "run" / "checkpoints" / "latest.pt").exists())
 
 
 SHORT_DQN = ("--total-timesteps", "3000")
@@ -56,7 +57,9 @@ CASES = [
     Case("appo-huge-inflight", train(APPO, "appo.max_inflight=1000000000"), "lower appo.chunk_size, appo.max_inflight"),
     # ---- huge selfplay sizes ----
     Case("selfplay-huge-pool", train(SELFPLAY, "selfplay.pool_size=1000000000000"), "lower selfplay.pool_size"),
-    Case("selfplay-huge-eval-games", train(SELFPLAY, "selfplay.eval_games=1000000000000"), "lower selfplay.eval_games"),
+    Case("selfplay-huge-eval-games", train(SELFPLAY, "selfplay.eval_games=1000000000000"),
+         "selfplay.eval_games: must be in [1, 100000], got 1000000000000"),
+    Case("selfplay-huge-network", train(SELFPLAY, "model.hidden_size=10000000"), "lower model.hidden_size, model.channels"),
     Case("selfplay-huge-elo-k", train(SELFPLAY, "selfplay.elo_k=1e18"), "selfplay.elo_k: must be in [0, 400], got 1e+18"),
     # ---- learning rates: overflowing, non-finite, diverging ----
     Case("lr-dqn-1e308", train(DQN, "training.learning_rate=1e308"), "training.learning_rate: 1e+308 is out of range"),
