@@ -59,7 +59,8 @@ CASES = [
     Case("selfplay-huge-pool", train(SELFPLAY, "selfplay.pool_size=1000000000000"), "lower selfplay.pool_size"),
     Case("selfplay-huge-eval-games", train(SELFPLAY, "selfplay.eval_games=1000000000000"),
          "selfplay.eval_games: must be in [1, 100000], got 1000000000000"),
-    Case("selfplay-huge-network", train(SELFPLAY, "model.hidden_size=10000000"), "lower model.hidden_size, model.channels"),
+    Case("selfplay-huge-network", train(SELFPLAY, "model.hidden_size=10000000"),
+         "lower selfplay.pool_size, model.hidden_size, model.channels"),
     Case("selfplay-huge-elo-k", train(SELFPLAY, "selfplay.elo_k=1e18"), "selfplay.elo_k: must be in [0, 400], got 1e+18"),
     # ---- learning rates: overflowing, non-finite, diverging ----
     Case("lr-dqn-1e308", train(DQN, "training.learning_rate=1e308"), "training.learning_rate: 1e+308 is out of range"),
