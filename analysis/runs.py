@@ -132,7 +132,7 @@ def load_runs(path: str | Path, curves: bool = True) -> list[Run]:
     path = Path(path)
     try:
         if not path.is_dir():
-            raise NotARun(f"'{shown(path)}' is not a folder" if not path.exists() else
+            raise NotARun(f"'{shown(path)}': no such folder (give a run folder)" if not path.exists() else
                           f"'{shown(path)}' is a file, not a run folder")
         agents = sorted(path.glob(f"agent_*/{METRICS}"))
     except OSError as e:

@@ -102,10 +102,14 @@ def _main(argv) -> int:
     p.add_argument("--ppo-iterations", type=count(1, MAX_PPO_ITERATIONS), default=12,
                    help="PPO updates per timed row (GPU runs)")
     args = p.parse_args(argv)
+    early = args.dry_run or args.out is not None  # a given --out (or a dry run's) first: it needs no torch
+    if early:
+        check_out(args.out)
     import torch
     if not args.dry_run and not torch.cuda.is_available():
         raise ConfigError("no CUDA device here; run it on a GPU machine, or with --dry-run")
-    check_out(args.out)
+    if not early:
+        check_out(args.out)  # the default, benchmarks/results/: probed only where the check will run
     budget, device = (DRY, "cpu") if args.dry_run else (dict(REAL, ppo_steps=args.ppo_iterations * 16384), "cuda")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -1,0 +1,351 @@
+"""Hostile inputs to the tools a user types (analysis/*.py, benchmarks/*.py, `make gpu-check`,
+`mpippo.evaluate --seed`): every one is one `mpippo: error: <tool>: ...` line naming the value or
+file, exit 2, no traceback, no hang, nothing that existed changed and nothing new left behind.
+
+Each case is one short process that must fail before any training: damaged runs are fake run
+folders written here (a benchmark_metrics.json and a config.yaml), never trained. Case ids read
+<tool>-<class>-<what>; test_every_tool_meets_every_class checks the table's coverage.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import hostile
+from hostile import Case
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
+
+# a plausible finished PPO run's metrics and config (what the tools read of them)
+GOOD = {"algo": "ppo", "env": "coinrun", "world_size": 2, "threads_per_rank": 1, "total_timesteps": 4096,
+        "target_timesteps": 4096, "fps": 120.5, "fps_steady": 125.0, "duration_s": 34.0, "finished": True,
+        "stop_reason": "done", "peak_rss_mb_total": 2500.0, "episode_return_mean": 5.5}
+CONFIG = "env:\n  name: coinrun\ntraining:\n  seed: 1\n  precision: fp32\n"
+_SP_GAMES = {"wins": 3, "draws": 0, "losses": 1, "win_rate": 0.75}
+SELFPLAY = dict(GOOD, algo="dqn", env="connect4", updates=40, selfplay={
+    "learner_elo": 10.0, "sampling": "latest", "pool_size": 2, "snapshots_taken": 1,
+    "heuristics": {"lookahead": {"elo": 5.0}}, "pool": [{"id": 0, "update": 0, "elo": 0.0, "score": None}],
+    "ratings": [{"transitions": 0, "update": 0, "elo": 0.0, "random": _SP_GAMES, "lookahead": _SP_GAMES}]})
+LONG = "x" * 300
+
+
+def run_files(metrics=GOOD, config=CONFIG, name="run") -> dict:
+    """A fake run folder: metrics (a dict, or raw text/bytes) and config.yaml (None: none)."""
+    files = {f"{name}/benchmark_metrics.json": json.dumps(metrics) if isinstance(metrics, (dict, list)) else metrics}
+    if config is not None:
+        files[f"{name}/config.yaml"] = config
+    return files
+
+
+def with_metrics(**changes) -> dict:
+    return run_files(dict(GOOD, **changes))
+
+
+def tool(script: str, *args: str, files: dict | None = None, env: dict | None = None):
+    """A case's setup: `files` written into the case folder ({name: text, bytes or a dict as JSON; a
+    name ending in / is a folder}), then `python script args`, where TMP/ stands for that folder."""
+    def setup(tmp: Path, shared):
+        for name, data in (files or {}).items():
+            path = tmp / name
+            if name.endswith("/"):
+                path.mkdir(parents=True, exist_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data if isinstance(data, bytes) else
+                             (json.dumps(data) if isinstance(data, dict) else data).encode())
+        argv = [a.replace("TMP/", f"{tmp}/") for a in args]
+        return (None, [script, *argv]) if env is None else (None, [script, *argv], env)
+    return setup
+
+
+CMP, SWEEP, CURVES, SELF, PAR = ("analysis/compare_results.py", "analysis/scaling_sweep.py",
+                                 "analysis/learning_curves.py", "analysis/selfplay_curve.py", "analysis/parity.py")
+BENCH, DQN, GPU, BPAR, AVP = ("benchmarks/bench.py", "benchmarks/bench_dqn.py", "benchmarks/gpu_check.py",
+                              "benchmarks/parity.py", "benchmarks/appo_vs_ppo.py")
+SWEEP_OUT = ("--out", "TMP/out")  # never the default (analysis/data/)
+BPAR_OUT = ("--out", "TMP/out")  # never the default (runs/parity)
+AVP_DIRS = ("--root", "TMP/root", "--out", "TMP/out")  # never the defaults (runs/, analysis/data/)
+
+
+def evaluate(*args, files=None):
+    return tool("-m", "mpippo.evaluate", "--checkpoint", "TMP/run", *args, files=files)
+
+
+CKPT = {"run/checkpoints/latest.pt": b"not read: the options are refused first", **run_files()}
+
+CASES = [
+    # ---- analysis/compare_results.py (make compare) ----
+    Case("compare-metrics-list", tool(CMP, "TMP/run", "--out", "TMP/out", files=run_files([1, 2])),
+         "compare_results: metrics file"),
+    Case("compare-metrics-null", tool(CMP, "TMP/run", "--out", "TMP/out", files=run_files("null")),
+         "benchmark_metrics.json': expected a JSON object at the top level, got None"),
+    Case("compare-metrics-text-number", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(fps="fast")),
+         "fps: expected a number, got 'fast'"),
+    Case("compare-metrics-not-utf8", tool(CMP, "TMP/run", "--out", "TMP/out", files=run_files(b'{"fps": \xff}')),
+         "not UTF-8 text (byte 0xff"),
+    Case("compare-metrics-truncated", tool(CMP, "TMP/run", "--out", "TMP/out", files=run_files(json.dumps(GOOD)[:40])),
+         "not valid JSON"),
+    Case("compare-metrics-algo-list", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(algo=["ppo"])),
+         "algo: expected a string"),
+    Case("compare-world-zero", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(world_size=0)),
+         "world_size: expected at least 1 rank, got 0"),
+    Case("compare-world-zero-agent", tool(CMP, "TMP/run", "--out", "TMP/out",
+                                          files=run_files(dict(GOOD, world_size=0), name="run/agent_0")),
+         "world_size: expected at least 1 rank, got 0"),
+    Case("compare-config-malformed", tool(CMP, "TMP/run", "--out", "TMP/out",
+                                          files=run_files(config="training: [1, 2\n")), "malformed YAML"),
+    Case("compare-config-wrong-type", tool(CMP, "TMP/run", "--out", "TMP/out",
+                                           files=run_files(config="training:\n  duration_hours: soon\n")),
+         "training.duration_hours: expected float"),
+    Case("compare-config-is-folder", tool(CMP, "TMP/run", "--out", "TMP/out",
+                                          files={**run_files(config=None), "run/config.yaml/": None}),
+         "is a folder"),
+    Case("compare-out-is-file", tool(CMP, "TMP/run", "--out", "TMP/f", files={**run_files(), "f": "a file"}),
+         "is a file; give a folder"),
+    Case("compare-out-under-file", tool(CMP, "TMP/run", "--out", "TMP/f/out", files={**run_files(), "f": "a file"}),
+         "is a file, not a folder"),
+    Case("compare-out-png-is-folder", tool(CMP, "TMP/run", "--out", "TMP/o", files={**run_files(), "o/comparison.png/": None}),
+         "comparison.png' is a folder, where --out writes"),
+    Case("compare-run-missing", tool(CMP, "TMP/nothing", "--out", "TMP/out"), "nothing': no such folder"),
+    Case("compare-no-run", tool(CMP, "--out", "TMP/out"), "give at least one run folder"),
+    # ---- analysis/scaling_sweep.py (make scaling) ----
+    Case("sweep-world-zero", tool(SWEEP, "--ranks", "0", *SWEEP_OUT), "--ranks: 0 is out of range; allowed: 1 to"),
+    Case("sweep-world-negative", tool(SWEEP, "--ranks", "1", "-2", *SWEEP_OUT), "-2 is out of range"),
+    Case("sweep-world-twice", tool(SWEEP, "--ranks", "2", "2", *SWEEP_OUT), "--ranks: 2 is given twice"),
+    Case("sweep-world-huge", tool(SWEEP, "--ranks", "4096", *SWEEP_OUT), "rank(s) need at least"),
+    Case("sweep-count-envs-zero", tool(SWEEP, "--envs-per-rank", "0", *SWEEP_OUT), "--envs-per-rank: 0 is out of range"),
+    Case("sweep-count-steps-fraction", tool(SWEEP, "--n-steps", "1.5", *SWEEP_OUT), "expected a whole number"),
+    Case("sweep-count-envs-huge", tool(SWEEP, "--envs-per-rank", "100000000", *SWEEP_OUT), "memory: this config needs"),
+    Case("sweep-count-duration-nan", tool(SWEEP, "--duration", "nan", *SWEEP_OUT), "got 'nan'"),
+    Case("sweep-count-timeout-negative", tool(SWEEP, "--timeout", "-1", *SWEEP_OUT), "--timeout: -1 is out of range"),
+    Case("sweep-count-strong-uneven", tool(SWEEP, "--mode", "strong", "--num-envs", "3", *SWEEP_OUT),
+         "must divide evenly"),
+    Case("sweep-seed-beyond-64-bits", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, "--", "--seed", str(2**64)),
+         "training.seed: 18446744073709551616 is out of range"),
+    Case("sweep-seed-not-int", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, "--", "--seed", "one"),
+         "argument --seed: invalid int value: 'one'"),
+    Case("sweep-config-not-utf8", tool(SWEEP, "--config", "TMP/c.yaml", *SWEEP_OUT, files={"c.yaml": b"env: \xe9\n"}),
+         "is not UTF-8 text"),
+    Case("sweep-config-unknown-key", tool(SWEEP, *SWEEP_OUT, "--", "--set", "training.lr=1"), "unknown key 'training.lr'"),
+    Case("sweep-config-other-algo", tool(SWEEP, "--ranks", "3", *SWEEP_OUT, "--", "--config", "configs/dqn_toy.yaml"),
+         "the sweep measures synchronous PPO"),
+    Case("sweep-out-is-file", tool(SWEEP, "--out", "TMP/f", files={"f": "a file"}), "is a file; give a folder"),
+    Case("sweep-out-under-file", tool(SWEEP, "--out", "TMP/f/sweep", files={"f": "a file"}), "is a file, not a folder"),
+    Case("sweep-out-holds-sweep", tool(SWEEP, "--out", "TMP/s", files={"s/sweep.json": "{}"}),
+         "already holds a sweep ('sweep.json')"),
+    Case("sweep-out-in-trainer-args", tool(SWEEP, *SWEEP_OUT, "--", "--output-dir", "TMP/x"),
+         "leave out --output-dir"),
+    # ---- analysis/learning_curves.py ----
+    Case("curves-out-not-png", tool(CURVES, "TMP/run", "--out", "TMP/c.gif", files=run_files()), "must end in .png"),
+    Case("curves-out-is-folder", tool(CURVES, "TMP/run", "--out", "TMP/d.png", files={**run_files(), "d.png/": None}),
+         "is a folder; give a file name"),
+    Case("curves-metrics-truncated", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=run_files('{"env": "co')),
+         "not valid JSON"),
+    Case("curves-metrics-env-list", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=with_metrics(env=["x"])),
+         "env: expected a string"),
+    Case("curves-world-zero", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=with_metrics(world_size=0)),
+         "world_size: expected at least 1 rank"),
+    Case("curves-world-negative", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=with_metrics(world_size=-1)),
+         "world_size: expected a non-negative integer, got -1"),
+    Case("curves-config-duplicate-key", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png",
+                                             files=run_files(config="training:\n  seed: 1\n  seed: 2\n")),
+         "duplicate key 'seed'"),
+    Case("curves-config-top-list", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=run_files(config="- 1\n")),
+         "the top level must be a mapping"),
+    # ---- analysis/selfplay_curve.py (make selfplay) ----
+    Case("selfplay-metrics-no-block", tool(SELF, "TMP/run", "--out", "TMP/out/s.png", files=run_files()),
+         "is not a self-play run"),
+    Case("selfplay-metrics-no-ratings", tool(SELF, "TMP/run", "--out", "TMP/out/s.png",
+                                             files=run_files(dict(SELFPLAY, selfplay=dict(SELFPLAY["selfplay"],
+                                                                                          ratings=[])))),
+         "selfplay.ratings: expected a non-empty list"),
+    Case("selfplay-metrics-text-win-rate", tool(SELF, "TMP/run", "--out", "TMP/out/s.png", files=run_files(
+        json.dumps(SELFPLAY).replace('"win_rate": 0.75', '"win_rate": "most"', 1))),
+         "selfplay.ratings[0].random.win_rate: expected a number, got 'most'"),
+    Case("selfplay-metrics-not-utf8", tool(SELF, "TMP/run", "--out", "TMP/out/s.png", files=run_files(b"\xfe\xff{}")),
+         "not UTF-8 text"),
+    Case("selfplay-out-not-png", tool(SELF, "TMP/run", "--out", "TMP/s.svgz", files=run_files(SELFPLAY)),
+         "must end in .png"),
+    Case("selfplay-out-under-file", tool(SELF, "TMP/run", "--out", "TMP/f/s.png", files={**run_files(SELFPLAY), "f": "x"}),
+         "is a file, not a folder"),
+    # ---- analysis/parity.py ----
+    Case("parity-metrics-list", tool(PAR, "TMP/run", "--out", "TMP/out", files=run_files([])),
+         "expected a JSON object at the top level, got []"),
+    Case("parity-world-zero", tool(PAR, "TMP/run", "--out", "TMP/out", files=with_metrics(world_size=0)),
+         "world_size: expected at least 1 rank"),
+    Case("parity-world-text", tool(PAR, "TMP/run", "--out", "TMP/out", files=with_metrics(world_size="2")),
+         "world_size: expected a non-negative integer, got '2'"),
+    Case("parity-metrics-env-number", tool(PAR, "TMP/run", "--out", "TMP/out", files=with_metrics(env=5)),
+         "env: expected a string, got 5"),
+    Case("parity-config-missing", tool(PAR, "TMP/run", "--out", "TMP/out", files=run_files(config=None)),
+         "has no config.yaml"),
+    Case("parity-config-precision-number", tool(PAR, "TMP/run", "--out", "TMP/out",
+                                                files=run_files(config="training:\n  precision: 16\n")),
+         "training.precision: expected str"),
+    Case("parity-config-reference-columns", tool(PAR, "TMP/run", "--out", "TMP/out", "--reference", "TMP/ref.csv",
+                                                 files={**run_files(), "ref.csv": "mode,levels\neasy,all\n"}),
+         "no column(s) split, game, timesteps"),
+    Case("parity-config-reference-value", tool(PAR, "TMP/run", "--out", "TMP/out", "--reference", "TMP/ref.csv", files={
+        **run_files(), "ref.csv": "mode,levels,split,game,timesteps,return_mean,return_std\neasy,all,train,coinrun,many,1,1\n"}),
+         "line 2: expected timesteps >= 0"),
+    Case("parity-out-is-file", tool(PAR, "TMP/run", "--out", "TMP/f", files={**run_files(), "f": "x"}),
+         "is a file; give a folder"),
+    Case("parity-out-json-is-folder", tool(PAR, "TMP/run", "--out", "TMP/o", files={**run_files(), "o/parity.json/": None}),
+         "parity.json' is a folder"),
+    # ---- benchmarks/parity.py ----
+    Case("bparity-seed-negative", tool(BPAR, "--seeds", "-1", *BPAR_OUT), "--seeds: -1 is out of range; allowed: 0 to"),
+    Case("bparity-seed-beyond-64-bits", tool(BPAR, "--seeds", str(2**64 + 1), *BPAR_OUT), "is out of range"),
+    Case("bparity-seed-twice", tool(BPAR, "--seeds", "3", "3", *BPAR_OUT), "--seeds: 3 is given twice"),
+    Case("bparity-world-zero", tool(BPAR, "--ranks", "0", *BPAR_OUT), "--ranks: 0 is out of range"),
+    Case("bparity-world-huge", tool(BPAR, "--ranks", "4096", *BPAR_OUT), "rank(s) need at least"),
+    Case("bparity-count-parallel-zero", tool(BPAR, "--parallel", "0", *BPAR_OUT), "--parallel: 0 is out of range"),
+    Case("bparity-count-stop-after-nan", tool(BPAR, "--stop-after", "nan", *BPAR_OUT), "got 'nan'"),
+    Case("bparity-out-is-file", tool(BPAR, "--out", "TMP/f", files={"f": "x"}), "is a file; give a folder"),
+    Case("bparity-out-tag-path", tool(BPAR, "--tag", "../../escape", *BPAR_OUT), "is not a folder tag"),
+    Case("bparity-metrics-null", tool(BPAR, "--games", "coinrun", "--seeds", "1", "--out", "TMP/runs",
+                                      files=run_files("null", name="runs/coinrun-fp32-s1")),
+         "s1/benchmark_metrics.json': expected a JSON object at the top level, got None"),
+    Case("bparity-metrics-finished-text", tool(BPAR, "--games", "coinrun", "--seeds", "1", "--out", "TMP/runs",
+                                               files=run_files(dict(GOOD, finished="yes"), name="runs/coinrun-fp32-s1")),
+         "finished: expected true or false"),
+    Case("bparity-config-resume-damaged", tool(BPAR, "--games", "coinrun", "--seeds", "1", "--out", "TMP/runs", files={
+        **run_files(dict(GOOD, finished=False, stop_reason="stopped"), config="training: {seed: [\n",
+                    name="runs/coinrun-fp32-s1"), "runs/coinrun-fp32-s1/checkpoints/latest.pt": b"ckpt"}),
+         "run config: malformed YAML"),
+    Case("bparity-config-unknown-key", tool(BPAR, "--set", "training.lr=1", *BPAR_OUT), "unknown key 'training.lr'"),
+    # ---- benchmarks/bench.py (make bench ARGS=...) ----
+    Case("bench-world-zero", tool(BENCH, "--ranks", "0"), "--ranks: 0 is out of range"),
+    Case("bench-world-twice", tool(BENCH, "--ranks", "1", "1"), "--ranks: 1 is given twice"),
+    Case("bench-count-iterations-zero", tool(BENCH, "--iterations", "0"), "--iterations: 0 is out of range"),
+    Case("bench-count-memory-iterations", tool(BENCH, "--memory-iterations", "2"), "allowed: 0 (skip) or 3"),
+    Case("bench-count-component-seconds-inf", tool(BENCH, "--component-seconds", "inf"), "got 'inf'"),
+    Case("bench-count-minibatches", tool(BENCH, "--minibatches", "7"), "not divisible by num_minibatches=7"),
+    Case("bench-count-huge-steps", tool(BENCH, "--n-steps", "1000000000"), "memory: this config needs"),
+    Case("bench-count-env", tool(BENCH, "--env", "pong"), "argument --env: invalid choice: 'pong'"),
+    Case("bench-out-is-folder", tool(BENCH, "--out", "TMP/d", files={"d/": None}), "is a folder; give a file name"),
+    Case("bench-out-under-file", tool(BENCH, "--out", "TMP/f/r.json", files={"f": "x"}), "is a file, not a folder"),
+    Case("bench_dqn-world-zero", tool(DQN, "--actors", "0"), "--actors: 0 is out of range"),
+    Case("bench_dqn-world-twice", tool(DQN, "--actors", "2", "2"), "--actors: 2 is given twice"),
+    Case("bench_dqn-count-steps-huge", tool(DQN, "--steps-per-actor", str(10**12)), "is out of range"),
+    Case("bench_dqn-count-envs-negative", tool(DQN, "--envs-per-actor", "-8"), "-8 is out of range"),
+    Case("bench_dqn-out-is-folder", tool(DQN, "--out", "TMP/d", files={"d/": None}), "is a folder"),
+    Case("bench_dqn-out-name-too-long", tool(DQN, "--out", f"TMP/{LONG}.json"), "File name too long"),
+    # ---- benchmarks/gpu_check.py (make gpu-check ARGS=...) ----
+    Case("gpu-count-iterations-zero", tool(GPU, "--ppo-iterations", "0"), "gpu-check: argument --ppo-iterations: 0"),
+    Case("gpu-count-iterations-huge", tool(GPU, "--ppo-iterations", str(10**9)), "allowed: 1 to 200"),
+    Case("gpu-count-dry-run-iterations", tool(GPU, "--dry-run", "--ppo-iterations", "-1"), "-1 is out of range"),
+    Case("gpu-out-dry-run-is-folder", tool(GPU, "--dry-run", "--out", "TMP/d", files={"d/": None}),
+         "is a folder; give a file name"),
+    Case("gpu-out-dry-run-under-file", tool(GPU, "--dry-run", "--out", "TMP/f/g.json", files={"f": "x"}),
+         "is a file, not a folder"),
+    Case("gpu-out-dry-run-name-too-long", tool(GPU, "--dry-run", "--out", f"TMP/{LONG}.json"), "File name too long"),
+    Case("gpu-flag-dry-run-unknown", tool(GPU, "--dry-run", "--dry-run-fast"), "unrecognized arguments"),
+    # ---- benchmarks/appo_vs_ppo.py ----
+    Case("appo_vs_ppo-count-minutes-zero", tool(AVP, "--minutes", "0", *AVP_DIRS), "--minutes: 0 is out of range"),
+    Case("appo_vs_ppo-count-minutes-inf", tool(AVP, "--minutes", "inf", *AVP_DIRS), "got 'inf'"),
+    Case("appo_vs_ppo-world-zero", tool(AVP, "--ranks", "0", *AVP_DIRS), "--ranks: 0 is out of range"),
+    Case("appo_vs_ppo-world-zero-kept", tool(AVP, *AVP_DIRS, files=run_files(dict(GOOD, world_size=0),
+                                                                            name="root/sync_ppo")),
+         "world_size: expected at least 1 rank"),
+    Case("appo_vs_ppo-metrics-kept-incomplete", tool(AVP, *AVP_DIRS, files=run_files({"stop_reason": "done"},
+                                                                                    name="root/sync_ppo")),
+         "ppo/benchmark_metrics.json': world_size: missing"),
+    Case("appo_vs_ppo-metrics-truncated", tool(AVP, *AVP_DIRS, files=run_files('{"stop', name="root/appo")),
+         "appo/benchmark_metrics.json': not valid JSON"),
+    Case("appo_vs_ppo-config-resume-damaged", tool(AVP, *AVP_DIRS, files={
+        **run_files(dict(GOOD, stop_reason="stopped"), config=b"\xff", name="root/sync_ppo"),
+        "root/sync_ppo/checkpoints/latest.pt": b"ckpt"}), "run config"),
+    Case("appo_vs_ppo-config-env", tool(AVP, "--env", "pong", *AVP_DIRS), "unknown environment 'pong'"),
+    Case("appo_vs_ppo-out-is-file", tool(AVP, "--root", "TMP/root", "--out", "TMP/f", files={"f": "x"}),
+         "is a file; give a folder"),
+    Case("appo_vs_ppo-out-root-is-file", tool(AVP, "--root", "TMP/f", "--out", "TMP/out", files={"f": "x"}),
+         "f' is a file; give a folder"),
+    # ---- python -m mpippo.evaluate ----
+    Case("evaluate-seed-negative", evaluate("--seed", "-1"), "--seed: must be >= 0, got -1"),
+    Case("evaluate-seed-beyond-64-bits", evaluate("--seed", str(2**64)), "--seed: must be <="),
+    Case("evaluate-seed-not-int", evaluate("--seed", "1e3"), "argument --seed: invalid int value: '1e3'"),
+    Case("evaluate-count-episodes-huge", evaluate("--num-episodes", str(10**12)), "--num-episodes: must be <="),
+    Case("evaluate-count-video-episodes", evaluate("--video-episodes", "100000"), "--video-episodes: must be <= 100"),
+    Case("evaluate-out-json-is-checkpoint", evaluate("--json", "TMP/run/checkpoints/latest.pt", files=CKPT),
+         "is one of the run's own files (the checkpoint)"),
+    Case("evaluate-out-json-is-config", evaluate("--json", "TMP/run/config.yaml", files=CKPT),
+         "is one of the run's own files (config.yaml)"),
+    Case("evaluate-out-json-is-video", evaluate("--json", "TMP/v.mp4", "--video", "TMP/v.mp4"), "both name"),
+]
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+if not _cuda():  # with a GPU this is the real check: minutes, not a refusal
+    CASES.append(Case("gpu-device-none", tool(GPU, "--out", "TMP/out/g.json"), "gpu-check: no CUDA device here"))
+    CASES.append(Case("gpu-device-none-iterations", tool(GPU, "--ppo-iterations", "4", "--out", "TMP/out/g.json"),
+                      "no CUDA device here"))
+
+# the classes of hostile input each tool takes (the issue's list, where the tool has such an input)
+CLASSES = {
+    "compare": ("metrics", "world", "config", "out"),
+    "sweep": ("world", "count", "seed", "config", "out"),
+    "curves": ("metrics", "world", "config", "out"),
+    "selfplay": ("metrics", "out"),
+    "parity": ("metrics", "world", "config", "out"),
+    "bparity": ("seed", "world", "count", "metrics", "config", "out"),
+    "bench": ("world", "count", "out"),
+    "bench_dqn": ("world", "count", "out"),
+    "gpu": ("count", "out"),
+    "appo_vs_ppo": ("count", "world", "metrics", "config", "out"),
+    "evaluate": ("seed", "count", "out"),
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory) -> dict:
+    return hostile.outcomes(request, tmp_path_factory, CASES, "test_hostile_tool", dict)
+
+
+@pytest.mark.parametrize("case", hostile.params(CASES))
+def test_hostile_tool(case: Case, outcomes):
+    hostile.check(case, outcomes[case.id].result())
+    assert outcomes[case.id].result().seconds < 20  # refused before any run: a start-up's time
+
+
+def test_every_tool_meets_every_class():
+    """At least two cases per tool and per class of input it takes."""
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+    for name, classes in CLASSES.items():
+        for cls in classes:
+            n = sum(i.startswith(f"{name}-{cls}-") for i in ids)
+            assert n >= 2, (name, cls, n)
+
+
+def test_a_damaged_sweep_is_one_line_naming_the_file(tmp_path):
+    """scaling.ipynb's reader (scaling_model.load_sweep): a sweep.json with a run whose world size is
+    zero, a phase missing, text for a number or no runs is a ConfigError naming the file and key."""
+    import scaling_model
+
+    from mpippo.config import ConfigError
+    good = json.loads((Path(scaling_model.__file__).parent / "data" / "sample" / "sweep.json").read_text())
+    path = tmp_path / "sweep.json"
+    for edit, expect in ((lambda s: s["runs"][1].update(world_size=0), "runs[1].world_size: expected at least 1"),
+                         (lambda s: s["runs"][0]["phase_seconds"].pop("gae"), "runs[0].phase_seconds.gae: missing"),
+                         (lambda s: s["runs"][0].update(fps="fast"), "runs[0].fps: expected a number"),
+                         (lambda s: s.update(runs=[]), "runs: expected a non-empty list"),
+                         (lambda s: s["runs"][0].update(fps=0.0, fps_steady=None), "expected a measured throughput")):
+        sweep = json.loads(json.dumps(good))
+        edit(sweep)
+        path.write_text(json.dumps(sweep))
+        with pytest.raises(ConfigError) as e:
+            scaling_model.load_sweep(path)
+        assert len(e.value.errors) == 1 and expect in e.value.errors[0] and "sweep.json" in e.value.errors[0]
+    path.write_bytes(b"\x00" * 10)
+    with pytest.raises(ConfigError, match="sweep file"):
+        scaling_model.load_sweep(path)
