@@ -133,11 +133,23 @@ def require_checkpoint(path: str | Path) -> Path:
 
 
 def read_checkpoint_bytes(path: str | Path) -> bytes:
+    """The checkpoint's bytes, once its size is known to fit: a file (or a sparse one, or a device)
+    larger than the memory that would hold it and its tensors is refused before it is read."""
     path = require_checkpoint(path)
     try:
+        size = path.stat().st_size
+        if 2 * size > (have := _memory_available()):  # the bytes, then the tensors built from them
+            raise ConfigError(f"checkpoint '{path}': {size / 2**30:,.1f} GiB, and reading it needs twice that; "
+                              f"{have / 2**30:,.1f} GiB of memory are available (mpippo's checkpoints of the "
+                              f"largest networks are a few hundred MB; is it one?)")
         return path.read_bytes()
     except OSError as e:
         raise ConfigError(f"checkpoint '{path}': cannot read it ({e.strerror or e})") from None
+
+
+def _memory_available() -> int:
+    import psutil
+    return psutil.virtual_memory().available
 
 
 def _refusal(e: Exception) -> str | None:

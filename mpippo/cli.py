@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from mpippo import config as C
-from mpippo import hostmem, preemption, runctl
+from mpippo import hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import (LATEST, atomic_write_bytes, load_checkpoint, missing_folders, read_checkpoint_bytes,
                                remove_if_empty, require_checkpoint)
 from mpippo.comm import World
@@ -75,6 +75,7 @@ class _StartUp:
     def __init__(self, world: World, signals: SignalFlags):
         self.world, self.signals = world, signals
         self.created: list[Path] = []  # folders made by this job, outermost first
+        self.locked: tuple[Path, bool] | None = None  # the run folder rank 0 holds, and whether its lock file is new
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -85,6 +86,8 @@ class _StartUp:
         if not (failed or requeue or stop):
             return
         if self.world.is_root:
+            if self.locked is not None:  # a lock file this job made goes too: nothing new is left
+                runlock.release(self.locked[0], remove=self.locked[1])
             remove_if_empty(self.created)
             if failed:
                 sys.stderr.write("".join(f"mpippo: error: {line}\n" for line in failed))
@@ -112,26 +115,32 @@ def _on_root(world: World, fn):
     return outcome[1]
 
 
-def _choose_run_dir(args, created: list[Path]) -> Path:
-    """Rank 0 only: the run folder (checked: new and writable, or holding a checkpoint to resume).
-    Folders it makes are appended to `created`; any file-system error is one line."""
+def _choose_run_dir(args, start: _StartUp) -> Path:
+    """Rank 0 only: the run folder (checked: new and writable, or holding a checkpoint to resume),
+    locked for this job (one writer per run folder). Folders it makes are appended to
+    `start.created`; any file-system error is one line."""
     run_dir = Path(args.output_dir) if args.output_dir else (
         Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     try:
-        return _check_run_dir(run_dir, args.resume, created)
+        return _check_run_dir(run_dir, args.resume, start)
     except OSError as e:  # a name too long, a read-only or full file system, permissions
         raise C.ConfigError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({e.strerror or e})") from None
 
 
-def _check_run_dir(run_dir: Path, resume: bool, created: list[Path]) -> Path:
+def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
     if resume:
+        if run_dir.is_dir():  # first: a run still training there may not have written its checkpoint yet
+            _lock(run_dir, start)
         if not (run_dir / "agent_0" / "checkpoints" / LATEST).is_file():  # several DQN agents: one folder each
             require_checkpoint(run_dir / "checkpoints" / LATEST)
         return run_dir
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    if run_dir.exists() and (not run_dir.is_dir() or any(p.name != runlock.LOCK_NAME for p in run_dir.iterdir())):
+        if run_dir.is_dir() and (who := runlock.holder(run_dir)):
+            raise runlock.FolderBusy(f"--output-dir: '{run_dir}' is in use: {who} is training there; one writer "
+                                     f"per run folder: choose a new folder")
         raise C.ConfigError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
                             f"that run, or choose a new folder")
-    created.extend(missing_folders(run_dir))
+    start.created.extend(missing_folders(run_dir))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write_test"
@@ -139,7 +148,15 @@ def _check_run_dir(run_dir: Path, resume: bool, created: list[Path]) -> Path:
         probe.unlink()
     except OSError as e:
         raise C.ConfigError(f"--output-dir: cannot write to '{run_dir}' ({e.strerror})") from None
+    _lock(run_dir, start)
     return run_dir
+
+
+def _lock(run_dir: Path, start: _StartUp) -> None:
+    """Hold the run folder's lock for the job's life: a second trainer there is refused in one line."""
+    new = not runlock.lock_path(run_dir).exists()
+    held = runlock.acquire(run_dir, "--output-dir")
+    start.locked = (run_dir, new) if held else None
 
 
 def _ppo_checkpoint_bytes(run_dir: Path) -> bytes:
@@ -208,7 +225,7 @@ def _run_dir(world: World, args, start: _StartUp) -> Path:
     """B. rank 0 decides the run folder; everyone gets the outcome."""
     run_dir = errors = None
     try:
-        run_dir = _on_root(world, lambda: _choose_run_dir(args, start.created))
+        run_dir = _on_root(world, lambda: _choose_run_dir(args, start))
     except C.ConfigError as e:
         errors = e.errors
     start.agree_or_exit(errors)

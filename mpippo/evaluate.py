@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from mpippo import config as C
-from mpippo.checkpoint import atomic_write_json, load_checkpoint, missing_folders, remove_if_empty
+from mpippo.checkpoint import (atomic_write_json, load_checkpoint, missing_folders, read_checkpoint_bytes,
+                               remove_if_empty)
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
 
@@ -235,9 +236,9 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     try:
         if not path.is_file():
             raise C.ConfigError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
-        data = path.read_bytes()
     except OSError as e:
         raise C.ConfigError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
+    data = read_checkpoint_bytes(path)  # size-checked before it is read
     state = load_checkpoint(data, str(path))
     if (problem := memory_problem(state, args.num_envs)):
         raise C.ConfigError(problem)

@@ -4,9 +4,12 @@ pip Open MPI's mpirun (prterun) forwards SIGTERM/SIGINT to the ranks and SIGKILL
 fraction of a second later, before any rank can write a checkpoint. This launcher runs
 mpirun in its own session and turns the first SIGTERM/SIGINT it receives into SIGUSR2,
 which mpirun forwards and the ranks treat as "checkpoint and stop" at the next iteration
-boundary. A second SIGTERM/SIGINT is passed on as SIGTERM (hard stop). SIGUSR1 is passed
+boundary. Further SIGTERMs keep that stop (Slurm and wrappers may send more than one); a second
+Ctrl-C (SIGINT) is a person's "now" and is passed on as SIGTERM (hard stop). SIGUSR1 is passed
 through (checkpoint, exit 3 = requeue). A signal that comes before every rank listens is held
-and passed on once they do (see _Relay). The exit code is mpirun's; a bad -n is one line, exit 2.
+and passed on once they do (see _Relay). If the launcher itself dies (kill -9), mpirun gets
+SIGUSR2 from the kernel, so its ranks still checkpoint and stop instead of training on, detached.
+The exit code is mpirun's; a bad -n is one line, exit 2.
 """
 from __future__ import annotations
 
@@ -119,17 +122,21 @@ class _Relay:
     HOLD_MAX_S = 30.0  # ranks on other nodes cannot be seen from here: pass held signals on anyway
 
     def __init__(self):
-        self.proc, self.ranks, self.started, self.held, self.stops = None, 0, 0.0, [], 0
+        self.proc, self.ranks, self.started, self.held, self.stops, self.hard = None, 0, 0.0, [], 0, False
         signal.signal(signal.SIGTERM, self.on_stop)
         signal.signal(signal.SIGINT, self.on_stop)
         signal.signal(signal.SIGUSR1, lambda s, f: self.send(signal.SIGUSR1))
 
     def on_stop(self, signum, frame):
+        """The first stop is gentle; a second Ctrl-C is hard; more SIGTERMs change nothing."""
         self.stops += 1
-        self.send(signal.SIGUSR2 if self.stops == 1 else signal.SIGTERM)
         if self.stops == 1:
+            self.send(signal.SIGUSR2)
             sys.stderr.write(f"mpippo.launch: {signal.Signals(signum).name} received: ranks checkpoint and stop "
-                             f"at the end of this iteration (repeat to stop at once)\n")
+                             f"at the end of this iteration (Ctrl-C again to stop at once)\n")
+        elif signum == signal.SIGINT and not self.hard:
+            self.hard = True
+            self.send(signal.SIGTERM)
 
     def ready(self) -> bool:
         return self.proc is not None and (time.monotonic() - self.started > self.HOLD_MAX_S
@@ -174,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
            str(ROOT / "run_mpi.py"), *trainer_args]
     # own session: a Ctrl-C at the terminal reaches only this launcher, which relays it gently
     try:
-        proc = subprocess.Popen(cmd, env=terminal_env(mpi_env()), start_new_session=True)
+        proc = subprocess.Popen(cmd, env=terminal_env(mpi_env()), start_new_session=True,
+                                preexec_fn=die_with_parent(signal.SIGUSR2))
     except OSError as e:
         sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")
         return 2

@@ -23,7 +23,8 @@ from pathlib import Path
 from mpippo.config import ConfigError, show
 
 LOCK_NAME = ".mpippo.lock"
-_HELD: dict[str, int] = {}  # lock file -> its open descriptor, kept for the process's life
+_HELD: dict[str, tuple[int, bytes]] = {}  # lock file -> (its open descriptor, kept for the process's
+# life; the file's text before this process wrote its own, put back by an early release)
 _UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 RETRY_S = 2.0  # a holder() probe holds a shared lock for microseconds: try again before refusing
 
@@ -74,10 +75,15 @@ def acquire(folder: str | Path, what: str = "run folder", warn=None) -> bool:
             break
         os.close(fd)
     me = f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)[:120]})"
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, me.encode(errors="replace") + b"\n", 0)
-    _HELD[str(path)] = fd
+    before = os.pread(fd, 4096, 0)
+    _write(fd, me.encode(errors="replace") + b"\n")
+    _HELD[str(path)] = (fd, before)
     return True
+
+
+def _write(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -88,14 +94,17 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def release(folder: str | Path, remove: bool = False) -> None:
-    """Let go of `folder`'s lock now (an early exit); `remove` deletes the lock file first (a folder
-    this job made and is about to remove again)."""
+    """Let go of `folder`'s lock now (a job that ends at start-up): `remove` deletes the lock file
+    (this job made it), else the file gets its earlier text back, so nothing in the folder changed."""
     path = lock_path(folder)
-    fd = _HELD.pop(str(path), None)
-    if fd is None:
+    held = _HELD.pop(str(path), None)
+    if held is None:
         return
+    fd, before = held
     if remove:
         path.unlink(missing_ok=True)
+    else:
+        _write(fd, before)
     os.close(fd)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import psutil
 import torch
 
+from mpippo import resume
 from mpippo.algos.apex import ApeX
 from mpippo.algos.appo import APPO
 from mpippo.algos.ppo import autocast
@@ -90,6 +91,7 @@ class ActorLearnerRun:
         self.table_size = 1 + 2 * sp.pool_size if sp else 0
         self.layout = ChunkLayout(d.chunk_size, self.algo.fields(), results_rows=sp.pool_size + 4 if sp else 0,
                                   episode_capacity=self.algo.episode_capacity(d.chunk_size, num_envs))
+        self.resume_notes: list[str] = []  # what a resume changes that is safe to change (resume.check)
         self.resume_state = self.resume_point(resume)
         self.precision_why = self.settle_precision()
         if self.is_learner and self.algo.learner_bytes() > 0.9 * psutil.virtual_memory().available:
@@ -137,6 +139,7 @@ class ActorLearnerRun:
     def read_checkpoint(self) -> dict:
         path = self.agent.ckpt_dir / LATEST
         state = load_checkpoint(read_checkpoint_bytes(path), str(path), self.algo.name)
+        self.resume_notes = resume.check(state["config"], self.cfg)  # the same game and levels, or one line
         if self.cfg.selfplay.enabled and "selfplay" not in state:
             raise ConfigError("checkpoint: it has no opponent pool (trained without self-play); "
                               "resume it with selfplay.enabled=false")
@@ -187,6 +190,8 @@ class ActorLearnerRun:
         learner = Learner(a, self.algo, ch, flat, hook)
         note = learner.restore(self.resume_state) if self.resume_state is not None else ""
         self.resume_state = None
+        for line in self.resume_notes:
+            print(f"mpippo: agent {a.index}: warning: {line}", flush=True)
         a.run_dir.mkdir(parents=True, exist_ok=True)
         verb = f"resuming at {a.steps_before:,} env steps, {learner.c['updates']:,} updates{note}" if a.resumes else "starting"
         print(f"mpippo: agent {a.index}: {verb}: {self.algo.name} on {cfg.env.name}, learner on {device} in "

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mpippo import resume
 from mpippo.algos.adam import Adam
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
 from mpippo.algos.ppo import autocast, compute_gae, ppo_update
@@ -133,6 +134,7 @@ class SyncPPO:
     def _load(self, state: dict) -> None:
         if state["algo"] != "ppo":
             raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is ppo")
+        notes = resume.check(state["config"], self.cfg)  # the same game, levels and algorithm, or one line
         spec = state.get("model_spec")
         if spec != self.model_spec():
             raise ConfigError(f"checkpoint: network shape {spec} does not match this config's {self.model_spec()}")
@@ -144,10 +146,13 @@ class SyncPPO:
         self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
         self.ret_rms.load_state_dict(state["ret_rms"])
         ranks = state.get("ranks") or []
+        self.resume_note = "; ".join(f"warning: {n}" for n in notes) or None
         if state["world_size"] != self.world.size or len(ranks) != self.world.size:
             self.resume_note = (f"warning: checkpoint was written by {state['world_size']} rank(s), this job has "
                                 f"{self.world.size}: restored model, optimizer, counters and reward normalizer; "
                                 f"env states, RNG streams and episode statistics start fresh (not an exact resume)")
+            return
+        if resume.envs_changed(state["config"], self.cfg):  # said in the notes: the envs start fresh
             return
         try:  # ckpt_schema checked every field; a failure here is a state the envs themselves refuse
             self._restore_rank(ranks[self.world.rank])

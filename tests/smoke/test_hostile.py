@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,10 +22,10 @@ import pytest
 import torch
 
 import hostile
-from conftest import MPIRUN, ok, trainer
+from conftest import MPIRUN, ROOT, ok, trainer
 from hostile import Case
 from mpippo.launch import catches_usr1
-from test_resilience import finish, start
+from test_resilience import finish, start, wait_for_line
 
 TOY = ["--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps", "1024"]
 EVIL_MARKER = "planted_code_ran"
@@ -59,6 +60,8 @@ def edited(bases, tmp: Path, base: str, edit: Callable[[dict], object]) -> Path:
     run_dir = tmp / "run"
     shutil.copytree(bases[base], run_dir)
     path = run_dir / "checkpoints" / "latest.pt"
+    if edit is None:
+        return run_dir
     state = torch.load(path, weights_only=False)
     out = edit(state)
     torch.save(state if out is None else out, path)
@@ -72,7 +75,7 @@ def planted(tmp: Path):
 
 
 def resume(base: str, edit, ranks=None, extra=()):
-    """A trainer case: --resume on an edited copy of a base run."""
+    """A trainer case: --resume on an edited copy of a base run (edit None: an exact copy)."""
     def setup(tmp, bases):
         return ranks, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(edited(bases, tmp, base, edit)),
                        *extra]
@@ -242,7 +245,60 @@ CASES = [
     Case("launch-n-0", launch("-n", "0"), "-n: the number of ranks must be >= 1, got 0"),
     Case("launch-n-negative", launch("-n", "-3"), "got -3"),
     Case("launch-n-not-int", launch("-n", "two"), "invalid int value: 'two'"),
+    # ---- one writer per run folder (another process holds the folder's lock) ----
+    Case("lock-fresh-run-into-a-locked-folder", lambda t, b: _locked(t, None, TOY), "is in use: process",
+         check=lambda t: _unlock(t)),
+    Case("lock-fresh-run-2-ranks", lambda t, b: _locked(t, None, TOY, ranks=2), "is in use: process", check=lambda t: _unlock(t)),
+    Case("lock-resume-while-another-trains", lambda t, b: _locked(t, b["ppo"], []), "holds its lock", check=lambda t: _unlock(t)),
+    Case("lock-resume-dqn-3-ranks", lambda t, b: _locked(t, b["dqn"], [], ranks=3), "holds its lock", check=lambda t: _unlock(t)),
+    # ---- resumes that would change the job ----
+    Case("resume-other-game", resume("coinrun", None, extra=["--set", "env.name=bigfish"]),
+         "the checkpoint's environment is 'coinrun', this config asks for 'bigfish'"),
+    Case("resume-other-mode", resume("coinrun", None, ranks=2, extra=["--set", "env.distribution_mode=hard"]),
+         "the checkpoint's distribution mode is 'easy'"),
+    Case("resume-other-levels", resume("ppo", None, extra=["--set", "env.num_levels=5"]), "level count is 0"),
+    Case("resume-dqn-other-levels", resume("dqn", None, ranks=3, extra=["--set", "env.start_level=7"]),
+         "first level is 0"),
+    Case("resume-appo-other-algo", resume("appo", None, ranks=3, extra=["--set", "training.algo=dqn", "--set",
+                                                                     "dqn.learning_starts=10"]),
+         "it is from algorithm 'appo'"),
+    # ---- checkpoints larger than memory: refused by their size, never read ----
+    Case("ckpt-sparse-terabyte", lambda t, b: _sparse(t, b, "ppo"), "reading it needs twice that"),
+    Case("ckpt-sparse-terabyte-dqn", lambda t, b: _sparse(t, b, "dqn", ranks=3), "reading it needs twice that"),
+    Case("evaluate-sparse-terabyte", lambda t, b: _sparse(t, b, "ppo", evaluate=True), "reading it needs twice that"),
 ]
+
+_HOLDERS: dict[Path, subprocess.Popen] = {}
+
+
+def _locked(tmp: Path, base: Path | None, args: list[str], ranks=None):
+    """A run folder (a copy of `base`, or an empty one) whose lock another process holds; the case
+    trains into it (--resume when it is a copy). The holder goes in the case's check (_unlock)."""
+    run_dir = tmp / "run"
+    shutil.copytree(base, run_dir) if base else run_dir.mkdir()
+    code = f"from mpippo import runlock; import time; runlock.acquire({str(run_dir)!r}); print('held', flush=True); time.sleep(90)"
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    _HOLDERS[tmp] = holder
+    return ranks, ["run_mpi.py", *args, "--no-progress", "--output-dir", str(run_dir), *(["--resume"] if base else [])]
+
+
+def _unlock(tmp: Path) -> bool:
+    _HOLDERS.pop(tmp).kill()
+    return True
+
+
+def _sparse(tmp: Path, bases, base: str, ranks=None, evaluate=False):
+    """A copy of a base run whose latest.pt is a sparse file of 2**40 bytes (no disk used)."""
+    run_dir = tmp / "run"
+    shutil.copytree(bases[base], run_dir)
+    latest = next(run_dir.rglob("latest.pt"))
+    latest.unlink()
+    with open(latest, "wb") as f:
+        f.truncate(2**40)
+    if evaluate:
+        return None, ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "2"]
+    return ranks, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir)]
 
 
 def _truncated(tmp, bases):
@@ -259,7 +315,7 @@ def _with_file(tmp, setup_result):
 
 
 def _needs_bases(case: Case) -> bool:
-    return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay")) or "planted" in case.id
+    return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay", "resume-", "lock-resume")) or "planted" in case.id
 
 
 for _c in CASES:  # cases that start from a trained checkpoint (and the evaluate ones) are slow
@@ -359,3 +415,70 @@ def test_sigusr1_to_the_launcher_before_mpirun_runs_is_held_and_passed_on(tmp_pa
     rc, out = _signal_during_startup(cmd, tmp_path / "run", signal.SIGUSR1, (0.0,), launcher)
     assert rc == 3, out[-2000:]
     assert "SIGUSR1 arrived during start-up" in out
+
+
+# ---- signals repeated during a stop, in every layout: the first stop's outcome holds ----
+LONG = ["--no-progress", "--total-timesteps", "100000000", "--set", "logging.print_interval=1"]
+REPEATED = {  # id: (command before --output-dir, a line that says training runs, whom to signal, signal, exit)
+    "appo-sigusr1-to-mpirun": ([MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", "--config",
+                                "configs/appo_toy.yaml", *LONG], "agent 0 |", "mpirun", signal.SIGUSR1, 3),
+    "dqn-sigterm-to-ranks": ([MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", "--config",
+                              "configs/dqn_toy.yaml", *LONG], "agent 0 |", "ranks", signal.SIGTERM, 4),
+    "ppo-sigterm-to-launcher": ([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe",
+                                 "--config", "configs/toy_cue.yaml", *LONG], "iter ", "mpirun", signal.SIGTERM, 4),
+}
+
+
+def _ranks_of(proc) -> list:
+    import psutil
+    out = []
+    for p in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if "run_mpi.py" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(REPEATED))
+def test_signals_repeated_during_a_stop_keep_its_exit_code(name, tmp_path):
+    """Slurm may send SIGUSR1 more than once, a wrapper SIGTERM more than once: every 20 ms until the
+    job ends, through the checkpoint and MPI's shutdown. Before, a rank died of the second SIGUSR1 in
+    MPI_Finalize (Python's shutdown restores the default action first): exit 138."""
+    cmd, line, whom, sig, code = REPEATED[name]
+    run_dir = tmp_path / "run"
+    tag = f"repeat-{name}-{os.getpid()}"
+    proc = start([*cmd, "--output-dir", str(run_dir)], env={hostile.MARK: tag})
+    wait_for_line(proc, line)
+    sent, deadline = 0, time.monotonic() + 90
+    while proc.poll() is None and time.monotonic() < deadline:
+        for p in ([proc] if whom == "mpirun" else _ranks_of(proc)):
+            try:
+                p.send_signal(sig)
+                sent += 1
+            except (OSError, ProcessLookupError, Exception):
+                pass
+        time.sleep(0.02)
+    rc, out, err = finish(proc)
+    assert rc == code, (rc, sent, out[-1500:], err[-2500:])
+    assert sent > 3 and "Traceback" not in out + err
+    assert list(run_dir.rglob("latest.pt")), "no checkpoint"
+    assert not hostile.marked_processes(tag)
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_stops_its_job_with_a_checkpoint(tmp_path):
+    """kill -9 of the launcher: the kernel sends mpirun SIGUSR2 (PR_SET_PDEATHSIG), the ranks
+    checkpoint and stop; nothing of the job trains on, detached."""
+    run_dir = tmp_path / "run"
+    tag = f"killed-launcher-{os.getpid()}"
+    cmd, line = REPEATED["ppo-sigterm-to-launcher"][:2]
+    proc = start([*cmd, "--output-dir", str(run_dir)], env={hostile.MARK: tag})
+    wait_for_line(proc, line)
+    proc.kill()
+    proc.wait()
+    _wait_until(lambda: not [p for p in hostile.marked_processes(tag) if p.status() != "zombie"],
+                "the job's end", timeout=60)
+    assert list(run_dir.rglob("latest.pt")), "no checkpoint"
