@@ -191,9 +191,9 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
         print(f"mpippo: {verb}: ppo on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
-              f"{trainer.threads} thread(s)/rank, device {trainer.device}, {cfg.training.precision} ({trainer.precision_why})"
-              f"{f', {trainer.env_threads} procgen thread(s)/rank' if trainer.env_threads else ''}; output {run_dir}",
-              flush=True)
+              f"{trainer.threads} thread(s)/rank, {placement_words(world, trainer)}, device {trainer.device}, "
+              f"{cfg.training.precision} ({trainer.precision_why}){', deterministic' if cfg.training.deterministic and trainer.device.type == 'cuda' else ''}"
+              f"; output {run_dir}", flush=True)
     try:
         summary = trainer.train(signals)
     except JobFailure as e:  # detected by all ranks together: one message, clean exit
@@ -298,6 +298,14 @@ def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[i
     if world.is_root and result.stop_reason != "done":
         print(f"mpippo: {runctl.STOP_WHY[result.stop_reason]}", flush=True)
     return result.exit_code, summary
+
+
+def placement_words(world: World, trainer) -> str:
+    """Where rank 0 runs, for the start-up line: the cores it may use (its affinity mask), its
+    share of them, and procgen's stepping threads."""
+    cores = f"{world.affinity} core(s) in its affinity" + (f", {world.cpu_share} its share" if world.cpu_share !=
+                                                           world.affinity else "")
+    return f"rank 0: {cores}, {trainer.env_threads} procgen thread(s)"
 
 
 def print_summary(s: dict, run_dir: Path) -> None:

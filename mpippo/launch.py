@@ -64,17 +64,35 @@ def die_with_parent(sig: int):
     return preexec
 
 
-def mpirun_command(ranks: int, argv: list[str], threads: int = 1) -> tuple[list[str], dict]:
-    """(command, environment) for `mpirun -n ranks python argv...`; when ranks x threads exceed the
-    cores, ranks may share cores (oversubscribed) and are not bound (binding would stack them)."""
-    cmd, env = [mpirun_path(), "-n", str(ranks)], mpi_env()
-    if ranks * threads > len(os.sched_getaffinity(0)):
-        cmd.append("--oversubscribe")
-        env["PRTE_MCA_hwloc_default_binding_policy"] = "none"
-    return cmd + [sys.executable, *argv], env
+BINDING_OPTIONS = ("--map-by", "--bind-to", "--cpus-per-rank", "--cpu-set", "--rankfile")
+BINDING_ENV = ("PRTE_MCA_hwloc_default_binding_policy", "OMPI_MCA_hwloc_base_binding_policy")
 
 
-def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int = 1, timeout: float = 3600,
+def placement(ranks: int, user_args: list[str] = (), threads: int | None = None) -> tuple[list[str], dict]:
+    """(mpirun options, environment) that give each of `ranks` ranks on this node its share of the
+    cores: Open MPI binds each of 1-2 ranks to ONE core by default, so a 1-rank job on 16 cores
+    would see one core (one torch thread, procgen stepping serially). Each rank gets `threads`
+    cores (default: the launcher's cores // ranks) bound with --map-by slot:PE=n; when they do not
+    fit, ranks share the cores unbound (binding would stack them). The user's own binding options
+    in `user_args` (or a binding policy in the environment) are left as they are."""
+    if any(a.split("=")[0] in BINDING_OPTIONS for a in user_args) or any(v in os.environ for v in BINDING_ENV):
+        return [], {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    share = threads or max(1, cores // ranks)
+    if ranks * share > cores:
+        return ["--oversubscribe", "--bind-to", "none"], {"PRTE_MCA_hwloc_default_binding_policy": "none"}
+    return ["--map-by", f"slot:PE={share}"], {}
+
+
+def mpirun_command(ranks: int, argv: list[str], threads: int | None = None) -> tuple[list[str], dict]:
+    """(command, environment) for `mpirun -n ranks python argv...`, each rank bound to `threads`
+    cores (default: its share of the node), or unbound where they do not fit (placement)."""
+    where, extra = placement(ranks, threads=threads)
+    env = mpi_env() | extra
+    return [mpirun_path(), *where, "-n", str(ranks), sys.executable, *argv], env
+
+
+def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int | None = None, timeout: float = 3600,
                 extra_env: dict | None = None) -> dict:
     """Run run_mpi.py to the end with --output-dir out_dir (benchmarks, sweeps): its
     benchmark_metrics.json plus `wall_s_with_startup`. RuntimeError with the stderr tail on failure.
@@ -177,11 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.np < 1:
         sys.stderr.write(f"mpippo: error: -n: the number of ranks must be >= 1, got {args.np}\n")
         return 2
-    cmd = [mpirun_path(), *args.mpirun_args.split(), "-n", str(args.np), sys.executable,
+    user = args.mpirun_args.split()
+    where, extra = placement(args.np, user)
+    if "--oversubscribe" in user and where[:1] == ["--oversubscribe"]:
+        where = where[1:]
+    cmd = [mpirun_path(), *user, *where, "-n", str(args.np), sys.executable,
            str(ROOT / "run_mpi.py"), *trainer_args]
     # own session: a Ctrl-C at the terminal reaches only this launcher, which relays it gently
     try:
-        proc = subprocess.Popen(cmd, env=terminal_env(mpi_env()), start_new_session=True,
+        proc = subprocess.Popen(cmd, env=terminal_env(mpi_env() | extra), start_new_session=True,
                                 preexec_fn=die_with_parent(signal.SIGUSR2))
     except OSError as e:
         sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")

@@ -4,8 +4,9 @@
   (naming CUDA_VISIBLE_DEVICES when GPUs were allocated); an explicit `cuda` without CUDA is bad
   input (exit 2) for every algorithm.
 - threads: `parallel.threads_per_rank: 0` means auto everywhere: SLURM_CPUS_PER_TASK, else the
-  cores of the node (or of this rank's affinity mask) shared by the ranks on it; procgen steps in
-  the rank's thread on a CPU rank and with the rank's CPU share of threads on a GPU rank.
+  rank's CPU share (its affinity mask, divided among the ranks on the node that share it); procgen
+  steps in the rank's thread on a CPU rank and with its CPU share less one thread on a GPU rank
+  (the main thread drives the GPU).
 - stop reasons, one precedence: a budget that is reached ends the run as `done` whatever else
   happened at that moment; otherwise SIGUSR1 (`requeue`) > SIGTERM (`stopped`) > the time budget
   (`duration`). Across agents that end separately, the most urgent wins (requeue > stopped >
@@ -161,20 +162,18 @@ def cuda_determinism(device, on: bool) -> None:
 
 def env_threads(configured: int | None, device, cpu_share: int) -> int:
     """Procgen's stepping threads for one rank: `configured`, or (None = auto) 0 on a CPU rank (its
-    cores train the network) and the rank's CPU share on a GPU rank with more than one core (the
-    GPU trains; the cores are free for the envs)."""
+    cores train the network) and on a GPU rank its CPU share less the core whose thread drives the
+    GPU (0 when the share is one core: stepping in the rank's thread)."""
     if configured is not None:
         return configured
-    return cpu_share if device.type == "cuda" and cpu_share > 1 else 0
+    return cpu_share - 1 if device.type == "cuda" and cpu_share > 1 else 0
 
 
-def threads_per_rank(configured: int, ranks_on_node: int) -> int:
-    """torch threads for one rank: `configured`, or (0 = auto) SLURM_CPUS_PER_TASK, else the cores
-    this rank may use shared by the ranks on the node (at least 1)."""
+def threads_per_rank(configured: int, cpu_share: int) -> int:
+    """torch threads for one rank: `configured`, or (0 = auto) SLURM_CPUS_PER_TASK, else the rank's
+    CPU share (World.cpu_share: its affinity mask over the ranks on the node that share it)."""
     if configured > 0:
         return configured
     if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
         return int(os.environ["SLURM_CPUS_PER_TASK"])
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    # the affinity mask may already be this rank's share (bound launch) or the whole node
-    return max(1, cores // ranks_on_node) if cores >= ranks_on_node else 1
+    return max(1, cpu_share)

@@ -29,6 +29,15 @@ def mpi_library() -> str:
     return MPI.Get_library_version().splitlines()[0] if MPI is not None else "none"
 
 
+def cpu_share(mine: list[int], node_masks: list[list[int]]) -> int:
+    """The cores this rank may count as its own: its affinity mask shared by the ranks on the node
+    whose masks overlap it. A bound launch (disjoint masks) gives each rank its mask; an unbound
+    one (every rank sees the node, or the job's cgroup) divides the mask by the ranks in it."""
+    me = set(mine)
+    sharing = sum(1 for m in node_masks if me & set(m)) or 1
+    return max(1, len(me) // sharing)
+
+
 class World:
     def __init__(self, collective_timeout_s: float = 0.0, _comm=None, _parent: "World | None" = None):
         self.comm = _comm if _comm is not None else (MPI.COMM_WORLD if MPI is not None else None)
@@ -38,14 +47,18 @@ class World:
         self.hostname = socket.gethostname()
         # Slurm's node name: differs from the hostname when several slurmd emulate nodes on one host
         self.node = os.environ.get("SLURMD_NODENAME", self.hostname)
+        mask = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         if _parent is not None:  # where this process sits on its node does not change with the split
             self.local_rank, self.local_size = _parent.local_rank, _parent.local_size
+            self.affinity, self.cpu_share = _parent.affinity, _parent.cpu_share
         elif self.comm is not None and self.size > 1:
             node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
             self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+            self.affinity, self.cpu_share = len(mask), cpu_share(mask, node.allgather(mask))  # start-up only
             node.Free()
         else:
             self.local_rank, self.local_size = 0, 1
+            self.affinity, self.cpu_share = len(mask), len(mask)
         self._watch_name: str | None = None
         self._watch_since = 0.0
         self._seq = 0  # collectives entered so far: equal on all ranks that are in step

@@ -78,7 +78,7 @@ class ActorLearnerRun:
         self.group = world.split(index)  # this agent's ranks: 0 is the learner
         self.is_learner = self.group.rank == 0
         self.num_actors = per_agent - 1
-        torch.set_num_threads(threads_per_rank(cfg.parallel.threads_per_rank, world.local_size))
+        torch.set_num_threads(threads_per_rank(cfg.parallel.threads_per_rank, world.cpu_share))
         torch.manual_seed(rank_seed(cfg.training.seed, index))  # same init on a group's ranks
         self.seed = rank_seed(cfg.training.seed, world.rank)
         num_envs = cfg.env.num_envs_per_rank

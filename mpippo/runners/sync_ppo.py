@@ -49,7 +49,7 @@ class SyncPPO:
         self.device = pick_device(t.device, world.local_rank, warn)
         cuda_determinism(self.device, t.deterministic)
         self.precision_why = self._settle_precision(warn)
-        self.threads = threads_per_rank(cfg.parallel.threads_per_rank, world.local_size)
+        self.threads = threads_per_rank(cfg.parallel.threads_per_rank, world.cpu_share)
         torch.set_num_threads(self.threads)
         cfg.parallel.threads_per_rank = self.threads
 
@@ -320,6 +320,8 @@ class SyncPPO:
             reporter = Reporter(cfg, self.run_dir, world.size, hosts, self.global_step, self.iteration,
                                 t.total_timesteps, cfg.logging.progress)
             reporter.extra = {"device_used": str(self.device), "env_threads": self.env_threads,
+                              "affinity_cores": world.affinity, "cpu_share": world.cpu_share,
+                              "deterministic": t.deterministic,
                               "precision_why": self.precision_why,
                               "allreduce_bytes": int(self.grad_sync.host.numel() * 4),
                               "allreduce_calls_per_iteration": t.n_epochs * t.num_minibatches}

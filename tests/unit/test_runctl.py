@@ -55,12 +55,32 @@ def test_device_policy(monkeypatch):
 
 def test_threads_policy(monkeypatch):
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    assert runctl.threads_per_rank(3, 8) == 3
-    cores = len(__import__("os").sched_getaffinity(0))
-    assert runctl.threads_per_rank(0, 1) == cores
-    assert runctl.threads_per_rank(0, cores * 4) == 1
+    assert runctl.threads_per_rank(3, 8) == 3  # configured wins
+    assert runctl.threads_per_rank(0, 5) == 5  # auto: the rank's CPU share
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
     assert runctl.threads_per_rank(0, 48) == 6
+
+
+def test_env_threads_policy():
+    import torch
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert runctl.env_threads(3, gpu, 8) == 3  # configured wins
+    assert runctl.env_threads(None, cpu, 8) == 0  # a CPU rank's cores train the network
+    assert runctl.env_threads(None, gpu, 8) == 7  # one core drives the GPU
+    assert runctl.env_threads(None, gpu, 1) == 0  # a one-core share steps in the rank's thread
+
+
+def test_cpu_share_of_bound_and_unbound_ranks():
+    from mpippo.comm.world import cpu_share
+    node = list(range(16))
+    assert cpu_share(node, [node]) == 16  # one rank, unbound
+    assert cpu_share(node, [node] * 4) == 4  # four unbound ranks share the node
+    bound = [list(range(4 * r, 4 * r + 4)) for r in range(4)]
+    assert cpu_share(bound[1], bound) == 4  # bound: each its own mask
+    assert cpu_share([0], [[0], [1]]) == 1
+    assert cpu_share([0, 1], [[0, 1]] * 3) == 1  # more ranks than cores: at least one
+    job = list(range(8))  # a cgroup of 8 cores for 2 unbound ranks on a 16-core node
+    assert cpu_share(job, [job, job]) == 4
 
 
 class _Chunks:
