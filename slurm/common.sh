@@ -56,19 +56,29 @@ if [ -f "$RUN_DIR/checkpoints/latest.pt" ] || [ -f "$RUN_DIR/agent_0/checkpoints
     ARGS+=(--resume)  # a requeued or restarted job continues its own run
 fi
 
+# Placement under mpirun: each task bound to its --cpus-per-task cores (Open MPI binds each of 1-2
+# ranks to ONE core by default, whatever the allocation: a GPU rank would step its envs on one core).
+# Unbound when this node has fewer real cores than its tasks claim, or when MPIPPO_MPIRUN_ARGS or the
+# environment chooses a binding. srun places tasks by --cpus-per-task itself.
+TASKS_HERE=${SLURM_TASKS_PER_NODE%%[(,]*}
+BIND=(--map-by "slot:PE=$THREADS")
+if [ "$(nproc)" -lt $(( ${TASKS_HERE:-1} * THREADS )) ]; then BIND=(--bind-to none); fi
+case " ${MPIPPO_MPIRUN_ARGS:-} " in *" --map-by"*|*" --bind-to"*|*" --rankfile"*) BIND=() ;; esac
+if [ -n "${PRTE_MCA_hwloc_default_binding_policy:-}" ]; then BIND=(); fi
+
 case "$LAUNCHER" in
   mpirun)
     MPIRUN=${MPIPPO_MPIRUN:-$(dirname "$MPIPPO_PYTHON")/mpirun}
     [ -x "$MPIRUN" ] || MPIRUN=mpirun
     # shellcheck disable=SC2086
-    CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py) ;;
+    CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} "${BIND[@]}" -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py) ;;
   srun)
     CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$MPIPPO_PYTHON" run_mpi.py) ;;
   *)
     echo "mpippo: MPIPPO_LAUNCHER='$LAUNCHER' is not one of mpirun, srun" >&2; exit 2 ;;
 esac
 
-echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER, run $RUN_DIR"
+echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER${BIND[*]:+ (${BIND[*]})}, run $RUN_DIR"
 
 "${CMD[@]}" "${ARGS[@]}" "$@" &
 PID=$! STARTED=$SECONDS
