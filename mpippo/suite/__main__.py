@@ -117,6 +117,7 @@ def cmd_run(suite: spec.Suite, args) -> int:
         elsewhere = []
         members = submit.todo(suite, elsewhere)
         if _plan(suite, args, members, elsewhere) is not None:
+            lock.undo()  # nothing to do changes nothing
             return 0
         if args.local:
             return submit.run_local(suite, members, args.mpirun_args, lock.fd())

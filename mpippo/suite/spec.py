@@ -36,6 +36,8 @@ DEFAULTS = {"cpus_per_rank": 1, "gpus_per_rank": 0, "time": "24:00:00", "distrib
             "variants": {"default": []}}
 SUITE_OWNED = {("env", "name"), ("env", "distribution_mode"), ("training", "total_timesteps"), ("training", "seed")}
 MAX_MEMBERS = 1000  # array indices 0..999: within Slurm's default MaxArraySize (1001)
+LIMITS = {"ranks": 100_000, "cpus_per_rank": 4096, "gpus_per_rank": 64}
+TIME = re.compile(r"(\d{1,3}-)?\d{1,4}(:\d{2}){0,2}")
 SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: no trailing newline slips through
 
 
@@ -149,8 +151,14 @@ def _check(s: Suite) -> None:
     for key, low in (("budget", 1), ("ranks", 1), ("cpus_per_rank", 1), ("gpus_per_rank", 0)):
         if getattr(s, key) < low:
             raise SuiteError(f"{where}: {key}: must be >= {low}, got {getattr(s, key)}")
-    if not re.match(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$", s.time):
-        raise SuiteError(f"{where}: time: {C.show(s.time)} is not a Slurm time limit (e.g. 24:00:00 or 1-00:00:00)")
+    for key, high in LIMITS.items():
+        if getattr(s, key) > high:
+            raise SuiteError(f"{where}: {key}: at most {high:,} (more than any cluster gives one job), "
+                             f"got {C.show(getattr(s, key))}")
+    if not TIME.fullmatch(s.time) or any(int(x) >= 60 for x in s.time.split(":")[1:]) \
+            or ("-" in s.time and int(s.time.split("-")[1].split(":")[0]) >= 24):
+        raise SuiteError(f"{where}: time: {C.show(s.time)} is not a Slurm time limit (minutes, minutes:seconds, "
+                         f"hours:minutes:seconds or days-hours[:minutes[:seconds]], e.g. 24:00:00 or 1-00:00:00)")
     if s.distribution_mode not in ("easy", "hard"):
         raise SuiteError(f"{where}: distribution_mode: {C.show(s.distribution_mode)} is not one of easy, hard")
     if not Path(s.base_config).is_file():

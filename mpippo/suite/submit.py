@@ -40,7 +40,8 @@ def set_aside(folder: Path) -> Path | None:
     nothing to resume, and the trainer refuses a non-empty folder without --resume: it is renamed
     aside (kept, never deleted) so the member can start afresh. Returns the new name, if moved.
     A folder whose lock a trainer holds is never moved (SuiteError): it is being written."""
-    if not folder.is_dir() or (folder / "checkpoints" / "latest.pt").is_file() or not any(folder.iterdir()):
+    if not folder.is_dir() or (folder / "checkpoints" / "latest.pt").is_file() \
+            or not any(p.name != runlock.LOCK_NAME for p in folder.iterdir()):  # a lock file alone: empty
         return None
     who = runlock.holder(folder)
     if who:
@@ -75,7 +76,8 @@ def todo(suite: Suite, elsewhere: list | None = None) -> list[Member]:
 class SuiteLock:
     """`run`'s hold on the suite folder, taken before it decides anything and kept to its end (a
     second `run` of the suite is refused in one line naming this one). A refused `run` removes what
-    taking the lock created: the folder, if it made it, and the lock file, if it wrote it."""
+    taking the lock created: the folder, if it made it, and the lock file, if it wrote it (an older
+    lock file gets back the line that named its last holder)."""
 
     def __init__(self, suite: Suite):
         self.folder = suite.folder
@@ -86,6 +88,10 @@ class SuiteLock:
         self.made = missing_folders(self.folder)
         path = runlock.lock_path(self.folder)
         self.new_lock = not path.exists() and not path.is_symlink()
+        try:  # what the lock file said of its last holder, put back if this run is refused
+            self.text = None if self.new_lock else path.read_bytes()[:4096]
+        except OSError:
+            self.text = None
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
             runlock.acquire(self.folder, "suite folder")
@@ -96,14 +102,26 @@ class SuiteLock:
 
     def fd(self) -> int | None:
         """The lock's descriptor, for the member's launcher to hold too (None without locks)."""
-        return runlock._HELD.get(str(runlock.lock_path(self.folder)))
+        held = runlock._HELD.get(str(runlock.lock_path(self.folder)))
+        return held[0] if isinstance(held, tuple) else held  # (descriptor, earlier text) or a descriptor
 
     def __exit__(self, kind, exc, tb) -> bool:
         refused = kind is not None and issubclass(kind, (ConfigError, OSError, subprocess.SubprocessError))
-        runlock.release(self.folder, remove=refused and self.new_lock)
-        if refused:
-            remove_if_empty(self.made)
+        if refused:  # else held to the end of this process (the kernel lets go of it)
+            self.undo()
         return False
+
+    def undo(self) -> None:
+        """Let go, leaving the folder as it was: a refused run, or one that found nothing to do."""
+        fd = self.fd()
+        if fd is not None and self.text is not None:
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, self.text, 0)
+            except OSError:
+                pass
+        runlock.release(self.folder, remove=self.new_lock)
+        remove_if_empty(self.made)
 
 
 def slurm_seconds(limit: str) -> int:

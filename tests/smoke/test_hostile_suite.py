@@ -63,6 +63,7 @@ def member_run(tmp: Path, steps: int = 256, finished: bool = False, config: dict
         (m.folder / "checkpoints").mkdir()
         (m.folder / "checkpoints" / "latest.pt").write_bytes(b"a checkpoint")
     m.log.write_text(f"mpippo: suite member {m.key}: mpippo.launch ...\niter 1\n")
+    (s.folder / runlock.LOCK_NAME).write_text("process 1 on an-earlier-host (an earlier run)\n")  # its holder has ended
     return s, m
 
 
@@ -321,6 +322,10 @@ def test_sigterm_to_a_local_suite_any_number_of_times_stops_its_member_with_a_ch
     stop at the iteration's end, exit 4; the repeats change nothing; the suite waits for it."""
     tag = f"suite-sigterm-{os.getpid()}-{time.monotonic_ns()}"
     proc, member = _local_suite(tmp_path, tag)
+    second = subprocess.run([sys.executable, "-m", "mpippo.suite", "run", str(tmp_path / "s.yaml"), "--root",
+                             str(tmp_path), "--local"], cwd=ROOT, env=mpi_env(), capture_output=True, text=True,
+                            timeout=60)
+    assert second.returncode == 2 and f"is in use: process {proc.pid} on" in second.stderr, second.stderr
     for _ in range(5):
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.1)
