@@ -176,6 +176,8 @@ def check_ppo_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
         tensor(rng[key], f"{path}.rng.{key}", None, torch.uint8)
         restores(f"{path}.rng.{key}", "torch generator", lambda: torch.Generator().set_state(rng[key]))
     need(rng["cuda"] is None or isinstance(rng["cuda"], torch.Tensor), f"{path}.rng.cuda", "expected a tensor or None")
+    if rng.get("sampler") is not None:  # the device sampler's generator (CPU or CUDA: restored by the trainer)
+        tensor(rng["sampler"], f"{path}.rng.sampler", None, torch.uint8)
     check_env_state(r["env"], f"{path}.env", cfg, n)
     array(r["obs"], f"{path}.obs", "u1", (n, *obs_shape))
     array(r["first"], f"{path}.first", "b", (n,))

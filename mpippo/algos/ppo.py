@@ -89,13 +89,37 @@ def ppo_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_retur
     return PPOLoss(loss, pg_loss, v_loss, entropy_loss, approx_kl, clipfrac)
 
 
+class GumbelSampler:
+    """Categorical actions drawn on the policy's device with no host synchronization: Gumbel-max,
+    argmax(logits + G) with G ~ Gumbel(0, 1), which is an exact draw from softmax(logits).
+    (torch.multinomial on a GPU waits for the device.) Its generator lives on that device and its
+    state is saved with the rank's other RNG states, so a resumed run draws the same actions."""
+
+    def __init__(self, device: torch.device, seed: int):
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        u = torch.rand(logits.shape, generator=self.generator, device=logits.device)
+        gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))
+        return torch.argmax(logits.float() + gumbel, dim=-1)
+
+    def get_state(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def set_state(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+
 def local_grad_check(params):
-    """grad_sync for a single process: no averaging, only the non-finite check."""
+    """grad_sync for a single process: no averaging, only the non-finite check (with approx_kl,
+    one read from the device)."""
     params = list(params)
 
-    def sync(approx_kl: float) -> tuple[float, int]:
-        finite = all(bool(torch.isfinite(p.grad).all()) for p in params)
-        return approx_kl, int(not finite)
+    def sync(approx_kl) -> tuple[float, int]:
+        finite = torch.stack([torch.isfinite(p.grad).all() for p in params]).all()
+        kl = torch.as_tensor(approx_kl, dtype=torch.float32, device=finite.device)
+        kl, bad = torch.stack([kl.reshape(()), (~finite).float()]).tolist()
+        return kl, int(bad)
     return sync
 
 
@@ -122,9 +146,10 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
     per_minibatch = cfg.norm_adv and cfg.adv_norm == "minibatch"
     B = batch["b_actions"].shape[0]
     mb_size = B // cfg.num_minibatches
-    params = [p for p in model.parameters()]
-    totals = dict(pg_loss=0.0, v_loss=0.0, entropy=0.0, approx_kl=0.0, clipfrac=0.0)
-    steps = skipped = 0
+    # the losses' sums stay on the device and are read once at the end: a GPU never waits for the
+    # host within the update except where a verdict is needed (grad_sync: skip, early stop)
+    sums = torch.zeros(len(SUMMED), dtype=torch.float64, device=batch["b_actions"].device)
+    kl_sum, steps, skipped = 0.0, 0, 0
     for epoch in range(cfg.n_epochs):
         # drawn on the CPU generator whatever the device: the same minibatch order on CPU and GPU ranks
         perm = torch.randperm(B, generator=generator).to(batch["b_actions"].device)
@@ -147,7 +172,7 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                 optimizer.zero_grad(set_to_none=False)  # keep .grad as views of the flat buffer
                 out.loss.backward()
             with phase("allreduce"):
-                global_kl, n_nonfinite = grad_sync(float(out.approx_kl))
+                global_kl, n_nonfinite = grad_sync(out.approx_kl.detach())
             if n_nonfinite:
                 # every rank sees the same count, so every rank skips this same step
                 skipped += 1
@@ -158,16 +183,17 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                 continue
             nonfinite_streak = 0
             with phase("optimizer"):
-                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                 optimizer.step()
             steps += 1
-            totals["pg_loss"] += float(out.pg_loss.detach())
-            totals["v_loss"] += float(out.v_loss.detach())
-            totals["entropy"] += float(out.entropy.detach())
-            totals["approx_kl"] += global_kl
-            totals["clipfrac"] += float(out.clipfrac)
+            sums += torch.stack([getattr(out, k).detach().double() for k in SUMMED])
+            kl_sum += global_kl
         if cfg.target_kl is not None and global_kl > cfg.target_kl:
             break  # global_kl is identical on all ranks, so all stop together
-    stats = {k: v / max(steps, 1) for k, v in totals.items()}
-    stats.update(updates=steps, skipped=skipped, epochs_done=epoch + 1, nonfinite_streak=nonfinite_streak)
+    stats = dict(zip(SUMMED, (sums / max(steps, 1)).tolist()))
+    stats.update(approx_kl=kl_sum / max(steps, 1), updates=steps, skipped=skipped, epochs_done=epoch + 1,
+                 nonfinite_streak=nonfinite_streak)
     return stats
+
+
+SUMMED = ("pg_loss", "v_loss", "entropy", "clipfrac")  # ppo_update's statistics kept on the device

@@ -3,7 +3,8 @@
 GradAllreduce: per minibatch, the gradients of every parameter already live in one flat
 buffer (see models.flat); two extra slots carry the non-finite flag and approx_kl, so a
 single Allreduce averages gradients, tells every rank whether any rank saw NaN/Inf, and
-gives the global KL for early stopping -- decisions all ranks then take identically.
+gives the global KL for early stopping -- decisions all ranks then take identically. On a
+GPU the slots are written on the device, so the one copy to the host carries all three.
 """
 from __future__ import annotations
 
@@ -21,30 +22,49 @@ class GradAllreduce:
     def __init__(self, world: World, n: int, device: torch.device):
         self.world, self.n = world, n
         on_gpu = device.type != "cpu"
-        # On CPU the MPI buffer *is* the gradient storage plus the slots: no copies. On GPU a
-        # pinned host mirror is reduced, which works with any MPI, CUDA-aware or not.
+        # On CPU the MPI buffer *is* the gradient storage plus the slots: no copies. On GPU the
+        # gradients and the slots live in one device buffer, copied to a pinned host mirror in one
+        # piece (the minibatch's only wait for the device), reduced there with any MPI, CUDA-aware
+        # or not, and copied back.
         self.host = torch.zeros(n + self.N_SLOTS, dtype=torch.float32, pin_memory=on_gpu and torch.cuda.is_available())
-        self.grad = torch.zeros(n, dtype=torch.float32, device=device) if on_gpu else self.host[:n]
+        self.device_buf = torch.zeros(n + self.N_SLOTS, dtype=torch.float32, device=device) if on_gpu else None
+        self.grad = self.device_buf[:n] if on_gpu else self.host[:n]
         self.slots = self.host[n:]
         self._np = self.host.numpy()
         self.poison_steps = 0  # fault injection (tests): NaN gradients in the next this-many calls
 
-    def __call__(self, approx_kl: float) -> tuple[float, int]:
-        """Average grads over ranks in place. Returns (global mean approx_kl, #ranks non-finite)."""
+    def __call__(self, approx_kl) -> tuple[float, int]:
+        """Average grads over ranks in place. approx_kl: a float or a 0-d tensor on the grads'
+        device. Returns (global mean approx_kl, #ranks non-finite)."""
         if self.poison_steps:
             self.grad.fill_(float("nan"))
             self.poison_steps -= 1
+        if self.device_buf is not None:
+            return self._on_device(approx_kl)
         finite = bool(torch.isfinite(self.grad).all())
         if self.world.size == 1:
-            return approx_kl, int(not finite)
-        if self.grad.device.type != "cpu":
-            self.host[: self.n].copy_(self.grad)
+            return float(approx_kl), int(not finite)
         self.slots[self.SLOT_NONFINITE] = 0.0 if finite else 1.0
-        self.slots[self.SLOT_KL] = approx_kl
-        self.world.allreduce_(self._np, "sum", name="grad_allreduce")
-        if self.grad.device.type != "cpu":
-            self.grad.copy_(self.host[: self.n], non_blocking=False)
+        self.slots[self.SLOT_KL] = float(approx_kl)
+        return self._reduce()
+
+    def _on_device(self, approx_kl) -> tuple[float, int]:
+        slots = self.device_buf[self.n:]
+        slots[self.SLOT_NONFINITE] = (~torch.isfinite(self.grad).all()).float()
+        slots[self.SLOT_KL] = approx_kl
+        if self.world.size == 1:  # nothing to average: only the verdict comes to the host
+            bad, kl = slots.tolist()
+            return kl, int(bad)
+        self.host.copy_(self.device_buf)
+        out = self._reduce()
+        self.grad.copy_(self.host[: self.n], non_blocking=True)  # pinned: the copy queues, the host goes on
         self.grad.div_(self.world.size)
+        return out
+
+    def _reduce(self) -> tuple[float, int]:
+        self.world.allreduce_(self._np, "sum", name="grad_allreduce")
+        if self.device_buf is None:
+            self.grad.div_(self.world.size)
         return float(self.slots[self.SLOT_KL]) / self.world.size, int(round(float(self.slots[self.SLOT_NONFINITE])))
 
 

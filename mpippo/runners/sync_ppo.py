@@ -20,7 +20,7 @@ import torch
 from mpippo import resume
 from mpippo.algos.adam import Adam
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
-from mpippo.algos.ppo import autocast, compute_gae, ppo_update
+from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, ppo_update
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, check_replicas, global_mean_std, global_moments,
@@ -67,6 +67,11 @@ class SyncPPO:
 
         self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions, tuple(cfg.model.channels),
                                      cfg.model.hidden_size).init_trunk_(cfg.model.init).to(self.device)
+        self.sampler = GumbelSampler(self.device, seed + 2)  # actions, drawn on the policy's device
+        # on a GPU, observations and actions cross through fixed pinned host buffers
+        pin = self.device.type == "cuda"
+        self.obs_host = torch.zeros((self.num_envs, *self.env.obs_shape), dtype=torch.uint8, pin_memory=pin) if pin else None
+        self.act_host = torch.zeros(self.num_envs, dtype=torch.long, pin_memory=pin)
         self.grad_sync = GradAllreduce(world, num_params(self.model), self.device)
         # params and grads become views of two flat buffers; the grads' buffer is the MPI buffer.
         # Adam over the single flat tensor: one fused update instead of one per layer.
@@ -115,7 +120,7 @@ class SyncPPO:
         """What differs between ranks: RNG streams, env states, episode statistics."""
         return {
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                    "shuffle": self.generator.get_state(),
+                    "shuffle": self.generator.get_state(), "sampler": self.sampler.get_state(),
                     "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None},
             "env": self.env.get_state(), "obs": self.obs.copy(), "first": self.first.copy(),
             "ret_tracker": self.ret_tracker.copy(), "ep_ret": self.ep_ret.copy(), "ep_len": self.ep_len.copy(),
@@ -165,6 +170,8 @@ class SyncPPO:
         np.random.set_state(r["rng"]["numpy"])
         torch.set_rng_state(r["rng"]["torch"])
         self.generator.set_state(r["rng"]["shuffle"])
+        if r["rng"].get("sampler") is not None:  # (checkpoints before the device sampler: a fresh one)
+            self._restore_sampler(r["rng"]["sampler"])
         if r["rng"]["cuda"] is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(r["rng"]["cuda"], self.device)
         self.env.set_state(r["env"])
@@ -173,6 +180,16 @@ class SyncPPO:
         self.win_returns.add(r["win_returns"])
         self.episodes_total = int(r["episodes_total"])
         self.interval_ep, self.interval_ev = r["interval_ep"], r["interval_ev"]
+
+    def _restore_sampler(self, state: torch.Tensor) -> None:
+        """The action sampler's stream; a checkpoint from another kind of device (a GPU run resumed
+        on CPUs) holds another generator's state: the stream starts fresh there, with a note."""
+        try:
+            self.sampler.set_state(state)
+        except RuntimeError:
+            self.resume_note = ((self.resume_note + "; ") if self.resume_note else "") + (
+                f"warning: the action sampler's state is from another device; its stream starts fresh on "
+                f"{self.device.type} (not an exact resume)")
 
     def _broadcast_parameters(self) -> None:
         host = self.flat_params.detach().cpu().numpy().copy() if self.device.type != "cpu" else self.flat_params.numpy()
@@ -187,17 +204,21 @@ class SyncPPO:
         ep_ret_sum = ep_len_sum = ep_count = 0.0
         for step in range(self.cfg.training.n_steps):
             with timer("inference"):
-                obs_t = torch.from_numpy(obs).to(self.device, non_blocking=True)
-                buf.obs[step].copy_(obs_t)
-                buf.dones[step].copy_(torch.from_numpy(first))
+                obs_t = buf.obs[step]
+                if self.device.type == "cuda":  # to the pinned staging buffer, then one asynchronous copy up
+                    self.obs_host.numpy()[:] = obs
+                    obs_t.copy_(self.obs_host, non_blocking=True)
+                else:
+                    obs_t.copy_(torch.from_numpy(obs))
+                buf.dones[step].copy_(torch.from_numpy(first), non_blocking=True)
                 with autocast(self.device, self.cfg.training.precision):
                     logits, value = self.model(obs_t)
-                probs = torch.softmax(logits.float(), dim=-1)
-                action = torch.multinomial(probs, 1).squeeze(1)
+                action = self.sampler(logits)
                 buf.actions[step] = action
-                buf.logprobs[step] = torch.log(probs.gather(1, action.unsqueeze(1)).squeeze(1))
+                buf.logprobs[step] = torch.log_softmax(logits.float(), dim=-1).gather(1, action.unsqueeze(1)).squeeze(1)
                 buf.values[step] = value
-                action_np = action.cpu().numpy()
+                self.act_host.copy_(action)  # the step's one wait for the device
+                action_np = self.act_host.numpy()
             with timer("env_step"):
                 env.act(action_np)
                 rew, obs, first = env.observe()
