@@ -83,6 +83,7 @@ class SuiteLock:
         self.folder = suite.folder
         self.made: list[Path] = []
         self.new_lock = False
+        self.text: bytes | None = None
 
     def __enter__(self) -> "SuiteLock":
         self.made = missing_folders(self.folder)

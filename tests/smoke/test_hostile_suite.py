@@ -322,10 +322,13 @@ def test_sigterm_to_a_local_suite_any_number_of_times_stops_its_member_with_a_ch
     stop at the iteration's end, exit 4; the repeats change nothing; the suite waits for it."""
     tag = f"suite-sigterm-{os.getpid()}-{time.monotonic_ns()}"
     proc, member = _local_suite(tmp_path, tag)
-    second = subprocess.run([sys.executable, "-m", "mpippo.suite", "run", str(tmp_path / "s.yaml"), "--root",
-                             str(tmp_path), "--local"], cwd=ROOT, env=mpi_env(), capture_output=True, text=True,
-                            timeout=60)
+    suite = [sys.executable, "-m", "mpippo.suite"]
+    where = [str(tmp_path / "s.yaml"), "--root", str(tmp_path)]
+    second = subprocess.run([*suite, "run", *where, "--local"], cwd=ROOT, env=mpi_env(), capture_output=True,
+                            text=True, timeout=60)
     assert second.returncode == 2 and f"is in use: process {proc.pid} on" in second.stderr, second.stderr
+    status = subprocess.run([*suite, "status", *where], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "summary: 1 running" in status.stdout, status.stdout + status.stderr  # its trainer holds the folder
     for _ in range(5):
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.1)
@@ -340,8 +343,7 @@ def test_sigterm_to_a_local_suite_any_number_of_times_stops_its_member_with_a_ch
     assert not _nothing_left(tag, timeout=10)
     _stopped_with_a_checkpoint(member)
     assert "stopped with a checkpoint (exit 4)" in member.with_name("seed_1.log").read_text()
-    status = subprocess.run([sys.executable, "-m", "mpippo.suite", "status", str(tmp_path / "s.yaml"), "--root",
-                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    status = subprocess.run([*suite, "status", *where], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "summary: 1 stopped" in status.stdout, status.stdout + status.stderr
 
 
