@@ -135,6 +135,16 @@ def lookup(index: int = 0, prepare=None):
     return setup
 
 
+def job_script(prepare):
+    """slurm/suite_member.sh as array element 0 of the suite's manifest (its lookup refuses before training)."""
+    def setup(tmp, shared):
+        s = prepare(tmp)
+        run = "import os, sys; os.execvp('bash', ['bash', 'slurm/suite_member.sh', sys.argv[1]])"
+        return None, ["-c", run, str(s.folder / "manifest-1.json")], {
+            "SLURM_ARRAY_TASK_ID": "0", "MPIPPO_ROOT": str(ROOT), "MPIPPO_PYTHON": sys.executable}
+    return setup
+
+
 def metrics_case(content: bytes):
     return lambda tmp: member_run(tmp, metrics=content)
 
@@ -188,6 +198,8 @@ CASES = [
     Case("lookup-damaged-manifest", lookup(0, lambda t: submitted(t, manifest=b'[{"key": "x"}]')),
          "expected a JSON object at the top level"),
     Case("lookup-index-not-in-manifest", lookup(5, submitted), "no member with array index 5 (it lists ['0'])"),
+    Case("manifest-damaged-job-script", job_script(lambda t: submitted(t, manifest=b'{"0": {"key": "x", "folder": 3}}')),
+         "entry '0': expected"),
     # ---- a member's folder holding another run: refused before it is scored, reported done or resumed ----
     Case("mismatch-game", suite("run", "--local", prepare=lambda t: member_run(t, config={"env.name": "bigfish"})),
          "holds a bigfish run, not starpilot (config.yaml); move it away"),
@@ -232,6 +244,7 @@ CASES = [
     Case("suite-folder-locked-local", suite("run", "--local", prepare=locked_suite), "' is in use: process"),
     Case("suite-folder-locked-slurm", suite("run", prepare=locked_suite), "holds its lock (.mpippo.lock)"),
     Case("member-folder-locked-lookup", lookup(0, locked_member), "is in use: process"),
+    Case("member-folder-locked-job-script", job_script(locked_member), "this element leaves it alone"),
     Case("member-folder-locked-run", suite("run", "--local", prepare=locked_member),
          "is running elsewhere (process", code=0),
     Case("member-folder-locked-status", suite("status", prepare=locked_member), " running ", code=0),
