@@ -129,6 +129,12 @@ def local_mean_std(x: torch.Tensor) -> tuple[float, float]:
     return float(x.mean()), (float(x.std(unbiased=False)) if x.numel() > 1 else 0.0)
 
 
+def device_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """local_mean_std's numbers as 0-d float64 tensors on x's device: nothing waits for a GPU."""
+    x = x.detach().double()
+    return x.mean(), (x.std(unbiased=False) if x.numel() > 1 else torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                grad_sync, generator: torch.Generator | None = None, timer=None,
                nonfinite_streak: int = 0, max_nonfinite_streak: int = 3, adv_moments=local_mean_std,

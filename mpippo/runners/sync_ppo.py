@@ -20,7 +20,7 @@ import torch
 from mpippo import resume
 from mpippo.algos.adam import Adam
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
-from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, ppo_update
+from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, device_mean_std, ppo_update
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, check_replicas, global_mean_std, global_moments,
@@ -283,7 +283,8 @@ class SyncPPO:
                                  float(((y - v) ** 2).sum())]
         return ppo_update(self.model, self.optimizer, batch, t, self.grad_sync, self.generator, self.timer,
                           nonfinite_streak, self.cfg.guards.max_nonfinite_skips,
-                          adv_moments=lambda x: global_mean_std(self.world, x))
+                          adv_moments=device_mean_std if self.world.size == 1 else
+                          (lambda x: global_mean_std(self.world, x)))
 
     def _lr(self) -> float:
         t = self.cfg.training
