@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from mpippo.preemption import settle
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -208,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")
         return 2
-    return relay.wait(proc, args.np)
+    code = relay.wait(proc, args.np)
+    settle()  # the job's outcome is known: a late signal cannot turn it into death by signal
+    return code
 
 
 if __name__ == "__main__":
