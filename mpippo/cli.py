@@ -295,6 +295,11 @@ def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[i
     # reason of any agent. Agents may end minutes apart, so this waits outside the watchdog.
     result = runctl.RunResult(runctl.URGENCY[world.max_unwatched(runctl.urgency(summary.get("stop_reason", "done")))],
                               summary)
+    errors = [e for e in world.allgather_obj(summary.get("error")) if e]  # learners that failed: one line per job
+    if world.is_root and errors:
+        more = f" (and {len(errors) - 1} other agent(s) failed)" if len(errors) > 1 else ""
+        sys.stderr.write(f"mpippo: error: {errors[0]}{more}\n")
+        sys.stderr.flush()
     if world.is_root and result.stop_reason != "done":
         print(f"mpippo: {runctl.STOP_WHY[result.stop_reason]}", flush=True)
     return result.exit_code, summary

@@ -255,7 +255,8 @@ def _coerce(value: Any, tp, where: str) -> Any:
     if tp is float and not math.isfinite(value):  # NaN passes every `<` check below; refuse it here
         raise ConfigError(f"{where}: must be a finite number, got {value}")
     if tp in (int, float) and abs(value) > INT64_MAX:  # counters and seeds end up in int64 arrays
-        raise ConfigError(f"{where}: {show(value)} is out of range; allowed: below 2**63")
+        allowed = "below 2**63" if tp is int else "magnitudes below 9.2e18 (2**63)"
+        raise ConfigError(f"{where}: {show(value)} is out of range; allowed: {allowed}")
     return float(value) if tp is float else value
 
 

@@ -8,7 +8,6 @@ an actor that holds credit falls silent.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -267,8 +266,7 @@ class Learner:
         return out
 
     def closing_lines(self, s: dict) -> None:
-        if self.error:
-            sys.stderr.write(f"mpippo: error: {self.error}\n")
+        """The agent's summary line (its error, if any, is the job's to print once: cli)."""
         state = "finished" if not self.reason and not self.error else f"stopped ({s['stop_reason']})"
         ret = "-" if s["episode_return_mean"] is None else f"{s['episode_return_mean']:.2f}"
         print(f"mpippo: agent {self.a.index} {state}: {s['total_timesteps']:,} env steps "

@@ -22,13 +22,13 @@ APPO = ["--config", "configs/appo_toy.yaml", "--no-progress"]
 SELFPLAY = ["--config", "configs/dqn_selfplay.yaml", "--no-progress"]
 
 
-def train(base: list[str], *sets: str, extra=(), output: str = "out"):
+def train(base: list[str], *sets: str, extra=(), output: str = "out", ranks: int = 3):
     """3 ranks (a learner, two actors) of the trainer with `--set` overrides; TMP/<output> is the run folder."""
     def setup(tmp, shared):
         argv = ["run_mpi.py", *base, *extra, "--output-dir", f"{tmp}/{output}"]
         for item in sets:
             argv += ["--set", item]
-        return 3, argv
+        return ranks, argv
     return setup
 
 
@@ -72,6 +72,10 @@ CASES = [
     Case("lr-appo-diverges", train(APPO, "training.learning_rate=1e15", extra=("--total-timesteps", "2048"),
                                    output="run"),
          "agent 0: the APPO loss or its gradient was not finite", code=1, check=failed_without_a_checkpoint),
+    Case("lr-two-dqn-agents-diverge", train(DQN, "training.learning_rate=1e15", "dqn.learning_starts=500",
+                                            "dqn.num_agents=2", extra=("--total-timesteps", "6000"), output="run",
+                                            ranks=4),
+         "(and 1 other agent(s) failed)", code=1),  # two failing agents: still one line for the job
     # ---- impossible combinations: no update could ever happen ----
     Case("combo-dqn-starts-above-buffer", train(DQN, "dqn.learning_starts=30000"),
          "dqn.learning_starts: 30,000 is above dqn.buffer_size=20,000"),
