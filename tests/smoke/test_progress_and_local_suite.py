@@ -68,7 +68,9 @@ def test_local_suite_runs_its_members_with_the_bar_and_a_second_run_finds_nothin
 
 def test_ctrl_c_in_a_local_suite_checkpoints_the_member_and_the_same_command_resumes_it(tmp_path):
     data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
-    data.update(games=["starpilot"], seeds=[1], variants={"default": []}, budget=4096)
+    # a small network on one thread: torch's two threads per rank crawl (20x) when other jobs share the cores
+    data.update(games=["starpilot"], seeds=[1], budget=4096, variants={"default": [
+        "model.channels=[8]", "model.hidden_size=32", "training.n_steps=16", "parallel.threads_per_rank=1"]})
     suite = tmp_path / "one.yaml"
     suite.write_text(yaml.safe_dump(data))
     member = tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_1"
