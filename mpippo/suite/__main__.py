@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from mpippo import config as C
 from mpippo.config import ConfigError
@@ -77,8 +78,6 @@ def main(argv=None) -> int:
 
 def cmd_member(args) -> int:
     """The array element's lookup: its folder and options, one a line (slurm/suite_member.sh)."""
-    from pathlib import Path
-
     from mpippo import runlock
     from mpippo.suite.submit import set_aside
     entry = spec.manifest_entry(args.manifest, args.index)
@@ -153,6 +152,8 @@ def cmd_report(suite: spec.Suite, args) -> int:
     if not 1 <= args.reps <= MAX_REPS:
         raise SuiteError(f"--reps: bootstrap resamples must be in 1..{MAX_REPS:,} (rliable's default: 2,000), "
                          f"got {args.reps:,}")
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise SuiteError(f"--out: '{args.out}' is not a folder (the report's files go into it)")
     return report.main(suite, args.out, args.reps)
 
 

@@ -120,6 +120,10 @@ def load(path: str | Path, root: str | Path = "runs") -> Suite:
                   data["ranks"], data["cpus_per_rank"], data["gpus_per_rank"], data["time"],
                   data["distribution_mode"], dict(data["variants"]), Path(root).resolve())
     _check(suite)
+    for folder in (suite.root / "suites", suite.folder):
+        if folder.exists() and not folder.is_dir():
+            raise SuiteError(f"suite {suite.name}: '{folder}' is not a folder (the suite's members go under it); "
+                             f"move it away or choose another --root")
     return suite
 
 

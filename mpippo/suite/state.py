@@ -69,6 +69,9 @@ def mismatch(suite: Suite, member: Member, m: dict | None = None) -> str | None:
     budget in its config.yaml or benchmark_metrics.json), or None. A damaged config.yaml or metrics
     file is a ConfigError naming it."""
     folder = member.folder
+    for parent in folder.relative_to(suite.folder).parents:
+        if (suite.folder / parent).exists() and not (suite.folder / parent).is_dir():
+            return f"is under '{suite.folder / parent}', which is a file, not a folder"
     if folder.is_symlink() and not folder.exists():
         return "is a broken link, not a run folder"
     if folder.exists() and not folder.is_dir():

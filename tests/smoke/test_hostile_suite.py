@@ -114,7 +114,8 @@ def _lockers():
 
 
 def suite(*argv: str, root: str = "r", env=None, prepare=None):
-    """A case: `python -m mpippo.suite argv... TMP/s.yaml --root TMP/<root>` after prepare(tmp)."""
+    """A case: `python -m mpippo.suite argv... TMP/s.yaml --root TMP/<root>` after prepare(tmp); TMP/ in
+    an argument stands for the case folder."""
     def setup(tmp, shared):
         made = prepare(tmp) if prepare else None
         if not (tmp / "s.yaml").exists():
@@ -122,7 +123,7 @@ def suite(*argv: str, root: str = "r", env=None, prepare=None):
         extra = env(tmp) if env else {}
         if isinstance(made, dict):
             extra |= made
-        cmd, *rest = argv
+        cmd, *rest = (a.replace("TMP/", f"{tmp}/") for a in argv)
         return None, ["-m", "mpippo.suite", cmd, str(tmp / "s.yaml"), "--root", str(tmp / root), *rest], extra
     return setup
 
@@ -240,6 +241,14 @@ CASES = [
     Case("sbatch-args-unbalanced", suite("run", "--sbatch-args=--partition='gpu", root="out"),
          "--sbatch-args: \"--partition='gpu\" is not a list of options"),
     Case("root-is-a-file", suite("status", root="f", prepare=lambda t: (t / "f").write_text("x")), "is not a folder"),
+    Case("suite-folder-is-a-file", suite("run", "--local", prepare=lambda t: (
+        (t / "r" / "suites").mkdir(parents=True), (t / "r" / "suites" / "tiny").write_text("x"))),
+        "suites/tiny' is not a folder (the suite's members go under it)"),
+    Case("member-under-a-file", suite("run", "--local", prepare=lambda t: (
+        (t / "r" / "suites" / "tiny").mkdir(parents=True), (t / "r" / "suites" / "tiny" / "default").write_text("x"))),
+        "tiny/default', which is a file, not a folder"),
+    Case("report-out-is-a-file", suite("report", "--out", "TMP/f", prepare=lambda t: (t / "f").write_text("x")),
+         "f' is not a folder (the report's files go into it)"),
     # ---- one writer per folder ----
     Case("suite-folder-locked-local", suite("run", "--local", prepare=locked_suite), "' is in use: process"),
     Case("suite-folder-locked-slurm", suite("run", prepare=locked_suite), "holds its lock (.mpippo.lock)"),
