@@ -104,3 +104,30 @@ def test_ctrl_c_in_a_local_suite_checkpoints_the_member_and_the_same_command_res
     assert again.returncode == 0 and "(resuming;" in again.stdout, again.stdout + again.stderr
     assert f"resuming at {steps:,} steps" in again.stderr + again.stdout
     assert yaml.safe_load((member / "benchmark_metrics.json").read_text())["total_timesteps"] == 4096
+
+
+def test_a_finished_appo_member_is_done_though_it_ends_a_few_segments_short(tmp_path):
+    """The actor-learner layout writes stop_reason "done", not `finished`, and its actors stop at
+    whole segments: 2 actors x 4 envs x 16 steps = 128 a round, 23 rounds = 2,944 of 3,000 steps.
+    Done all the same: status says so, a second run finds nothing to do, the report scores it."""
+    data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
+    data.update(base_config="configs/appo_procgen.yaml", games=["starpilot"], seeds=[1], budget=3000, ranks=3,
+                variants={"default": ["model.channels=[8]", "model.hidden_size=32", "env.num_envs=8",
+                                      "appo.rollout_length=16", "appo.batch_segments=8", "parallel.threads_per_rank=1"]})
+    suite = tmp_path / "appo.yaml"
+    suite.write_text(yaml.safe_dump(data))
+    where = [str(suite), "--root", str(tmp_path)]
+    cmd = [sys.executable, "-m", "mpippo.suite"]
+    first = subprocess.run([*cmd, "run", *where, "--local"], cwd=ROOT, env=mpi_env(), capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    member = tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_1"
+    m = yaml.safe_load((member / "benchmark_metrics.json").read_text())
+    assert m["algo"] == "appo" and m["stop_reason"] == "done" and "finished" not in m and m["total_timesteps"] < 3000
+    status = subprocess.run([*cmd, "status", *where], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "summary: 1 done" in status.stdout, status.stdout + status.stderr
+    again = subprocess.run([*cmd, "run", *where, "--local"], cwd=ROOT, env=mpi_env(), capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 0 and "1 of 1 members done or queued; 0 to run here" in again.stdout, again.stdout
+    rep = subprocess.run([*cmd, "report", *where, "--reps", "50"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0 and "1 of 1 members done" in rep.stdout, rep.stdout[-2000:] + rep.stderr[-2000:]
