@@ -126,7 +126,7 @@ def run_config(folder: Path, top: Path):
     return None
 
 
-def load_runs(path: str | Path, curves: bool = True) -> list[Run]:
+def load_runs(path: str | Path) -> list[Run]:
     """The run(s) in a folder: one, or one per agent for a multi-agent DQN run. Its metrics and
     config.yaml are checked (mpippo/files.py); a damaged one is a NotARun naming the file."""
     path = Path(path)
@@ -149,6 +149,6 @@ def load_runs(path: str | Path, curves: bool = True) -> list[Run]:
         except ConfigError as e:
             raise NotARun(e.errors[0]) from None
         name = path.name if f == path else f"{path.name}/{f.name}"
-        steps, returns, wall = read_curve(f / "logs") if curves else (np.zeros(0),) * 3
+        steps, returns, wall = read_curve(f / "logs")
         runs.append(Run(f, name, metrics, cfg.training.duration_hours if cfg else None, cfg, steps, returns, wall))
     return runs

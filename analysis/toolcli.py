@@ -280,16 +280,22 @@ def check_trainer(argv: list[str], ranks: int, what: str):
 
 
 def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, **kw) -> dict:
-    """mpippo.launch.run_trainer (the run's metrics), with a failed or hung run as one ToolFailure line."""
+    """mpippo.launch.run_trainer (the run's metrics); a failed or hung run is a ToolFailure whose
+    line gives the run's own last error (its stderr tail goes to stderr first, indented)."""
+    import re
     import subprocess
 
     from mpippo import launch
     try:
         return launch.run_trainer(ranks, argv, out_dir, **kw)
     except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        last = next((ln for ln in reversed(lines[1:]) if "error:" in ln), lines[-1] if len(lines) > 1 else "")
-        raise ToolFailure(f"{what} in '{shown(out_dir)}': {lines[0].rstrip(':') if lines else 'failed'}"
-                          + (f"; its last words: {last[:300]}" if last else "")) from None
+        head, _, tail = str(e).partition("\n")
+        lines = [ln.strip() for ln in tail.replace("\x00", "").splitlines() if ln.strip(" -\x00")]
+        sys.stderr.write("".join(f"  {ln}\n" for ln in lines[-40:]))
+        why = (next((ln for ln in reversed(lines) if "error:" in ln), None)
+               or next((ln for ln in reversed(lines) if re.match(r"\w+(Error|Exception)\b", ln)), None)
+               or (lines[0] if lines else ""))
+        raise ToolFailure(f"{what} in '{shown(out_dir)}': {head.rstrip(':')}" + (f": {why[:300]}" if why else "")) \
+            from None
     except subprocess.TimeoutExpired as e:
         raise ToolFailure(f"{what} in '{shown(out_dir)}' did not end within {e.timeout:g} s") from None
