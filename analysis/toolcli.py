@@ -171,8 +171,13 @@ def output_folder(path: Path, flag: str, files: tuple[str, ...] = ()) -> Path:
 
 
 def write_bytes(path: Path, data: bytes, flag: str) -> Path:
+    """`data` into `path` atomically, readable as any file this user writes (the umask's mode, not the
+    temporary file's 0600)."""
     try:
         atomic_write_bytes(path, data)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(path, 0o666 & ~mask)
     except OSError as e:
         raise ToolFailure(f"{flag}: writing '{shown(path)}' failed ({e.strerror or e})") from None
     return path
