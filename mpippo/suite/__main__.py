@@ -69,8 +69,12 @@ def main(argv=None) -> int:
         sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
         return 2
     except OSError as e:  # a folder that cannot be made or written: its path and the reason
-        sys.stderr.write(f"mpippo: error: suite: '{e.filename}': {e.strerror or e}\n")
+        where = f"'{e.filename}': " if e.filename else ""
+        sys.stderr.write(f"mpippo: error: suite: {where}{e.strerror or e}\n")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before a member started (then the relay takes signals)
+        sys.stderr.write("\nmpippo: suite: interrupted\n")
+        return 130
     except subprocess.TimeoutExpired as e:
         sys.stderr.write(f"mpippo: error: suite: '{e.cmd[0]}' did not answer within {e.timeout:.0f} s; try again\n")
         return 2

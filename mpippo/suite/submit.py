@@ -107,7 +107,8 @@ class SuiteLock:
         return held[0] if isinstance(held, tuple) else held  # (descriptor, earlier text) or a descriptor
 
     def __exit__(self, kind, exc, tb) -> bool:
-        refused = kind is not None and issubclass(kind, (ConfigError, OSError, subprocess.SubprocessError))
+        refused = kind is not None and issubclass(kind, (ConfigError, OSError, subprocess.SubprocessError,
+                                                         KeyboardInterrupt))
         if refused:  # else held to the end of this process (the kernel lets go of it)
             self.undo()
         return False
@@ -184,6 +185,8 @@ def submit_slurm(suite: Suite, members: list[Member], max_parallel: int | None, 
                              timeout=120, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise refuse(f"did not answer within 120 s ({cancel})") from None
+    except KeyboardInterrupt:
+        raise refuse(f"was interrupted ({cancel})") from None
     except OSError as e:
         raise refuse(f"could not be run ({e.strerror or e})") from None
     out, err = (res.stdout.decode(errors="replace").strip(), res.stderr.decode(errors="replace").strip())
