@@ -27,7 +27,7 @@ from pathlib import Path
 
 from mpippo import runlock
 from mpippo.checkpoint import missing_folders, remove_if_empty
-from mpippo.config import ConfigError, show
+from mpippo.config import ConfigError
 from mpippo.suite import state
 from mpippo.suite.spec import Member, Suite, SuiteError, write_manifest
 
