@@ -52,14 +52,15 @@ class Parser(argparse.ArgumentParser):
 
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
+    def say(line: str) -> None:  # one line, whatever a value in it held
+        sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
     try:
         return main(argv)
     except ConfigError as e:
-        more = f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""
-        sys.stderr.write(f"mpippo: error: {tool}: {e.errors[0]}{more}\n")
+        say(e.errors[0] + (f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""))
         return EXIT_USAGE
     except ToolFailure as e:
-        sys.stderr.write(f"mpippo: error: {tool}: {e}\n")
+        say(str(e))
         return EXIT_FAILURE
 
 

@@ -161,12 +161,12 @@ def check(args) -> list[tuple[Path, str, int]]:
     distinct(args.games, "--games")
     distinct(args.seeds, "--seeds")
     if args.tag is not None and not TAG.fullmatch(args.tag):
-        raise ConfigError(f"--tag: {shown(args.tag)!r} is not a folder tag; allowed: 1-64 letters, digits, '.', "
+        raise ConfigError(f"--tag: '{shown(args.tag)}' is not a folder tag; allowed: 1-64 letters, digits, '.', "
                           f"'_' or '-', not starting with '.' or '-'")
     try:
         shlex.split(args.mpirun_args)
     except ValueError as e:
-        raise ConfigError(f"--mpirun-args: {shown(args.mpirun_args)!r} is not a command-line fragment ({e})") from None
+        raise ConfigError(f"--mpirun-args: '{shown(args.mpirun_args)}' is not a command-line fragment ({e})") from None
     ranks_fit(args.ranks * args.parallel, "--ranks x --parallel")
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out: '{shown(args.out)}' is a file; give a folder")

@@ -205,6 +205,7 @@ CASES = [
     Case("bparity-count-stop-after-nan", tool(BPAR, "--stop-after", "nan", *BPAR_OUT), "got 'nan'"),
     Case("bparity-out-is-file", tool(BPAR, "--out", "TMP/f", files={"f": "x"}), "is a file; give a folder"),
     Case("bparity-out-tag-path", tool(BPAR, "--tag", "../../escape", *BPAR_OUT), "is not a folder tag"),
+    Case("bparity-out-tag-newline", tool(BPAR, "--tag", "two\nlines", *BPAR_OUT), "'two\\nlines' is not a folder tag"),
     Case("bparity-metrics-null", tool(BPAR, "--games", "coinrun", "--seeds", "1", "--out", "TMP/runs",
                                       files=run_files("null", name="runs/coinrun-fp32-s1")),
          "s1/benchmark_metrics.json': expected a JSON object at the top level, got None"),
