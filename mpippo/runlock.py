@@ -108,6 +108,13 @@ def release(folder: str | Path, remove: bool = False) -> None:
     os.close(fd)
 
 
+def held_fd(folder: str | Path) -> int | None:
+    """The descriptor of `folder`'s lock while this process holds it (None otherwise): a child
+    that inherits it (Popen pass_fds) keeps the folder locked after this process is gone."""
+    held = _HELD.get(str(lock_path(folder)))
+    return held[0] if held else None
+
+
 def holder(folder: str | Path) -> str | None:
     """Who holds `folder`'s lock ('process N on HOST (...)'), or None when nobody does (or the
     folder has no lock file). Takes a shared lock for an instant, never creates anything."""

@@ -103,8 +103,7 @@ class SuiteLock:
 
     def fd(self) -> int | None:
         """The lock's descriptor, for the member's launcher to hold too (None without locks)."""
-        held = runlock._HELD.get(str(runlock.lock_path(self.folder)))
-        return held[0] if isinstance(held, tuple) else held  # (descriptor, earlier text) or a descriptor
+        return runlock.held_fd(self.folder)
 
     def __exit__(self, kind, exc, tb) -> bool:
         refused = kind is not None and issubclass(kind, (ConfigError, OSError, subprocess.SubprocessError,
