@@ -77,11 +77,12 @@ def placement(ranks: int, user_args: list[str] = (), threads: int | None = None)
     cores (default: the launcher's cores // ranks) bound with --map-by slot:PE=n; when they do not
     fit, ranks share the cores unbound (binding would stack them). The user's own binding options
     in `user_args` (or a binding policy in the environment) are left as they are."""
-    if any(a.split("=")[0] in BINDING_OPTIONS for a in user_args) or any(v in os.environ for v in BINDING_ENV):
-        return [], {}
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     share = threads or max(1, cores // ranks)
-    if ranks * share > cores:
+    fits = ranks * share <= cores
+    if any(a.split("=")[0] in BINDING_OPTIONS for a in user_args) or any(v in os.environ for v in BINDING_ENV):
+        return ([] if fits else ["--oversubscribe"]), {}
+    if not fits:
         return ["--oversubscribe", "--bind-to", "none"], {"PRTE_MCA_hwloc_default_binding_policy": "none"}
     return ["--map-by", f"slot:PE={share}"], {}
 
@@ -97,17 +98,27 @@ def mpirun_command(ranks: int, argv: list[str], threads: int | None = None) -> t
 def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int | None = None, timeout: float = 3600,
                 extra_env: dict | None = None) -> dict:
     """Run run_mpi.py to the end with --output-dir out_dir (benchmarks, sweeps): its
-    benchmark_metrics.json plus `wall_s_with_startup`. RuntimeError with the stderr tail on failure.
+    benchmark_metrics.json (checked: mpippo.files) plus `wall_s_with_startup`. RuntimeError with the
+    stderr tail on failure; subprocess.TimeoutExpired after `timeout` s, with the whole job killed
+    (mpirun and its ranks: a killed mpirun alone would leave its ranks running).
     extra_env: variables for the ranks (one node: mpirun passes its environment on)."""
-    import json
     import time
+
+    from mpippo.files import read_metrics
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
     env.update(extra_env or {})
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"{ranks} rank(s) failed (exit {res.returncode}):\n{res.stderr.strip()[-3000:]}")
-    m = json.loads((Path(out_dir) / "benchmark_metrics.json").read_text())
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}")
+    m = read_metrics(out_dir)
     m["wall_s_with_startup"] = time.perf_counter() - t0
     return m
 

@@ -56,6 +56,7 @@ def test_placement_options(monkeypatch):
     assert placement(1, threads=None)[0] == ["--map-by", f"slot:PE={CORES}"]
     assert placement(CORES + 1)[0][:1] == ["--oversubscribe"]
     assert placement(1, ["--bind-to", "none"]) == ([], {})  # the user's own binding is left alone
-    assert placement(2, ["--map-by=ppr:1:node"]) == ([], {})
+    assert placement(1, ["--map-by=ppr:1:node"]) == ([], {})
     monkeypatch.setenv(BINDING_ENV[0], "none")
     assert placement(1) == ([], {})  # and so is a policy set in the environment
+    assert placement(CORES + 1) == (["--oversubscribe"], {})  # but more ranks than cores still may start
