@@ -149,9 +149,14 @@ def resolve_precision(want: str, native: bool, evidence: str) -> tuple[str, str,
 
 def cuda_determinism(device, on: bool) -> None:
     """Deterministic GPU kernels (see training.deterministic): cuDNN's fixed algorithms, and cuBLAS's
-    fixed workspace, which must be chosen before its first handle, i.e. before the first matmul."""
+    fixed workspace, which must be chosen before its first handle, i.e. before the first matmul.
+    Off: cuDNN benchmarks its algorithms for each shape once and keeps the fastest (the shapes of a
+    run never change: the env batch and the minibatch)."""
     import torch
-    if device.type != "cuda" or not on:
+    if device.type != "cuda":
+        return
+    if not on:
+        torch.backends.cudnn.benchmark = True
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.deterministic = True
