@@ -13,7 +13,8 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 # one node, where the sm and self BTLs carry everything (a cluster's Slurm scripts leave it be)
 export OMPI_MCA_btl ?= ^ofi
 # the launcher relays SIGTERM/Ctrl-C so the ranks checkpoint before stopping (see README)
-LAUNCH  := $(BIN)/python -m mpippo.launch --mpirun-args=--oversubscribe
+# (each rank bound to its share of the cores; more ranks than cores run unbound: mpippo/launch.py)
+LAUNCH  := $(BIN)/python -m mpippo.launch
 
 RUN     ?= $(shell ls -td runs/*/ 2>/dev/null | head -1)
 RUNS    ?= $(shell ls -td runs/*/ 2>/dev/null | head -2)

@@ -210,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     user = args.mpirun_args.split()
     where, extra = placement(args.np, user)
-    if "--oversubscribe" in user and where[:1] == ["--oversubscribe"]:
+    if "--oversubscribe" in user and where[:1] != ["--oversubscribe"] and not extra:
+        # a permission the job does not need (its ranks fit), and Open MPI unbinds every rank with it
+        user.remove("--oversubscribe")
+    elif "--oversubscribe" in user and where[:1] == ["--oversubscribe"]:
         where = where[1:]
     cmd = [mpirun_path(), *user, *where, "-n", str(args.np), sys.executable,
            str(ROOT / "run_mpi.py"), *trainer_args]

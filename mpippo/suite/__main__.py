@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--local", action="store_true", help="run here, one member after another, no Slurm")
     run.add_argument("--max-parallel", type=int, default=None, help="array elements at once (sbatch's %%N)")
     run.add_argument("--sbatch-args", default="", help="extra sbatch options, one string (partition, account)")
-    run.add_argument("--mpirun-args", default="--oversubscribe", help="--local: mpirun options, one string")
+    run.add_argument("--mpirun-args", default="", help="--local: extra mpirun options, one string (binding: the launcher's)")
     run.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
     sub.add_parser("status", help="a table of the members: done, running, pending, stopped, interrupted, failed")
     rep = sub.add_parser("report", help="report.md, tables and figures against the Procgen paper")

@@ -279,7 +279,7 @@ def _say(line: str) -> None:
         pass
 
 
-def run_local(suite: Suite, members: list[Member], mpirun_args: str = "--oversubscribe",
+def run_local(suite: Suite, members: list[Member], mpirun_args: str = "",
               lock_fd: int | None = None) -> int:
     """The members one after another through the launcher (a live progress bar on a terminal).
     A SIGTERM or Ctrl-C (SIGINT), or SIGUSR1: the running member checkpoints and stops, no further
