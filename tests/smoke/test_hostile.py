@@ -482,3 +482,21 @@ def test_a_killed_launcher_stops_its_job_with_a_checkpoint(tmp_path):
     _wait_until(lambda: not [p for p in hostile.marked_processes(tag) if p.status() != "zombie"],
                 "the job's end", timeout=60)
     assert list(run_dir.rglob("latest.pt")), "no checkpoint"
+
+
+@pytest.mark.slow
+def test_a_resume_with_another_env_count_and_precision_goes_on_and_says_so(bases, tmp_path):
+    """What may change in a resume is said in one line each and the run goes on: another per-rank
+    env count (the checkpoint's env states no longer fit: they start fresh; before, an assertion
+    traceback) and another precision (no longer bit-identical to an uninterrupted run)."""
+    import yaml
+    run_dir = tmp_path / "run"
+    shutil.copytree(bases["ppo"], run_dir)
+    was = yaml.safe_load((run_dir / "config.yaml").read_text())["training"]["precision"]  # as auto resolved here
+    now = {"bf16": "fp32", "fp32": "bf16"}[was]
+    res = ok(trainer(None, ["--resume", "--no-progress", "--output-dir", str(run_dir), "--num-envs-per-rank", "8",
+                            "--total-timesteps", "2048", "--set", f"training.precision={now}"]))
+    out = res.stdout + res.stderr
+    assert "warning: env.num_envs_per_rank is 8, the checkpoint's run had 32" in out, out[-2000:]
+    assert f"warning: training.precision is {now}, the checkpoint's run used {was}" in out, out[-2000:]
+    assert "Traceback" not in out and "resuming at 1,024 steps" in out
