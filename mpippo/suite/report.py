@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo.checkpoint import atomic_write_bytes
+from mpippo.files import read_run_config
 from mpippo.suite import state
 from mpippo.suite.spec import Suite
 
@@ -77,24 +78,85 @@ def collect(suite: Suite) -> tuple[list[dict], list[str]]:
         steps = met.get("total_timesteps") or met.get("target_timesteps") or suite.budget
         rows.append({"variant": m.variant, "game": m.game, "seed": m.seed, "steps": int(steps),
                      "return": ret, "normalized": normalized(m.game, suite.distribution_mode, ret),
-                     "folder": str(m.folder)})
+                     "folder": str(m.folder),
+                     "differs": differs_from_default(suite, read_run_config(m.folder).to_dict())
+                     if (m.folder / "config.yaml").is_file() else []})
     return rows, missing
 
 
-def per_game(rows: list[dict], ref: dict) -> list[dict]:
-    """Mean and std over seeds per (variant, game), beside the paper at the same step."""
+def tolerance(paper_std: float) -> float:
+    """How far a seed mean may lie from the paper's mean and still count as the paper's result:
+    two of the paper's standard deviations over its seeds, at least 0.5 (a game whose seeds
+    agreed closely still leaves room for ours)."""
+    return max(2.0 * paper_std, 0.5)
+
+
+def seed_mean_ci(values: np.ndarray, reps: int, seed: int = 0) -> list[float]:
+    """A percentile-bootstrap 95% interval of the mean over seeds (resampling the seeds)."""
+    if len(values) < 2:
+        return [float(values.mean())] * 2
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(len(values), size=(min(reps, 10_000), len(values)))].mean(1)
+    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
+
+
+def per_game(rows: list[dict], ref: dict, reps: int = 2000) -> list[dict]:
+    """Per (variant, game): every seed's return, their mean, std and bootstrap CI, beside the paper at
+    the same step and whether the mean lies within the paper's tolerance."""
     groups = defaultdict(list)
     for r in rows:
         groups[(r["variant"], r["game"])].append(r)
     out = []
     for (variant, game), rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: r["seed"])
         vals = np.array([r["return"] for r in rs])
         step = min(r["steps"] for r in rs)
         p_mean, p_std = paper_at(ref, game, step)
+        inside = None if p_mean is None else bool(abs(vals.mean() - p_mean) <= tolerance(p_std))
         out.append({"variant": variant, "game": game, "seeds": len(rs), "step": step, "mean": float(vals.mean()),
                     "std": float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
+                    "per_seed": {str(r["seed"]): r["return"] for r in rs}, "ci": seed_mean_ci(vals, reps),
                     "normalized": float(np.mean([r["normalized"] for r in rs])), "paper_mean": p_mean,
-                    "paper_std": p_std})
+                    "paper_std": p_std, "tolerance": None if p_std is None else tolerance(p_std), "inside": inside})
+    return out
+
+
+def verdicts(games: list[dict]) -> dict:
+    """Per variant: does every game's seed mean lie within the paper's tolerance? And which do not."""
+    out: dict = {}
+    for g in games:
+        v = out.setdefault(g["variant"], {"every_game_inside": True, "outside": [], "games": 0})
+        v["games"] += 1
+        if g["inside"] is False:
+            v["every_game_inside"] = False
+            v["outside"].append(f"{g['game']} {g['mean']:.2f} (paper {g['paper_mean']:.2f} +- "
+                                f"{g['tolerance']:.2f})")
+    return out
+
+
+# keys that say how a member learned (not where, how fast or for how long): compared with today's default
+NOT_LEARNING = {"parallel", "logging", "checkpoint", "guards"}
+RUN_KEYS = {("env", "name"), ("env", "distribution_mode"), ("env", "num_threads"), ("env", "num_envs_per_rank"),
+            ("training", "seed"), ("training", "total_timesteps"), ("training", "duration_hours"),
+            ("training", "device"), ("training", "deterministic")}
+
+
+def differs_from_default(suite: Suite, member_cfg: dict) -> list[str]:
+    """What in a member's config differs from today's base config (its learning settings only):
+    'model.init: torch (today: glorot)'. `auto` precision today matches what a member resolved it to."""
+    from mpippo import config as C
+    today = C.build(C.load_yaml(suite.base_config), [("training", "total_timesteps", suite.budget)],
+                    suite.ranks).to_dict()
+    algo = today["training"]["algo"]
+    out = []
+    for section, keys in today.items():
+        if section in NOT_LEARNING or (section in ("dqn", "appo", "selfplay") and section != algo):
+            continue
+        for key, now in keys.items():
+            was = member_cfg.get(section, {}).get(key)
+            if (section, key) in RUN_KEYS or was == now or (key == "precision" and now == "auto"):
+                continue
+            out.append(f"{section}.{key}: {C.show(was)} (today: {C.show(now)})")
     return out
 
 
@@ -134,7 +196,7 @@ def main(suite: Suite, out: str | None, reps: int) -> int:
     out_dir = Path(out) if out else suite.folder / "report"
     ref = reference(suite.distribution_mode)
     rows, missing = collect(suite)
-    games = per_game(rows, ref)
+    games = per_game(rows, ref, reps)
     mats, common = score_matrices(rows)
     agg = aggregates(mats, reps)
     from mpippo.suite import figures
@@ -142,7 +204,8 @@ def main(suite: Suite, out: str | None, reps: int) -> int:
     if agg:
         figures.aggregate(agg, out_dir / "aggregate.png")
     result = {"suite": suite.name, "mode": suite.distribution_mode, "budget": suite.budget, "members": rows,
-              "games": games, "aggregate_games": common, "aggregate": agg, "missing": missing,
+              "games": games, "verdicts": verdicts(games), "aggregate_games": common, "aggregate": agg,
+              "missing": missing,
               "reference_drawn": drawn}
     atomic_write_bytes(out_dir / "report.json", (json.dumps(result, indent=1) + "\n").encode())
     text = markdown(suite, result)
@@ -158,12 +221,23 @@ def markdown(suite: Suite, r: dict) -> str:
     total = len(suite.members())
     f.write(f"# Suite {suite.name}\n\n{suite.distribution_mode} mode, {suite.budget:,} steps per member, "
             f"{total - len(r['missing'])} of {total} members done.\n\n")
-    f.write("## Final return per game (last 100 episodes; mean +- std over seeds)\n\n")
-    f.write("| variant | game | seeds | step | return | paper (same step) | normalized |\n|---|---|---|---|---|---|---|\n")
+    f.write("## Final return per game (last 100 episodes)\n\n"
+            "Every seed, their mean with a bootstrap 95% interval over seeds, and the paper at the same step; "
+            "*within* means the seed mean lies within max(2 x the paper's std, 0.5) of the paper's mean.\n\n")
+    f.write("| variant | game | seeds: return | mean [95% CI] | paper (same step) | within | normalized |\n"
+            "|---|---|---|---|---|---|---|\n")
     for g in r["games"]:
         paper = "-" if g["paper_mean"] is None else f"{g['paper_mean']:.2f} +- {g['paper_std']:.2f}"
-        f.write(f"| {g['variant']} | {g['game']} | {g['seeds']} | {g['step']:,} | {g['mean']:.2f} +- {g['std']:.2f} | "
-                f"{paper} | {g['normalized']:.3f} |\n")
+        seeds = ", ".join(f"{k}: {v:.2f}" for k, v in g["per_seed"].items())
+        within = "-" if g["inside"] is None else ("yes" if g["inside"] else f"**no** (+- {g['tolerance']:.2f})")
+        f.write(f"| {g['variant']} | {g['game']} | {seeds} | {g['mean']:.2f} [{g['ci'][0]:.2f}, {g['ci'][1]:.2f}] | "
+                f"{paper} | {within} | {g['normalized']:.3f} |\n")
+    f.write("\n" + "".join(f"- **{v}**: " + ("every game within the paper's tolerance\n" if d["every_game_inside"] else
+                                          f"outside on {', '.join(d['outside'])}\n") for v, d in r["verdicts"].items()))
+    marked = [m for m in r["members"] if m["differs"]]
+    if marked:
+        f.write(f"\n## Members trained with settings that are not today's default ({len(marked)})\n\n"
+                + "".join(f"- {m['variant']}/{m['game']}/seed_{m['seed']}: {'; '.join(m['differs'])}\n" for m in marked))
     if r["aggregate"]:
         n = len(r["aggregate_games"])
         f.write(f"\n## Normalized score over {n} game{'s' * (n != 1)} (rliable, 95% stratified-bootstrap CIs)\n\n"

@@ -162,6 +162,36 @@ def test_report_scores_match_the_metrics_files(tmp_path):
     assert "IQM" in md and "not done" in md and (s.folder / "report" / "curves.png").stat().st_size > 10_000
 
 
+def test_per_game_lists_every_seed_its_mean_ci_and_the_tolerance_verdict():
+    ref = {"fruitbot": (np.array([1e6, 2e6]), np.array([10.0, 20.0]), np.array([1.0, 1.0])),
+           "bigfish": (np.array([1e6, 2e6]), np.array([2.0, 4.0]), np.array([0.1, 0.1]))}
+    rows = [{"variant": "a", "game": "fruitbot", "seed": s, "steps": 1_000_000, "return": r, "normalized": 0.0}
+            for s, r in ((2, 12.5), (1, 11.0))]
+    rows += [{"variant": "a", "game": "bigfish", "seed": 1, "steps": 1_000_000, "return": 1.4, "normalized": 0.0}]
+    games = {g["game"]: g for g in report.per_game(rows, ref, reps=500)}
+    fb = games["fruitbot"]
+    assert fb["per_seed"] == {"1": 11.0, "2": 12.5} and fb["mean"] == pytest.approx(11.75)
+    assert 11.0 <= fb["ci"][0] <= fb["mean"] <= fb["ci"][1] <= 12.5
+    assert fb["tolerance"] == 2.0 and fb["inside"]  # |11.75 - 10| <= 2 x 1.0
+    big = games["bigfish"]
+    assert big["tolerance"] == 0.5 and not big["inside"]  # at least 0.5: |1.4 - 2| > 0.5
+    v = report.verdicts(list(games.values()))["a"]
+    assert not v["every_game_inside"] and v["outside"] == ["bigfish 1.40 (paper 2.00 +- 0.50)"]
+
+
+def test_members_trained_off_todays_default_are_marked(tmp_path):
+    """A member whose learning settings differ from today's base config is named with the key; where,
+    how long and how fast it ran (seed, budget, threads, logging) do not count."""
+    s = spec.load(TINY, tmp_path)
+    from mpippo import config as C
+    base = C.build(C.load_yaml(s.base_config), [("training", "total_timesteps", s.budget)], s.ranks).to_dict()
+    same = {**base, "training": {**base["training"], "seed": 7, "precision": "bf16"},
+            "parallel": {**base["parallel"], "threads_per_rank": 3}}
+    assert report.differs_from_default(s, same) == []
+    other = {**base, "model": {**base["model"], "init": "other"}}
+    assert report.differs_from_default(s, other) == [f"model.init: 'other' (today: {base['model']['init']!r})"]
+
+
 def test_paper_value_interpolates_and_is_absent_before_its_first_sample():
     ref = report.reference("easy")
     steps, mean, _ = ref["starpilot"]
