@@ -28,16 +28,12 @@ from mpippo.checkpoint import (LATEST, atomic_write_bytes, load_checkpoint, miss
                                remove_if_empty, require_checkpoint)
 from mpippo.comm import World
 from mpippo.errors import JobFailure
+from mpippo.usage import Parser
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage wall
-        raise C.ConfigError(f"command line: {message} (see --help)")
-
-
 def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="run_mpi.py", description="Synchronous data-parallel PPO on Procgen over MPI. "
+    p = Parser(prog="run_mpi.py", description="Synchronous data-parallel PPO on Procgen over MPI. "
                 "Run as `mpirun -n K python run_mpi.py ...`, under srun, or as plain python (one rank).")
     p.add_argument("--config", help=f"YAML config (default: {C.DEFAULT_CONFIG.relative_to(C.DEFAULT_CONFIG.parent.parent)}; "
                    "with --resume: the run's own config.yaml)")

@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 import yaml
 
+from mpippo.usage import UsageError
+
 PROCGEN_GAMES = (
     "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
     "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
@@ -27,12 +29,7 @@ ALGOS = ("ppo", "appo", "dqn")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
 
 
-class ConfigError(ValueError):
-    """Bad user input. Carries one or more one-line messages."""
-
-    def __init__(self, errors: list[str] | str):
-        self.errors = [errors] if isinstance(errors, str) else list(errors)
-        super().__init__("; ".join(self.errors))
+ConfigError = UsageError  # the name of mpippo's usage error in the config and most callers
 
 
 _REPR = reprlib.Repr()

@@ -29,17 +29,13 @@ from mpippo.checkpoint import (atomic_write_json, load_checkpoint, missing_folde
                                remove_if_empty)
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
+from mpippo.usage import Parser
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, the same on every rank
-        raise C.ConfigError(f"command line: {message} (see --help)")
-
-
 def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m mpippo.evaluate", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m mpippo.evaluate", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a checkpoint file, or a run folder (uses checkpoints/latest.pt)")
     p.add_argument("--num-episodes", type=int, default=100)
     p.add_argument("--deterministic", action="store_true", help="PPO: argmax action instead of sampling")

@@ -13,7 +13,6 @@ The exit code is mpirun's; a bad -n is one line, exit 2.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 from mpippo.preemption import settle
+from mpippo.usage import EXIT_USAGE, Parser, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -193,21 +193,18 @@ class _Relay:
                 continue
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, as the trainer's
-        sys.stderr.write(f"mpippo: error: command line: {message} (see python -m mpippo.launch --help)\n")
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
     relay = _Relay()
-    p = _Parser(prog="python -m mpippo.launch", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m mpippo.launch", description=__doc__.splitlines()[0])
     p.add_argument("-n", "--np", type=int, default=os.cpu_count() or 1, help="ranks (default: all cores)")
     p.add_argument("--mpirun-args", default="", help="extra mpirun options, one string")
-    args, trainer_args = p.parse_known_args(argv)
-    if args.np < 1:
-        sys.stderr.write(f"mpippo: error: -n: the number of ranks must be >= 1, got {args.np}\n")
-        return 2
+    try:
+        args, trainer_args = p.parse_known_args(argv)
+        if args.np < 1:
+            raise UsageError(f"-n: the number of ranks must be >= 1, got {args.np}")
+    except UsageError as e:
+        sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
+        return EXIT_USAGE
     user = args.mpirun_args.split()
     where, extra = placement(args.np, user)
     if "--oversubscribe" in user and where[:1] != ["--oversubscribe"] and not extra:

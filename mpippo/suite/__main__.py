@@ -23,19 +23,14 @@ from pathlib import Path
 from mpippo import config as C
 from mpippo.config import ConfigError
 from mpippo.suite import spec
+from mpippo.usage import Parser
 from mpippo.suite.spec import SuiteError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, as the trainer's
-        sys.stderr.write(f"mpippo: error: suite: {message} (see python -m mpippo.suite --help)\n")
-        sys.exit(2)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m mpippo.suite", description=__doc__.splitlines()[0],
+    p = Parser(prog="python -m mpippo.suite", what="suite", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n".join(__doc__.splitlines()[2:]))
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="{run,status,report}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser, metavar="{run,status,report}")
     run = sub.add_parser("run", help="submit (or run with --local) the members that are not done")
     run.add_argument("--local", action="store_true", help="run here, one member after another, no Slurm")
     run.add_argument("--max-parallel", type=int, default=None, help="array elements at once (sbatch's %%N)")
@@ -59,8 +54,8 @@ MAX_REPS = 100_000  # rliable's bootstrap: 2,000 is its default; beyond this it 
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
     try:
+        args = parser().parse_args(argv)
         if args.cmd == "member":
             return cmd_member(args)
         suite = spec.load(args.suite, args.root)

@@ -1,0 +1,32 @@
+"""Bad input, one rule at every entry point: a UsageError carries one-line messages naming the bad
+value and what is allowed; the entry point prints the first as `mpippo: error: ...` and exits 2.
+
+`Parser` is argparse whose mistakes are such a line (no usage wall, the same on every rank): the
+trainer, the launcher, evaluate, the suite and the tools all parse with it.
+"""
+from __future__ import annotations
+
+import argparse
+
+EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    """Bad user input (a command line, a config, a file we wrote earlier, a folder, a device that is
+    not there). Carries one or more one-line messages."""
+
+    def __init__(self, errors: list[str] | str):
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one UsageError line: '<what>: <argparse's message> (see <prog> --help)'.
+    Subparsers made with `add_subparsers(parser_class=Parser)` say the same of their options."""
+
+    def __init__(self, *args, what: str = "command line", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.what = what
+
+    def error(self, message):
+        raise UsageError(f"{self.what}: {message} (see {self.prog} --help)")
