@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from mpippo.config import ConfigError
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED
 
-STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (combine takes the largest)
+STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (a job takes its agents' largest)
 URGENCY = STOP_REASONS + ("failed",)  # a failed part fails the job
 EXIT_CODES = {"done": EXIT_OK, "duration": EXIT_OK, "stopped": EXIT_STOPPED, "requeue": EXIT_REQUEUE,
               "failed": EXIT_FAILURE}
@@ -51,16 +51,10 @@ def urgency(reason: str) -> int:
     return URGENCY.index(reason)
 
 
-def combine(reasons) -> str:
-    """The reason of a job whose parts ended for these reasons: the most urgent."""
-    return max(reasons, key=urgency, default="done")
-
-
 @dataclass
 class RunResult:
     stop_reason: str                 # one of STOP_REASONS, or "failed"
     summary: dict = field(default_factory=dict)
-    error: str | None = None         # the one line of a failure
 
     @property
     def exit_code(self) -> int:

@@ -127,7 +127,6 @@ class ConnectFourVecEnv:
         self.agent_first = self.rng.random(num_envs) < 0.5
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
-        self.outcomes = np.zeros(3, dtype=np.int64)  # learner wins, draws, losses since the last call
         self.illegal_moves = 0  # by the learning player, ever (each lost its game)
         self._start(np.ones(num_envs, dtype=bool))
 
@@ -197,17 +196,11 @@ class ConnectFourVecEnv:
                 rew[good[won]], ended[good[won]] = -1.0, True
                 full = ~legal_mask(self.board[good]).any(1) & ~won
                 ended[good[full]] = True
-        self.outcomes += [(rew[ended] > 0).sum(), (rew[ended] == 0).sum(), (rew[ended] < 0).sum()]
         self.rew, self.first = rew, ended
         if ended.any():
             if getattr(self.opponent, "per_env", False):
                 self.opponent.games_ended(np.flatnonzero(ended), rew[ended])
             self._start(ended)
-
-    def take_outcomes(self) -> np.ndarray:
-        """(wins, draws, losses) of the learner since the last call."""
-        out, self.outcomes = self.outcomes, np.zeros(3, dtype=np.int64)
-        return out
 
     def get_state(self):
         return {"board": self.board.copy(), "me": self.me.copy(), "agent_first": self.agent_first.copy(),

@@ -41,8 +41,5 @@ class ProcgenVecEnv:
     def set_state(self, states: list[bytes]) -> None:
         self.env.callmethod("set_state", states)
 
-    def get_frames(self) -> np.ndarray:
-        return self.observe()[1]
-
     def close(self) -> None:
         self.env.close()

@@ -52,8 +52,5 @@ class CueEnv:
         self.rew, self.first = np.array(state["rew"]), np.array(state["first"])
         self.rng.bit_generator.state = state["rng"]
 
-    def get_frames(self) -> np.ndarray:
-        return self._frames()
-
     def close(self) -> None:
         pass

@@ -17,10 +17,12 @@ def test_stop_reason_precedence():
 
 
 def test_agents_combine_to_the_most_urgent_and_map_to_exit_codes():
-    assert runctl.combine(["done", "requeue", "duration"]) == "requeue"  # an agent still has work
-    assert runctl.combine(["done", "duration"]) == "duration"
-    assert runctl.combine(["requeue", "failed"]) == "failed"
-    assert runctl.combine([]) == "done"
+    """The job ends for its most urgent agent's reason (cli takes the max urgency over agents)."""
+    most = lambda reasons: runctl.URGENCY[max(map(runctl.urgency, reasons), default=0)]  # noqa: E731
+    assert most(["done", "requeue", "duration"]) == "requeue"  # an agent still has work
+    assert most(["done", "duration"]) == "duration"
+    assert most(["requeue", "failed"]) == "failed"
+    assert most([]) == "done"
     codes = {r: runctl.RunResult(r).exit_code for r in runctl.URGENCY}
     assert codes == {"done": 0, "duration": 0, "stopped": 4, "requeue": 3, "failed": 1}
 
