@@ -18,13 +18,9 @@ from typing import Any, Optional
 
 import yaml
 
+from mpippo.envs import PROCGEN_GAMES, TOY_ENVS, canonical_env_name, obs_shape_of  # noqa: F401 (names of config)
 from mpippo.usage import UsageError
 
-PROCGEN_GAMES = (
-    "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
-    "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
-)
-TOY_ENVS = ("toy-cue", "connect4")  # built-in envs: a tiny test env (envs/toy.py), Connect Four vs an opponent (envs/connect4.py)
 ALGOS = ("ppo", "appo", "dqn")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
 
@@ -381,15 +377,6 @@ def merge_overrides(data: dict, overrides: list[tuple[str, str, Any]]) -> dict:
     return data
 
 
-def canonical_env_name(name: str) -> str:
-    """'procgen-coinrun-v0' and 'coinrun' both -> 'coinrun'."""
-    if name.startswith("procgen-") and name.endswith("-v0"):
-        return name[len("procgen-"):-len("-v0")]
-    if name.startswith("procgen:procgen-") and name.endswith("-v0"):
-        return name[len("procgen:procgen-"):-len("-v0")]
-    return name
-
-
 def validate(cfg: Config, world_size: int = 1) -> list[str]:
     """All problems with `cfg` for a job of `world_size` ranks, each one line."""
     errs = _check_choices(cfg) + _check_ranges(cfg)
@@ -731,18 +718,6 @@ def resolve(cfg: Config, world_size: int) -> Config:
     cfg.env.num_envs = per_rank * stepping_ranks(cfg, world_size)
     cfg.env.name = canonical_env_name(cfg.env.name)
     return cfg
-
-
-def obs_shape_of(env_name: str) -> tuple[int, int, int]:
-    """Observation shape of an env, without making one (memory estimates before any allocation)."""
-    name = canonical_env_name(env_name)
-    if name == "connect4":
-        from mpippo.envs.connect4 import COLS, ROWS
-        return (ROWS, COLS, 2)
-    if name == "toy-cue":
-        from mpippo.envs.toy import CueEnv
-        return CueEnv.obs_shape
-    return (64, 64, 3)  # every procgen game
 
 
 def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15, downsample: bool = True) -> int:

@@ -9,11 +9,37 @@
 """
 from __future__ import annotations
 
-from mpippo.config import TOY_ENVS, Config, canonical_env_name
+PROCGEN_GAMES = (
+    "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
+    "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
+)
+TOY_ENVS = ("toy-cue", "connect4")  # built-in envs: a tiny test env (envs/toy.py), Connect Four vs an opponent (envs/connect4.py)
 
 
-def make_env(cfg: Config, num_envs: int, seed: int, num_threads: int = 0):
-    """num_threads: procgen's stepping threads (0: step in the calling thread)."""
+def canonical_env_name(name: str) -> str:
+    """'procgen-coinrun-v0' and 'coinrun' both -> 'coinrun'."""
+    if name.startswith("procgen-") and name.endswith("-v0"):
+        return name[len("procgen-"):-len("-v0")]
+    if name.startswith("procgen:procgen-") and name.endswith("-v0"):
+        return name[len("procgen:procgen-"):-len("-v0")]
+    return name
+
+
+def obs_shape_of(env_name: str) -> tuple[int, int, int]:
+    """Observation shape of an env, without making one (memory estimates before any allocation)."""
+    name = canonical_env_name(env_name)
+    if name == "connect4":
+        from mpippo.envs.connect4 import COLS, ROWS
+        return (ROWS, COLS, 2)
+    if name == "toy-cue":
+        from mpippo.envs.toy import CueEnv
+        return CueEnv.obs_shape
+    return (64, 64, 3)  # every procgen game
+
+
+def make_env(cfg, num_envs: int, seed: int, num_threads: int = 0):
+    """The env of `cfg.env` (a Config's env section: name, distribution_mode, num_levels, start_level),
+    `num_envs` copies. num_threads: procgen's stepping threads (0: step in the calling thread)."""
     name = canonical_env_name(cfg.env.name)
     if name == "connect4":
         from mpippo.envs.connect4 import ConnectFourVecEnv

@@ -10,8 +10,9 @@ import numpy as np
 
 from mpippo.checkpoint import atomic_write_bytes
 from mpippo.suite import state
-from mpippo.suite.report import ROOT
 from mpippo.suite.spec import Suite
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _plt():
