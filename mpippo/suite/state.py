@@ -116,6 +116,12 @@ def check(suite: Suite, member: Member) -> dict:
     return m
 
 
+def quote(text: str, limit: int) -> str:
+    """What a command said, as one quoted line of at most `limit` characters."""
+    line = " ".join(text.split()) or "nothing"
+    return f"'{line[:limit]}{'...' if len(line) > limit else ''}'"
+
+
 START_MARK = "mpippo: job "  # common.sh's first line of each attempt under Slurm
 LOCAL_START = re.compile(r"^mpippo: suite member \S+: ")  # run --local's first line of each attempt
 END_MARKS = ("error", "Error", "exited with status", "bad input", "Killed", "CANCELLED", "DUE TO TIME LIMIT")
@@ -210,7 +216,6 @@ def queued(suite: Suite, jobs: dict[str, dict] | None = None) -> dict[str, str]:
         raise SuiteError(f"suite {suite.name}: cannot run squeue ({e.strerror or e}), so what is queued is "
                          f"unknown; try again when Slurm's commands work") from None
     if res.returncode != 0:
-        from mpippo.suite.submit import quote
         said = quote((res.stderr or res.stdout).decode(errors="replace"), 200)
         # an unanswered squeue is not an empty queue: resubmitting on it would run members twice
         raise SuiteError(f"suite {suite.name}: squeue failed (exit {res.returncode}: {said}), so what is "

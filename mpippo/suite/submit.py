@@ -152,12 +152,6 @@ def sbatch_command(suite: Suite, members: list[Member], manifest: Path, max_para
     return cmd + extra + [str(MEMBER_SCRIPT), str(manifest)]
 
 
-def quote(text: str, limit: int) -> str:
-    """What a command said, as one quoted line of at most `limit` characters."""
-    line = " ".join(text.split()) or "nothing"
-    return f"'{line[:limit]}{'...' if len(line) > limit else ''}'"
-
-
 JOB_ID = re.compile(r"(\d+)(;\S+)?")  # sbatch --parsable: "<job id>" or "<job id>;<cluster>"
 
 
@@ -190,11 +184,11 @@ def submit_slurm(suite: Suite, members: list[Member], max_parallel: int | None, 
         raise refuse(f"could not be run ({e.strerror or e})") from None
     out, err = (res.stdout.decode(errors="replace").strip(), res.stderr.decode(errors="replace").strip())
     if res.returncode != 0:
-        raise refuse(f"refused the array (exit {res.returncode}): {quote(err or out, 300)}")
+        raise refuse(f"refused the array (exit {res.returncode}): {state.quote(err or out, 300)}")
     last = out.splitlines()[-1].strip() if out else ""
     found = JOB_ID.fullmatch(last)
     if not found:
-        raise refuse(f"printed {quote(out, 120) if out else 'nothing'} instead of a job id "
+        raise refuse(f"printed {state.quote(out, 120) if out else 'nothing'} instead of a job id "
                      f"(sbatch --parsable prints one; {cancel})")
     job = int(found.group(1))
     with open(suite.folder / state.SUBMISSIONS, "a") as f:

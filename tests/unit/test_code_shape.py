@@ -55,3 +55,79 @@ def test_no_function_longer_than_a_screen():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
                 long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert long == [], long
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """{module: the package's modules it imports}, every import counted (at the top or inside a
+    function: a lazy import hides a circle from the interpreter, not from a reader). `from pkg
+    import sub` is an import of the submodule only."""
+    mods = {}
+    for p in package.rglob("*.py"):
+        name = ".".join(p.relative_to(package.parent).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = p
+    graph = {m: set() for m in mods}
+    for m, p in mods.items():
+        pkg = m if p.name == "__init__.py" else m.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+                targets = subs if len(subs) == len(node.names) else [base, *subs]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != m:
+                    graph[m].add(t)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles_and_envs_import_nothing_above_them():
+    graph = import_graph(ROOT / "mpippo")
+    assert circles(graph) == []
+    upward = {m: sorted(t for t in ts if not t.startswith("mpippo.envs")) for m, ts in graph.items()
+              if m.startswith("mpippo.envs") and any(not t.startswith("mpippo.envs") for t in ts)}
+    assert upward == {}  # the envs are the bottom layer: config and the rest import them
+
+
+def test_the_circle_finder_finds_a_circle(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg.a import x\n")  # hidden in a function: still a circle
+    (pkg / "c.py").write_text("import pkg.a\n")
+    assert circles(import_graph(pkg)) == [["pkg.a", "pkg.b"]]
