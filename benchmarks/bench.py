@@ -223,9 +223,29 @@ def _main(argv: list[str] | None) -> int:
     for prec in precisions:
         print(f"bench: component costs ({prec}) ...", flush=True)
         ceilings[prec] = components(args, prec)
-    rows = []
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
-    # (ranks, precision, allocator asked for, device)
+    rows, peer_runs, memory = measure(args, plan(args, precisions, full), full, cores)
+    if args.ceiling_after:
+        for prec in precisions:
+            print(f"bench: component costs ({prec}) again, after the runs ...", flush=True)
+            ceilings[prec] = faster(ceilings[prec], components(args, prec))
+    cleanrl = relate(rows, ceilings, peer_runs)
+    print_report(rows, ceilings, cleanrl, full)
+    default = print_targets(rows, cleanrl, memory)
+
+    import torch
+    from mpippo.comm import mpi_library
+    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
+              "cpu": cpu_model(), "cores": cores, "torch": torch.__version__,
+              "mpi": mpi_library(), "settings": vars(args) | {"out": None},
+              "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows, "default": default}
+    out = write_result(result, out=args.out)
+    print(f"bench: wrote {out}")
+    return 0
+
+
+def plan(args, precisions: list[str], full: int) -> list[tuple]:
+    """The trainer runs, as (ranks, precision, allocator asked for, device)."""
     runs = [(n, "fp32", "retain", "cpu") for n in args.ranks] + [(full, prec, "retain", "cpu") for prec in precisions[1:]]
     runs += [(full, "fp32", "system", "cpu")] if args.allocator_baseline else []
     if args.gpu:
@@ -234,7 +254,13 @@ def _main(argv: list[str] | None) -> int:
             runs += [(1, prec, "retain", "cuda") for prec in precisions]
         else:
             print("bench: --gpu: no CUDA device here, GPU runs skipped", flush=True)
-    peer_runs = []
+    return runs
+
+
+def measure(args, runs: list[tuple], full: int, cores: int) -> tuple[list[dict], list, dict | None]:
+    """Every planned run (CleanRL's right before and after the full-machine fp32 one), then the
+    memory run: (rows, CleanRL's runs, memory growth)."""
+    rows, peer_runs, memory = [], [], None
 
     def run_peer():
         if args.peers:
@@ -255,28 +281,33 @@ def _main(argv: list[str] | None) -> int:
                             device=device)
             if headline:
                 run_peer()
-            ph = m["phase_seconds"]
-            total = sum(ph.values())
-            calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
-            transfer = allreduce_seconds(n) * calls
-            over = n * args.threads > cores
-            rows.append({"ranks": n, "precision": prec, "device": device, "allocator": alloc,
-                         "host_allocator": m["host_allocator"],  # in effect: "system (not glibc)" on macOS
-                         "oversubscribed": over, "fps": m["fps_steady"] or m["fps"],
-                         "fps_all": m["fps"], "cores_used": min(n * args.threads, cores), "phase_seconds": ph,
-                         "phase_share": {k: v / total for k, v in ph.items()},
-                         "allreduce_share": ph["allreduce"] / total,
-                         "allreduce_transfer_share": transfer / total,
-                         "peak_rss_mb_per_rank": max(m["peak_rss_mb_per_rank"]),
-                         "peak_rss_mb_total": m["peak_rss_mb_total"], "duration_s": m["duration_s"]})
-        memory = None
+            rows.append(row(args, m, n, prec, alloc, device, cores))
         if args.memory_iterations:
             print(f"bench: memory over {args.memory_iterations} iterations (2 ranks, 8 envs x 64 steps) ...", flush=True)
             memory = memory_growth(args, Path(tmp) / "memory")
-    if args.ceiling_after:
-        for prec in precisions:
-            print(f"bench: component costs ({prec}) again, after the runs ...", flush=True)
-            ceilings[prec] = faster(ceilings[prec], components(args, prec))
+    return rows, peer_runs, memory
+
+
+def row(args, m: dict, n: int, prec: str, alloc: str, device: str, cores: int) -> dict:
+    """One run's line of the table, from its metrics."""
+    ph = m["phase_seconds"]
+    total = sum(ph.values())
+    calls = args.iterations * args.epochs * args.minibatches  # gradient Allreduces in the run
+    transfer = allreduce_seconds(n) * calls
+    return {"ranks": n, "precision": prec, "device": device, "allocator": alloc,
+            "host_allocator": m["host_allocator"],  # in effect: "system (not glibc)" on macOS
+            "oversubscribed": n * args.threads > cores, "fps": m["fps_steady"] or m["fps"],
+            "fps_all": m["fps"], "cores_used": min(n * args.threads, cores), "phase_seconds": ph,
+            "phase_share": {k: v / total for k, v in ph.items()},
+            "allreduce_share": ph["allreduce"] / total,
+            "allreduce_transfer_share": transfer / total,
+            "peak_rss_mb_per_rank": max(m["peak_rss_mb_per_rank"]),
+            "peak_rss_mb_total": m["peak_rss_mb_total"], "duration_s": m["duration_s"]}
+
+
+def relate(rows: list[dict], ceilings: dict, peer_runs: list) -> dict | None:
+    """Each row against the ceiling, the kernel bound, the 1-rank fp32 row and CleanRL (in place);
+    returns CleanRL's rate (the mean of its runs), or None."""
     for r in rows:
         # the ceiling is the CPU's: a GPU row's share of it says how far past the CPU it goes
         c = ceilings[r["precision"]]
@@ -288,15 +319,22 @@ def _main(argv: list[str] | None) -> int:
         rates = [r["fps_steady"] for r in peer_runs]
         cleanrl = dict(peer_runs[0], fps_steady=float(np.mean(rates)), fps_steady_runs=rates,
                        fps=float(np.mean([r["fps"] for r in peer_runs])))
-
-    fp32 = [r for r in rows if r["precision"] == "fp32" and r["allocator"] == "retain" and r["device"] == "cpu"]
+    fp32 = cpu_fp32(rows)
     base = next((r for r in fp32 if r["ranks"] == 1), fp32[0])
     for r in rows:
         r["speedup"] = r["fps"] / base["fps"]
         r["efficiency"] = r["speedup"] / (r["ranks"] / base["ranks"])
         r["of_ceiling"] = r["fps"] / r["ceiling"]
         r["vs_cleanrl"] = r["fps"] / cleanrl["fps_steady"] if cleanrl else None
+    return cleanrl
 
+
+def cpu_fp32(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["precision"] == "fp32" and r["allocator"] == "retain" and r["device"] == "cpu"]
+
+
+def print_report(rows: list[dict], ceilings: dict, cleanrl: dict | None, full: int) -> None:
+    """The ceilings and arithmetic per precision, the table of runs, and each run's phases."""
     for prec, c in ceilings.items():
         print(f"\nceiling ({prec}, one thread per core): all cores busy: env {1e6 * c['env_step_s']:.0f} us + inference "
               f"{1e6 * c['inference_s']:.0f} us + {c['epochs']} x update {1e6 * c['update_s']:.0f} us per step "
@@ -329,7 +367,10 @@ def _main(argv: list[str] | None) -> int:
         print(f"  {r['ranks']} rank(s) {r['precision']} {r['host_allocator']} {r['device']}: "
               + ", ".join(f"{p} {100 * r['phase_share'][p]:.1f}%" for p in PHASES))
 
-    two = next((r for r in fp32 if r["ranks"] == 2), None)
+
+def print_targets(rows: list[dict], cleanrl: dict | None, memory: dict | None) -> dict | None:
+    """The targets, reached or not, with the numbers; returns the default config's row."""
+    two = next((r for r in cpu_fp32(rows) if r["ranks"] == 2), None)
     bf = next((r for r in rows if r["precision"] == "bf16" and r["device"] == "cpu"), None)
     sysm = next((r for r in rows if r["allocator"] == "system"), None)
     print("\ntargets:")
@@ -349,7 +390,6 @@ def _main(argv: list[str] | None) -> int:
     if bf and two:
         print(f"  5. bf16 {bf['fps']:.1f} steps/s = {bf['fps'] / two['fps']:.2f}x fp32 at {bf['ranks']} ranks"
               + (f", {bf['vs_cleanrl']:.2f}x CleanRL stock" if cleanrl else ""))
-
     for g in (r for r in rows if r["device"] != "cpu"):
         print(f"  GPU: 1 rank {g['precision']} {g['fps']:.1f} steps/s"
               + (f" = {g['fps'] / two['fps']:.2f}x the 2-rank CPU fp32 run" if two else "")
@@ -362,16 +402,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"  kept freed memory: {two['fps'] / sysm['fps']:.2f}x the steps/s of malloc as is + THP at 2 ranks "
               f"({sysm['fps']:.1f} -> {two['fps']:.1f}); peak {sysm['peak_rss_mb_per_rank']:.0f} -> "
               f"{two['peak_rss_mb_per_rank']:.0f} MB per rank")
-
-    import torch
-    from mpippo.comm import mpi_library
-    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
-              "cpu": cpu_model(), "cores": cores, "torch": torch.__version__,
-              "mpi": mpi_library(), "settings": vars(args) | {"out": None},
-              "ceilings": ceilings, "peer": cleanrl, "memory": memory, "results": rows, "default": default}
-    out = write_result(result, out=args.out)
-    print(f"bench: wrote {out}")
-    return 0
+    return default
 
 
 def default_row(bf: dict | None, fp32: dict | None) -> dict | None:
