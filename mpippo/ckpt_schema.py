@@ -237,6 +237,8 @@ def check_dqn(state: dict, cfg: C.Config, net) -> None:
     pcg64(state["replay_rng"], "replay_rng")
     tensor(state["torch_rng"], "torch_rng", None, torch.uint8)
     restores("torch_rng", "torch generator", lambda: torch.Generator().set_state(state["torch_rng"]))
+    if state.get("replay_generator") is not None:  # the replay's device generator (CPU or CUDA: restored by the learner)
+        tensor(state["replay_generator"], "replay_generator", None, torch.uint8)
     from mpippo.algos.apex import REPLAY_FILE
     need(state.get("replay_file") in (None, REPLAY_FILE), "replay_file",
          f"expected null or '{REPLAY_FILE}' (a file beside the checkpoint), got {C.show(state.get('replay_file'))}")

@@ -6,6 +6,13 @@ chunk. Actor side: epsilon-greedy over the Q-network (Ape-X epsilon ladder), n-s
 (`chunk_fields` names what one transition carries). Learner side: prioritized replay, the
 double-DQN loss with importance weights, the target network, and how many updates the data
 received so far allows (the replay ratio, or updates per finished episodes).
+
+The learner's update runs from the device's memory and never waits for it: the replay lives on
+the learner's GPU when it fits (frames as uint8) and is sampled there, the online network sees obs
+and next_obs in one batch (on a GPU), the step with a non-finite loss or gradient is skipped by
+the device itself (DeviceAdam, NonFiniteGuard: the host reads the guard's counters every
+`guard_every` updates), and the losses are summed on the device and read when the learner logs.
+On a CPU the code is the same; the guard is read after every update there (a read costs nothing).
 """
 from __future__ import annotations
 
@@ -15,7 +22,8 @@ import numpy as np
 import torch
 
 from mpippo.algos.adam import Adam
-from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half
+from mpippo.algos.dqn import (NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half_device,
+                              replay_device)
 from mpippo.algos.ppo import autocast
 from mpippo.envs import bits_to_mask, mask_bits
 from mpippo.errors import NonFiniteError
@@ -29,6 +37,141 @@ def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
     obs_shape = tuple(obs_shape)
     return [("actions", np.int64, ()), ("returns", np.float32, ()), ("discounts", np.float32, ()),
             ("next_legal", np.int64, ()), ("obs", np.uint8, obs_shape), ("next_obs", np.uint8, obs_shape)]
+
+
+def flat_view(params) -> torch.Tensor | None:
+    """One 1-D tensor over all of `params` when they are, in order, contiguous views of one buffer
+    (models.flat.flatten_parameters_ makes them so); else None."""
+    params = list(params)
+    if not params:
+        return None
+    first, n = params[0], 0
+    base = first.untyped_storage().data_ptr()
+    for p in params:
+        if (p.untyped_storage().data_ptr() != base or p.dtype != first.dtype or not p.is_contiguous()
+                or p.storage_offset() != first.storage_offset() + n):
+            return None
+        n += p.numel()
+    return first.detach().as_strided((n,), (1,), first.storage_offset())
+
+
+def flat_parameters(model: torch.nn.Module) -> torch.Tensor:
+    """The model's parameters as one flat buffer: the one they already are views of, or a new one."""
+    flat = flat_view(model.parameters())
+    if flat is None:
+        from mpippo.models.flat import flatten_parameters_
+        flatten_parameters_(model)
+        flat = flat_view(model.parameters())
+    return flat
+
+
+class DeviceAdam:
+    """Adam's steps for an optimizer `opt` (mpippo.algos.adam.Adam or torch.optim.Adam: one group, no
+    weight decay; its param_groups[0]["lr"] is read at every step, so annealing works as before) over
+    one flat buffer each for the parameters (`params`: views of one buffer, see flat_parameters), the
+    gradients (every parameter's .grad becomes a view of `g`) and the two moments (the optimizer's state
+    holds views of `m` and `v`, so its state_dict keeps torch's layout). About twenty kernels a step
+    whatever the number of layers.
+
+    step(ok) takes the step with a bool tensor `ok` decided on the device: where it is false nothing
+    moves (parameters, moments, step count), with no read by the host. The step count lives on the
+    device (`steps`); sync() writes it into the optimizer's state (before its state_dict is saved),
+    adopt() takes the optimizer's state over (after it was loaded)."""
+
+    def __init__(self, params, opt):
+        self.params, self.opt = list(params), opt
+        self.p = flat_view(self.params)
+        if self.p is None:
+            raise ValueError("DeviceAdam: the parameters must be views of one flat buffer (flat_parameters)")
+        self.g, self.m, self.v = torch.zeros_like(self.p), torch.zeros_like(self.p), torch.zeros_like(self.p)
+        self.steps = torch.zeros((), dtype=torch.float32, device=self.p.device)
+        self.slices, offset = [], 0
+        for p in self.params:
+            self.slices.append(slice(offset, offset + p.numel()))
+            p.grad = self.g[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+        self.adopt()
+
+    def adopt(self) -> None:
+        """Take over the optimizer's state: its moments (zeros when it has none yet) into the flat buffers,
+        which its state then holds views of, and its step count onto the device."""
+        steps = 0.0
+        for p, sl in zip(self.params, self.slices):
+            st = self.opt.state.get(p) if hasattr(self.opt.state, "get") else None
+            if st and "exp_avg" in st:
+                self.m[sl].copy_(st["exp_avg"].reshape(-1))
+                self.v[sl].copy_(st["exp_avg_sq"].reshape(-1))
+                steps = float(st["step"])
+            else:
+                self.m[sl].zero_()
+                self.v[sl].zero_()
+        for p, sl in zip(self.params, self.slices):
+            self.opt.state[p] = {"step": torch.tensor(steps, dtype=torch.float32),
+                                 "exp_avg": self.m[sl].view_as(p), "exp_avg_sq": self.v[sl].view_as(p)}
+        self.steps.fill_(steps)
+
+    def sync(self) -> None:
+        """The device's step count into the optimizer's state (one read: at a checkpoint)."""
+        steps = float(self.steps)
+        for p in self.params:
+            self.opt.state[p]["step"] = torch.tensor(steps, dtype=torch.float32)
+
+    def zero_grad(self) -> None:
+        self.g.zero_()
+
+    def grads_finite(self) -> torch.Tensor:
+        return torch.isfinite(self.g).all()
+
+    def clip_(self, max_norm: float) -> torch.Tensor:
+        """Scale the gradient to norm <= max_norm (as torch.nn.utils.clip_grad_norm_); returns its norm
+        before (not finite when a gradient is not)."""
+        norm = torch.linalg.vector_norm(self.g)
+        self.g.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
+        return norm
+
+    @torch.no_grad()
+    def step(self, ok: torch.Tensor | None = None) -> None:
+        group = self.opt.param_groups[0]
+        lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
+        if ok is None:
+            self.steps.add_(1.0)
+            w1, w2 = 1.0 - b1, b2
+        else:
+            self.g.masked_fill_(~ok, 0.0)  # a skipped step's gradient moves nothing (and is not NaN)
+            self.steps.add_(ok.to(self.steps.dtype))
+            w1, w2 = torch.where(ok, 1.0 - b1, 0.0), torch.where(ok, b2, 1.0)
+        self.m.lerp_(self.g, w1)
+        self.v.mul_(w2).addcmul_(self.g, self.g, value=1.0 - b2)
+        t = self.steps.clamp(min=1.0)  # (no step yet and this one skipped: keeps the corrections finite)
+        step_size = lr / (1.0 - b1 ** t)
+        denom = (self.v.sqrt() / (1.0 - b2 ** t).sqrt()).add_(eps)
+        update = (self.m / denom).mul_(step_size)
+        if ok is not None:
+            update.masked_fill_(~ok, 0.0)
+        self.p.sub_(update)
+
+
+class NonFiniteGuard:
+    """guards.max_nonfinite_skips, counted on the device: admit(ok) says whether a step is taken (ok,
+    and the guard not yet tripped), counts the skipped ones and the streak of them, and trips when
+    the streak reaches `limit`; once tripped no step is taken. read() is the host's one look."""
+
+    def __init__(self, limit: int, device, streak: int = 0, skipped: int = 0):
+        self.limit = limit
+        self.counts = torch.tensor([streak, skipped, int(streak >= limit)], dtype=torch.int64, device=device)
+
+    def admit(self, ok: torch.Tensor) -> torch.Tensor:
+        streak, skipped, tripped = self.counts.unbind()
+        live = tripped == 0
+        take, bad = ok & live, ~ok & live
+        self.counts = torch.stack([torch.where(take, 0, streak + bad.long()), skipped + bad.long(),
+                                   tripped | (streak + bad.long() >= self.limit).long()])
+        return take
+
+    def read(self) -> tuple[int, int, bool]:
+        """(streak, skipped, tripped)."""
+        streak, skipped, tripped = self.counts.tolist()
+        return streak, skipped, bool(tripped)
 
 
 def nonfinite_message(what: str, streak: int, limit: int, lr: float, loss: float | None = None,
@@ -50,7 +193,23 @@ class ApeX:
         self.epsilons = apex_epsilons(num_actors, self.d.eps, self.d.eps_alpha)
         self.samples_per_update = self.d.batch_size
         self.max_nonfinite = cfg.guards.max_nonfinite_skips
-        self.skipped = self.nonfinite_streak = 0  # updates skipped for a non-finite loss or gradient
+        self.guard = None  # (setup_learner) updates skipped for a non-finite loss or gradient, on the device
+        self.guard_seen = (0, 0, False)  # the guard's counters as last read: (streak, skipped, tripped)
+
+    @property
+    def skipped(self) -> int:
+        """Updates skipped so far for a non-finite loss or gradient (reads the device)."""
+        return self.read_guard()[1]
+
+    @property
+    def nonfinite_streak(self) -> int:
+        """Of them, the ones in a row up to the last update (reads the device)."""
+        return self.read_guard()[0]
+
+    def read_guard(self) -> tuple[int, int, bool]:
+        if self.guard is not None:
+            self.guard_seen = self.guard.read()
+        return self.guard_seen
 
     # ------------------------------------------------- what the layout asks of an algorithm
     def new_net(self) -> torch.nn.Module:
@@ -70,7 +229,8 @@ class ApeX:
         return budget // num_actors // num_envs
 
     def describe(self) -> str:
-        return (f"replay {self.d.buffer_size:,} transitions = {self.learner_bytes() / 2**30:.2f} GiB, epsilons "
+        where = f" on {self.replay.device}" if hasattr(self, "replay") else ""
+        return (f"replay {self.d.buffer_size:,} transitions = {self.learner_bytes() / 2**30:.2f} GiB{where}, epsilons "
                 f"{', '.join(f'{e:.4f}' for e in self.epsilons)}")
 
     # ---------------------------------------------------------------- actor side
@@ -83,11 +243,25 @@ class ApeX:
         return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape)
 
     def setup_learner(self, q: torch.nn.Module, device, seed: int, aug_seed: int) -> None:
+        """The learner's half on `device`: the replay there when it fits (else on the host, pinned for a
+        GPU), the networks' parameters and gradients in flat buffers (DeviceAdam), the guard."""
+        device = torch.device(device)
+        flat_parameters(q)  # (the runner's q already is: its flat buffer is what the actors get)
         self.q, self.target, self.device = q, copy.deepcopy(q), device
         self.model = q  # what the checkpoint's "model" is and the actors get
         self.opt = Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
-        self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed)
+        self.adam = DeviceAdam(q.parameters(), self.opt)
+        where = replay_device(device, self.learner_bytes())
+        self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed, device=where,
+                                        pin=device.type == "cuda")
         self.aug_rng = np.random.default_rng(aug_seed)
+        self.guard = NonFiniteGuard(self.max_nonfinite, device)
+        # the online network on obs and next_obs in one batch: one pass of kernel launches instead of two on a
+        # GPU; on a CPU two passes, as the backward then runs over half the rows (the next_obs half needs none)
+        self.joint_forward = device.type == "cuda"
+        # how often the host reads the guard: a read waits for the GPU to finish what was queued
+        self.guard_every = 32 if device.type == "cuda" else 1
+        self.loss_stats = torch.zeros(2, dtype=torch.float64, device=device)  # since the last log: sum, count
 
     def ingest(self, views: dict, count: int) -> None:
         self.replay.add(views["obs"][:count], views["actions"][:count], views["returns"][:count],
@@ -102,52 +276,66 @@ class ApeX:
             return d.learning_steps_per_batch * episodes / d.episodes_per_batch
         return d.replay_ratio * (transitions - d.learning_starts) / d.batch_size
 
-    def update(self, updates_done: int, progress: float) -> float:
-        """One prioritized double-DQN step; `progress` in [0, 1] anneals beta (and the lr). Returns the loss.
-        A step whose loss or gradient is not finite is skipped (the weights and the priorities stay as they
-        were), as sync PPO's; guards.max_nonfinite_skips of them in a row raise NonFiniteError."""
+    def td_loss(self, batch: dict, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The double-DQN loss of a sampled batch and its |TD errors|: the online network once on
+        batch["frames"] (obs and next_obs) with `joint_forward`, else on each half; the target on next_obs."""
+        d, t, B = self.d, self.t, weights.shape[0]
+        with autocast(self.device, t.precision):
+            if self.joint_forward and d.double:
+                q_cat = self.q(batch["frames"])
+                q_all, q_next_online = q_cat[:B], q_cat[B:].detach()
+            else:
+                q_all = self.q(batch["obs"])
+            with torch.no_grad():
+                q_next_target = self.target(batch["next_obs"])
+                if not (self.joint_forward and d.double):
+                    q_next_online = self.q(batch["next_obs"]) if d.double else q_next_target
+        next_legal = bits_to_mask(batch["next_legal"], self.num_actions) if self.masked else None
+        return double_dqn_loss(q_all.float(), q_next_online.float(), q_next_target.float(), batch["actions"],
+                               batch["returns"], batch["discounts"], weights, next_legal)
+
+    def update(self, updates_done: int, progress: float) -> torch.Tensor:
+        """One prioritized double-DQN step; `progress` in [0, 1] anneals beta (and the lr). Returns the loss as
+        a 0-d tensor on the learner's device (float() reads it; the update itself reads nothing).
+        A step whose loss or gradient is not finite is skipped (the weights, Adam's state and the
+        priorities stay as they were), as sync PPO's, decided on the device; guards.max_nonfinite_skips of
+        them in a row raise NonFiniteError, at the first read of the guard after (every guard_every updates;
+        once tripped, no later step is taken, so nothing moves in between)."""
         d, t = self.d, self.t
         beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
         if t.anneal_lr:  # linearly to 0 over the run's budget (the last updates settle the policy)
             for group in self.opt.param_groups:
                 group["lr"] = t.learning_rate * max(1.0 - progress, 0.02)
-        idx, batch, w = self.replay.sample(d.batch_size, beta)
-        if d.mirror_augment:
-            mirror_half(batch, self.aug_rng, self.num_actions)
-        b = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
-        with autocast(self.device, t.precision):
-            q_all = self.q(b["obs"])
-            with torch.no_grad():
-                q_next_target = self.target(b["next_obs"])
-                q_next_online = self.q(b["next_obs"]) if d.double else q_next_target
-        next_legal = bits_to_mask(b["next_legal"], self.num_actions) if self.masked else None
-        loss, td = double_dqn_loss(q_all.float(), q_next_online.float(), q_next_target.float(), b["actions"],
-                                   b["returns"], b["discounts"], torch.from_numpy(w).to(self.device), next_legal)
-        self.opt.zero_grad(set_to_none=True)
+        idx, batch, w = self.replay.sample(d.batch_size, beta, device=self.device)
+        if d.mirror_augment:  # the rows to mirror drawn on the host as before, the mirroring on the device
+            flip = torch.from_numpy(self.aug_rng.random(d.batch_size) < 0.5).to(self.device, non_blocking=True)
+            mirror_half_device(batch, flip, self.num_actions)
+        loss, td = self.td_loss(batch, w)
+        self.adam.zero_grad()
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.q.parameters(), t.max_grad_norm)  # not finite if a gradient is not
-        if bool(torch.isfinite(torch.stack([loss.detach(), norm.to(loss.device)])).all()):
-            self.nonfinite_streak = 0
-            self.opt.step()
-            self.replay.update_priorities(idx, td.cpu().numpy())
-        else:
-            self.skip_nonfinite(float(loss.detach()))
+        loss = loss.detach()
+        norm = self.adam.clip_(t.max_grad_norm)  # not finite if a gradient is not
+        ok = self.guard.admit(torch.isfinite(loss) & torch.isfinite(norm))
+        self.adam.step(ok)
+        self.replay.update_priorities(idx, td, ok)
+        self.loss_stats += torch.stack([torch.where(ok, loss.double(), 0.0), ok.double()])
+        if (updates_done + 1) % self.guard_every == 0:
+            streak, _, tripped = self.read_guard()
+            if tripped:
+                raise NonFiniteError(nonfinite_message("the TD loss", streak, self.max_nonfinite,
+                                                       self.t.learning_rate, float(loss)))
         if (updates_done + 1) % d.target_update_period == 0:
             self.target.load_state_dict(self.q.state_dict())
-        return float(loss.detach())
-
-    def skip_nonfinite(self, loss: float) -> None:
-        """Count a skipped step; end the agent after guards.max_nonfinite_skips of them in a row."""
-        self.skipped += 1
-        self.nonfinite_streak += 1
-        if self.nonfinite_streak >= self.max_nonfinite:
-            raise NonFiniteError(nonfinite_message("the TD loss", self.nonfinite_streak, self.max_nonfinite,
-                                                   self.t.learning_rate, loss))
+        return loss
 
     # ------------------------------------------------ what the learner logs and reports
-    def log(self, writer, x: int, loss: float) -> None:
+    def log(self, writer, x: int, loss) -> None:
+        """TensorBoard: the replay's size and the mean TD loss of the steps taken since the last log (the
+        last loss when none was)."""
         writer.add_scalar("learner/replay_size", self.replay.size, x)
-        writer.add_scalar("losses/td_loss", loss, x)
+        total, n = self.loss_stats.tolist()
+        self.loss_stats.zero_()
+        writer.add_scalar("losses/td_loss", total / n if n else float(loss), x)
 
     def console(self) -> str:
         return f"replay {self.replay.size:,}"
@@ -160,21 +348,37 @@ class ApeX:
         return f"replay ratio {s['replay_ratio']:.2f}"
 
     def state_dict(self) -> dict:
+        """The learner's state beyond the network: the target, Adam (its step count read from the device),
+        the replay's RNGs (`replay_generator`: the device generator that draws the samples; `replay_rng`:
+        the numpy one that seeds it) and torch's."""
+        self.adam.sync()
         return {"target": self.target.state_dict(), "optimizer": self.opt.state_dict(),
-                "replay_rng": self.replay.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
-                "replay_file": REPLAY_FILE if self.d.save_replay else None}
+                "replay_rng": self.replay.rng.bit_generator.state, "replay_generator": self.replay.generator.get_state(),
+                "torch_rng": torch.get_rng_state(), "replay_file": REPLAY_FILE if self.d.save_replay else None}
 
     def load_state_dict(self, st: dict, ckpt_dir, updates: int) -> str:
-        """Restore from a checkpoint (already checked by ckpt_schema); returns a note for the start-up line."""
+        """Restore from a checkpoint (already checked by ckpt_schema); returns a note for the start-up line.
+        A checkpoint written before the replay sampled on its device (no replay_generator), or on another
+        kind of device, reseeds the sampling from its numpy state: a continuation, not the same draws."""
         self.target.load_state_dict(st["target"])
         self.opt.load_state_dict(st["optimizer"])
+        self.adam.adopt()
         self.replay.rng.bit_generator.state = st["replay_rng"]
+        note = ""
+        try:
+            if st.get("replay_generator") is None:
+                raise ValueError("none saved")
+            self.replay.generator.set_state(st["replay_generator"])
+        except (RuntimeError, ValueError, TypeError):
+            self.replay.reseed()
+            if st.get("replay_generator") is not None:
+                note = f"; replay sampling reseeded (its generator state is not one of {self.replay.device.type})"
         torch.set_rng_state(st["torch_rng"])
         if not st.get("replay_file"):
-            return ""
+            return note
         why = self.replay.load(ckpt_dir / st["replay_file"], updates)
-        return (f"; restored replay of {self.replay.size:,} transitions" if why is None else
-                f"; warning: replay file not used ({why}), the buffer refills from empty")
+        return note + (f"; restored replay of {self.replay.size:,} transitions" if why is None else
+                       f"; warning: replay file not used ({why}), the buffer refills from empty")
 
     def save_side_files(self, ckpt_dir, updates: int, write) -> None:
         """Files a checkpoint names, written before it (write = atomic_write_with)."""

@@ -1,6 +1,6 @@
-"""DQN pieces for the Ape-X layout, pure numpy/torch (no MPI): prioritized replay on a sum
-tree, n-step returns computed on the actors, the Ape-X epsilon ladder, and the double-DQN
-loss with importance weights.
+"""DQN pieces for the Ape-X layout, pure numpy/torch (no MPI): prioritized replay held and
+sampled on the learner's device, n-step returns computed on the actors, the Ape-X epsilon
+ladder, and the double-DQN loss with importance weights.
 
 Transition layout everywhere: obs (uint8 HWC), action, n-step return R, discount
 (gamma^n, or 0 when the episode ended inside the n steps), next_obs (obs n steps later).
@@ -22,7 +22,8 @@ def apex_epsilons(num_actors: int, eps: float = 0.4, alpha: float = 7.0) -> np.n
 
 
 class SumTree:
-    """Binary tree of priorities: O(log n) update and prefix-sum search, vectorized over batches."""
+    """Binary tree of priorities: O(log n) update and prefix-sum search, vectorized over batches (numpy,
+    on the host). PrioritizedReplay no longer uses it: it samples by a cumulative sum on its device."""
 
     def __init__(self, capacity: int):
         self.capacity = 1 << max(int(capacity - 1).bit_length(), 0)  # leaves: a power of two
@@ -57,90 +58,231 @@ class SumTree:
         return pos - self.capacity
 
 
-class PrioritizedReplay:
-    """Proportional prioritized replay (Schaul et al. 2016) over uint8 frames."""
+GiB = 1 << 30
 
-    def __init__(self, capacity: int, obs_shape, alpha: float = 0.6, eps: float = 1e-6, seed: int = 0):
+
+def replay_device(learner_device, nbytes: int, reserve_fraction: float = 0.2, reserve_min: int = 4 * GiB) -> torch.device:
+    """Where a replay of `nbytes` keeps its storage: on the learner's GPU when it fits in the GPU's free
+    memory with room to spare (a fifth of the GPU, at least 4 GiB, for the networks, their activations
+    and the allocator's slack), else on the host (a CPU learner: always the host)."""
+    dev = torch.device(learner_device)
+    if dev.type != "cuda":
+        return torch.device("cpu")
+    free, total = torch.cuda.mem_get_info(dev)
+    return dev if nbytes + max(reserve_min, reserve_fraction * total) <= free else torch.device("cpu")
+
+
+def write_npz(f, arrays: dict, chunk_bytes: int = 64 << 20) -> None:
+    """np.savez's file (a zip of uncompressed .npy members, readable by np.load with allow_pickle=False),
+    written member by member in chunks of at most `chunk_bytes`: a tensor on a GPU is copied to the host a
+    chunk at a time, never whole. Values: numpy arrays, numpy scalars or torch tensors."""
+    import zipfile
+    with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, value in arrays.items():
+            if isinstance(value, torch.Tensor):
+                value = value.detach()
+                dtype = torch.empty(0, dtype=value.dtype).numpy().dtype
+            else:
+                value = np.asarray(value)
+                dtype = value.dtype
+            shape = tuple(value.shape)
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+            with z.open(name + ".npy", "w", force_zip64=True) as out:
+                if len(repr(header)) > 60000:  # format 1.0 holds headers below 64 KiB
+                    np.lib.format.write_array_header_2_0(out, header)
+                else:
+                    np.lib.format.write_array_header_1_0(out, header)
+                if not shape or not shape[0]:
+                    out.write(np.ascontiguousarray(value.cpu().numpy() if isinstance(value, torch.Tensor) else value)
+                              .tobytes())
+                    continue
+                row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
+                step = max(1, chunk_bytes // row)
+                for i in range(0, shape[0], step):
+                    part = value[i:i + step]
+                    part = part.cpu().numpy() if isinstance(part, torch.Tensor) else part
+                    out.write(memoryview(np.ascontiguousarray(part)).cast("B"))
+
+
+class PrioritizedReplay:
+    """Proportional prioritized replay (Schaul et al. 2016) over uint8 frames, stored as torch tensors
+    on one device (`device`: the learner's GPU when the buffer fits there, see replay_device; else the
+    host, pinned for a GPU learner with `pin`), and sampled there by torch ops: nothing of a sample or of
+    a priority update passes through the host when the storage is on the learner's device.
+
+    Slot i holds a transition and `prio[i]` = priority ** alpha (float64; 0 for an empty slot). New
+    transitions get the largest priority seen so far (`max_priority`, a 0-d device tensor), or their own.
+    sample() is stratified as before: the total mass is cut into batch_size equal strata and one point
+    drawn uniformly in each (the device generator `generator`), each point selects the slot whose
+    interval of the cumulative sum of `prio` holds it (one cumsum and one binary search per sample,
+    the work of a sum tree's descent without its sequential levels); importance weights
+    (size * P(i)) ** -beta normalized by their max. update_priorities() writes (|td| + eps) ** alpha,
+    optionally only where a device flag allows (a skipped learner step), and raises max_priority.
+    The buffer is saved to and loaded from an .npz file (allow_pickle=False) as before."""
+
+    def __init__(self, capacity: int, obs_shape, alpha: float = 0.6, eps: float = 1e-6, seed: int = 0,
+                 device=None, pin: bool = False):
         self.capacity, self.alpha, self.eps = capacity, alpha, eps
-        self.obs = np.zeros((capacity,) + tuple(obs_shape), dtype=np.uint8)
-        self.next_obs = np.zeros((capacity,) + tuple(obs_shape), dtype=np.uint8)
-        self.actions = np.zeros(capacity, dtype=np.int64)
-        self.returns = np.zeros(capacity, dtype=np.float32)
-        self.discounts = np.zeros(capacity, dtype=np.float32)
-        self.next_legal = np.full(capacity, -1, dtype=np.int64)  # legal actions of next_obs, bitmask; -1 = all
-        self.tree = SumTree(capacity)
-        self.max_priority = 1.0
+        self.device = torch.device(device if device is not None else "cpu")
+        self.pinned = bool(pin) and self.device.type == "cpu" and torch.cuda.is_available()
+        shape = (capacity,) + tuple(obs_shape)
+        self.obs = self._zeros(shape, torch.uint8)
+        self.next_obs = self._zeros(shape, torch.uint8)
+        self.actions = self._zeros((capacity,), torch.int64)
+        self.returns = self._zeros((capacity,), torch.float32)
+        self.discounts = self._zeros((capacity,), torch.float32)
+        self.next_legal = self._zeros((capacity,), torch.int64)  # legal actions of next_obs, bitmask; -1 = all
+        self.next_legal.fill_(-1)
+        self.prio = self._zeros((capacity,), torch.float64)  # priority ** alpha per slot
+        self.max_priority = torch.ones((), dtype=torch.float64, device=self.device)
         self.size = self.pos = 0
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)  # seeds the device generator (and reseeds it: reseed())
+        self.generator = torch.Generator(device=self.device)
+        self.reseed()
+
+    def _zeros(self, shape, dtype) -> torch.Tensor:
+        if self.device.type == "cpu" and not self.pinned:
+            # numpy's zeros: pages the OS maps on first write, as the buffer fills (torch.zeros writes them all now)
+            return torch.from_numpy(np.zeros(shape, dtype=torch.empty(0, dtype=dtype).numpy().dtype))
+        if self.pinned:
+            try:
+                return torch.zeros(shape, dtype=dtype, pin_memory=True)
+            except RuntimeError:  # too large to pin: pageable, the copies to the GPU only slower
+                self.pinned = False
+                return self._zeros(shape, dtype)
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def reseed(self) -> None:
+        """Seed the device generator from `rng` (at construction, and on loading a checkpoint that has no
+        generator state of this device: the draws then follow from the checkpoint's numpy state)."""
+        self.generator.manual_seed(int(self.rng.integers(2**63 - 1)))
 
     @staticmethod
     def nbytes(capacity: int, obs_shape) -> int:
-        """Memory the buffer will take, to check before allocating."""
+        """Memory the buffer will take (an upper bound), to check before allocating."""
         frame = int(np.prod(obs_shape))
         return capacity * (2 * frame + 8 + 4 + 4 + 8) + 2 * (1 << max(int(capacity - 1).bit_length(), 0)) * 8
 
+    def _rows(self, dst: torch.Tensor, src, start: int, first: int) -> None:
+        """Copy the n rows of `src` into the ring at `start` (`first` of them before the end, the rest from 0)."""
+        if not isinstance(src, torch.Tensor):
+            src = torch.from_numpy(np.ascontiguousarray(src))
+        n = src.shape[0]
+        dst[start:start + first].copy_(src[:first], non_blocking=True)
+        if n > first:
+            dst[:n - first].copy_(src[first:], non_blocking=True)
+
     def add(self, obs, actions, returns, discounts, next_obs, priorities=None, next_legal=None) -> None:
+        """Store n transitions (numpy arrays or tensors; copied before returning: the caller may reuse its
+        buffers) at the write position, overwriting the oldest once full."""
         n = len(actions)
-        idx = (self.pos + np.arange(n)) % self.capacity
-        self.obs[idx], self.next_obs[idx] = obs, next_obs
-        self.actions[idx], self.returns[idx], self.discounts[idx] = actions, returns, discounts
-        self.next_legal[idx] = -1 if next_legal is None else next_legal
-        if priorities is None:
-            p = np.full(n, self.max_priority)
+        if n == 0:
+            return
+        skip = max(n - self.capacity, 0)  # more than the buffer holds: only the last `capacity` stay
+        start = (self.pos + skip) % self.capacity
+        keep = n - skip
+        first = min(keep, self.capacity - start)
+        for dst, src in ((self.obs, obs), (self.next_obs, next_obs), (self.actions, actions),
+                         (self.returns, returns), (self.discounts, discounts)):
+            self._rows(dst, src[skip:], start, first)
+        if next_legal is None:
+            self.next_legal[start:start + first].fill_(-1)
+            self.next_legal[:keep - first].fill_(-1)
         else:
-            p = np.abs(np.asarray(priorities, dtype=np.float64)) + self.eps
-            self.max_priority = max(self.max_priority, float(p.max()))
-        self.tree.update(idx, p ** self.alpha)
+            self._rows(self.next_legal, next_legal[skip:], start, first)
+        if priorities is None:
+            p = self.max_priority ** self.alpha
+            self.prio[start:start + first].fill_(p)
+            self.prio[:keep - first].fill_(p)
+        else:
+            p = torch.as_tensor(np.asarray(priorities, dtype=np.float64)[skip:] if not isinstance(priorities, torch.Tensor)
+                                else priorities[skip:]).to(self.device, torch.float64).abs() + self.eps
+            self.max_priority = torch.maximum(self.max_priority, p.max())
+            self._rows(self.prio, p ** self.alpha, start, first)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
-    def sample(self, batch_size: int, beta: float):
-        """Stratified proportional sample -> (indices, batch dict, importance weights normalized to max 1)."""
-        total = self.tree.total
-        bounds = np.linspace(0.0, total, batch_size + 1)
-        mass = self.rng.uniform(bounds[:-1], bounds[1:])
-        idx = np.minimum(self.tree.find(np.minimum(mass, np.nextafter(total, 0))), self.size - 1)
-        probs = self.tree.get(idx) / total
-        weights = (self.size * probs) ** (-beta)
-        weights /= weights.max()
-        batch = {"obs": self.obs[idx], "actions": self.actions[idx], "returns": self.returns[idx],
-                 "discounts": self.discounts[idx], "next_obs": self.next_obs[idx], "next_legal": self.next_legal[idx]}
-        return idx, batch, weights.astype(np.float32)
+    def sample(self, batch_size: int, beta: float, device=None):
+        """Stratified proportional sample -> (indices, batch dict, importance weights normalized to max 1),
+        all tensors. The batch is on `device` (default: the storage's); `frames` holds obs then next_obs,
+        (2 x batch_size, H, W, C), and `obs` and `next_obs` are its halves. Indices stay on the storage's
+        device (for update_priorities), the weights (float32) go with the batch."""
+        n, dev = self.size, self.device
+        out = torch.device(device) if device is not None else dev
+        prio = self.prio[:n]
+        cdf = torch.cumsum(prio, 0)
+        total = cdf[-1]
+        u = torch.rand(batch_size, generator=self.generator, device=dev, dtype=torch.float64)
+        mass = (torch.arange(batch_size, device=dev, dtype=torch.float64) + u) * (total / batch_size)
+        mass = torch.minimum(mass, torch.nextafter(total, torch.zeros_like(total)))
+        idx = torch.searchsorted(cdf, mass, right=True).clamp_(max=n - 1)
+        weights = (n * (prio[idx] / total)) ** (-beta)
+        weights = (weights / weights.max()).float()
+        staged = out != dev and dev.type == "cpu" and out.type == "cuda"  # a host buffer feeding a GPU learner
+        frames = torch.empty((2 * batch_size,) + tuple(self.obs.shape[1:]), dtype=torch.uint8, device=dev,
+                             pin_memory=staged and torch.cuda.is_available())
+        torch.index_select(self.obs, 0, idx, out=frames[:batch_size])
+        torch.index_select(self.next_obs, 0, idx, out=frames[batch_size:])
+        batch = {"frames": frames, "actions": self.actions[idx], "returns": self.returns[idx],
+                 "discounts": self.discounts[idx], "next_legal": self.next_legal[idx]}
+        if out != dev:
+            batch = {k: v.to(out, non_blocking=True) for k, v in batch.items()}
+            weights = weights.to(out, non_blocking=True)
+        batch["obs"], batch["next_obs"] = batch["frames"][:batch_size], batch["frames"][batch_size:]
+        return idx, batch, weights
+
+    def update_priorities(self, idx, td_errors, ok=None) -> None:
+        """New priorities (|td| + eps) ** alpha of the sampled slots `idx` (tensors or arrays; a slot drawn
+        twice keeps the larger). `ok`: a bool tensor; where it is false (a skipped learner step) nothing
+        changes, decided on the device. max_priority rises to the largest new priority."""
+        idx = torch.as_tensor(idx).to(self.device, torch.int64)
+        p = torch.as_tensor(td_errors).to(self.device, torch.float64).abs() + self.eps
+        new, top = p ** self.alpha, torch.maximum(self.max_priority, p.max())
+        if ok is not None:
+            ok = torch.as_tensor(ok).to(self.device)
+            new = torch.where(ok, new, self.prio[idx])
+            top = torch.where(ok, top, self.max_priority)
+        self.prio.scatter_reduce_(0, idx, new, reduce="amax", include_self=False)
+        self.max_priority = top
 
     def save(self, f, tag: int) -> None:
         """Write the stored transitions, their priorities and the write position to the open binary
-        file `f` (npz, uncompressed); `tag` names the checkpoint this file belongs to."""
+        file `f` (npz, uncompressed; from a GPU a chunk at a time); `tag` names the checkpoint this file
+        belongs to."""
         n = self.size  # until the buffer wraps, the first `size` slots are the stored ones
-        np.savez(f, tag=np.int64(tag), capacity=np.int64(self.capacity), pos=np.int64(self.pos), size=np.int64(n),
-                 max_priority=np.float64(self.max_priority), leaves=self.tree.get(np.arange(n)),
-                 obs=self.obs[:n], next_obs=self.next_obs[:n], actions=self.actions[:n],
-                 returns=self.returns[:n], discounts=self.discounts[:n], next_legal=self.next_legal[:n])
+        write_npz(f, {"tag": np.int64(tag), "capacity": np.int64(self.capacity), "pos": np.int64(self.pos),
+                      "size": np.int64(n), "max_priority": np.float64(float(self.max_priority)),
+                      "leaves": self.prio[:n], "obs": self.obs[:n], "next_obs": self.next_obs[:n],
+                      "actions": self.actions[:n], "returns": self.returns[:n], "discounts": self.discounts[:n],
+                      "next_legal": self.next_legal[:n]})
 
     def load(self, path, tag: int) -> str | None:
         """Refill from a file written by save(); returns why it was not used, or None when it was."""
+        names = ("obs", "next_obs", "actions", "returns", "discounts", "next_legal", "leaves")
         try:
             with np.load(path, allow_pickle=False) as z:  # never unpickles: a file we load runs no code
                 if int(z["tag"]) != tag:
                     return f"it belongs to update {int(z['tag'])}, the checkpoint to update {tag}"
-                if int(z["capacity"]) != self.capacity or z["obs"].shape[1:] != self.obs.shape[1:]:
+                if int(z["capacity"]) != self.capacity or z["obs"].shape[1:] != tuple(self.obs.shape[1:]):
                     return (f"it holds {int(z['capacity'])} transitions of shape {z['obs'].shape[1:]}, this buffer "
-                            f"{self.capacity} of {self.obs.shape[1:]}")
-                n = int(z["size"])
-                for name in ("obs", "next_obs", "actions", "returns", "discounts", "next_legal"):
-                    getattr(self, name)[:n] = z[name]
-                if n:
-                    self.tree.update(np.arange(n), z["leaves"])
-                self.pos, self.size, self.max_priority = int(z["pos"]), n, float(z["max_priority"])
+                            f"{self.capacity} of {tuple(self.obs.shape[1:])}")
+                n, pos = int(z["size"]), int(z["pos"])
+                if not (0 <= n <= self.capacity and 0 <= pos < self.capacity):
+                    return f"its size {n} or position {pos} does not fit a buffer of {self.capacity}"
+                for name in names:
+                    if len(z[name]) != n:
+                        return f"its {name} holds {len(z[name])} entries, not its size {n}"
+                self.size = 0  # until every part is in: a failure below leaves an empty buffer
+                for name in names:
+                    dst = self.prio if name == "leaves" else getattr(self, name)
+                    dst[:n].copy_(torch.from_numpy(np.asarray(z[name])))
+                self.max_priority = torch.tensor(float(z["max_priority"]), dtype=torch.float64, device=self.device)
+                self.pos, self.size = pos, n
         except FileNotFoundError:
             return "the file is missing"
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
             return f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
         return None
-
-    def update_priorities(self, idx: np.ndarray, td_errors: np.ndarray) -> None:
-        p = np.abs(td_errors).astype(np.float64) + self.eps
-        self.max_priority = max(self.max_priority, float(p.max()))
-        self.tree.update(idx, p ** self.alpha)
 
 
 class NStepAccumulator:
@@ -204,4 +346,22 @@ def mirror_half(batch: dict, rng: np.random.Generator, num_actions: int) -> dict
         batch["actions"][flip] = num_actions - 1 - batch["actions"][flip]
         legal = batch["next_legal"][flip]
         batch["next_legal"][flip] = np.where(legal == -1, -1, mask_bits(bits_to_mask(legal, num_actions)[:, ::-1]))
+    return batch
+
+
+def mirror_half_device(batch: dict, flip: torch.Tensor, num_actions: int) -> dict:
+    """mirror_half on a sampled batch of tensors (PrioritizedReplay.sample's), on its device: the rows
+    where the bool tensor `flip` is true are mirrored (frames of obs and next_obs along the width, the
+    action, the next state's legal-move bits). Replaces the batch's entries, returns the batch."""
+    from mpippo.envs import bits_to_mask
+    B = flip.shape[0]
+    both = torch.cat([flip, flip])  # the rows of obs, then of next_obs, in `frames`
+    frames = batch["frames"]
+    frames = torch.where(both[:, None, None, None], frames.flip(2), frames)
+    batch["frames"], batch["obs"], batch["next_obs"] = frames, frames[:B], frames[B:]
+    batch["actions"] = torch.where(flip, num_actions - 1 - batch["actions"], batch["actions"])
+    legal = batch["next_legal"]
+    bits = torch.arange(num_actions, device=legal.device, dtype=torch.int64)
+    mirrored = (bits_to_mask(legal, num_actions).flip(1).long() << bits).sum(1)
+    batch["next_legal"] = torch.where(flip & (legal != -1), mirrored, legal)
     return batch

@@ -1,3 +1,6 @@
+import copy
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -22,14 +25,56 @@ def test_prioritized_sampling_follows_priorities():
     counts = np.zeros(4)
     for _ in range(500):
         idx, batch, w = buf.sample(8, beta=1.0)
-        counts += np.bincount(idx, minlength=4)
-        assert np.array_equal(batch["actions"], idx)  # rows stay aligned with their indices
+        counts += np.bincount(idx.numpy(), minlength=4)
+        assert torch.equal(batch["actions"], idx)  # rows stay aligned with their indices
+        assert torch.equal(batch["obs"][:, 0, 0, 0].long(), idx) and torch.equal(batch["next_obs"][:, 1, 1, 0].long(), idx)
     freq = counts / counts.sum()
     np.testing.assert_allclose(freq, [1 / 8, 1 / 8, 2 / 8, 4 / 8], atol=0.02)
     # importance weights undo the bias: w ~ 1/p, normalized to max 1
     idx, _, w = buf.sample(64, beta=1.0)
-    p = np.array([1, 1, 2, 4])[idx]
-    np.testing.assert_allclose(w, (1 / p) / (1 / p).max(), rtol=1e-6)
+    p = np.array([1, 1, 2, 4])[idx.numpy()]
+    np.testing.assert_allclose(w.numpy(), (1 / p) / (1 / p).max(), rtol=1e-6)
+    assert w.dtype == torch.float32
+
+
+def test_sampling_frequencies_follow_priorities_to_the_alpha():
+    """Statistical: 128,000 draws over 8 slots of priorities p: frequencies p**alpha / sum (alpha 0.6)."""
+    p = np.array([0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0])
+    buf = PrioritizedReplay(8, (1, 1, 1), alpha=0.6, eps=1e-6, seed=123)
+    z = np.zeros((8, 1, 1, 1), np.uint8)
+    buf.add(z, np.arange(8), np.zeros(8), np.ones(8), z, priorities=p)
+    counts = np.zeros(8)
+    for _ in range(2000):
+        idx, _, _ = buf.sample(64, beta=0.4)
+        counts += np.bincount(idx.numpy(), minlength=8)
+    want = (p + 1e-6) ** 0.6 / ((p + 1e-6) ** 0.6).sum()
+    np.testing.assert_allclose(counts / counts.sum(), want, atol=0.01)
+
+
+def test_importance_weights_are_size_times_probability_to_the_minus_beta_over_their_max():
+    p = np.array([0.5, 1.0, 3.0, 0.2, 2.0])
+    buf = PrioritizedReplay(8, (1, 1, 1), alpha=0.7, eps=0.01, seed=3)
+    z = np.zeros((5, 1, 1, 1), np.uint8)
+    buf.add(z, np.arange(5), np.zeros(5), np.ones(5), z, priorities=p)
+    idx, _, w = buf.sample(32, beta=0.4)
+    prob = (p + 0.01) ** 0.7 / ((p + 0.01) ** 0.7).sum()
+    ref = (5 * prob[idx.numpy()]) ** -0.4
+    np.testing.assert_allclose(w.numpy(), ref / ref.max(), rtol=1e-6)
+    assert set(idx.tolist()) <= set(range(5))  # never an empty slot (priority 0)
+
+
+def test_new_items_get_the_largest_priority_seen_and_a_skipped_step_changes_nothing():
+    buf = PrioritizedReplay(8, (1, 1, 1), alpha=0.5, eps=1e-6)
+    z = np.zeros((2, 1, 1, 1), np.uint8)
+    buf.add(z, np.array([0, 1]), np.zeros(2), np.ones(2), z)
+    assert torch.equal(buf.prio[:2], torch.ones(2, dtype=torch.float64))  # max priority 1 at first
+    buf.update_priorities(torch.tensor([1, 1]), torch.tensor([-9.0, 3.0]))  # drawn twice: the larger stays
+    assert buf.prio[1].item() == pytest.approx((9.0 + 1e-6) ** 0.5) and float(buf.max_priority) == pytest.approx(9.0 + 1e-6)
+    before, top = buf.prio.clone(), buf.max_priority.clone()
+    buf.update_priorities(torch.tensor([0, 1]), torch.tensor([float("nan"), 100.0]), ok=torch.tensor(False))
+    assert torch.equal(buf.prio, before) and torch.equal(buf.max_priority, top)
+    buf.add(z[:1], np.array([2]), np.zeros(1), np.ones(1), z[:1])
+    assert buf.prio[2].item() == pytest.approx((9.0 + 1e-6) ** 0.5)
 
 
 def test_priority_update_and_ring_overwrite():
@@ -37,11 +82,135 @@ def test_priority_update_and_ring_overwrite():
     z = np.zeros((2, 1, 1, 1), np.uint8)
     buf.add(z, np.array([0, 1]), np.zeros(2), np.ones(2), z)
     buf.add(z, np.array([2, 3]), np.zeros(2), np.ones(2), z)  # wraps: slot 0 now holds action 3
-    assert buf.size == 3 and list(buf.actions) == [3, 1, 2]
+    assert buf.size == 3 and buf.pos == 1 and buf.actions.tolist() == [3, 1, 2]
     buf.update_priorities(np.array([0, 1, 2]), np.array([0.0, 0.0, 5.0]))
     idx, _, _ = buf.sample(16, beta=0.4)
-    assert set(idx) == {2}
+    assert set(idx.tolist()) == {2}
     assert PrioritizedReplay.nbytes(1000, (64, 64, 3)) > 1000 * 2 * 64 * 64 * 3
+    big = PrioritizedReplay(3, (1, 1, 1))
+    big.add(np.zeros((5, 1, 1, 1), np.uint8), np.arange(5), np.zeros(5), np.ones(5), np.zeros((5, 1, 1, 1), np.uint8))
+    assert big.actions.tolist() == [3, 4, 2] and big.pos == 2 and big.size == 3  # as slot = (pos + i) % capacity
+
+
+def filled_replay(seed=0, capacity=50, n=70, obs_shape=(3, 2, 1)):
+    """A wrapped buffer of random transitions with updated priorities."""
+    rng = np.random.default_rng(seed)
+    buf = PrioritizedReplay(capacity, obs_shape, alpha=0.6, seed=seed)
+    for start in range(0, n, 16):
+        k = min(16, n - start)
+        buf.add(rng.integers(0, 255, (k, *obs_shape), dtype=np.uint8), rng.integers(0, 4, k),
+                rng.normal(size=k).astype(np.float32), rng.random(k).astype(np.float32),
+                rng.integers(0, 255, (k, *obs_shape), dtype=np.uint8), next_legal=rng.integers(-1, 15, k))
+    idx, _, _ = buf.sample(16, 0.4)
+    buf.update_priorities(idx, torch.from_numpy(rng.normal(size=16) * 3))
+    return buf
+
+
+FIELDS = ("obs", "next_obs", "actions", "returns", "discounts", "next_legal", "prio")
+
+
+def test_replay_save_load_round_trip_is_bit_exact_and_reads_the_previous_format(tmp_path):
+    buf = filled_replay()
+    with open(tmp_path / "replay.npz", "wb") as f:
+        buf.save(f, tag=7)
+    back = PrioritizedReplay(50, (3, 2, 1), alpha=0.6)
+    assert back.load(tmp_path / "replay.npz", tag=7) is None
+    for name in FIELDS:
+        assert torch.equal(getattr(back, name), getattr(buf, name)), name
+    assert (back.pos, back.size) == (buf.pos, buf.size) and torch.equal(back.max_priority, buf.max_priority)
+    assert "belongs to update 7" in PrioritizedReplay(50, (3, 2, 1)).load(tmp_path / "replay.npz", tag=8)
+    assert "holds 50 transitions" in PrioritizedReplay(40, (3, 2, 1)).load(tmp_path / "replay.npz", tag=7)
+    # the file the numpy replay wrote (np.savez, the same names): loads the same
+    n = buf.size
+    np.savez(tmp_path / "old.npz", tag=np.int64(7), capacity=np.int64(50), pos=np.int64(buf.pos), size=np.int64(n),
+             max_priority=np.float64(float(buf.max_priority)), leaves=buf.prio[:n].numpy(),
+             **{k: getattr(buf, k)[:n].numpy() for k in FIELDS[:-1]})
+    old = PrioritizedReplay(50, (3, 2, 1), alpha=0.6)
+    assert old.load(tmp_path / "old.npz", tag=7) is None
+    assert all(torch.equal(getattr(old, k), getattr(buf, k)) for k in FIELDS)
+    with np.load(tmp_path / "replay.npz", allow_pickle=False) as a, np.load(tmp_path / "old.npz") as b:
+        assert sorted(a.files) == sorted(b.files) and all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype
+                                                          for k in a.files)
+
+
+def test_a_replay_restored_from_its_file_and_generator_draws_the_same_batches(tmp_path):
+    """Exact resume: the buffer saved with its generator's state and loaded elsewhere samples, and
+    updates its priorities, as the original goes on doing."""
+    buf = filled_replay(seed=4)
+    with open(tmp_path / "r.npz", "wb") as f:
+        buf.save(f, tag=1)
+    rng_state, gen_state = buf.rng.bit_generator.state, buf.generator.get_state()
+    back = PrioritizedReplay(50, (3, 2, 1), alpha=0.6, seed=99)
+    assert back.load(tmp_path / "r.npz", tag=1) is None
+    back.rng.bit_generator.state, _ = rng_state, back.generator.set_state(gen_state)
+    for step in range(5):
+        got = [r.sample(8, 0.5 + 0.1 * step) for r in (buf, back)]
+        (ia, ba, wa), (ib, bb, wb) = got
+        assert torch.equal(ia, ib) and torch.equal(wa, wb)
+        assert all(torch.equal(ba[k], bb[k]) for k in ba)
+        td = torch.linspace(-2, 2, 8) * (step + 1)
+        buf.update_priorities(ia, td)
+        back.update_priorities(ib, td)
+    assert torch.equal(buf.prio, back.prio)
+
+
+def test_replay_on_the_host_for_a_cpu_learner():
+    from mpippo.algos.dqn import replay_device
+    assert replay_device(torch.device("cpu"), 10**12) == torch.device("cpu")
+
+
+def test_mirroring_on_the_device_matches_the_numpy_mirroring():
+    from mpippo.algos.dqn import mirror_half, mirror_half_device
+    rng = np.random.default_rng(5)
+    buf = PrioritizedReplay(16, (6, 7, 2), seed=0)
+    obs = rng.integers(0, 3, (16, 6, 7, 2), dtype=np.uint8)
+    buf.add(obs, rng.integers(0, 7, 16), np.zeros(16, np.float32), np.ones(16, np.float32), obs[::-1].copy(),
+            next_legal=np.where(rng.random(16) < 0.3, -1, rng.integers(0, 127, 16)))
+    _, batch, _ = buf.sample(10, 0.4)
+    host = {k: batch[k].numpy().copy() for k in ("obs", "next_obs", "actions", "next_legal")}
+    mirror_half(host, np.random.default_rng(8), 7)
+    flip = torch.from_numpy(np.random.default_rng(8).random(10) < 0.5)
+    assert 0 < int(flip.sum()) < 10
+    mirror_half_device(batch, flip, 7)
+    for k in host:
+        assert np.array_equal(batch[k].numpy(), host[k]), k
+    assert torch.equal(batch["frames"][:10], batch["obs"]) and torch.equal(batch["frames"][10:], batch["next_obs"])
+
+
+def test_device_adam_steps_as_torch_adam_and_a_refused_step_moves_nothing():
+    from mpippo.algos.adam import Adam
+    from mpippo.algos.apex import DeviceAdam, flat_parameters
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+    ref = copy.deepcopy(net)
+    flat_parameters(net)
+    opt = Adam(net.parameters(), lr=1e-2, eps=1e-5)
+    adam = DeviceAdam(net.parameters(), opt)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2, eps=1e-5)
+    x = torch.randn(16, 5)
+    for k in range(6):
+        adam.zero_grad()
+        net(x).pow(2).mean().backward()
+        ref_opt.zero_grad()
+        ref(x).pow(2).mean().backward()
+        norm = adam.clip_(0.5)
+        ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        assert float(norm) == pytest.approx(float(ref_norm), rel=1e-5)
+        if k == 3:  # a refused step: parameters, moments and the step count stay
+            before = [t.clone() for t in (adam.p, adam.m, adam.v, adam.steps)]
+            adam.g[0] = float("nan")
+            adam.step(torch.tensor(False))
+            assert all(torch.equal(a, b) for a, b in zip(before, (adam.p, adam.m, adam.v, adam.steps)))
+            continue
+        adam.step(torch.tensor(True))
+        ref_opt.step()
+    assert max(float((p - q).detach().abs().max()) for p, q in zip(net.parameters(), ref.parameters())) < 2e-6
+    adam.sync()
+    sd = opt.state_dict()
+    ref_sd = ref_opt.state_dict()
+    assert all(float(sd["state"][i]["step"]) == float(ref_sd["state"][i]["step"]) == 5 for i in sd["state"])
+    assert all(torch.allclose(sd["state"][i][k], ref_sd["state"][i][k], atol=1e-7)
+               for i in sd["state"] for k in ("exp_avg", "exp_avg_sq"))
 
 
 def test_n_step_returns_truncate_at_episode_end():
@@ -110,15 +279,15 @@ def test_mask_bits_round_trip_and_replay_keeps_them():
     obs = np.zeros((4, 6, 7, 2), np.uint8)
     replay.add(obs, np.zeros(4, np.int64), np.zeros(4, np.float32), np.ones(4, np.float32), obs, next_legal=bits)
     idx, batch, _ = replay.sample(4, 0.4)
-    assert (batch["next_legal"] == bits[idx]).all()
+    assert (batch["next_legal"].numpy() == bits[idx.numpy()]).all()
 
 
-def _apex_learner(max_skips=3, returns=0.0):
+def _apex_learner(max_skips=3, returns=0.0, sets=()):
     """An Ape-X learner half on toy-cue frames whose replay holds 64 transitions of `returns`."""
     from mpippo import config as C
     from mpippo.algos.apex import ApeX
     cfg = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_toy.yaml"),
-                  [("guards", "max_nonfinite_skips", max_skips), ("training", "precision", "fp32")], 3)
+                  [("guards", "max_nonfinite_skips", max_skips), ("training", "precision", "fp32"), *sets], 3)
     obs_shape = C.obs_shape_of("toy-cue")
     algo = ApeX(cfg, obs_shape, 4, num_actors=2, masked=False)
     torch.manual_seed(0)
@@ -126,7 +295,7 @@ def _apex_learner(max_skips=3, returns=0.0):
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (64,) + obs_shape, dtype=np.uint8)
     algo.replay.add(frames, rng.integers(0, 4, 64), np.full(64, returns, np.float32), np.full(64, 0.5, np.float32),
-                    frames)
+                    frames[::-1].copy())
     return algo
 
 
@@ -136,12 +305,12 @@ def test_a_non_finite_td_loss_is_skipped_and_ends_the_learner_after_the_guard():
     from mpippo.errors import NonFiniteError
     algo = _apex_learner(max_skips=3, returns=float("inf"))
     weights = [p.detach().clone() for p in algo.q.parameters()]
-    leaves = algo.replay.tree.get(np.arange(64)).copy()
+    leaves = algo.replay.prio.clone()
     for k in range(2):
-        assert not np.isfinite(algo.update(k, 0.0))
+        assert not np.isfinite(float(algo.update(k, 0.0)))
     assert algo.skipped == algo.nonfinite_streak == 2
     assert all(torch.equal(p, q) for p, q in zip(weights, algo.q.parameters()))
-    assert np.array_equal(algo.replay.tree.get(np.arange(64)), leaves) and np.isfinite(algo.replay.tree.total)
+    assert torch.equal(algo.replay.prio, leaves) and bool(torch.isfinite(algo.replay.prio).all())
     with pytest.raises(NonFiniteError, match=r"not finite .* in 3 consecutive learner updates.*"
                                              r"guards.max_nonfinite_skips = 3.*lower training.learning_rate \(now 0.001\)"):
         algo.update(2, 0.0)
@@ -153,7 +322,7 @@ def test_a_finite_step_resets_the_non_finite_streak():
     algo.update(0, 0.0)
     assert algo.nonfinite_streak == 1
     algo.replay.returns[:] = 1.0
-    assert np.isfinite(algo.update(1, 0.0)) and algo.nonfinite_streak == 0 and algo.skipped == 1
+    assert np.isfinite(float(algo.update(1, 0.0))) and algo.nonfinite_streak == 0 and algo.skipped == 1
     algo.replay.returns[:] = np.nan
     algo.update(2, 0.0)  # one in a row again: below the guard's 2
     assert algo.nonfinite_streak == 1
@@ -170,8 +339,132 @@ def test_a_huge_learning_rate_never_crashes_the_learner_only_the_guard_ends_it()
     with pytest.raises(NonFiniteError, match=r"now 1e\+15"):
         for k in range(50):
             algo.update(k, 0.0)
-    assert np.isfinite(algo.replay.tree.total)
+    assert bool(torch.isfinite(algo.replay.prio).all())
     assert all(bool(torch.isfinite(p).all()) for p in algo.q.parameters())  # skipped steps change nothing
+
+
+def test_with_the_guard_read_rarely_nothing_moves_after_it_trips_and_it_raises_at_the_read():
+    """A GPU learner reads the guard every guard_every updates: the steps after it tripped are not
+    taken (weights, Adam, priorities), the count stops at the guard, and the read raises."""
+    from mpippo.errors import NonFiniteError
+    algo = _apex_learner(max_skips=3, returns=float("nan"))
+    algo.guard_every = 8
+    weights, leaves = algo.adam.p.clone(), algo.replay.prio.clone()
+    for k in range(7):  # tripped at the third, not read yet
+        algo.update(k, 0.0)
+    algo.replay.returns[:] = 1.0  # finite again: still nothing is taken after the guard tripped
+    with pytest.raises(NonFiniteError, match="in 3 consecutive learner updates"):
+        algo.update(7, 0.0)
+    assert torch.equal(algo.adam.p, weights) and torch.equal(algo.replay.prio, leaves)
+    assert algo.skipped == 3 and float(algo.adam.steps) == 0
+
+
+def _reference_update(algo, idx_batch_w):
+    """The previous learner's step on a given batch: two passes of the online network (obs with
+    gradient, next_obs without), the target on next_obs, clip_grad_norm_, Adam; returns (parameters, |td|)."""
+    from mpippo.algos.adam import Adam
+    q, target = copy.deepcopy(algo.q), copy.deepcopy(algo.target)
+    for p in q.parameters():
+        p.grad = None
+    opt = Adam(q.parameters(), lr=algo.t.learning_rate, eps=algo.t.adam_eps)
+    algo.adam.sync()  # the step count, kept on the device, into the optimizer's state
+    opt.load_state_dict(copy.deepcopy(algo.opt.state_dict()))
+    _, b, w = idx_batch_w
+    q_all = q(b["obs"])
+    with torch.no_grad():
+        q_next_target = target(b["next_obs"])
+        q_next_online = q(b["next_obs"])
+    loss, td = double_dqn_loss(q_all, q_next_online, q_next_target, b["actions"], b["returns"], b["discounts"], w)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(q.parameters(), algo.t.max_grad_norm)
+    opt.step()
+    return [p.detach() for p in q.parameters()], td
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_one_update_on_cat_obs_next_obs_equals_the_two_pass_step(joint):
+    algo = _apex_learner(returns=0.7)
+    algo.joint_forward = joint
+    for k in range(3):  # Adam's moments under way
+        algo.update(k, 0.1)
+    state = algo.replay.generator.get_state()
+    beta = algo.d.per_beta + (1.0 - algo.d.per_beta) * 0.1
+    sampled = algo.replay.sample(algo.d.batch_size, beta)
+    algo.replay.generator.set_state(state)  # the update draws the same batch
+    ref_params, ref_td = _reference_update(algo, sampled)
+    algo.update(3, 0.1)
+    gap = max(float((p.detach() - r).abs().max()) for p, r in zip(algo.q.parameters(), ref_params))
+    assert gap < 1e-6, gap
+    idx = sampled[0]
+    prio = (ref_td.double().abs() + algo.replay.eps) ** algo.replay.alpha  # a slot drawn twice: the larger
+    want = torch.zeros_like(algo.replay.prio).scatter_reduce_(0, idx, prio, "amax", include_self=False)[idx]
+    assert torch.allclose(algo.replay.prio[idx], want, rtol=1e-6, atol=1e-9)
+
+
+def test_joint_and_two_pass_learners_stay_together():
+    a, b = _apex_learner(returns=0.3), _apex_learner(returns=0.3)
+    a.joint_forward, b.joint_forward = True, False
+    for k in range(10):
+        la, lb = a.update(k, k / 10), b.update(k, k / 10)
+        assert float(la) == pytest.approx(float(lb), rel=1e-5, abs=1e-6)
+    assert float((a.adam.p - b.adam.p).abs().max()) < 1e-5
+    assert torch.allclose(a.replay.prio, b.replay.prio, rtol=1e-4)
+
+
+def test_a_learner_resumed_from_its_checkpoint_goes_on_exactly(tmp_path):
+    """Exact resume on the CPU: the state_dict (through torch.save), the model and the replay file of
+    learner A after 5 updates, loaded into a fresh learner B: the next 5 updates are A's, bit for bit."""
+    from mpippo.algos.apex import REPLAY_FILE
+    a = _apex_learner(returns=0.5, sets=[("dqn", "save_replay", True)])
+    for k in range(5):
+        a.update(k, k / 20)
+    a.save_side_files(tmp_path, 5, lambda path, fn: fn(open(path, "wb")))
+    torch.save({"model": a.q.state_dict(), **a.state_dict()}, tmp_path / "ckpt.pt")
+    for k in range(5, 10):
+        a.update(k, k / 20)
+    st = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    b = _apex_learner(returns=9.0)  # another buffer, other weights
+    b.q.load_state_dict(st["model"])
+    note = b.load_state_dict(st, tmp_path, 5)
+    assert note == "; restored replay of 64 transitions" and (tmp_path / REPLAY_FILE).exists()
+    for k in range(5, 10):
+        b.update(k, k / 20)
+    assert torch.equal(a.adam.p, b.adam.p) and torch.equal(a.adam.m, b.adam.m) and torch.equal(a.replay.prio, b.replay.prio)
+    assert all(torch.equal(x, y) for x, y in zip(a.target.parameters(), b.target.parameters()))
+
+
+def test_a_checkpoint_of_the_numpy_replay_still_loads():
+    """Before the device replay: no replay_generator, Adam's moments per parameter, step on the host."""
+    from mpippo import ckpt_schema
+    a = _apex_learner(returns=0.5)
+    for k in range(3):
+        a.update(k, 0.0)
+    st = a.state_dict()
+    old = {k: v for k, v in st.items() if k != "replay_generator"}
+    old["optimizer"] = copy.deepcopy(old["optimizer"])  # separate tensors per parameter, as torch's Adam saved
+    b = _apex_learner(returns=0.5)
+    assert b.load_state_dict(old, None, 3) == ""
+    assert torch.equal(b.adam.m, a.adam.m) and float(b.adam.steps) == 3.0
+    assert b.opt.state_dict()["state"][0]["exp_avg"].data_ptr() == b.adam.m.data_ptr()  # views of the flat buffer
+    b.update(3, 0.0)  # and it trains on
+    ckpt_schema.tensor(st["replay_generator"], "replay_generator", None, torch.uint8)
+
+
+def test_logged_td_loss_is_the_mean_over_the_interval():
+    class Writer:
+        def __init__(self):
+            self.points = {}
+
+        def add_scalar(self, tag, value, x):
+            self.points[tag] = value
+    algo = _apex_learner(returns=0.5)
+    losses = [float(algo.update(k, 0.0)) for k in range(4)]
+    w = Writer()
+    algo.log(w, 1, losses[-1])
+    assert w.points["losses/td_loss"] == pytest.approx(np.mean(losses)) and w.points["learner/replay_size"] == 64
+    algo.log(w, 2, float("nan"))  # nothing since: the last loss given
+    assert np.isnan(w.points["losses/td_loss"])
 
 
 def test_elo_ratings_far_apart_do_not_overflow():
