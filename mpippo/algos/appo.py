@@ -4,6 +4,11 @@ the off-policy targets of a batch of segments, the loss, and the policy-lag acco
 A segment is T steps of one actor's envs under the weights of version `v_behaviour`; by the time the
 learner trains on it, its own version is higher. V-trace corrects the value targets and advantages
 for that lag (mpippo/algos/vtrace.py); segments older than `max_policy_lag` are dropped and counted.
+
+An update reads the device once: the batch of segments goes to the learner's device in one copy
+(from pinned buffers on a GPU), the targets, the advantages' normalization, the skip of a step whose
+gradient is not finite (apex.DeviceAdam, apex.NonFiniteGuard) and the statistics stay there, and
+the statistics and the guard's counters come back together at the end.
 """
 from __future__ import annotations
 
@@ -97,34 +102,74 @@ def segment_targets(model, seg: dict, a, gamma: float, lam: float) -> dict:
             "adv": flat(adv.T), "values": flat(values[:, :T])}
 
 
+STATS = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")  # an update's means over its steps taken
+
+
 def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | None = None,
-                nonfinite_streak: int = 0, max_nonfinite_streak: int = 3) -> dict:
+                nonfinite_streak: int = 0, max_nonfinite_streak: int = 3, adam=None) -> dict:
     """`a.epochs` passes over a batch of segments: V-trace targets from the current network at each
-    epoch, then one epoch of the PPO update (`ppo_update`: minibatches, per-minibatch advantage
+    epoch, then one epoch of PPO steps (minibatch_steps: minibatches, per-minibatch advantage
     normalization, autocast, non-finite skipping, clipping) with the `a.loss` objective. The
     minibatch size is (segments x T) / a.num_minibatches, which must divide (as sync PPO's).
     `nonfinite_streak`: steps skipped in a row before this batch (the count goes on over epochs and
-    batches; ppo_update raises NonFiniteError at max_nonfinite_streak); the stats carry it on."""
-    from types import SimpleNamespace
-
-    from mpippo.algos.ppo import local_grad_check, ppo_update
+    batches; NonFiniteError once it reaches max_nonfinite_streak, and no step is taken after that);
+    the stats carry it on. `adam`: the learner's apex.DeviceAdam over the model and `optimizer` (made
+    here for this call when not given: the model's parameters become views of one flat buffer).
+    The device is read once, at the end."""
+    from mpippo.algos.apex import DeviceAdam, NonFiniteGuard, flat_parameters
     if a.loss not in LOSSES:
         raise ValueError(f"appo loss '{a.loss}' is not one of {', '.join(LOSSES)}")
-    cfg = SimpleNamespace(n_epochs=1, num_minibatches=a.num_minibatches, norm_adv=t.norm_adv, adv_norm="minibatch",
-                          clip_range=t.clip_range, clip_vloss=True, ent_coef=t.ent_coef, vf_coef=t.vf_coef,
-                          max_grad_norm=t.max_grad_norm, target_kl=None, precision=t.precision)
-    sync, runs = local_grad_check(model.parameters()), []
+    own = adam is None
+    if own:
+        flat_parameters(model)
+        adam = DeviceAdam(model.parameters(), optimizer)
+    device = seg["actions"].device
+    guard = NonFiniteGuard(max_nonfinite_streak, device, streak=nonfinite_streak)
+    sums = torch.zeros(len(STATS) + 1, dtype=torch.float64, device=device)
     for _ in range(a.epochs):
         b = segment_targets(model, seg, a, t.gamma, t.gae_lambda)
-        batch = {"b_obs": b["obs"], "b_actions": b["actions"], "b_logprobs": b["logp"], "b_advantages": b["adv"],
-                 "b_returns": b["vs"], "b_values": b["values"]}
-        runs.append(ppo_update(model, optimizer, batch, cfg, sync, generator, nonfinite_streak=nonfinite_streak,
-                               max_nonfinite_streak=max_nonfinite_streak, loss_fn=LOSSES[a.loss]))
-        nonfinite_streak = runs[-1]["nonfinite_streak"]
-    steps = sum(r["updates"] for r in runs)
-    keys = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")
-    return {k: sum(r[k] * r["updates"] for r in runs) / max(steps, 1) for k in keys} | {
-        "updates": steps, "skipped": sum(r["skipped"] for r in runs), "nonfinite_streak": nonfinite_streak}
+        sums += minibatch_steps(model, adam, guard, b, a, t, generator)
+    *values, steps, streak, skipped, tripped = torch.cat([sums, guard.counts.double()]).tolist()  # the one read
+    if own:
+        adam.sync()
+    if tripped:
+        raise NonFiniteError(f"non-finite loss or gradients in {int(streak)} consecutive steps; aborting")
+    return {k: v / max(steps, 1) for k, v in zip(STATS, values)} | {
+        "updates": int(steps), "skipped": int(skipped), "nonfinite_streak": int(streak)}
+
+
+def minibatch_steps(model, adam, guard, b: dict, a, t, generator: torch.Generator | None) -> torch.Tensor:
+    """One epoch of PPO steps over the flat batch `b` (segment_targets'), as ppo_update's with
+    n_epochs 1 and nothing read by the host: minibatches in the order of `generator` (a CPU generator:
+    the same order on any device), each one's advantages normalized by their own mean and std, the
+    `a.loss` objective, then the step, taken only where the gradient is finite and the guard allows
+    (decided on the device), with the gradient clipped to t.max_grad_norm. Returns, on the device, the
+    sums over the steps taken of STATS, then their number."""
+    from mpippo.algos.ppo import autocast, device_mean_std, logprob_entropy
+    n = b["actions"].shape[0]
+    mb_size, device = n // a.num_minibatches, b["actions"].device
+    sums = torch.zeros(len(STATS) + 1, dtype=torch.float64, device=device)
+    one = torch.ones(1, dtype=torch.float64, device=device)
+    perm = torch.randperm(n, generator=generator).to(device, non_blocking=True)
+    for start in range(0, n, mb_size):
+        mb = perm[start:start + mb_size]
+        adv = b["adv"][mb]
+        if t.norm_adv:
+            mean, std = device_mean_std(adv)
+            adv = (adv - mean) / (std + 1e-8)
+        with autocast(device, t.precision):
+            logits, value = model(b["obs"][mb])
+        logp, entropy = logprob_entropy(logits, b["actions"][mb])
+        out = LOSSES[a.loss](logp, entropy, value.float(), b["logp"][mb], adv, b["vs"][mb], b["values"][mb],
+                             t.clip_range, True, t.ent_coef, t.vf_coef)
+        adam.zero_grad()
+        out.loss.backward()
+        ok = guard.admit(adam.grads_finite())
+        adam.clip_(t.max_grad_norm)
+        adam.step(ok)
+        stats = torch.stack([getattr(out, k).detach().double().reshape(()) for k in STATS])
+        sums += torch.where(ok, torch.cat([stats, one]), 0.0)
+    return sums
 
 
 def segment_fields(obs_shape, T: int) -> list[tuple[str, type, tuple]]:
@@ -173,10 +218,36 @@ class SegmentBatch:
     def ready(self) -> bool:
         return self.filled == self.size
 
+    def pin(self, pinned: bool = True) -> None:
+        """For a GPU learner: the batch's arrays in two sets used in turn (pinned host memory: take() copies
+        to the GPU without waiting, and the set just sent is not written until the other one was)."""
+        def new_set():
+            if not pinned:
+                return {k: np.zeros_like(v) for k, v in self.arrays.items()}
+            return {k: torch.zeros(v.shape, dtype=torch.from_numpy(v[:0]).dtype, pin_memory=True).numpy()
+                    for k, v in self.arrays.items()}
+        first = new_set()
+        for k, v in self.arrays.items():
+            first[k][:] = v
+        self.sets, self.sent = [first, new_set()], [None, None]
+        self.arrays = first
+
     def take(self, device, version: int) -> dict:
-        """The full batch as tensors (copied); then the kept overflow moves in, except what will be
+        """The full batch as tensors on `device` (copied); then the kept overflow moves in, except what will be
         too old for the next batch, trained at `version` + 1 (counted as dropped, not admitted twice)."""
-        out = {k: torch.from_numpy(v.copy()).to(device) for k, v in self.arrays.items()}
+        device = torch.device(device)
+        if device.type == "cpu":
+            out = {k: torch.from_numpy(v.copy()) for k, v in self.arrays.items()}
+        else:  # pinned (pin()): the copy runs on its own; pageable: staged by the driver before this returns
+            out = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in self.arrays.items()}
+        if getattr(self, "sets", None):  # the next batch goes into the other set
+            i = 0 if self.arrays is self.sets[0] else 1
+            if device.type == "cuda":
+                self.sent[i] = torch.cuda.Event()
+                self.sent[i].record()
+            if self.sent[1 - i] is not None:
+                self.sent[1 - i].synchronize()  # (long done: it was the batch before)
+            self.arrays = self.sets[1 - i]
         self.filled = 0
         pending, self.overflow = self.overflow, []
         for row in pending:
@@ -189,13 +260,14 @@ class SegmentBatch:
         return out
 
 
-def normalize_rewards(seg: dict, rms) -> torch.Tensor:
+def normalize_rewards(seg: dict, rms, returns: np.ndarray | None = None) -> torch.Tensor:
     """Rewards divided by the running std of discounted returns, updated step by step with the
-    moments over the batch's segments at that step (as the synchronous PPO does over its envs)."""
-    ret = seg["disc_returns"].double().cpu().numpy()  # (B, T)
+    moments over the batch's segments at that step (as the synchronous PPO does over its envs).
+    `returns`: the batch's disc_returns (B, T) on the host, when at hand (then nothing is read from the device)."""
+    ret = seg["disc_returns"].double().cpu().numpy() if returns is None else np.asarray(returns, np.float64)
     moments = [(ret.shape[0], float(ret[:, t].mean()), float(ret[:, t].var())) for t in range(ret.shape[1])]
-    scales = torch.tensor(rms.scales_per_step(moments), dtype=seg["rewards"].dtype, device=seg["rewards"].device)
-    return seg["rewards"] / scales[None, :]
+    scales = torch.tensor(rms.scales_per_step(moments), dtype=seg["rewards"].dtype)
+    return seg["rewards"] / scales.to(seg["rewards"].device, non_blocking=True)[None, :]
 
 
 class APPOActing:
@@ -272,9 +344,14 @@ class APPOLearning:
         self.skipped = self.nonfinite_streak = 0
 
     def setup_learner(self, model: torch.nn.Module, device, seed: int) -> None:
-        self.model, self.device = model, device
+        from mpippo.algos.apex import DeviceAdam, flat_parameters
+        self.model, self.device = model, torch.device(device)
+        flat_parameters(model)  # (the runner's model already is one flat buffer)
         self.opt = Adam(model.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.adam = DeviceAdam(model.parameters(), self.opt)
+        self.generator = torch.Generator().manual_seed(seed)  # the minibatches' order: on the host, any device
+        if self.device.type == "cuda":
+            self.batch.pin()
 
     def ingest(self, views: dict, count: int) -> None:
         self.batch.ingest(views, count, self.version)
@@ -287,13 +364,14 @@ class APPOLearning:
         if self.t.anneal_lr:  # linearly to 0 over the run's budget, as the synchronous PPO
             for group in self.opt.param_groups:
                 group["lr"] = self.t.learning_rate * max(1.0 - progress, 0.0)
+        returns = self.batch.arrays["disc_returns"].copy() if self.t.normalize_reward else None  # (host: take refills)
         seg = self.batch.take(self.device, self.version)
         if self.t.normalize_reward:
-            seg["rewards"] = normalize_rewards(seg, self.ret_rms)
+            seg["rewards"] = normalize_rewards(seg, self.ret_rms, returns)
         seg["rewards"] = seg["rewards"].float()
         try:  # steps with a non-finite loss or gradient are skipped; too many in a row end the agent
             self.last_stats = appo_update(self.model, self.opt, seg, self.a, self.t, self.generator,
-                                          self.nonfinite_streak, self.max_nonfinite)
+                                          self.nonfinite_streak, self.max_nonfinite, adam=self.adam)
         except NonFiniteError:
             from mpippo.algos.apex import nonfinite_message
             self.skipped += self.max_nonfinite - self.nonfinite_streak  # this batch's, up to the guard
@@ -307,6 +385,7 @@ class APPOLearning:
 
     def state_dict(self) -> dict:
         lag = self.batch.lag
+        self.adam.sync()  # Adam's step count, kept on the device, into its state
         return {"optimizer": self.opt.state_dict(), "ret_rms": self.ret_rms.state_dict(), "version": self.version,
                 "shuffle": self.generator.get_state(), "lag_hist": lag.hist.copy(), "lag_dropped": lag.dropped,
                 "lag_accepted": lag.accepted}
@@ -314,6 +393,7 @@ class APPOLearning:
     def load_state_dict(self, st: dict, ckpt_dir=None, updates: int = 0) -> str:
         """Restore from a checkpoint (already checked by ckpt_schema); a note for the start-up line."""
         self.opt.load_state_dict(st["optimizer"])
+        self.adam.adopt()
         self.ret_rms.load_state_dict(st["ret_rms"])
         self.version = int(st["version"])
         self.generator.set_state(st["shuffle"])

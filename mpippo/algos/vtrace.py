@@ -25,13 +25,21 @@ def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: tor
     c = lam * ratio.clamp(max=c_bar)
     next_values = torch.cat([values[1:], bootstrap[None]], dim=0)
     delta = rho * (rewards + discounts * next_values - values)
-    # backward recursion over time: acc_s = v_s - V(x_s)
-    acc = torch.zeros_like(bootstrap)
-    corrections = torch.empty_like(values)
-    for t in range(values.shape[0] - 1, -1, -1):
-        acc = delta[t] + discounts[t] * c[t] * acc
-        corrections[t] = acc
-    vs = values + corrections
+    vs = values + backward_scan(discounts * c, delta)  # v_s - V(x_s) = delta_s + gamma_s c_s (v_{s+1} - V(x_{s+1}))
     next_vs = torch.cat([vs[1:], bootstrap[None]], dim=0)
     pg_rho = ratio.clamp(max=rho_bar if pg_rho_bar is None else pg_rho_bar)
     return vs, pg_rho * (rewards + discounts * next_vs - values)
+
+
+def backward_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x_t = b_t + a_t x_{t+1} over the first dimension, x_T = 0: the recursion of V-trace's corrections
+    (and of discounted returns), by recursive doubling: after the round of stride d, each row holds the
+    composition of its next 2d affine maps (x -> B + A x), so ceil(log2 T) rounds of a few whole-tensor
+    ops replace the T sequential steps of a loop (on a GPU: ~5 log2 T kernels instead of 3 T)."""
+    A, B = a.clone(), b.clone()
+    T, d = a.shape[0], 1
+    while d < T:
+        B[:T - d] = B[:T - d] + A[:T - d] * B[d:]
+        A[:T - d] = A[:T - d] * A[d:]
+        d *= 2
+    return B

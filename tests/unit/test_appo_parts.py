@@ -303,3 +303,33 @@ def test_an_actor_with_diverged_weights_acts_uniformly_instead_of_crashing():
     actions = acting.act(np.zeros((3, 8, 8, 3), np.uint8))
     assert ((actions >= 0) & (actions < 4)).all()
     assert np.allclose(acting.logp, np.log(0.25))
+
+
+def test_two_sets_of_batch_arrays_in_turn_keep_every_batch_and_the_overflow():
+    """A GPU learner's batch (pin(): two sets used in turn, pinned there; plain arrays here)."""
+    plain, turns = appo.SegmentBatch(size=2, T=3, obs_shape=(8, 8, 3), max_lag=5), \
+        appo.SegmentBatch(size=2, T=3, obs_shape=(8, 8, 3), max_lag=5)
+    turns.ingest(fake_segments(1, 3, [0], seed=9), 1, version=0)
+    turns.pin(pinned=False)  # what was in the batch moves along
+    plain.ingest(fake_segments(1, 3, [0], seed=9), 1, version=0)
+    for k in range(4):
+        segs = fake_segments(3, 3, [k] * 3, seed=k)
+        for b in (plain, turns):
+            b.ingest(segs, 3, version=k)
+        a, b = plain.take("cpu", version=k), turns.take("cpu", version=k)
+        assert all(torch.equal(a[name], b[name]) for name in a) and turns.filled == plain.filled
+        assert turns.arrays is turns.sets[(k + 1) % 2]
+
+
+def test_the_learner_reads_the_device_once_per_update(monkeypatch):
+    """Everything of an update stays on the device until its one read (the stats and the guard together)."""
+    a, t = settings(normalize_reward=True)
+    algo = appo.APPOLearning(a, t, (8, 8, 3))
+    algo.setup_learner(tiny_net(), "cpu", seed=0)
+    algo.ingest(fake_segments(4, 5, [0] * 4), 4)
+    reads = []
+    for name in ("tolist", "item", "__float__", "__bool__", "numpy", "cpu", "__int__"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *x, _o=original, _n=name, **k: (reads.append(_n), _o(self, *x, **k))[1])
+    algo.update(0, 0.0)
+    assert reads == ["tolist"], reads

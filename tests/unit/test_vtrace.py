@@ -49,3 +49,37 @@ def test_clipping_bounds_the_weights_of_far_off_policy_steps():
     vs_clipped, adv = vtrace(mu, pi, *args)  # rho = c = 1: as if on-policy
     vs_plain, _ = vtrace(pi, pi, *args, rho_bar=math.inf, c_bar=math.inf)
     assert torch.allclose(vs_clipped, vs_plain) and adv.abs().max() <= 2.0
+
+
+def sequential_vtrace(mu, pi, rewards, values, bootstrap, discounts, rho_bar=1.0, c_bar=1.0, lam=1.0):
+    """The definition, step by step backward in time (the loop vtrace ran before its doubling scan)."""
+    ratio = torch.exp(pi - mu)
+    rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
+    next_values = torch.cat([values[1:], bootstrap[None]])
+    delta = rho * (rewards + discounts * next_values - values)
+    acc, corrections = torch.zeros_like(bootstrap), torch.empty_like(values)
+    for t in range(values.shape[0] - 1, -1, -1):
+        acc = delta[t] + discounts[t] * c[t] * acc
+        corrections[t] = acc
+    vs = values + corrections
+    return vs, rho * (rewards + discounts * torch.cat([vs[1:], bootstrap[None]]) - values)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 7, 16, 65])
+def test_the_doubling_scan_equals_the_step_by_step_recursion(T):
+    from mpippo.algos.vtrace import backward_scan
+    g = torch.Generator().manual_seed(T)
+    N = 6
+    mu, pi = torch.randn(T, N, generator=g, dtype=torch.float64), torch.randn(T, N, generator=g, dtype=torch.float64)
+    rewards, values = torch.randn(T, N, generator=g, dtype=torch.float64), torch.randn(T, N, generator=g, dtype=torch.float64)
+    bootstrap = torch.randn(N, generator=g, dtype=torch.float64)
+    discounts = 0.95 * (torch.rand(T, N, generator=g) > 0.15).double()
+    for kw in ({}, {"rho_bar": 2.0, "c_bar": 0.9, "lam": 0.95}):
+        vs, adv = vtrace(mu, pi, rewards, values, bootstrap, discounts, **kw)
+        ref_vs, ref_adv = sequential_vtrace(mu, pi, rewards, values, bootstrap, discounts, **kw)
+        assert torch.allclose(vs, ref_vs, rtol=1e-12, atol=1e-12) and torch.allclose(adv, ref_adv, rtol=1e-12, atol=1e-12)
+    a, b = torch.rand(T, N, generator=g), torch.randn(T, N, generator=g)  # float32, as on the learner
+    x, acc = backward_scan(a, b), torch.zeros(N)
+    for t in range(T - 1, -1, -1):
+        acc = b[t] + a[t] * acc
+        assert torch.allclose(x[t], acc, rtol=1e-5, atol=1e-6)
