@@ -299,8 +299,8 @@ class ApeX:
         a 0-d tensor on the learner's device (float() reads it; the update itself reads nothing).
         A step whose loss or gradient is not finite is skipped (the weights, Adam's state and the
         priorities stay as they were), as sync PPO's, decided on the device; guards.max_nonfinite_skips of
-        them in a row raise NonFiniteError, at the first read of the guard after (every guard_every updates;
-        once tripped, no later step is taken, so nothing moves in between)."""
+        them in a row raise NonFiniteError, at the first read of the guard after (every guard_every updates, and
+        every update once the budget is spent; once tripped, no later step is taken, so nothing moves in between)."""
         d, t = self.d, self.t
         beta = d.per_beta + (1.0 - d.per_beta) * min(1.0, progress)
         if t.anneal_lr:  # linearly to 0 over the run's budget (the last updates settle the policy)
@@ -319,7 +319,7 @@ class ApeX:
         self.adam.step(ok)
         self.replay.update_priorities(idx, td, ok)
         self.loss_stats += torch.stack([torch.where(ok, loss.double(), 0.0), ok.double()])
-        if (updates_done + 1) % self.guard_every == 0:
+        if (updates_done + 1) % self.guard_every == 0 or progress >= 1.0:  # (and every one of a run's last)
             streak, _, tripped = self.read_guard()
             if tripped:
                 raise NonFiniteError(nonfinite_message("the TD loss", streak, self.max_nonfinite,

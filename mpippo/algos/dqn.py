@@ -114,8 +114,9 @@ class PrioritizedReplay:
     transitions get the largest priority seen so far (`max_priority`, a 0-d device tensor), or their own.
     sample() is stratified as before: the total mass is cut into batch_size equal strata and one point
     drawn uniformly in each (the device generator `generator`), each point selects the slot whose
-    interval of the cumulative sum of `prio` holds it (one cumsum and one binary search per sample,
-    the work of a sum tree's descent without its sequential levels); importance weights
+    interval of the cumulative sum of `prio` holds it (one cumsum, in integer units of the total so
+    that a GPU draws the same as itself, and one binary search per sample: the work of a sum tree's
+    descent without its sequential levels); importance weights
     (size * P(i)) ** -beta normalized by their max. update_priorities() writes (|td| + eps) ** alpha,
     optionally only where a device flag allows (a skipped learner step), and raises max_priority.
     The buffer is saved to and loaded from an .npz file (allow_pickle=False) as before."""
@@ -210,12 +211,14 @@ class PrioritizedReplay:
         n, dev = self.size, self.device
         out = torch.device(device) if device is not None else dev
         prio = self.prio[:n]
-        cdf = torch.cumsum(prio, 0)
-        total = cdf[-1]
+        total = prio.sum()
+        # the cumulative sum in integers (units of 2**-62 of the total): a float cumsum on a GPU is not
+        # deterministic (CUB's scan), an integer one is; a slot below 2**-62 of the mass is never drawn
+        cdf = torch.cumsum((prio * (2.0**62 / total)).long(), 0)
+        units = cdf[-1]
         u = torch.rand(batch_size, generator=self.generator, device=dev, dtype=torch.float64)
-        mass = (torch.arange(batch_size, device=dev, dtype=torch.float64) + u) * (total / batch_size)
-        mass = torch.minimum(mass, torch.nextafter(total, torch.zeros_like(total)))
-        idx = torch.searchsorted(cdf, mass, right=True).clamp_(max=n - 1)
+        mass = ((torch.arange(batch_size, device=dev, dtype=torch.float64) + u) * (units.double() / batch_size)).long()
+        idx = torch.searchsorted(cdf, torch.minimum(mass, units - 1), right=True).clamp_(max=n - 1)
         weights = (n * (prio[idx] / total)) ** (-beta)
         weights = (weights / weights.max()).float()
         staged = out != dev and dev.type == "cpu" and out.type == "cuda"  # a host buffer feeding a GPU learner
