@@ -4,9 +4,9 @@ Actor -> learner, tag CHUNK: one contiguous byte buffer per chunk of transitions
 below). Flow control by credits: an actor has at most `max_inflight` chunks not yet
 acknowledged; the learner acknowledges (tag ACK) a chunk when its replay-ratio budget lets
 it take more data, so fast actors wait for a slow learner instead of flooding it.
-Actor -> learner, tag STOP: [transitions sent, env steps, checksum, chunks, reason] after the
-last chunk; reason is nonzero when a signal made the actor stop early (the learner then stops
-the other actors too).
+Actor -> learner, tag STOP: [transitions sent, env steps, checksum, chunks, reason, peak RSS in
+KiB] after the last chunk; reason is nonzero when a signal made the actor stop early (the learner
+then stops the other actors too).
 Learner -> actor, tag WEIGHTS: [version, table, flat parameters] (float64 version and table
 slots + float32 params in one buffer), sent without blocking; an actor picks it up when it has
 arrived. The table (self-play: the opponent sampling table) is empty otherwise.
@@ -238,9 +238,9 @@ class ActorChannel:
             self.guard.heard(self.learner, f"sent pool member {out[-1][0]}")
         return out
 
-    def finish(self, env_steps: int, reason: int = 0) -> None:
+    def finish(self, env_steps: int, reason: int = 0, peak_rss_kib: int = 0) -> None:
         """Announce the totals, then keep taking acks, weights and snapshots until the learner says DONE."""
-        stop = np.array([self.sent, env_steps, self.checksum, self.seq, reason], dtype=np.int64)
+        stop = np.array([self.sent, env_steps, self.checksum, self.seq, reason, peak_rss_kib], dtype=np.int64)
         self.comm.Send(stop, dest=self.learner, tag=STOP)
         done = np.zeros(1, dtype=np.int64)
         done_req = self.comm.Irecv(done, source=self.learner, tag=DONE)
@@ -276,7 +276,7 @@ class LearnerChannel:
             for buf in self.buffers[a]:
                 self.reqs.append(comm.Irecv(buf, source=a, tag=CHUNK))
                 self.owners.append((a, buf))
-        self.stop_bufs = {a: np.zeros(5, dtype=np.int64) for a in actors}
+        self.stop_bufs = {a: np.zeros(6, dtype=np.int64) for a in actors}
         self.stop_reqs = {a: comm.Irecv(self.stop_bufs[a], source=a, tag=STOP) for a in actors}
         self.received = {a: 0 for a in actors}
         self.checksums = {a: 0 for a in actors}

@@ -9,6 +9,7 @@ import torch
 
 from mpippo.comm.p2p import ActorChannel
 from mpippo.faults import maybe_inject
+from mpippo.metrics.reporter import peak_rss_mb
 from mpippo.preemption import SignalFlags
 from mpippo.runctl import STOP_REASONS, urgency
 
@@ -82,7 +83,7 @@ class Actor:
             if items is not None:
                 self.pack(items, steps_done)
         self.flush(steps_done)
-        self.ch.finish(env_steps=steps_done * self.num_envs, reason=reason)
+        self.ch.finish(env_steps=steps_done * self.num_envs, reason=reason, peak_rss_kib=int(peak_rss_mb() * 1024))
         self.env.close()
         return {"role": "actor", "sent": self.ch.sent, "eps": self.acting.eps, "stop_reason": STOP_REASONS[reason],
                 "steps_per_s": steps_done * self.num_envs / (time.perf_counter() - t0),

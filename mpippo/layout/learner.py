@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mpippo import hostmem
 from mpippo.checkpoint import atomic_write_json, atomic_write_with, save_checkpoint
 from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
@@ -43,6 +44,7 @@ class Learner:
         self.seen_steps = {a: 0 for a in ch.actors}  # env steps each actor had done at its latest chunk
         self.deadline = Deadline(self.cfg.training.duration_hours)
         self.writer, self.loss = None, float("nan")
+        self.first_log: tuple[float, int] | None = None  # (time, env steps) at the first log: fps_steady
         self.interval = [0.0, 0]  # return sum and count of the episodes finished since the last log
 
     @property
@@ -186,6 +188,8 @@ class Learner:
 
     def log(self) -> None:
         now = time.perf_counter()
+        if self.first_log is None:
+            self.first_log = (now, self.env_steps(final=False))
         dt, x, updates = now - self.last_log, self.transitions, self.c["updates"]
         w, mean = self.writer, self.window.mean()
         if w is not None:
@@ -258,12 +262,28 @@ class Learner:
             "transitions_sent": sum(sent.values()) * self.algo.steps_per_item,
             "transitions_received": self.received * self.algo.steps_per_item,
             "episode_return_mean": self.window.mean(), "episodes": c["episodes"],
-            "peak_rss_mb_learner": peak_rss_mb(), "git_commit": git_commit(),
-            "node_cpus": os.cpu_count(), "ranks_on_learner_node": a.ranks_on_node,
+            "git_commit": git_commit(), "node_cpus": os.cpu_count(), "ranks_on_learner_node": a.ranks_on_node,
+            **self.common(),
         }
         if self.hook is not None:
             out["selfplay"] = self.hook.summary()
         return out
+
+    def common(self) -> dict:
+        """The keys every run's metrics hold (metrics/keys.py) as this agent knows them."""
+        t, a = self.cfg.training, self.a
+        rss = [peak_rss_mb()] + [int(self.ch.stopped[x][5]) / 1024 if x in self.ch.stopped else 0.0
+                                 for x in self.ch.actors]
+        steady = None
+        if self.first_log is not None and time.perf_counter() > self.first_log[0]:
+            now = time.perf_counter()
+            steady = (self.env_steps(final=True) - self.first_log[1]) / (now - self.first_log[0])
+        return {"fps_steady": steady, "peak_rss_mb_per_rank": rss, "peak_rss_mb_total": float(sum(rss)),
+                "finished": not self.error and STOP_REASONS[self.reason] == "done", "device_used": str(self.algo.device),
+                "precision": t.precision, "deterministic": t.deterministic,
+                "threads_per_rank": self.cfg.parallel.threads_per_rank, "affinity_cores": a.affinity,
+                "cpu_share": a.cpu_share, "env_threads": 0,  # actors step their envs in their own thread
+                "host_allocator": hostmem.current()}
 
     def closing_lines(self, s: dict) -> None:
         """The agent's summary line (its error, if any, is the job's to print once: cli)."""

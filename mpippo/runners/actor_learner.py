@@ -56,6 +56,8 @@ class Agent:
     obs_shape: tuple
     num_actions: int
     ranks_on_node: int = 1  # the job's ranks on the learner's node (all of them: a one-node job)
+    affinity: int = 1  # cores in this rank's affinity mask, and its share of them (World)
+    cpu_share: int = 1
     steps_before: int = 0
     resumes: int = 0
 
@@ -78,13 +80,15 @@ class ActorLearnerRun:
         self.group = world.split(index)  # this agent's ranks: 0 is the learner
         self.is_learner = self.group.rank == 0
         self.num_actors = per_agent - 1
-        torch.set_num_threads(threads_per_rank(cfg.parallel.threads_per_rank, world.cpu_share))
+        cfg.parallel.threads_per_rank = threads_per_rank(cfg.parallel.threads_per_rank, world.cpu_share)
+        torch.set_num_threads(cfg.parallel.threads_per_rank)  # (config.yaml and the metrics say what ran)
         torch.manual_seed(rank_seed(cfg.training.seed, index))  # same init on a group's ranks
         self.seed = rank_seed(cfg.training.seed, world.rank)
         num_envs = cfg.env.num_envs_per_rank
         self.env = make_env(cfg, num_envs if not self.is_learner else 1, seed=self.seed)  # the learner: spaces only
         self.agent = Agent(cfg, index, agent_folder(run_dir, index, d.num_agents), world.size, world.rank, num_envs,
-                           tuple(self.env.obs_shape), int(self.env.num_actions), world.local_size)
+                           tuple(self.env.obs_shape), int(self.env.num_actions), world.local_size, world.affinity,
+                           world.cpu_share)
         self.algo = self.new_algo()
         self.model = self.algo.new_net()
         sp = cfg.selfplay if cfg.selfplay.enabled else None

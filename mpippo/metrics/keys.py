@@ -1,0 +1,56 @@
+"""The keys every run's benchmark_metrics.json holds, whatever its algorithm and layout: one list,
+documented here and in README (Outputs; `make_doc` writes that table), and tested against both
+layouts' files. Layouts add their own keys beside these (PPO: phases; actor-learner: the learner's
+rates and the actors' counts)."""
+from __future__ import annotations
+
+# key: (type, meaning). "number" is an int or float; "?" allows null.
+COMMON = {
+    "algo": ("str", "the algorithm: ppo, appo or dqn"),
+    "env": ("str", "the environment"),
+    "world_size": ("int", "ranks in the job"),
+    "num_envs_per_rank": ("int", "envs on each env-stepping rank (PPO: every rank; actor-learner: each actor)"),
+    "total_timesteps": ("int", "env steps reached (the actor-learner layout: this agent's)"),
+    "target_timesteps": ("int", "the budget of env steps (an agent's share of it)"),
+    "duration_s": ("number", "seconds of training in this process (since the last start or resume)"),
+    "fps": ("number", "env steps per second over that time"),
+    "fps_steady": ("number?", "the same from the first logged point on (start-up excluded)"),
+    "episode_return_mean": ("number?", "mean return of the last 100 finished episodes"),
+    "episodes": ("int", "episodes finished"),
+    "peak_rss_mb_per_rank": ("list", "peak resident memory of each rank (kernel high-water mark), MB; "
+                                     "actor-learner: the learner first, then its actors"),
+    "peak_rss_mb_total": ("number", "their sum"),
+    "finished": ("bool", "the budget was reached"),
+    "stop_reason": ("str?", "done, duration, stopped, requeue or failed (null while running)"),
+    "device_used": ("str", "the device that trained (PPO: every rank's; actor-learner: the learner's)"),
+    "precision": ("str", "fp32 or bf16, as resolved"),
+    "deterministic": ("bool", "training.deterministic (deterministic GPU kernels)"),
+    "threads_per_rank": ("int", "torch threads of a (PPO or learner) rank"),
+    "affinity_cores": ("int", "cores in that rank's affinity mask"),
+    "cpu_share": ("int", "its share of them (the mask over the ranks that share it)"),
+    "env_threads": ("int", "procgen stepping threads per env-stepping rank (0: the rank's own thread)"),
+    "host_allocator": ("str", "how freed host memory is handled (mpippo/hostmem.py)"),
+    "git_commit": ("str?", "the code's commit"),
+}
+
+_TYPES = {"str": str, "int": int, "number": (int, float), "bool": bool, "list": list}
+
+
+def problems(metrics: dict) -> list[str]:
+    """The common keys that a metrics dict lacks or holds with another type."""
+    out = []
+    for key, (kind, _) in COMMON.items():
+        if key not in metrics:
+            out.append(f"{key}: missing")
+            continue
+        v, base = metrics[key], kind.rstrip("?")
+        if v is None and kind.endswith("?"):
+            continue
+        if not isinstance(v, _TYPES[base]) or (base in ("int", "number") and isinstance(v, bool)):
+            out.append(f"{key}: expected {kind}, got {v!r}")
+    return out
+
+
+def make_doc() -> str:
+    """The README's list of the keys."""
+    return "; ".join(f"`{k}` ({meaning})" for k, (_, meaning) in COMMON.items())

@@ -1,0 +1,42 @@
+"""One vocabulary of metrics: both layouts (sync PPO; the actor-learner layout with DQN and APPO)
+write every key of mpippo/metrics/keys.py into benchmark_metrics.json, with its documented type, and
+README lists exactly those keys."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, metrics, ok, trainer
+from mpippo.metrics import keys
+
+RUNS = {
+    "ppo": (None, ["--config", "configs/toy_cue.yaml", "--total-timesteps", "1024"]),
+    "dqn": (3, ["--config", "configs/dqn_toy.yaml", "--total-timesteps", "3000", "--set", "dqn.learning_starts=500"]),
+    "appo": (3, ["--config", "configs/appo_toy.yaml", "--total-timesteps", "2048"]),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algo", list(RUNS))
+def test_every_layout_writes_every_common_key(algo, tmp_path):
+    ranks, args = RUNS[algo]
+    ok(trainer(ranks, [*args, "--no-progress", "--output-dir", str(tmp_path / "run")]))
+    m = metrics(tmp_path / "run")
+    assert keys.problems(m) == []
+    assert m["algo"] == algo and m["finished"] is True and m["stop_reason"] == "done"
+    assert len(m["peak_rss_mb_per_rank"]) == (ranks or 1) and all(x > 50 for x in m["peak_rss_mb_per_rank"])
+    assert m["peak_rss_mb_total"] == pytest.approx(sum(m["peak_rss_mb_per_rank"]))
+
+
+def test_problems_names_what_is_missing_or_mistyped():
+    good = {k: {"str": "x", "int": 1, "number": 1.5, "bool": True, "list": []}[kind.rstrip("?")]
+            for k, (kind, _) in keys.COMMON.items()}
+    assert keys.problems(good) == []
+    bad = dict(good, world_size=True, fps="fast")
+    del bad["env"]
+    assert keys.problems(bad) == ["env: missing", "world_size: expected int, got True", "fps: expected number, got 'fast'"]
+
+
+def test_readme_documents_exactly_these_keys():
+    assert keys.make_doc() in (ROOT / "README.md").read_text()
