@@ -477,3 +477,18 @@ def test_elo_ratings_far_apart_do_not_overflow():
     pool.learner_rating = 1e12
     pool.record(0, wins=0, draws=0, losses=3)  # upsets at an absurd gap: finite ratings, no exception
     assert np.isfinite(pool.learner_rating) and np.isfinite(pool.members[0]["rating"])
+
+
+def test_a_gpu_style_update_reads_nothing_from_the_device(monkeypatch):
+    """With the guard read every guard_every updates (a GPU's cadence), the updates between read nothing:
+    the sample, the step and the priorities stay on the device; the log reads the summed losses."""
+    algo = _apex_learner(returns=0.5)
+    algo.guard_every, algo.joint_forward = 1000, True
+    algo.d.mirror_augment = True  # (refused for toy-cue by the config: the mirroring's path here all the same)
+    reads = []
+    for name in ("tolist", "item", "__float__", "__bool__", "numpy", "cpu", "__int__", "__index__"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *x, _o=original, _n=name, **k: (reads.append(_n), _o(self, *x, **k))[1])
+    for k in range(3):
+        algo.update(k, 0.5)
+    assert reads == [], reads
