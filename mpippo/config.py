@@ -178,6 +178,9 @@ class LoggingConfig:
     log_interval: int = _f(1, "Iterations between metric reductions, TensorBoard points and benchmark_metrics.json writes.")
     print_interval: int = _f(5, "Iterations between console lines (rank 0).")
     tensorboard: bool = _f(True, "Write TensorBoard event files to <output_dir>/logs.")
+    wandb: str = _f("off", "Weights & Biases: off | offline (the run under <output_dir>/wandb/, for `wandb sync`) | "
+                           "online (needs the wandb package and a login); the same scalars as TensorBoard.")
+    wandb_project: str = _f("mpippo", "The W&B project of logging.wandb.")
     progress: bool = _f(True, "Show a progress bar on rank 0.")
 
 
@@ -258,6 +261,9 @@ def _closest(name, allowed) -> str:
     return f" (did you mean '{near[0]}'?)" if near else ""
 
 
+OFF_STRINGS = {("logging", "wandb")}  # string keys with an "off" value
+
+
 def from_dict(data: dict, errors: list[str]) -> Config:
     """Build a Config from nested dicts; unknown keys and type errors go to `errors`."""
     cfg = Config()
@@ -282,6 +288,8 @@ def from_dict(data: dict, errors: list[str]) -> Config:
                 name = key[:60] if isinstance(key, str) else show(key)
                 errors.append(f"unknown key '{sec_name}.{name}'{_closest(key, hints)}; allowed: {', '.join(hints)}")
                 continue
+            if hints[key] is str and value is False and (sec_name, key) in OFF_STRINGS:
+                value = "off"  # YAML 1.1 reads a bare `off` as false; here it is the word
             try:
                 setattr(section, key, _coerce(value, hints[key], f"{sec_name}.{key}"))
             except ConfigError as e:
@@ -430,8 +438,20 @@ def _check_choices(cfg: Config) -> list[str]:
         errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
     if cfg.model.init not in ("torch", "glorot"):
         errs.append(f"model.init: '{cfg.model.init}' is not one of torch, glorot")
+    errs += _check_wandb(cfg.logging)
 
     return errs
+
+
+def _check_wandb(lg) -> list[str]:
+    from mpippo.metrics.sinks import WANDB_MODES, wandb_missing
+    if lg.wandb not in WANDB_MODES:
+        return [f"logging.wandb: {show(lg.wandb)} is not one of {', '.join(WANDB_MODES)}"]
+    if lg.wandb != "off" and wandb_missing():
+        return [f"logging.wandb: '{lg.wandb}' needs the wandb package (pip install wandb); or logging.wandb=off"]
+    if not lg.wandb_project or "/" in lg.wandb_project:
+        return [f"logging.wandb_project: {show(lg.wandb_project)} must be a non-empty name without '/'"]
+    return []
 
 
 def _check_ranges(cfg: Config) -> list[str]:

@@ -19,6 +19,7 @@ from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
+from mpippo.metrics.sinks import Sinks
 from mpippo.preemption import SignalFlags
 from mpippo.runctl import STOP_REASONS, Deadline, EpisodeWindow, urgency
 from mpippo.layout.actor import signal_reason
@@ -179,10 +180,8 @@ class Learner:
 
     # ---- logs ----
     def open_logs(self) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-        if self.cfg.logging.tensorboard:  # continue the curves after the last logged point
-            purge = self.c["transitions"] + 1 if self.a.resumes else None
-            self.writer = SummaryWriter(str(self.a.run_dir / "logs"), purge_step=purge)
+        purge = self.c["transitions"] + 1 if self.a.resumes else None  # continue after the last logged point
+        self.writer = Sinks(self.cfg, self.a.run_dir, purge_step=purge) or None
         if self.hook is not None:
             self.hook.writer = self.writer
 
@@ -196,7 +195,7 @@ class Learner:
             done = updates - self.last["updates"]
             w.add_scalar("learner/updates_per_s", done / dt, x)
             w.add_scalar("learner/samples_per_s", done * self.algo.samples_per_update / dt, x)
-            w.add_scalar("charts/env_steps_per_s", (self.received - self.last["received"]) * self.algo.steps_per_item / dt, x)
+            w.add_scalar("charts/steps_per_s", (self.received - self.last["received"]) * self.algo.steps_per_item / dt, x)
             w.add_scalar("learner/weight_lag", self.c["lag_sum"] / max(self.c["lag_n"], 1), x)
             self.algo.log(w, x, self.loss)
             if self.interval[1]:  # as PPO: the episodes of this interval, and the last-100 window

@@ -16,6 +16,7 @@ import numpy as np
 
 from mpippo.checkpoint import atomic_write_json
 from mpippo import hostmem
+from mpippo.metrics.sinks import Sinks
 from mpippo.metrics.timers import PHASES
 
 # layout of the per-rank vector gathered to rank 0
@@ -64,11 +65,7 @@ class Reporter:
         self.first_log = None  # (time, step) at the first logged iteration: start of steady state
         self.commit = git_commit()
         self.extra: dict = {}  # set by the runner: facts of the job that the metrics file should carry
-        self.writer = None
-        if cfg.logging.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-            # purge_step drops points past the resume step, so a resumed run has no duplicates
-            self.writer = SummaryWriter(str(run_dir / "logs"), purge_step=start_step + 1 if start_iteration > 0 else None)
+        self.writer = Sinks(cfg, run_dir, purge_step=start_step + 1 if start_iteration > 0 else None) or None
         self.bar = None
         if progress:
             from tqdm import tqdm

@@ -40,3 +40,27 @@ def test_problems_names_what_is_missing_or_mistyped():
 
 def test_readme_documents_exactly_these_keys():
     assert keys.make_doc() in (ROOT / "README.md").read_text()
+
+
+def test_weights_and_biases_offline_keeps_one_run_across_a_resume(tmp_path):
+    """logging.wandb=offline: the run under <run>/wandb/ (for `wandb sync`), its id kept in the run
+    folder, so the resumed segment continues the same W&B run."""
+    import wandb  # noqa: F401 (pinned in requirements.txt: present wherever make test runs)
+    run_dir = tmp_path / "run"
+    args = ["--config", "configs/toy_cue.yaml", "--no-progress", "--output-dir", str(run_dir),
+            "--set", "logging.wandb=offline"]
+    ok(trainer(None, [*args, "--total-timesteps", "1024"]))
+    run_id = (run_dir / "wandb-id").read_text().strip()
+    ok(trainer(None, [*args, "--resume", "--total-timesteps", "2048"]))
+    segments = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(segments) == 2 and all(p.name.endswith(f"-{run_id}") for p in segments)
+    assert all((p / f"run-{run_id}.wandb").stat().st_size > 0 for p in segments)
+
+
+def test_weights_and_biases_without_the_package_is_one_line(monkeypatch):
+    from mpippo import config as C
+    from mpippo.metrics import sinks
+    monkeypatch.setattr(sinks, "wandb_missing", lambda: True)
+    with pytest.raises(C.ConfigError, match="logging.wandb: 'offline' needs the wandb package"):
+        C.build({}, [("logging", "wandb", "offline")], 1)
+    assert C.build({"logging": {"wandb": False}}, [], 1).logging.wandb == "off"  # YAML's bare `off`
