@@ -176,7 +176,8 @@ class SelfPlayConfig:
 @dataclass
 class LoggingConfig:
     log_interval: int = _f(1, "Iterations between metric reductions, TensorBoard points and benchmark_metrics.json writes.")
-    print_interval: int = _f(5, "Iterations between console lines (rank 0).")
+    print_interval: int = _f(5, "Iterations between console lines (rank 0); the actor-learner layout: a line every "
+                                "print_interval x 5 s.")
     tensorboard: bool = _f(True, "Write TensorBoard event files to <output_dir>/logs.")
     wandb: str = _f("off", "Weights & Biases: off | offline (the run under <output_dir>/wandb/, for `wandb sync`) | "
                            "online (needs the wandb package and a login); the same scalars as TensorBoard.")

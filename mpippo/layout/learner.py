@@ -24,7 +24,7 @@ from mpippo.preemption import SignalFlags
 from mpippo.runctl import STOP_REASONS, Deadline, EpisodeWindow, urgency
 from mpippo.layout.actor import signal_reason
 
-LOG_EVERY_S = 5.0  # TensorBoard points and console lines at least this often
+LOG_EVERY_S = 5.0  # TensorBoard points at least this often; console lines every logging.print_interval of these
 
 
 class Learner:
@@ -206,7 +206,7 @@ class Learner:
                 self.hook.log(x)
         self.last, self.last_log = {"received": self.received, "updates": updates}, now
         self.interval = [0.0, 0]
-        if now - self.last_print < LOG_EVERY_S:
+        if now - self.last_print < LOG_EVERY_S * self.cfg.logging.print_interval:
             return
         self.last_print = now
         print(f"agent {self.a.index} | {x:>10,} transitions | {updates:>8,} updates | return "
