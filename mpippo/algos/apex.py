@@ -243,8 +243,9 @@ class ApeX:
         return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape)
 
     def setup_learner(self, q: torch.nn.Module, device, seed: int, aug_seed: int) -> None:
-        """The learner's half on `device`: the replay there when it fits (else on the host, pinned for a
-        GPU), the networks' parameters and gradients in flat buffers (DeviceAdam), the guard."""
+        """The learner's half on `device`: the replay there when it fits (else on the host, each batch
+        copied from pinned memory), the network's parameters, gradients and Adam moments in flat buffers
+        (DeviceAdam), the guard."""
         device = torch.device(device)
         flat_parameters(q)  # (the runner's q already is: its flat buffer is what the actors get)
         self.q, self.target, self.device = q, copy.deepcopy(q), device
@@ -252,8 +253,7 @@ class ApeX:
         self.opt = Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
         self.adam = DeviceAdam(q.parameters(), self.opt)
         where = replay_device(device, self.learner_bytes())
-        self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed, device=where,
-                                        pin=device.type == "cuda")
+        self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed, device=where)
         self.aug_rng = np.random.default_rng(aug_seed)
         self.guard = NonFiniteGuard(self.max_nonfinite, device)
         # the online network on obs and next_obs in one batch: one pass of kernel launches instead of two on a

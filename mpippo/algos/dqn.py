@@ -107,8 +107,10 @@ def write_npz(f, arrays: dict, chunk_bytes: int = 64 << 20) -> None:
 class PrioritizedReplay:
     """Proportional prioritized replay (Schaul et al. 2016) over uint8 frames, stored as torch tensors
     on one device (`device`: the learner's GPU when the buffer fits there, see replay_device; else the
-    host, pinned for a GPU learner with `pin`), and sampled there by torch ops: nothing of a sample or of
-    a priority update passes through the host when the storage is on the learner's device.
+    host), and sampled there by torch ops: nothing of a sample or of a priority update passes through
+    the host when the storage is on the learner's device. A host buffer feeding a GPU gathers each
+    batch into pinned memory and copies it over without waiting (its storage stays pageable, numpy's
+    lazily mapped zeros: pinning tens of GB buys nothing the pinned batch does not).
 
     Slot i holds a transition and `prio[i]` = priority ** alpha (float64; 0 for an empty slot). New
     transitions get the largest priority seen so far (`max_priority`, a 0-d device tensor), or their own.
@@ -122,10 +124,9 @@ class PrioritizedReplay:
     The buffer is saved to and loaded from an .npz file (allow_pickle=False) as before."""
 
     def __init__(self, capacity: int, obs_shape, alpha: float = 0.6, eps: float = 1e-6, seed: int = 0,
-                 device=None, pin: bool = False):
+                 device=None):
         self.capacity, self.alpha, self.eps = capacity, alpha, eps
         self.device = torch.device(device if device is not None else "cpu")
-        self.pinned = bool(pin) and self.device.type == "cpu" and torch.cuda.is_available()
         shape = (capacity,) + tuple(obs_shape)
         self.obs = self._zeros(shape, torch.uint8)
         self.next_obs = self._zeros(shape, torch.uint8)
@@ -142,15 +143,9 @@ class PrioritizedReplay:
         self.reseed()
 
     def _zeros(self, shape, dtype) -> torch.Tensor:
-        if self.device.type == "cpu" and not self.pinned:
+        if self.device.type == "cpu":
             # numpy's zeros: pages the OS maps on first write, as the buffer fills (torch.zeros writes them all now)
             return torch.from_numpy(np.zeros(shape, dtype=torch.empty(0, dtype=dtype).numpy().dtype))
-        if self.pinned:
-            try:
-                return torch.zeros(shape, dtype=dtype, pin_memory=True)
-            except RuntimeError:  # too large to pin: pageable, the copies to the GPU only slower
-                self.pinned = False
-                return self._zeros(shape, dtype)
         return torch.zeros(shape, dtype=dtype, device=self.device)
 
     def reseed(self) -> None:
