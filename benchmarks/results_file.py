@@ -21,9 +21,15 @@ def check_out(out: Path | None) -> Path | None:
     return output_file(out, "--out")
 
 
-def write_result(result: dict, suffix: str = "", out: Path | None = None) -> Path:
+def result_path(suffix: str = "", out: Path | None = None) -> Path:
+    """Where the result goes: `out`, or benchmarks/results/<date><suffix>.json (with the time when
+    that exists). Chosen once by a tool that writes its result more than once (as it goes)."""
     now = datetime.datetime.now()
     path = out or RESULTS / f"{now:%Y-%m-%d}{suffix}.json"
     if out is None and path.exists():
         path = RESULTS / f"{now:%Y-%m-%d-%H%M}{suffix}.json"
-    return write_json(path, result, "--out")
+    return path
+
+
+def write_result(result: dict, suffix: str = "", out: Path | None = None) -> Path:
+    return write_json(result_path(suffix, out), result, "--out")

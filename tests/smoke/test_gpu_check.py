@@ -1,5 +1,6 @@
 """make gpu-check's script, dry: every step of the GPU check on the CPU with tiny budgets (the real
-run needs a GPU; it prints the same table with the GPU's numbers)."""
+run needs a GPU; it prints the same table with the GPU's numbers). Rates are never asserted: the
+targets are the benchmark's to report, reached or not."""
 import json
 import sys
 
@@ -7,22 +8,60 @@ import pytest
 
 from conftest import ok, run
 
-pytestmark = pytest.mark.slow  # about 1.5 minutes: left out by make test-fast
+pytestmark = pytest.mark.slow  # about 45 s on an idle 2-core machine: left out by make test-fast
+
+PPO = ["ppo fp32, 1 rank, deterministic", "ppo fp32, 1 rank, fast kernels", "ppo bf16, 1 rank, deterministic",
+       "ppo bf16, 1 rank, fast kernels", "ppo fp32, 2 ranks on one device, deterministic"]
+NODE = ["6-GPU node: six independent 1-rank runs (modeled)", "6-GPU node: one synchronous 6-rank run (modeled)"]
+ALONE = ["dqn learner alone (prefilled replay, no actors)", "appo learner alone (prefilled segments, no actors)",
+         "ppo iteration profile (torch.profiler)"]
+END = ["dqn learner + 2 actors (end to end)", "appo learner + 3 actors (end to end)",
+       "exact resume (2+2 vs 4 iterations)"]
+PHASES = {"env_step", "inference", "update", "allreduce", "other"}
+PLACEMENT = {"affinity_cores", "cpu_share", "threads_per_rank", "env_threads", "device_used", "precision",
+             "deterministic"}
 
 
 def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):
     out = tmp_path / "gpu.json"
-    res = ok(run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(out)], timeout=300))
+    res = ok(run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(out)], timeout=400))
     r = json.loads(out.read_text())
-    checks = [row["check"] for row in r["rows"]]
-    assert checks == ["ppo fp32, 1 rank", "ppo bf16, 1 rank", "ppo fp32, 2 ranks on one device",
-                      "exact resume (2+2 vs 4 iterations)", "dqn learner", "appo learner"]
-    assert all(row["ok"] and row["device"] == "cpu" for row in r["rows"]), r["rows"]
-    assert r["rows"][3]["max_param_gap"] == 0.0  # bit-exact on the CPU
-    assert r["dry_run"] is True and set(r["targets"]) == {"ppo_fp32_steps_per_s", "bf16_over_fp32",
-                                                         "two_ranks_over_one", "dqn_samples_per_s",
-                                                         "appo_samples_per_s"}
-    assert all(c in res.stdout for c in checks)
+    rows = {row["check"]: row for row in r["rows"]}
+    assert [row["check"] for row in r["rows"]] == PPO + NODE + ALONE + END
+    assert r["dry_run"] is True and r["complete"] is True
+    assert all(row["ok"] and "error" not in row for row in r["rows"]), [row for row in r["rows"] if not row["ok"]]
+    assert all(row["device"] == "cpu" for c, row in rows.items() if c not in NODE)
+    for name in PPO:  # the phases and the placement facts of every PPO row
+        row = rows[name]
+        assert row["steps_per_s"] > 0 and row["iteration_s"] > 0
+        assert set(row["phases"]["seconds_per_iteration"]) == PHASES == set(row["phases"]["share"])
+        assert abs(sum(row["phases"]["share"].values()) - 1.0) < 1e-6
+        assert set(row["placement"]) == PLACEMENT and row["placement"]["device_used"] == "cpu"
+        assert row["precision"] == name.split()[1] and row["deterministic"] == ("deterministic" in name)
+    assert rows[PPO[4]]["ranks"] == 2 and rows[PPO[4]]["envs_per_rank"] == rows[PPO[0]]["envs_per_rank"]
+    indep, sync = rows[NODE[0]], rows[NODE[1]]
+    assert indep["modeled"] and sync["modeled"] and "modeled" == indep["device"] == sync["device"]
+    assert indep["by_precision"]["bf16"] == pytest.approx(6 * rows[PPO[2]]["steps_per_s"])
+    batch = rows[PPO[0]]["iteration_s"] * rows[PPO[0]]["steps_per_s"]  # env steps per rank and iteration
+    ring = 5 * max(sync["allreduce_2_ranks_s"] - sync["allreduce_1_rank_s"], 0.0)
+    assert sync["allreduce_6_ranks_s"] == pytest.approx(ring)
+    assert sync["by_precision"]["fp32"] == pytest.approx(6 * batch / (batch / rows[PPO[0]]["steps_per_s"] + ring))
+    assert "T1" in sync["model"] and "8" in indep["model"]
+    for name in ALONE[:2] + END[:2]:
+        assert rows[name]["samples_per_s"] > 0 and rows[name]["batch"] > 0
+    dqn = rows[ALONE[0]]
+    assert dqn["samples_per_s"] == pytest.approx(dqn["updates"] * dqn["batch"] / dqn["seconds"])
+    prof = rows[ALONE[2]]
+    table = tmp_path / "gpu-profile.txt"
+    assert r["profile"] == prof["table"] == table.name and table.stat().st_size < 300_000
+    assert "one PPO iteration on cpu" in table.read_text() and prof["top_ops"]
+    assert rows[END[2]]["max_param_gap"] == 0.0  # bit-exact on the CPU
+    assert set(r["targets"]) == {"one_rank_bf16_steps_per_s", "one_rank_fp32_steps_per_s",
+                                 "node_six_independent_runs_steps_per_s", "node_one_sync_6_rank_run_steps_per_s",
+                                 "dqn_learner_alone_samples_per_s", "appo_learner_alone_samples_per_s"}
+    assert all(isinstance(t["reached"], bool) and t["value"] > 0 for t in r["targets"].values())
+    assert set(r["deterministic_cost"]) == {"fp32", "bf16"}
+    assert all(c in res.stdout for c in PPO + NODE + ALONE + END) and "targets (issue 28)" in res.stdout
 
 
 def test_gpu_check_without_cuda_says_so():
