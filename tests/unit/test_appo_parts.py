@@ -333,3 +333,49 @@ def test_the_learner_reads_the_device_once_per_update(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, lambda self, *x, _o=original, _n=name, **k: (reads.append(_n), _o(self, *x, **k))[1])
     algo.update(0, 0.0)
     assert reads == ["tolist"], reads
+
+
+# ---- on a GPU (skipped without CUDA): what the CPU tests cannot see ----
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_cuda_learner_matches_the_cpu_learner_and_waits_for_the_device_once_per_update():
+    """The same batches on a CPU and a GPU learner (pinned double buffer there): the same weights (fp32,
+    no TF32) and statistics; on the GPU at most two waits per update (the one read, and the pinned set's
+    event, long done)."""
+    import warnings
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        learners = []
+        for device in ("cpu", "cuda"):
+            a, t = settings(normalize_reward=True)
+            algo = appo.APPOLearning(a, t, (8, 8, 3))
+            algo.setup_learner(tiny_net().to(device), device, seed=0)
+            learners.append(algo)
+        assert learners[1].batch.sets is not None  # pinned, two sets
+        syncs = []
+        for k in range(3):
+            segs = fake_segments(5, 5, [k] * 5, seed=k)  # one more than a batch: the overflow moves in
+            for algo in learners:
+                algo.ingest(segs, 5)
+            learners[0].update(k, 0.0)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    learners[1].update(k, 0.0)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            syncs.append(sum("synchroniz" in str(w.message) for w in caught))
+        assert max(syncs) <= 2, syncs
+        cpu, gpu = learners
+        # a parameter whose gradients were all near 0 may take another Adam step on either device (m / sqrt(v)
+        # of rounding noise): the bulk is compared
+        gap = torch.cat([(p - q.cpu()).abs().reshape(-1) for p, q in zip(cpu.model.parameters(), gpu.model.parameters())])
+        assert float(gap.mean()) < 1e-6 and float(gap.max()) < 1e-2, (float(gap.mean()), float(gap.max()))
+        assert cpu.last_stats["updates"] == gpu.last_stats["updates"] == 4
+        assert cpu.last_stats["pg_loss"] == pytest.approx(gpu.last_stats["pg_loss"], rel=1e-4, abs=1e-6)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
