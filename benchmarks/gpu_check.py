@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Every CUDA path of mpippo in one go (make gpu-check), at the GPU's pace: PPO per rank with its phases, the 6-GPU node modeled, the learners alone and end to end, a profile, exact resume.
+"""Every CUDA path of mpippo in one go (make gpu-check), measured against the GPU issue's targets.
 
     make gpu-check                      # on a machine with a GPU: about 5-8 minutes
     make gpu-check ARGS=--dry-run       # the same steps on the CPU with tiny budgets (make test runs it)
@@ -76,7 +76,9 @@ PLACEMENT = ("affinity_cores", "cpu_share", "threads_per_rank", "env_threads", "
 REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384,
         "dqn_actors": 7, "dqn_steps": 40_000, "dqn_batch": 512, "appo_actors": 7, "appo": [], "appo_batch": (64, 64),
         "appo_steps": 24 * 4096, "learner": []}
-DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1"], "envs_per_rank": 8, "n_steps": 32, "resume_half": 256,
+# (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them)
+DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1"], "envs_per_rank": 8,
+       "n_steps": 32, "resume_half": 256,
        "dqn_actors": 2, "dqn_steps": 1200, "dqn_batch": 32, "appo_actors": 3,
        "appo": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"], "appo_batch": (8, 8),
        "appo_steps": 1024, "learner": ["--dry-run"]}
@@ -100,7 +102,8 @@ def cores_per_rank(ranks: int) -> int:
 
 
 def trainer(ranks: int, args: list[str], out: Path, device: str, threads: int | None = None) -> dict:
-    common = ["--no-progress", "--device", device, "--set", "logging.tensorboard=false", "--set", "logging.print_interval=1000"]
+    common = ["--no-progress", "--device", device, "--set", "logging.tensorboard=false",
+              "--set", "logging.print_interval=1000"]
     return run_trainer(ranks, [*args, *common], out, f"the {ranks}-rank run", timeout=600, threads=threads)
 
 
@@ -118,7 +121,8 @@ def ppo_row(budget: dict, device: str, tmp: Path, iterations: int, ranks: int, p
             + (" on one device" if ranks > 1 else "") + (", deterministic" if deterministic else ", fast kernels"))
     per_rank = budget["envs_per_rank"]
     batch = per_rank * budget["n_steps"]  # per rank and iteration
-    args = [*budget["ppo"], "--num-envs-per-rank", str(per_rank), "--total-timesteps", str(ranks * batch * (iterations + 1)),
+    args = [*budget["ppo"], "--num-envs-per-rank", str(per_rank),
+            "--total-timesteps", str(ranks * batch * (iterations + 1)),
             "--set", f"training.precision={precision}", "--set", f"training.deterministic={str(deterministic).lower()}"]
     m = trainer(ranks, args, tmp / name.replace(" ", "_").replace(",", ""), device, cores_per_rank(ranks))
     rate = m.get("fps_steady") or m["fps"]
@@ -216,10 +220,12 @@ def learner_rows(budget: dict, device: str, tmp: Path, profile_out: Path, second
 def dqn_row(budget: dict, device: str, tmp: Path) -> dict:
     n = budget["dqn_actors"]
     args = ["--config", "configs/dqn_procgen.yaml", "--total-timesteps", str(budget["dqn_steps"]),
-            "--set", "dqn.learning_starts=800", "--set", f"dqn.batch_size={budget['dqn_batch']}", "--set", "dqn.replay_ratio=8",
+            "--set", "dqn.learning_starts=800", "--set", f"dqn.batch_size={budget['dqn_batch']}",
+            "--set", "dqn.replay_ratio=8",
             "--set", "dqn.buffer_size=20000", "--num-envs-per-rank", "8"]
     m = trainer(n + 1, args, tmp / "dqn", device)
-    return {"check": f"dqn learner + {n} actors (end to end)", "batch": budget["dqn_batch"], "device": m["learner_device"],
+    return {"check": f"dqn learner + {n} actors (end to end)", "batch": budget["dqn_batch"],
+            "device": m["learner_device"],
             "actors": n, "samples_per_s": m["learner_samples_per_s"], "env_steps_per_s": m["fps"],
             "replay_ratio": m.get("replay_ratio"), "ok": m["transitions_sent"] == m["transitions_received"]}
 
@@ -229,7 +235,8 @@ def appo_row(budget: dict, device: str, tmp: Path) -> dict:
     segments, T = budget["appo_batch"]
     n = budget["appo_actors"]
     args = ["--config", "configs/appo_procgen.yaml", "--total-timesteps", str(budget["appo_steps"]),
-            "--num-envs-per-rank", "16", "--set", f"appo.batch_segments={segments}", "--set", f"appo.rollout_length={T}",
+            "--num-envs-per-rank", "16", "--set", f"appo.batch_segments={segments}",
+            "--set", f"appo.rollout_length={T}",
             *budget["appo"]]
     m = trainer(n + 1, args, tmp / "appo", device)
     return {"check": f"appo learner + {n} actors (end to end)", "batch": segments * T, "device": m["learner_device"],
@@ -269,7 +276,8 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     p = Parser(prog="gpu_check.py", description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU with tiny budgets")
-    p.add_argument("--out", type=Path, default=None, help="the result file (default benchmarks/results/<date>-gpu.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the result file (default benchmarks/results/<date>-gpu.json)")
     p.add_argument("--ppo-iterations", type=count(1, MAX_PPO_ITERATIONS), default=6,
                    help="timed PPO iterations per PPO row (GPU runs; one more runs untimed)")
     p.add_argument("--learner-seconds", type=number(0, 300), default=5.0,

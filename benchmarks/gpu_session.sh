@@ -141,10 +141,12 @@ if [ "$N" -gt 0 ]; then
         lo=$(( (i * PER) % CORES )); hi=$((lo + PER - 1))
         args="ARGS_$i[@]"
         mkdir -p "$(dirname "${DIRS[$i]}")"
-        taskset -c "$lo-$hi" "$PY" -m mpippo.launch -n 1 --mpirun-args="--bind-to none" --output-dir "${DIRS[$i]}" \
+        if command -v taskset > /dev/null; then PIN=(taskset -c "$lo-$hi"); where="cores $lo-$hi"
+        else PIN=(); where="all cores (no taskset here)"; fi
+        "${PIN[@]}" "$PY" -m mpippo.launch -n 1 --mpirun-args="--bind-to none" --output-dir "${DIRS[$i]}" \
             "${!args}" >> "${DIRS[$i]}.log" 2>&1 &
         PIDS+=($!)
-        echo "session: ${KEYS[$i]} on cores $lo-$hi (launcher $!): ${!args}"
+        echo "session: ${KEYS[$i]} on $where (launcher $!): ${!args}"
     done
     STOP_AT=$((LIMIT - CHECK_S - STOP_S))
     while [ "$(at)" -lt "$STOP_AT" ]; do
@@ -181,7 +183,7 @@ echo "session: members done at $(at) s"
 # ---------------------------------------------------------------- c. gpu-check on the idle GPU
 BUDGET=$(( $(left) - 20 )); [ "$BUDGET" -gt $((CHECK_S - 20)) ] && BUDGET=$((CHECK_S - 20))
 echo "session: gpu-check with $BUDGET s"
-timeout "$BUDGET" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" --out "$OUT/gpu-check.json" 2>&1 | grep -v "^USDT:"
+timeout -k 15 "$BUDGET" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" --out "$OUT/gpu-check.json" 2>&1 | grep -v "^USDT:"
 echo "session: gpu-check ended at $(at) s (exit ${PIPESTATUS[0]}; 124: cut at its share, the rows done are in the file)"
 
 # ---------------------------------------------------------------- d. what comes back

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The learners alone, and one PPO iteration under torch.profiler: what make gpu-check adds to its end-to-end rows.
+"""The learners alone, and one PPO iteration under torch.profiler (make gpu-check's learner-only rows).
 
     python benchmarks/learner_bench.py --device cuda --out result.json --profile-out profile.txt
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import sys
 import tempfile
 import time
