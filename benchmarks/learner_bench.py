@@ -92,6 +92,13 @@ def _random_items(fields, n: int, rng, version: int = 0) -> dict:
     return out
 
 
+def _all_finite(losses: list) -> bool:
+    """The losses an update returned (floats, or 0-d tensors on the device: read here, once, after the timing)."""
+    import torch
+    return bool(torch.stack([torch.as_tensor(x, dtype=torch.float64).cpu() for x in losses]).isfinite().all()) \
+        if losses else True
+
+
 def _timed(step, seconds: float, min_steps: int, device) -> tuple[int, float]:
     """(steps, seconds) of calling step() until both `seconds` and `min_steps` are reached."""
     _sync(device)
@@ -138,13 +145,15 @@ def dqn_learner(device: str = "cuda", batch: int = 512, prefill: int = 100_000, 
         return loss
     for _ in range(warmup):
         step()
-    losses = []
+    losses = []  # as update() returns them: not read while timed (a read would wait for the device)
     n, dt = _timed(lambda: losses.append(step()), seconds, 3, dev)
+    replay = getattr(getattr(algo, "replay", None), "device", None)
     return {"algo": "dqn", "device": str(dev), "precision": cfg.training.precision,
             "deterministic": cfg.training.deterministic, "batch": batch, "replay_size": prefill,
-            "prefill_s": fill_s, "updates": n, "seconds": dt, "updates_per_s": n / dt,
-            "ms_per_update": 1000 * dt / n, "samples_per_s": n * algo.samples_per_update / dt,
-            "finite": bool(np.isfinite(losses).all()), "torch_threads": torch.get_num_threads(),
+            "replay_device": str(replay) if replay is not None else "host", "prefill_s": fill_s, "updates": n,
+            "seconds": dt, "updates_per_s": n / dt, "ms_per_update": 1000 * dt / n,
+            "samples_per_s": n * algo.samples_per_update / dt, "finite": _all_finite(losses),
+            "skipped_updates": getattr(algo, "skipped", None), "torch_threads": torch.get_num_threads(),
             "host_allocator": ALLOCATOR}
 
 
@@ -186,7 +195,7 @@ def appo_learner(device: str = "cuda", seconds: float = 5.0, warmup: int = 2, ex
             "rollout_length": a.rollout_length, "epochs": a.epochs, "num_minibatches": a.num_minibatches,
             "batch": steps, "updates": n, "seconds": dt, "updates_per_s": n / dt, "ms_per_update": 1000 * dt / n,
             "samples_per_s": n * algo.samples_per_update / dt, "env_steps_per_s": n * steps / dt,
-            "ingest_share": ingest_s / dt, "finite": bool(np.isfinite(losses).all()),
+            "ingest_share": ingest_s / dt, "finite": _all_finite(losses),
             "torch_threads": torch.get_num_threads(), "host_allocator": ALLOCATOR}
 
 
