@@ -82,8 +82,11 @@ def placement(ranks: int, user_args: list[str] = (), threads: int | None = None)
     fits = ranks * share <= cores
     if any(a.split("=")[0] in BINDING_OPTIONS for a in user_args) or any(v in os.environ for v in BINDING_ENV):
         return ([] if fits else ["--oversubscribe"]), {}
-    if not fits:
-        return ["--oversubscribe", "--bind-to", "none"], {"PRTE_MCA_hwloc_default_binding_policy": "none"}
+    # Open MPI binds from the node's first core whatever the launcher's own mask (taskset, a job step's
+    # cpuset): within such a mask the ranks run unbound and share it (World.cpu_share divides it)
+    restricted = cores < (os.cpu_count() or cores)
+    if not fits or restricted:
+        return ([] if fits else ["--oversubscribe"]) + ["--bind-to", "none"], {"PRTE_MCA_hwloc_default_binding_policy": "none"}
     return ["--map-by", f"slot:PE={share}"], {}
 
 

@@ -62,3 +62,14 @@ def test_placement_options(monkeypatch):
     monkeypatch.setenv(BINDING_ENV[0], "none")
     assert placement(1) == ([], {})  # and so is a policy set in the environment
     assert placement(CORES + 1) == (["--oversubscribe"], {})  # but more ranks than cores still may start
+
+
+def test_a_launcher_confined_to_some_cores_leaves_its_ranks_unbound(monkeypatch):
+    """Open MPI would bind from core 0 whatever the launcher's own mask (taskset, a cpuset): the ranks
+    stay unbound inside the mask instead."""
+    from mpippo.launch import BINDING_ENV, placement
+    for var in BINDING_ENV:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: CORES + 4)  # the node has more cores than this mask
+    where, env = placement(1)
+    assert where == ["--bind-to", "none"] and env
