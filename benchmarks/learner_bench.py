@@ -215,15 +215,12 @@ def ppo_profile(device: str, table_out: Path, extra: list[str] = ()) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from mpippo.comm import World
+    from mpippo.comm.world import ensure_initialized
     from mpippo.metrics.timers import PhaseTimer
     from mpippo.runners.sync_ppo import SyncPPO
     argv = ["--device", device, *extra]
     _, cfg = check_trainer(argv, 1, "the profiled PPO iteration")
-    from mpi4py import MPI  # imported uninitialized by check_trainer (a tool starts no MPI): start it now
-    if not MPI.Is_initialized():
-        import atexit
-        MPI.Init()
-        atexit.register(lambda: MPI.Is_finalized() or MPI.Finalize())
+    ensure_initialized()  # check_trainer imported mpi4py without starting MPI (a tool starts none): now it may
     with tempfile.TemporaryDirectory(prefix="mpippo-profile-", ignore_cleanup_errors=True) as tmp:
         trainer = SyncPPO(cfg, World(), Path(tmp))
         dev = trainer.device
@@ -245,6 +242,12 @@ def ppo_profile(device: str, table_out: Path, extra: list[str] = ()) -> dict:
         with profile(activities=activities) as prof:
             profiled_s = iteration()
         trainer.env.close()
+    return profile_report(prof, cfg, trainer, dev, plain_s, profiled_s, phases, table_out)
+
+
+def profile_report(prof, cfg, trainer, dev, plain_s: float, profiled_s: float, phases: dict, table_out: Path) -> dict:
+    """The profile's table (and a small Chrome trace when it fits) beside the result, and its summary."""
+    import torch
     events = prof.key_averages()
     on_device = dev.type == "cuda"
     busy_us = sum(_device_us(e) for e in events) if on_device else 0.0

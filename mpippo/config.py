@@ -444,8 +444,15 @@ def _check_choices(cfg: Config) -> list[str]:
     return errs
 
 
+WANDB_MODES = ("off", "offline", "online")  # logging.wandb (metrics/sinks.py)
+
+
+def wandb_missing() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("wandb") is None
+
+
 def _check_wandb(lg) -> list[str]:
-    from mpippo.metrics.sinks import WANDB_MODES, wandb_missing
     if lg.wandb not in WANDB_MODES:
         return [f"logging.wandb: {show(lg.wandb)} is not one of {', '.join(WANDB_MODES)}"]
     if lg.wandb != "off" and wandb_missing():

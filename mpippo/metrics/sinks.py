@@ -9,16 +9,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-WANDB_MODES = ("off", "offline", "online")
 WANDB_ID = "wandb-id"  # a run folder's W&B run id: a resumed run continues the same W&B run
-
-
-def wandb_missing() -> bool:
-    try:
-        import wandb  # noqa: F401
-    except ImportError:
-        return True
-    return False
 
 
 class Sinks:
