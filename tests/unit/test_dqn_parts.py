@@ -437,11 +437,10 @@ def write_with(path, fn):
         fn(f)
 
 
-def test_a_learner_resumed_from_its_checkpoint_goes_on_exactly(tmp_path):
-    """Exact resume on the CPU: the state_dict (through torch.save), the model and the replay file of
-    learner A after 5 updates, loaded into a fresh learner B: the next 5 updates are A's, bit for bit."""
-    from mpippo.algos.apex import REPLAY_FILE
-    a = _apex_learner(returns=0.5, sets=[("dqn", "save_replay", True)])
+def _resumed_pair(tmp_path, **kw):
+    """Learner A after 10 updates, and learner B (another buffer, other weights) loaded from A's
+    checkpoint of update 5 that then made updates 5-9 itself."""
+    a = _apex_learner(returns=0.5, sets=[("dqn", "save_replay", True)], **kw)
     for k in range(5):
         a.update(k, k / 20)
     a.save_side_files(tmp_path, 5, write_with)
@@ -449,12 +448,20 @@ def test_a_learner_resumed_from_its_checkpoint_goes_on_exactly(tmp_path):
     for k in range(5, 10):
         a.update(k, k / 20)
     st = torch.load(tmp_path / "ckpt.pt", weights_only=False)
-    b = _apex_learner(returns=9.0)  # another buffer, other weights
+    b = _apex_learner(returns=9.0, **kw)
     b.q.load_state_dict(st["model"])
-    note = b.load_state_dict(st, tmp_path, 5)
-    assert note == "; restored replay of 64 transitions" and (tmp_path / REPLAY_FILE).exists()
+    assert b.load_state_dict(st, tmp_path, 5) == "; restored replay of 64 transitions"
     for k in range(5, 10):
         b.update(k, k / 20)
+    return a, b
+
+
+def test_a_learner_resumed_from_its_checkpoint_goes_on_exactly(tmp_path):
+    """Exact resume on the CPU: the state_dict (through torch.save), the model and the replay file of
+    learner A after 5 updates, loaded into a fresh learner B: the next 5 updates are A's, bit for bit."""
+    from mpippo.algos.apex import REPLAY_FILE
+    a, b = _resumed_pair(tmp_path)
+    assert (tmp_path / REPLAY_FILE).exists()
     assert torch.equal(a.adam.p, b.adam.p) and torch.equal(a.adam.m, b.adam.m) and torch.equal(a.replay.prio, b.replay.prio)
     assert all(torch.equal(x, y) for x, y in zip(a.target.parameters(), b.target.parameters()))
 
@@ -569,19 +576,7 @@ def test_cuda_a_learner_checkpoint_resumes_on_the_gpu(tmp_path):
     saved = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     try:
-        a = _apex_learner(returns=0.5, sets=[("dqn", "save_replay", True)], device="cuda")
-        for k in range(5):
-            a.update(k, k / 20)
-        a.save_side_files(tmp_path, 5, write_with)
-        torch.save({"model": a.q.state_dict(), **a.state_dict()}, tmp_path / "ckpt.pt")
-        for k in range(5, 10):
-            a.update(k, k / 20)
-        st = torch.load(tmp_path / "ckpt.pt", weights_only=False)
-        b = _apex_learner(returns=9.0, device="cuda")
-        b.q.load_state_dict(st["model"])
-        assert b.load_state_dict(st, tmp_path, 5) == "; restored replay of 64 transitions"
-        for k in range(5, 10):
-            b.update(k, k / 20)
+        a, b = _resumed_pair(tmp_path, device="cuda")
     finally:
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved
     gap = (a.adam.p - b.adam.p).abs()
