@@ -149,6 +149,12 @@ if [ "$N" -gt 0 ]; then
         echo "session: ${KEYS[$i]} on $where (launcher $!): ${!args}"
     done
     STOP_AT=$((LIMIT - CHECK_S - STOP_S))
+    # meanwhile the CUDA-only unit tests (skipped on CPU machines: the device replay and learners, a
+    # few seconds of the GPU beside the members), where the carried pytest wheel is installed
+    if [ -z "${GPU_SESSION_DRY:-}" ] && "$PY" -m pytest --version > /dev/null 2>&1; then
+        timeout -k 5 120 "$PY" -m pytest -q -p no:cacheprovider -k cuda tests/unit/test_dqn_parts.py \
+            tests/unit/test_appo_parts.py > /tmp/cuda-tests.txt 2>&1 &
+    fi
     while [ "$(at)" -lt "$STOP_AT" ]; do
         alive=0
         for p in "${PIDS[@]}"; do kill -0 "$p" 2> /dev/null && alive=1; done
@@ -185,6 +191,8 @@ BUDGET=$(( $(left) - 20 )); [ "$BUDGET" -gt $((CHECK_S - 20)) ] && BUDGET=$((CHE
 echo "session: gpu-check with $BUDGET s"
 timeout -k 15 "$BUDGET" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" --out "$OUT/gpu-check.json" 2>&1 | grep -v "^USDT:"
 echo "session: gpu-check ended at $(at) s (exit ${PIPESTATUS[0]}; 124: cut at its share, the rows done are in the file)"
+
+[ -f /tmp/cuda-tests.txt ] && { echo "session: the CUDA-only unit tests:"; tail -n 15 /tmp/cuda-tests.txt; }
 
 # ---------------------------------------------------------------- d. what comes back
 if [ "$N" -gt 0 ]; then
