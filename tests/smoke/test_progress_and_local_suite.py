@@ -1,6 +1,7 @@
 """What a person at a terminal sees: the launcher's live progress bar (steps, rate, ETA) although the
 ranks' stderr is mpirun's pipe, none when nobody watches, and `suite run --local` running a small
 suite member by member with the bar, then finding nothing left to run."""
+import json
 import os
 import pty
 import subprocess
@@ -107,9 +108,9 @@ def test_ctrl_c_in_a_local_suite_checkpoints_the_member_and_the_same_command_res
 
 
 def test_a_finished_appo_member_is_done_though_it_ends_a_few_segments_short(tmp_path):
-    """The actor-learner layout writes stop_reason "done", not `finished`, and its actors stop at
-    whole segments: 2 actors x 4 envs x 16 steps = 128 a round, 23 rounds = 2,944 of 3,000 steps.
-    Done all the same: status says so, a second run finds nothing to do, the report scores it."""
+    """The actor-learner layout's actors stop at whole segments: 2 actors x 4 envs x 16 steps = 128 a round,
+    23 rounds = 2,944 of 3,000 steps. Done all the same (also in a metrics file without `finished`, as earlier
+    versions wrote it): status says so, a second run finds nothing to do, the report scores it."""
     data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
     data.update(base_config="configs/appo_procgen.yaml", games=["starpilot"], seeds=[1], budget=3000, ranks=3,
                 variants={"default": ["model.channels=[8]", "model.hidden_size=32", "env.num_envs=8",
@@ -123,7 +124,11 @@ def test_a_finished_appo_member_is_done_though_it_ends_a_few_segments_short(tmp_
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     member = tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_1"
     m = yaml.safe_load((member / "benchmark_metrics.json").read_text())
-    assert m["algo"] == "appo" and m["stop_reason"] == "done" and "finished" not in m and m["total_timesteps"] < 3000
+    assert m["algo"] == "appo" and m["stop_reason"] == "done" and m["finished"] is True and m["total_timesteps"] < 3000
+    status = subprocess.run([*cmd, "status", *where], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "summary: 1 done" in status.stdout, status.stdout + status.stderr
+    del m["finished"]  # as an earlier version's learner wrote it: stop_reason "done" alone still means done
+    (member / "benchmark_metrics.json").write_text(json.dumps(m))
     status = subprocess.run([*cmd, "status", *where], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "summary: 1 done" in status.stdout, status.stdout + status.stderr
     again = subprocess.run([*cmd, "run", *where, "--local"], cwd=ROOT, env=mpi_env(), capture_output=True, text=True,
