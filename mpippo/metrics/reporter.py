@@ -17,13 +17,15 @@ import numpy as np
 from mpippo.checkpoint import atomic_write_json
 from mpippo import hostmem
 from mpippo.metrics.sinks import Sinks
-from mpippo.metrics.timers import PHASES
+from mpippo.metrics.timers import PHASES, SUMMARY_LEN, StragglerStats
 
-# layout of the per-rank vector gathered to rank 0
+# layout of the per-rank vector gathered to rank 0; it ends with PhaseTimer.summary() (per-iteration
+# times for the straggler statistics), which so rides this Gather instead of a collective of its own
 FIELDS = ("ep_ret_sum", "ep_count", "ep_len_sum", "win_ret_sum", "win_count", "episodes_total",
           "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped",
           "ev_n", "ev_sum_y", "ev_sum_y2", "ev_sum_r", "ev_sum_r2",
-          "peak_rss_mb", "cpu_seconds", "replica_checks") + tuple(f"t_{p}" for p in PHASES)
+          "peak_rss_mb", "cpu_seconds", "replica_checks") + tuple(f"t_{p}" for p in PHASES) + \
+         tuple(f"iter_{i}" for i in range(SUMMARY_LEN))
 IDX = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -65,6 +67,7 @@ class Reporter:
         self.first_log = None  # (time, step) at the first logged iteration: start of steady state
         self.commit = git_commit()
         self.extra: dict = {}  # set by the runner: facts of the job that the metrics file should carry
+        self.stragglers = StragglerStats(world_size)
         self.writer = Sinks(cfg, run_dir, purge_step=start_step + 1 if start_iteration > 0 else None) or None
         self.bar = None
         if progress:
@@ -89,6 +92,7 @@ class Reporter:
         var_r = col("ev_sum_r2").sum() / ev_n - (col("ev_sum_r").sum() / ev_n) ** 2
         phases = np.stack([col(f"t_{p}") for p in PHASES], axis=1)  # cumulative seconds (ranks, phases)
         d_phases = phases - (self.prev if self.prev is not None else 0.0)
+        self.stragglers.add(M[:, IDX["iter_0"]:])
         self.prev = phases
         interval_fps = (global_step - self.prev_step) / max(now - self.prev_t, 1e-9)
         self.prev_step, self.prev_t = global_step, now
@@ -167,7 +171,8 @@ class Reporter:
             "hostnames": self.hostnames, "nodes": self.nodes, "git_commit": self.commit, "finished": done,
             "stop_reason": stop_reason,
             "device": cfg.training.device, "precision": cfg.training.precision,
-            "threads_per_rank": cfg.parallel.threads_per_rank, "host_allocator": hostmem.current(), **self.extra,
+            "threads_per_rank": cfg.parallel.threads_per_rank, "host_allocator": hostmem.current(),
+            **self.stragglers.metrics(), **self.extra,
         }
         atomic_write_json(self.run_dir / "benchmark_metrics.json", out)
         return out

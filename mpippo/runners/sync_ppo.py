@@ -322,7 +322,8 @@ class SyncPPO:
         stats_vec[IDX["peak_rss_mb"]] = peak_rss_mb()
         stats_vec[IDX["cpu_seconds"]] = cpu_seconds()
         stats_vec[IDX["replica_checks"]] = self.replica_checks
-        stats_vec[IDX["t_env_step"]:] = self.timer.vector()
+        stats_vec[IDX["t_env_step"]:IDX["iter_0"]] = self.timer.vector()
+        stats_vec[IDX["iter_0"]:] = self.timer.summary()  # per-iteration times: the straggler statistics
         M = self.world.gather(stats_vec, name="stats_gather")
         self.interval_ep[:] = 0.0
         self.interval_ev[:] = 0.0
@@ -389,6 +390,7 @@ class SyncPPO:
                 updates_since_check = 0
 
             self.timer.add_other(time.perf_counter() - train_t0)
+            self.timer.end_iteration()
             if stop or self.iteration % cfg.logging.log_interval == 0:
                 self.report(reporter, stats_vec, update_stats, lr, stop, stop_reason == "done")
             if reporter is not None:
