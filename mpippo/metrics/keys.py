@@ -1,7 +1,8 @@
 """The keys every run's benchmark_metrics.json holds, whatever its algorithm and layout: one list,
 documented here and in README (Outputs; `make_doc` writes that table), and tested against both
 layouts' files. Layouts add their own keys beside these (PPO: phases; actor-learner: the learner's
-rates and the actors' counts)."""
+rates and the actors' counts); those a test or a tool relies on are listed here per layout
+(SYNC_PPO), in the same form, and README lists them with `make_doc(SYNC_PPO)`."""
 from __future__ import annotations
 
 # key: (type, meaning). "number" is an int or float; "?" allows null.
@@ -33,13 +34,34 @@ COMMON = {
     "git_commit": ("str?", "the code's commit"),
 }
 
-_TYPES = {"str": str, "int": int, "number": (int, float), "bool": bool, "list": list}
+_Q = "quantiles {p50, p90, p99, max} over"
+# Sync PPO only: its ranks step in lockstep, so an iteration's time is set by its slowest rank
+# (mpippo/metrics/timers.py says how each part is measured). Null before the first iteration.
+SYNC_PPO = {
+    "straggler_rollout_s": ("dict?", f"{_Q} every rank's iterations of the rollout seconds (env_step + inference)"),
+    "straggler_update_s": ("dict?", f"{_Q} the same of the update seconds (backward + optimizer)"),
+    "straggler_wait_s": ("dict?", f"{_Q} the same of the wait in collectives: a rank's seconds in the phases "
+                                  "that hold them (gae, allreduce) minus the iteration's smallest over the ranks "
+                                  "(a lower bound)"),
+    "straggler_transfer_s": ("dict?", f"{_Q} iterations of that smallest time (transfer, no wait)"),
+    "straggler_spread": ("dict?", f"{_Q} iterations of the slowest rank's busy time (rollout + update) over "
+                                  "the mean over ranks (1: even ranks)"),
+    "straggler_busy_rel": ("list?", "busy time over the iteration's mean over ranks, its quantiles at "
+                                    "probabilities 0, 0.01, ..., 0.99, 0.995, 0.999, 1 (the scaling model's input)"),
+    "straggler_slowest_rank": ("int?", "the rank slowest in the most iterations"),
+    "straggler_slowest_counts": ("list?", "per rank, the iterations in which it was the slowest"),
+    "straggler_busy_p50_s_per_rank": ("list?", "per rank, the median busy seconds per iteration"),
+    "straggler_iterations": ("int", "iterations behind these numbers (an even sample of the run when it is long)"),
+    "straggler_lost": ("int", "iterations not seen (more than 32 between two reports: logging.log_interval)"),
+}
+
+_TYPES = {"str": str, "int": int, "number": (int, float), "bool": bool, "list": list, "dict": dict}
 
 
-def problems(metrics: dict) -> list[str]:
-    """The common keys that a metrics dict lacks or holds with another type."""
+def problems(metrics: dict, table: dict = COMMON) -> list[str]:
+    """The keys of `table` (COMMON, or a layout's) that a metrics dict lacks or holds with another type."""
     out = []
-    for key, (kind, _) in COMMON.items():
+    for key, (kind, _) in table.items():
         if key not in metrics:
             out.append(f"{key}: missing")
             continue
@@ -51,6 +73,6 @@ def problems(metrics: dict) -> list[str]:
     return out
 
 
-def make_doc() -> str:
+def make_doc(table: dict = COMMON) -> str:
     """The README's list of the keys."""
-    return "; ".join(f"`{k}` ({meaning})" for k, (_, meaning) in COMMON.items())
+    return "; ".join(f"`{k}` ({meaning})" for k, (_, meaning) in table.items())

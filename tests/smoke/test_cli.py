@@ -31,6 +31,7 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps):
     assert len(m["peak_rss_mb_per_rank"]) == world_size and m["peak_rss_mb_total"] > 100
     assert m["fps"] > 0 and m["duration_s"] > 0 and m["finished"] is True
     assert len(m["hostnames"]) == world_size
+    check_stragglers(m, world_size)
     assert m["host_allocator"] == "retain"  # run_mpi.py set glibc up to keep freed memory (mpippo/hostmem.py)
     # precision auto became what this machine computes natively, with the evidence, in config and metrics
     native, evidence = runctl.bf16_native(torch.device("cpu"))
@@ -52,6 +53,28 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps):
         assert EPISODE_TAGS <= tags
     steps = [e.step for e in acc.Scalars("losses/policy_loss")]
     assert steps == sorted(set(steps)) and steps[-1] == timesteps
+
+
+def check_stragglers(m, world_size):
+    """The straggler statistics (mpippo/metrics/timers.py) agree with the run's own phase totals."""
+    assert m["straggler_iterations"] == m["iterations"] > 0 and m["straggler_lost"] == 0
+    for key in ("straggler_rollout_s", "straggler_update_s", "straggler_wait_s", "straggler_transfer_s"):
+        q = m[key]
+        assert 0.0 <= q["p50"] <= q["p90"] <= q["p99"] <= q["max"], (key, q)
+    per_rank = m["phase_seconds_per_rank"]
+    rollout = [a + b for a, b in zip(per_rank["env_step"], per_rank["inference"])]
+    update = [a + b for a, b in zip(per_rank["backward"], per_rank["optimizer"])]
+    assert 0 < m["straggler_rollout_s"]["max"] <= max(rollout) + 1e-9  # one iteration, at most all of them
+    assert 0 < m["straggler_update_s"]["max"] <= max(update) + 1e-9
+    assert 0 < m["straggler_rollout_s"]["p50"] * m["iterations"] <= 1.5 * max(rollout)
+    spread = m["straggler_spread"]
+    assert 1.0 <= spread["p50"] <= spread["max"] <= world_size  # max/mean over the ranks
+    rel = m["straggler_busy_rel"]
+    assert rel == sorted(rel) and rel[0] <= 1.0 <= rel[-1] and rel[-1] == pytest.approx(spread["max"])
+    assert sum(m["straggler_slowest_counts"]) == m["iterations"] and len(m["straggler_slowest_counts"]) == world_size
+    assert 0 <= m["straggler_slowest_rank"] < world_size and len(m["straggler_busy_p50_s_per_rank"]) == world_size
+    if world_size == 1:
+        assert spread["max"] == 1.0 and m["straggler_wait_s"]["max"] == 0.0
 
 
 def test_two_ranks_write_every_output(tmp_path):

@@ -24,6 +24,8 @@ def test_every_layout_writes_every_common_key(algo, tmp_path):
     ok(trainer(ranks, [*args, "--no-progress", "--output-dir", str(tmp_path / "run")]))
     m = metrics(tmp_path / "run")
     assert keys.problems(m) == []
+    if algo == "ppo":  # and the keys only sync PPO writes (the straggler statistics)
+        assert keys.problems(m, keys.SYNC_PPO) == [] and m["straggler_iterations"] == m["iterations"]
     assert m["algo"] == algo and m["finished"] is True and m["stop_reason"] == "done"
     assert len(m["peak_rss_mb_per_rank"]) == (ranks or 1) and all(x > 50 for x in m["peak_rss_mb_per_rank"])
     assert m["peak_rss_mb_total"] == pytest.approx(sum(m["peak_rss_mb_per_rank"]))
@@ -39,7 +41,8 @@ def test_problems_names_what_is_missing_or_mistyped():
 
 
 def test_readme_documents_exactly_these_keys():
-    assert keys.make_doc() in (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert keys.make_doc() in readme and keys.make_doc(keys.SYNC_PPO) in readme
 
 
 def test_weights_and_biases_offline_keeps_one_run_across_a_resume(tmp_path):
