@@ -11,12 +11,24 @@ on every rank, and the allreduce time each rank saw. Derived:
     2 (p - 1) alpha + 2 (p - 1) / p * B / beta (latency alpha per message, bandwidth beta), and
     an iteration does `calls` of them on top of the measured compute time per rank, so
     throughput(p) = p * steps per rank per iteration / (compute + calls * allreduce(p)).
-    Stragglers and contention are left out: the projection is an upper bound.
+    Contention is left out.
+  - a straggler term (issue 31): the ranks step in lockstep, so an iteration's busy part
+    (rollout + update: env_step, inference, backward, optimizer) lasts as long as the slowest
+    rank's. Each rank's busy time is modeled as the iteration's mean times an independent draw
+    z from the measured distribution of busy time over the iteration's mean over ranks (the
+    run's `straggler_busy_rel`, mpippo/metrics/timers.py), and the busy part at p ranks as
+    mean * E[max of p draws] / E[z]. The draws are the measured distribution itself
+    (resampling; the expectation over all resamples is computed exactly, not by Monte Carlo),
+    so it can never exceed the largest deviation measured: at p much larger than the sample
+    it is a floor. A normal fit of the same deviations extrapolates the tail instead. A slow
+    node multiplies the draws of its ranks (NODE_RANKS of them) by its slowdown.
+    Modeled, not measured: no run here had more than a few ranks.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -31,10 +43,15 @@ PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", 
 RUN_SPEC = {"world_size": COUNT, "fps": NUMBER, "fps_steady": Maybe(NUMBER), "iterations": Maybe(COUNT),
             "num_envs_per_rank": COUNT, "n_steps": COUNT, "phase_seconds": {p: NUMBER for p in PHASES},
             "phase_seconds_per_rank": {"allreduce": [NUMBER]}, "allreduce_bytes": Maybe(NUMBER),
-            "allreduce_calls_per_iteration": Maybe(NUMBER)}
+            "allreduce_calls_per_iteration": Maybe(NUMBER), "straggler_busy_rel": Maybe([NUMBER])}
 SWEEP_SPEC = {"mode": TEXT, "cores": Maybe(COUNT), "runs": [RUN_SPEC]}
 # (latency alpha in s, bandwidth beta in bytes/s) per link; effective figures, not line rates
 NETWORKS = {"InfiniBand HDR (200 Gb/s)": (1.5e-6, 23e9), "10 GbE": (25e-6, 1.15e9)}
+BUSY = ("env_step", "inference", "backward", "optimizer")  # no collective inside: a rank's own pace
+NODE_RANKS = 48  # ranks per node (slurm/ppo_multinode.sh: 48-core nodes, one rank per core)
+SLOW_NODE = 1.3  # the slow-node scenario: one node's ranks take 30% longer
+# mpippo/metrics/timers.py's REL_PROBS: the probabilities straggler_busy_rel is written at
+REL_PROBS = np.concatenate([np.arange(0, 100) / 100, [0.995, 0.999, 1.0]])
 
 
 def read_sweep(path: str | Path) -> dict:
@@ -74,6 +91,9 @@ def load_sweep(path: str | Path) -> dict:
         "allreduce_bytes": runs[0].get("allreduce_bytes", 4 * (626_256 + 2)),
         "allreduce_calls": runs[0].get("allreduce_calls_per_iteration", 24),
         "oversubscribed": p > (sweep.get("cores") or np.inf),
+        "straggler_runs": [(int(m["world_size"]), m["straggler_busy_rel"]) for m in runs
+                           if m.get("straggler_busy_rel") and m["world_size"] > 1
+                           and m["world_size"] <= (sweep.get("cores") or np.inf)],
     }
 
 
@@ -99,15 +119,79 @@ def ring_allreduce_seconds(p, nbytes: float, alpha: float, beta: float):
     return np.where(p > 1, 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes / beta, 0.0)
 
 
-def project(s: dict, ranks=(1, 2, 4, 8, 16, 48, 96, 480), networks=NETWORKS) -> dict:
+def project(s: dict, ranks=(1, 2, 4, 8, 16, 48, 96, 480), networks=NETWORKS, straggle=None) -> dict:
     """Projected weak-scaling throughput from the measured compute time per iteration of the
-    smallest non-oversubscribed run (its allreduce time removed)."""
+    smallest non-oversubscribed run (its allreduce time removed). straggle: p -> the factor by
+    which the busy part of an iteration grows at p ranks (straggler_factor); None: even ranks."""
     i = 0
     compute = (sum(s["phases"].values())[i] - s["phases"]["allreduce"][i]) / s["iterations"][i]
+    busy = sum(s["phases"][ph][i] for ph in BUSY) / s["iterations"][i]
     steps = s["steps_per_rank_iteration"][i]
     ranks = np.array(ranks, dtype=float)
-    out = {"ranks": ranks, "compute_s_per_iteration": compute, "ideal": ranks * steps / compute}
+    factor = np.array([straggle(int(p)) if straggle else 1.0 for p in ranks])
+    compute_p = compute + busy * (factor - 1.0)
+    out = {"ranks": ranks, "compute_s_per_iteration": compute, "busy_s_per_iteration": busy,
+           "straggler_factor": factor, "ideal": ranks * steps / compute}
     for name, (alpha, beta) in networks.items():
-        t = compute + s["allreduce_calls"] * ring_allreduce_seconds(ranks, s["allreduce_bytes"], alpha, beta)
+        t = compute_p + s["allreduce_calls"] * ring_allreduce_seconds(ranks, s["allreduce_bytes"], alpha, beta)
         out[name] = ranks * steps / t
     return out
+
+
+# ---- stragglers ----
+def rel_samples(busy_rel, world_size: int, points: int = 2000) -> np.ndarray:
+    """The measured straggler_busy_rel (quantiles at REL_PROBS) as `points` equally likely values.
+    A rank's time was divided by the mean over the run's ranks, itself among them, which pulls it
+    towards the mean: with R ranks of independent deviations the measured ones are sqrt((R-1)/R)
+    of the deviations from the true mean, so they are widened by sqrt(R/(R-1)) (2 ranks: x1.41)."""
+    q = np.asarray(busy_rel, dtype=float)
+    if q.shape != REL_PROBS.shape or np.any(np.diff(q) < 0):
+        raise ValueError(f"straggler_busy_rel: expected {len(REL_PROBS)} nondecreasing quantiles")
+    u = (np.arange(points) + 0.5) / points
+    z = np.interp(u, REL_PROBS, q)
+    widen = np.sqrt(world_size / (world_size - 1)) if world_size > 1 else 1.0
+    return 1.0 + (z - z.mean()) * widen
+
+
+def normal_samples(samples, points: int = 2000) -> np.ndarray:
+    """A normal distribution of the samples' mean and standard deviation, as `points` equally
+    likely values: the tail beyond the largest measured deviation, extrapolated."""
+    x = np.asarray(samples, dtype=float)
+    dist = NormalDist(float(x.mean()), float(x.std()) or 1e-300)
+    return np.array([dist.inv_cdf((k + 0.5) / points) for k in range(points)])
+
+
+def expected_max(samples, groups) -> float:
+    """E[max over all ranks] where groups = [(ranks, scale), ...]: every rank's time is `scale`
+    times an independent draw from `samples` (equally likely values). Exact: the maximum's
+    distribution function is the product of the ranks' ones, prod F(t / scale) ** ranks."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    groups = [(int(n), float(c)) for n, c in groups if n > 0]
+    support = np.unique(np.concatenate([c * x for _, c in groups]))
+    cdf = np.ones_like(support)
+    for n, c in groups:  # (1 + 1e-12): c * x / c must find x itself
+        cdf *= (np.searchsorted(x, support / c * (1 + 1e-12), side="right") / len(x)) ** n
+    return float(np.sum(support * np.diff(cdf, prepend=0.0)))
+
+
+def straggler_factor(samples, ranks: int, slow: float = 1.0, node_ranks: int = NODE_RANKS) -> float:
+    """How much longer the busy part of an iteration lasts at `ranks` ranks than one rank's mean:
+    E[max of `ranks` draws] / E[draw]; with slow > 1, one node of `node_ranks` ranks (all of them
+    when fewer) runs that much slower. A constant distribution gives 1 (times slow)."""
+    x = np.asarray(samples, dtype=float)
+    n_slow = min(node_ranks, ranks) if slow != 1.0 else 0
+    return expected_max(x, [(n_slow, slow), (ranks - n_slow, 1.0)]) / float(x.mean())
+
+
+def straggler_scenarios(s: dict, samples, ranks=(1, 2, 4, 8, 16, 48, 96, 480)) -> dict:
+    """The projections with and without stragglers: name -> project()'s output."""
+    fit = normal_samples(samples)
+    return {
+        "even ranks (no stragglers)": project(s, ranks),
+        "stragglers, resampled": project(s, ranks, straggle=lambda p: straggler_factor(samples, p)),
+        "stragglers, normal fit": project(s, ranks, straggle=lambda p: straggler_factor(fit, p)),
+        f"one node {SLOW_NODE - 1:.0%} slower": project(s, ranks, straggle=lambda p: straggler_factor(
+            np.ones(1), p, SLOW_NODE)),
+        f"one node {SLOW_NODE - 1:.0%} slower + stragglers": project(s, ranks, straggle=lambda p: straggler_factor(
+            samples, p, SLOW_NODE)),
+    }
