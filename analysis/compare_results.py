@@ -49,6 +49,23 @@ def table(runs: list[Run]) -> tuple[list[str], list[dict]]:
     return lines, rows
 
 
+def straggler_lines(runs: list[Run]) -> list[str]:
+    """Per multi-rank sync PPO run: how far its slowest rank set the pace (the straggler_* keys of
+    benchmark_metrics.json, mpippo/metrics/keys.py); runs without them (older, 1 rank, actor-learner) are left out."""
+    lines = []
+    for r in runs:
+        m = r.metrics
+        spread, wait = m.get("straggler_spread"), m.get("straggler_wait_s")
+        if r.ranks < 2 or spread is None or wait is None:  # (types checked by runs.METRICS_USED)
+            continue
+        counts, slowest = m.get("straggler_slowest_counts") or [], m.get("straggler_slowest_rank")
+        share = f" ({counts[slowest]} of {sum(counts)} iterations)" if slowest is not None and slowest < len(counts) else ""
+        lines.append(f"{r.name[:28]:<28} slowest/mean busy time p50 {spread['p50']:.3f} p90 {spread['p90']:.3f} "
+                     f"max {spread['max']:.3f}; wait in collectives p50 {wait['p50']:.3f} s p90 {wait['p90']:.3f} s "
+                     f"per iteration; slowest rank {slowest}{share}")
+    return ["", "stragglers (per iteration, over its ranks):"] + lines if lines else []
+
+
 def plot(runs: list[Run], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -101,6 +118,7 @@ def _main(argv: list[str] | None) -> int:
     output_folder(args.out, "--out", OUTPUTS)  # before the runs are read: nothing is written before all is checked
     runs: list[Run] = [r for f in folders for r in load_runs(f)]
     lines, rows = table(runs)
+    lines += straggler_lines(runs)
     print("\n".join(lines))
     png, report = args.out / OUTPUTS[0], args.out / OUTPUTS[1]
     plot(runs, png)
@@ -112,6 +130,8 @@ def _main(argv: list[str] | None) -> int:
         "torch threads per rank (a 1-rank run uses all cores through threads)",
         "memory: peak resident memory summed over ranks (DQN: the learner's)",
         "final/best return: last and highest point of the 100-episode mean return curve",
+        "stragglers: busy time = rollout + update of a rank in an iteration; wait = its seconds in the phases holding "
+        "collectives (gae, allreduce) minus the iteration's smallest over the ranks (a lower bound)",
     ]
     write_bytes(report, ("\n".join(lines + notes) + "\n").encode(), "--out")
     print(f"\nwrote {png} and {report}")

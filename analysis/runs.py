@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolcli import NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
+from toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
 
 from mpippo.config import ConfigError  # noqa: E402
 from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
@@ -26,7 +26,11 @@ class NotARun(ConfigError):
 
 # the metrics keys the tools use beyond those mpippo/files.py checks
 METRICS_USED = {"algo": Maybe(TEXT), "env": Maybe(TEXT), "device": Maybe(TEXT), "device_used": Maybe(TEXT),
-                "peak_rss_mb_total": Maybe(NUMBER), "peak_rss_mb_learner": Maybe(NUMBER)}
+                "peak_rss_mb_total": Maybe(NUMBER), "peak_rss_mb_learner": Maybe(NUMBER),
+                # sync PPO's straggler statistics (compare_results prints them); absent in older runs
+                **{k: Maybe({q: NUMBER for q in ("p50", "p90", "p99", "max")})
+                   for k in ("straggler_spread", "straggler_wait_s")},
+                "straggler_slowest_rank": Maybe(COUNT), "straggler_slowest_counts": Maybe([COUNT])}
 
 
 @dataclass

@@ -183,6 +183,17 @@ def straggler_factor(samples, ranks: int, slow: float = 1.0, node_ranks: int = N
     return expected_max(x, [(n_slow, slow), (ranks - n_slow, 1.0)]) / float(x.mean())
 
 
+def straggler_source(s: dict, fallback: str | Path) -> tuple[int, list, str]:
+    """(ranks, straggler_busy_rel, where from): the sweep's largest run that measured it on its own
+    cores, else the run metrics at `fallback` (a benchmark_metrics.json)."""
+    if s["straggler_runs"]:
+        ranks, rel = s["straggler_runs"][-1]
+        return ranks, rel, f"this sweep's {ranks}-rank run"
+    m = conform(read_json(Path(fallback), "metrics file"), {"world_size": COUNT, "straggler_busy_rel": [NUMBER]},
+                Path(fallback))
+    return m["world_size"], m["straggler_busy_rel"], f"{m['world_size']}-rank run in {shown(Path(fallback))}"
+
+
 def straggler_scenarios(s: dict, samples, ranks=(1, 2, 4, 8, 16, 48, 96, 480)) -> dict:
     """The projections with and without stragglers: name -> project()'s output."""
     fit = normal_samples(samples)

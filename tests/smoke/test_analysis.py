@@ -89,6 +89,7 @@ def test_compare_results_table_equals_the_runs_metrics(two_runs, tmp_path):
     assert (out / "comparison.png").stat().st_size > 10_000
     report = (out / "comparison_report.txt").read_text()
     assert f"{mp['fps_steady']:.1f}" in report and "speedup" in res.stdout
+    assert f"slowest/mean busy time p50 {mp['straggler_spread']['p50']:.3f}" in report  # the 2-rank run's stragglers
 
     res = run([sys.executable, "analysis/compare_results.py", str(seq), str(tmp_path), "--out", str(out)], 60)
     assert res.returncode == 2 and "is not an mpippo run folder" in res.stderr
@@ -118,10 +119,12 @@ def test_scaling_sweep_then_the_scaling_notebook_runs_and_writes_figures(tmp_pat
     assert all(m["total_timesteps"] == 256 * m["world_size"] for m in sweep["runs"])  # weak: budget per rank
     assert (sweep_dir / "sweep.csv").read_text().count("\n") == 3 and "[2/2]" in res.stdout
     nb = execute_notebook("scaling.ipynb", {"MPIPPO_SWEEP": str(sweep_dir / "sweep.json"), "MPIPPO_FIGURES": str(figures)})
-    for png in ("scaling_speedup.png", "scaling_phases.png", "scaling_stragglers.png", "scaling_projection.png"):
+    for png in ("scaling_speedup.png", "scaling_phases.png", "scaling_stragglers.png", "scaling_projection.png",
+                "scaling_stragglers_projection.png"):
         assert (figures / png).stat().st_size > 5_000, png
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "Karp-Flatt" in text and "480" in text
+    assert "this sweep's 2-rank run" in text and "one node 30% slower + stragglers" in text  # its own stragglers
 
 
 def test_shipped_sample_data_runs_both_notebooks(two_runs, tmp_path):
