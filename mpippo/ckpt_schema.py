@@ -6,6 +6,10 @@ file gets one verdict), and names the first problem in one line, e.g.
 `ranks[1].obs: expected a uint8 array of shape (4, 64, 64, 3), got float32 (4, 64, 64, 3)`.
 Shapes come from the checkpoint's own config: the network is built on torch's meta device
 (no memory) and every weight and Adam moment is compared with it.
+
+This module holds the checking primitives and the parts every checkpoint of a layout has; what an
+algorithm adds is checked by its own `check_checkpoint`, beside the code that writes it, found
+through the registry (mpippo/algos/registry.py).
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ import numpy as np
 import torch
 
 from mpippo import config as C
+from mpippo.algos import registry
 
+show = C.show  # a bad value, shortened, for the messages of the algorithms' checks
 MAX_WORLD = 1 << 20  # ranks: far above any cluster, far below what breaks a list
 
 
@@ -103,7 +109,8 @@ def check_config(state: dict) -> C.Config:
 
 
 def meta_network(state: dict, cfg: C.Config) -> torch.nn.Module:
-    """The network the checkpoint describes, on the meta device (shapes only, no memory)."""
+    """The network the checkpoint describes (its algorithm's, models.build), on the meta device
+    (shapes only, no memory)."""
     spec = mapping(state["model_spec"], "model_spec", ("obs_shape", "num_actions"))
     obs = seq(spec["obs_shape"], "model_spec.obs_shape", 3)
     for i, d in enumerate(obs):
@@ -111,12 +118,8 @@ def meta_network(state: dict, cfg: C.Config) -> torch.nn.Module:
     need(tuple(obs) == C.obs_shape_of(cfg.env.name), "model_spec.obs_shape",
          f"{list(obs)} is not the observation of {cfg.env.name} {list(C.obs_shape_of(cfg.env.name))}")
     actions = int_(spec["num_actions"], "model_spec.num_actions", 1, 1024)
-    from mpippo.models import DuelingQNetwork, ImpalaCNNPolicy
-    m = cfg.model
     with torch.device("meta"):
-        if state["algo"] == "dqn":
-            return DuelingQNetwork(tuple(obs), actions, tuple(m.channels), m.hidden_size, cfg.dqn.dueling, m.downsample)
-        return ImpalaCNNPolicy(tuple(obs), actions, tuple(m.channels), m.hidden_size)
+        return registry.get(state["algo"]).build_network(cfg, obs, actions)
 
 
 def check_weights(sd, path: str, net: torch.nn.Module) -> None:
@@ -130,6 +133,12 @@ def check_weights(sd, path: str, net: torch.nn.Module) -> None:
 
 def check_adam(opt, path: str, shapes: list[tuple]) -> None:
     """An Adam state_dict over parameters of these shapes (in order)."""
+    check_optimizer(opt, path, shapes, ("exp_avg", "exp_avg_sq"))
+
+
+def check_optimizer(opt, path: str, shapes: list[tuple], moments: tuple[str, ...]) -> None:
+    """A torch.optim-layout state_dict of one group over parameters of these shapes (in order),
+    each parameter's state a step count and these moments, shaped like it."""
     mapping(opt, path, ("state", "param_groups"))
     groups = seq(opt["param_groups"], f"{path}.param_groups")
     need(len(groups) == 1, f"{path}.param_groups", f"expected 1 group, got {len(groups)}")
@@ -138,8 +147,8 @@ def check_adam(opt, path: str, shapes: list[tuple]) -> None:
          f"expected ids 0..{len(shapes) - 1}, got {C.show(g['params'])}")
     for key, st in mapping(opt["state"], f"{path}.state").items():
         need(is_int(key) and 0 <= key < len(shapes), f"{path}.state", f"unknown parameter id {C.show(key)}")
-        mapping(st, f"{path}.state[{key}]", ("step", "exp_avg", "exp_avg_sq"))
-        for moment in ("exp_avg", "exp_avg_sq"):
+        mapping(st, f"{path}.state[{key}]", ("step", *moments))
+        for moment in moments:
             tensor(st[moment], f"{path}.state[{key}].{moment}", shapes[key], torch.float32)
 
 
@@ -164,7 +173,7 @@ def check_env_state(v, path: str, cfg: C.Config, n: int) -> None:
         need(isinstance(s, bytes) and s.startswith(header), f"{path}[{i}]", f"not a saved {name} game state")
 
 
-def check_ppo_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
+def check_sync_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
     n = cfg.env.num_envs_per_rank
     mapping(r, path, ("rng", "env", "obs", "first", "ret_tracker", "ep_ret", "ep_len", "win_returns",
                       "episodes_total", "interval_ep", "interval_ev"))
@@ -191,20 +200,26 @@ def check_ppo_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
     array(r["interval_ev"], f"{path}.interval_ev", "f", (5,))
 
 
-def check_ppo(state: dict, cfg: C.Config, net) -> None:
+def check_ret_rms(v, path: str = "ret_rms") -> None:
+    """A reward normalizer's running statistics (algos/buffers.RunningMeanStd)."""
+    rms = mapping(v, path, ("mean", "var", "count"))
+    num(rms["mean"], f"{path}.mean"), num(rms["var"], f"{path}.var", 0.0), num(rms["count"], f"{path}.count", 0.0)
+
+
+# ---- what each layout's runner writes beside its algorithm's state (the algorithms check theirs:
+# their `check_checkpoint`, found through the registry) ----
+def check_sync_state(state: dict, cfg: C.Config) -> None:
+    """The sync layout (runners/sync_ppo.py): the reward normalizer and every rank's state."""
     mapping(state, "checkpoint", ("ret_rms", "ranks"))
-    rms = mapping(state["ret_rms"], "ret_rms", ("mean", "var", "count"))
-    num(rms["mean"], "ret_rms.mean"), num(rms["var"], "ret_rms.var", 0.0), num(rms["count"], "ret_rms.count", 0.0)
-    n_params = sum(p.numel() for p in net.parameters())
-    check_adam(state["optimizer"], "optimizer", [(n_params,)])  # one flat parameter (models/flat.py)
+    check_ret_rms(state["ret_rms"])
     ranks = seq(state["ranks"], "ranks")
     need(len(ranks) <= MAX_WORLD, "ranks", f"{len(ranks)} entries")
     obs_shape = tuple(state["model_spec"]["obs_shape"])
     for i, r in enumerate(ranks):
-        check_ppo_rank(r, f"ranks[{i}]", cfg, obs_shape)
+        check_sync_rank(r, f"ranks[{i}]", cfg, obs_shape)
 
 
-def check_learner(state: dict, net) -> None:
+def check_learner(state: dict, net) -> None:  # the actor-learner layout (layout/learner.py)
     """What every actor-learner checkpoint has: agent, Adam over the network, counters, return window."""
     mapping(state, "checkpoint", ("agent", "counters", "ret_window"))
     int_(state["agent"], "agent")
@@ -216,39 +231,10 @@ def check_learner(state: dict, net) -> None:
         num(x, f"ret_window[{i}]")
 
 
-def check_appo(state: dict, cfg: C.Config, net) -> None:
-    check_learner(state, net)
-    mapping(state, "checkpoint", ("ret_rms", "version", "shuffle", "lag_hist", "lag_dropped", "lag_accepted"))
-    rms = mapping(state["ret_rms"], "ret_rms", ("mean", "var", "count"))
-    num(rms["mean"], "ret_rms.mean"), num(rms["var"], "ret_rms.var", 0.0), num(rms["count"], "ret_rms.count", 0.0)
-    need(state["version"] == state["counters"]["updates"], "version",
-         f"{C.show(state['version'])} is not the counters' {state['counters']['updates']} updates")
-    tensor(state["shuffle"], "shuffle", None, torch.uint8)
-    restores("shuffle", "torch generator", lambda: torch.Generator().set_state(state["shuffle"]))
-    from mpippo.algos.appo import PolicyLag
-    array(state["lag_hist"], "lag_hist", "i", PolicyLag(0).hist.shape)
-    int_(state["lag_dropped"], "lag_dropped"), int_(state["lag_accepted"], "lag_accepted")
-
-
-def check_dqn(state: dict, cfg: C.Config, net) -> None:
-    check_learner(state, net)
-    mapping(state, "checkpoint", ("target", "replay_rng", "torch_rng"))
-    check_weights(state["target"], "target", net)
-    pcg64(state["replay_rng"], "replay_rng")
-    tensor(state["torch_rng"], "torch_rng", None, torch.uint8)
-    restores("torch_rng", "torch generator", lambda: torch.Generator().set_state(state["torch_rng"]))
-    if state.get("replay_generator") is not None:  # the replay's device generator (CPU or CUDA: restored by the learner)
-        tensor(state["replay_generator"], "replay_generator", None, torch.uint8)
-    from mpippo.algos.apex import REPLAY_FILE
-    need(state.get("replay_file") in (None, REPLAY_FILE), "replay_file",
-         f"expected null or '{REPLAY_FILE}' (a file beside the checkpoint), got {C.show(state.get('replay_file'))}")
-    if "selfplay" in state:
-        sp = mapping(state["selfplay"], "selfplay", ("pool", "ratings"))
-        pool = mapping(sp["pool"], "selfplay.pool", ("members", "next_id", "learner_rating", "heuristics", "dropped"))
-        n_params = sum(p.numel() for p in net.parameters())
-        for i, m in enumerate(seq(pool["members"], "selfplay.pool.members")):
-            mapping(m, f"selfplay.pool.members[{i}]", ("id", "params", "wdl"))
-            array(m["params"], f"selfplay.pool.members[{i}].params", "f", (n_params,))
+def torch_generator(v, path: str) -> None:
+    """A CPU torch.Generator's state."""
+    tensor(v, path, None, torch.uint8)
+    restores(path, "torch generator", lambda: torch.Generator().set_state(v))
 
 
 def validate(state, where: str, algo: str | None = None) -> dict:
@@ -265,7 +251,7 @@ def validate(state, where: str, algo: str | None = None) -> dict:
         cfg = check_config(state)
         net = meta_network(state, cfg)
         check_weights(state["model"], "model", net)
-        {"ppo": check_ppo, "appo": check_appo, "dqn": check_dqn}[state["algo"]](state, cfg, net)
+        registry.get(state["algo"]).load().check_checkpoint(state, cfg, net)
     except Bad as e:
         raise C.ConfigError(f"{where}: not a valid mpippo checkpoint: {e}") from None
     return state

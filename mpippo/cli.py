@@ -33,8 +33,9 @@ from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USA
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="run_mpi.py", description="Synchronous data-parallel PPO on Procgen over MPI. "
-                "Run as `mpirun -n K python run_mpi.py ...`, under srun, or as plain python (one rank).")
+    p = Parser(prog="run_mpi.py", description=f"Reinforcement learning on Procgen over MPI (training.algo: "
+                f"{', '.join(C.ALGOS)}). Run as `mpirun -n K python run_mpi.py ...`, under srun, or as plain python "
+                "(one rank).")
     p.add_argument("--config", help=f"YAML config (default: {C.DEFAULT_CONFIG.relative_to(C.DEFAULT_CONFIG.parent.parent)}; "
                    "with --resume: the run's own config.yaml)")
     p.add_argument("--total-timesteps", type=int, help="env steps over all ranks (training.total_timesteps)")
@@ -155,9 +156,10 @@ def _lock(run_dir: Path, start: _StartUp) -> None:
     start.locked = (run_dir, new) if held else None
 
 
-def _ppo_checkpoint_bytes(run_dir: Path) -> bytes:
+def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
     if not (run_dir / "checkpoints" / LATEST).is_file():
-        raise C.ConfigError(f"--resume: '{run_dir}' holds DQN agent checkpoints (agent_*/), not a PPO run")
+        raise C.ConfigError(f"--resume: '{run_dir}' holds actor-learner agent checkpoints (agent_*/), not a "
+                            f"{algo} run")
     return read_checkpoint_bytes(run_dir / "checkpoints" / LATEST)
 
 
@@ -179,13 +181,13 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     trainer = _trainer(world, args, cfg, run_dir, start)
     if note and world.is_root:
         print(f"mpippo: note: {note}", flush=True)
-    if cfg.training.algo != "ppo":  # dqn, appo: the actor-learner layout
+    if C.actor_learner(cfg):  # dqn, appo: learners and actors
         return _train_actor_learner(world, trainer, signals)
     if world.is_root:
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
-        print(f"mpippo: {verb}: ppo on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
+        print(f"mpippo: {verb}: {cfg.training.algo} on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
               f"{trainer.threads} thread(s)/rank, {placement_words(world, trainer)}, device {trainer.device}, "
               f"{cfg.training.precision} ({trainer.precision_why}){', deterministic' if cfg.training.deterministic and trainer.device.type == 'cuda' else ''}"
@@ -255,14 +257,15 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     records the resolved config in the run folder."""
     trainer = errors = None
     try:
-        if cfg.training.algo != "ppo":  # the actor-learner layout: each learner reads its own agent's checkpoint
+        if C.actor_learner(cfg):  # each learner reads its own agent's checkpoint
             from mpippo.runners.actor_learner import ActorLearnerRun
             trainer = ActorLearnerRun(cfg, world, run_dir, resume=args.resume)
         else:
             state = None
             if args.resume:
                 path = run_dir / "checkpoints" / LATEST
-                state = load_checkpoint(_on_root(world, lambda: _ppo_checkpoint_bytes(run_dir)), str(path), "ppo")
+                state = load_checkpoint(_on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
+                                        str(path), cfg.training.algo)
             from mpippo.runners.sync_ppo import SyncPPO
             trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
     except C.ConfigError as e:
@@ -279,7 +282,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
 def _write_config(run_dir: Path, cfg: C.Config) -> None:
     try:
         atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
-        if cfg.training.algo == "ppo":
+        if not C.actor_learner(cfg):  # (a learner makes its agent's folder)
             (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise C.ConfigError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({e.strerror or e})") from None

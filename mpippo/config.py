@@ -18,10 +18,11 @@ from typing import Any, Optional
 
 import yaml
 
+from mpippo.algos import registry
 from mpippo.envs import PROCGEN_GAMES, TOY_ENVS, canonical_env_name, obs_shape_of  # noqa: F401 (names of config)
 from mpippo.usage import UsageError
 
-ALGOS = ("ppo", "appo", "dqn")
+ALGOS = registry.NAMES  # training.algo: one registry entry each (mpippo/algos/registry.py)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
 
 
@@ -43,10 +44,7 @@ INT64_MAX = 2**63 - 1
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; anything near this is not one
 
 
-def _f(default, help: str):
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+_f = registry.setting  # a key: its default and help
 
 
 @dataclass
@@ -83,7 +81,7 @@ class ModelConfig:
 
 @dataclass
 class TrainingConfig:
-    algo: str = _f("ppo", "Algorithm: ppo (synchronous, every rank steps envs and learns) | appo (asynchronous PPO with V-trace: actor ranks and a learner rank, section appo) | dqn (Ape-X: actor ranks and a learner rank with replay, section dqn).")
+    algo: str = _f("ppo", registry.help_text())
     total_timesteps: int = _f(25_000_000, "Env steps over all ranks; the run ends when reached (or at duration_hours).")
     duration_hours: Optional[float] = _f(None, "Wall-clock budget in hours (timed training); null = none.")
     seed: int = _f(1, "Base seed; rank r uses derived seeds, so a run is reproducible for a given seed and world size.")
@@ -192,7 +190,6 @@ class CheckpointConfig:
     keep_last: int = _f(3, "Periodic checkpoints kept (latest.pt is always kept).")
 
 
-@dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -201,12 +198,29 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     appo: APPOConfig = field(default_factory=APPOConfig)
+    # (here: the sections that registry entries bring, each algorithm's own; added below)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _with_algorithm_sections(cls):
+    """Config with a section per registry entry that brings one, after the older algorithm sections
+    (dqn, appo), so that a new algorithm adds its settings without an edit here."""
+    names = list(cls.__annotations__)
+    after = names.index("appo") + 1
+    extra = {name: tp for name, tp in registry.sections()}
+    cls.__annotations__ = {**{n: cls.__annotations__[n] for n in names[:after]}, **extra,
+                           **{n: cls.__annotations__[n] for n in names[after:]}}
+    for name, tp in extra.items():
+        setattr(cls, name, field(default_factory=tp))
+    return dataclass(cls)
+
+
+Config = _with_algorithm_sections(Config)
 
 
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
@@ -393,19 +407,40 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     if p.expected_world_size is not None and p.expected_world_size != world_size:
         errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "
                     f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
-    if cfg.training.algo == "dqn":
-        return errs + _check_dqn(cfg, world_size, errs) + _check_selfplay(cfg)
-    if cfg.training.algo == "appo":
-        return errs + _check_appo(cfg, world_size, errs)
-    if errs:  # the divisibility check below needs sane numbers
+    if cfg.training.algo not in ALGOS:  # said by _check_choices
         return errs
+    return errs + algorithm(cfg).hook("check")(cfg, world_size, errs)
+
+
+def algorithm(cfg: Config) -> registry.Algorithm:
+    """The registry entry of the run's training.algo."""
+    return registry.get(cfg.training.algo)
+
+
+def actor_learner(cfg: Config) -> bool:
+    """Whether the run's algorithm runs in the actor-learner layout (else: synchronous replicas)."""
+    return algorithm(cfg).layout == registry.ACTOR_LEARNER
+
+
+def sync_minibatches(cfg: Config) -> tuple[str, int]:
+    """The sync layout's minibatches per update: (the key that sets them, their number)."""
+    key = algorithm(cfg).minibatches_key
+    section, name = key.split(".")
+    return key, getattr(getattr(cfg, section), name)
+
+
+def check_sync(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
+    """The sync layout: every rank splits its share of the batch into the same minibatches."""
+    if earlier:  # the divisibility check below needs sane numbers
+        return []
     t = cfg.training
+    key, n = sync_minibatches(cfg)
     envs_local = local_num_envs(cfg, world_size)
     local_batch = envs_local * t.n_steps
-    if local_batch % t.num_minibatches != 0:
-        errs.append(f"training.num_minibatches: the per-rank batch ({envs_local} envs x {t.n_steps} steps = "
-                    f"{local_batch}) is not divisible by num_minibatches={t.num_minibatches}")
-    return errs
+    if local_batch % n != 0:
+        return [f"{key}: the per-rank batch ({envs_local} envs x {t.n_steps} steps = "
+                f"{local_batch}) is not divisible by num_minibatches={n}"]
+    return []
 
 
 def _check_choices(cfg: Config) -> list[str]:
@@ -427,8 +462,10 @@ def _check_choices(cfg: Config) -> list[str]:
         errs.append(f"env.num_threads: must be null (auto) or in [0, 1024], got {e.num_threads}")
     if t.algo not in ALGOS:
         errs.append(f"training.algo: '{t.algo}' is not supported; allowed: {', '.join(ALGOS)}")
-    if cfg.selfplay.enabled and t.algo != "dqn":
-        errs.append(f"selfplay.enabled: self-play runs in the DQN learner layout, training.algo is '{t.algo}'; allowed: dqn")
+    selfplay_algos = [a.name for a in registry.ALGORITHMS.values() if a.selfplay]
+    if cfg.selfplay.enabled and t.algo not in selfplay_algos:
+        errs.append(f"selfplay.enabled: self-play runs in the DQN learner layout, training.algo is '{t.algo}'; "
+                    f"allowed: {', '.join(selfplay_algos)}")
     if t.precision not in ("auto", "fp32", "bf16"):
         errs.append(f"training.precision: '{t.precision}' is not one of auto, fp32, bf16")
     if t.adv_norm not in ("minibatch", "rollout"):
@@ -500,7 +537,7 @@ def _check_ranges(cfg: Config) -> list[str]:
         errs.append(f"training.duration_hours: must be > 0 or null, got {t.duration_hours}")
     if t.target_kl is not None and not t.target_kl > 0:
         errs.append(f"training.target_kl: must be > 0 or null, got {t.target_kl}")
-    if not m.downsample and t.algo != "dqn":
+    if not m.downsample and t.algo in ALGOS and algorithm(cfg).network != "q":
         errs.append(f"model.downsample: false is for the DQN network (small boards); training.algo is '{t.algo}'")
     if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):
         errs.append(f"model.channels: must be a non-empty list of positive ints, got {show(m.channels)}")
@@ -546,7 +583,7 @@ SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None
                    "priority_exponent": (0, MAX_PRIORITY_EXPONENT), "heuristic_prob": (0, 1), "opponent_eps": (0, 1)}
 
 
-def _check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
+def check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     e = cfg.env
     name = canonical_env_name(e.name)
     d = cfg.dqn
@@ -559,7 +596,7 @@ def _check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
         errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: connect4")
     if not errs and not earlier:
         errs += _dqn_budget(cfg, world_size)
-    return errs
+    return errs + _check_selfplay(cfg)
 
 
 def _check_agents(section: str, num_agents: int, world_size: int) -> list[str]:
@@ -630,7 +667,7 @@ def _dqn_budget(cfg: Config, world_size: int) -> list[str]:
     return errs
 
 
-def _check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
+def check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     a = cfg.appo
     errs = _within("appo", a, APPO_RANGES)
     for key in ("rho_bar", "c_bar"):
@@ -708,16 +745,18 @@ def _check_selfplay(cfg: Config) -> list[str]:
     return errs
 
 def stepping_ranks(cfg: Config, world_size: int) -> int:
-    """Ranks that step envs: all of them in PPO; the actors in DQN and APPO (learners step none)."""
-    if cfg.training.algo == "ppo":
+    """Ranks that step envs: all of them in the sync layout (PPO, A2C); the actors in the
+    actor-learner layout (DQN, APPO: learners step none)."""
+    if not actor_learner(cfg):
         return world_size
     return max(world_size - layout_section(cfg).num_agents, 1)
 
 
 def layout_section(cfg: Config):
-    """The actor-learner layout's settings of this run's algorithm (dqn or appo): num_agents,
-    chunk_size, max_inflight, weight_sync_period, checkpoint_interval_updates."""
-    return cfg.appo if cfg.training.algo == "appo" else cfg.dqn
+    """The actor-learner layout's settings of this run's algorithm (its section: dqn, appo):
+    num_agents, chunk_size, max_inflight, weight_sync_period, checkpoint_interval_updates. None
+    in the sync layout."""
+    return getattr(cfg, algorithm(cfg).section) if actor_learner(cfg) else None
 
 
 def local_num_envs(cfg: Config, world_size: int) -> int:
@@ -767,7 +806,7 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     that would fit; it catches the sizes that would only end in an allocation failure. In the
     actor-learner layout (dqn, appo) this is an actor; `layout_memory` has the learner too."""
     m, t = cfg.model, cfg.training
-    if t.algo in ("dqn", "appo"):
+    if actor_learner(cfg):
         parts = layout_memory(cfg, world_size)[1]
         return sum(b for b, _, _ in parts), ", ".join(what for _, what, _ in parts)
     obs_shape = obs_shape_of(cfg.env.name)
@@ -778,7 +817,7 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
     # uint8 frames + six float32/int64 fields per step; one minibatch's first activations
     steps = t.n_steps
-    rollout, minibatch = steps * envs * (obs_bytes + 32), max(steps * envs // t.num_minibatches, 1)
+    rollout, minibatch = steps * envs * (obs_bytes + 32), max(steps * envs // sync_minibatches(cfg)[1], 1)
     need = 16 * params + rollout + minibatch * first_act  # params: weights, gradients, two Adam moments
     return need, (f"network {params:,} parameters, {envs:,} envs x {steps:,} steps of {obs_bytes:,}-byte frames, "
                   f"minibatch {minibatch:,} samples")
@@ -798,38 +837,60 @@ def chunk_bytes(cfg: Config, world_size: int) -> int:
     """One actor -> learner message (comm/p2p.ChunkLayout), by arithmetic: the header, self-play's
     result rows, the episode-return slots and chunk_size items (DQN: transitions of two frames;
     APPO: segments of T+1 frames)."""
-    sec, frame = layout_section(cfg), math.prod(obs_shape_of(cfg.env.name))
-    C = sec.chunk_size
-    rows = cfg.selfplay.pool_size + 4 if cfg.selfplay.enabled and cfg.training.algo == "dqn" else 0
-    if cfg.training.algo == "dqn":
-        capacity = max(C, local_num_envs(cfg, world_size))
-        items = 2 * _aligned(8 * C) + 2 * _aligned(4 * C) + 2 * _aligned(C * frame)
-    else:
-        T = cfg.appo.rollout_length
-        capacity = C * T
-        items = (_aligned(C * (T + 1) * frame) + _aligned(8 * C * T) + 3 * _aligned(4 * C * T)
-                 + _aligned(C * (T + 1)) + 8 * C)
+    rows = cfg.selfplay.pool_size + 4 if _selfplay_rows(cfg) else 0
+    capacity, items = algorithm(cfg).hook("chunk_items")(cfg, world_size)
     return 64 + 32 * rows + 8 * capacity + items
+
+
+def _selfplay_rows(cfg: Config) -> bool:
+    """Whether the messages carry self-play's game results (selfplay on, and the algorithm has it)."""
+    return cfg.selfplay.enabled and algorithm(cfg).selfplay
+
+
+def dqn_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
+    """DQN's message: (episode-return slots, bytes of chunk_size transitions of two frames)."""
+    C, frame = cfg.dqn.chunk_size, math.prod(obs_shape_of(cfg.env.name))
+    return max(C, local_num_envs(cfg, world_size)), 2 * _aligned(8 * C) + 2 * _aligned(4 * C) + 2 * _aligned(C * frame)
+
+
+def appo_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
+    """APPO's message: (episode-return slots, bytes of chunk_size segments of T+1 frames)."""
+    C, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, math.prod(obs_shape_of(cfg.env.name))
+    return C * T, (_aligned(C * (T + 1) * frame) + _aligned(8 * C * T) + 3 * _aligned(4 * C * T)
+                   + _aligned(C * (T + 1)) + 8 * C)
+
+
+@dataclass(frozen=True)
+class LayoutSizes:
+    """What every actor-learner memory model is made of: a frame, one sample's forward pass, the
+    network's parameters and an actor's envs (bytes, counts)."""
+    frame: int
+    fwd: int
+    params: int
+    envs: int
+    net_keys: str = "model.hidden_size, model.channels"
 
 
 def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
     """Lower bounds of a learner's and of an actor's memory in the actor-learner layout, as parts
     [(bytes, what, the keys that size it)]: what is allocated for certain (buffers, network copies,
-    one forward pass), never the allocator's or the framework's overhead."""
-    m, sp, algo = cfg.model, cfg.selfplay, cfg.training.algo
+    one forward pass), never the allocator's or the framework's overhead. The messages' parts are
+    the layout's; the rest is the algorithm's (its registry entry's `memory`)."""
+    m, sp, section = cfg.model, cfg.selfplay, algorithm(cfg).section
     sec = layout_section(cfg)
     obs_shape = obs_shape_of(cfg.env.name)
     frame, (h, w, _) = math.prod(obs_shape), obs_shape
     fwd = 4 * frame + h * w * m.channels[0] * 4  # per sample: the float input and the first conv's output
     params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
     actors, envs = world_size // sec.num_agents - 1, local_num_envs(cfg, world_size)
-    rows = 32 * (sp.pool_size + 4) if sp.enabled and algo == "dqn" else 0  # self-play's game results, per message
+    rows = 32 * (sp.pool_size + 4) if _selfplay_rows(cfg) else 0  # self-play's game results, per message
     chunk = chunk_bytes(cfg, world_size) - rows
-    net_keys = "model.hidden_size, model.channels"
-    chunk_keys = f"{algo}.chunk_size, {algo}.max_inflight"
+    chunk_keys = f"{section}.chunk_size, {section}.max_inflight"
+    sizes = LayoutSizes(frame, fwd, params, envs)
     learner = [(actors * sec.max_inflight * chunk, f"{actors} actor(s) x {sec.max_inflight:,} messages in flight x "
                 f"{chunk:,} bytes", chunk_keys)]
-    actor = [(8 * params, f"network {params:,} parameters x 2 (the copy it acts with, the weights received)", net_keys),
+    actor = [(8 * params, f"network {params:,} parameters x 2 (the copy it acts with, the weights received)",
+              sizes.net_keys),
              (sec.max_inflight * chunk, f"{sec.max_inflight:,} messages in flight x {chunk:,} bytes", chunk_keys),
              (envs * fwd, f"{envs:,} envs' forward pass", "env.num_envs")]
     if rows:
@@ -837,40 +898,51 @@ def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
                         f"game-result rows of {rows:,} bytes", "selfplay.pool_size"))
         actor.append((sec.max_inflight * rows, f"{sec.max_inflight:,} messages' game-result rows of {rows:,} bytes",
                       "selfplay.pool_size"))
-    if algo == "dqn":
-        d = cfg.dqn
-        replay = d.buffer_size * (2 * frame + 24) + 2 * (1 << max(int(d.buffer_size - 1).bit_length(), 0)) * 8
-        learner += [(24 * params, f"network {params:,} parameters x 6 (weights, gradients, two Adam moments, target "
-                     f"network, weights sent)", net_keys),
-                    (replay, f"replay {d.buffer_size:,} transitions x {2 * frame + 24:,} bytes (two frames each)",
-                     "dqn.buffer_size"),
-                    (d.batch_size * (2 * frame + 2 * fwd), f"batch {d.batch_size:,} transitions and their forward "
-                     f"passes", "dqn.batch_size")]
-        actor.append(((d.n_step + 2) * envs * frame, f"{envs:,} envs x (dqn.n_step {d.n_step:,} + 2) frames",
-                      "dqn.n_step, env.num_envs"))
-        if sp.enabled:  # pool members on the learner, cached on the actors; the sampling table in every message
-            updates = dqn_production(cfg, world_size)["updates"] if world_size // d.num_agents >= 2 else None
-            members = min(sp.pool_size, 1 + (updates // sp.snapshot_interval_updates if updates is not None else 0))
-            table = (32 * (1 + 2 * sp.pool_size), f"the opponent table of {sp.pool_size:,} slots", "selfplay.pool_size")
-            learner += [(members * 4 * params, f"opponent pool of {members:,} snapshot(s)",
-                         f"selfplay.pool_size, {net_keys}"),
-                        table, (sp.eval_games * (3 * frame + fwd), f"{sp.eval_games:,} rating games side by side",
-                                "selfplay.eval_games")]
-            actor += [((members + 1) * 4 * params, f"{members:,} cached opponent(s)", f"selfplay.pool_size, {net_keys}"),
-                      table]
-    else:
-        a = cfg.appo
-        T, seg = a.rollout_length, segment_bytes(frame, a.rollout_length)
-        samples = a.batch_segments * T
-        learner += [(20 * params, f"network {params:,} parameters x 5 (weights, gradients, two Adam moments, weights "
-                     f"sent)", net_keys),
-                    (2 * a.batch_segments * seg, f"batch {a.batch_segments:,} segments x {seg:,} bytes, and its copy",
-                     "appo.batch_segments, appo.rollout_length"),
-                    (a.batch_segments * (T + 1) * fwd, f"the V-trace forward pass over {a.batch_segments:,} x "
-                     f"{T + 1:,} frames", "appo.batch_segments, appo.rollout_length"),
-                    (samples // a.num_minibatches * fwd, f"minibatch {samples // a.num_minibatches:,} samples",
-                     "appo.batch_segments, appo.rollout_length")]  # (or raise appo.num_minibatches)
-        actor.append((2 * envs * seg, f"{envs:,} envs' segments of {T:,} steps x 2", "appo.rollout_length, env.num_envs"))
+    more_learner, more_actor = algorithm(cfg).hook("memory")(cfg, world_size, sizes)
+    return learner + more_learner, actor + more_actor
+
+
+def dqn_memory(cfg: Config, world_size: int, z: LayoutSizes) -> tuple[list, list]:
+    """DQN's learner: network copies, the replay, a batch; its actors: the n-step frames; with
+    self-play the opponent pool on both."""
+    d, sp, params, frame, envs, net_keys = cfg.dqn, cfg.selfplay, z.params, z.frame, z.envs, z.net_keys
+    replay = d.buffer_size * (2 * frame + 24) + 2 * (1 << max(int(d.buffer_size - 1).bit_length(), 0)) * 8
+    learner = [(24 * params, f"network {params:,} parameters x 6 (weights, gradients, two Adam moments, target "
+                f"network, weights sent)", net_keys),
+               (replay, f"replay {d.buffer_size:,} transitions x {2 * frame + 24:,} bytes (two frames each)",
+                "dqn.buffer_size"),
+               (d.batch_size * (2 * frame + 2 * z.fwd), f"batch {d.batch_size:,} transitions and their forward "
+                f"passes", "dqn.batch_size")]
+    actor = [((d.n_step + 2) * envs * frame, f"{envs:,} envs x (dqn.n_step {d.n_step:,} + 2) frames",
+              "dqn.n_step, env.num_envs")]
+    if sp.enabled:  # pool members on the learner, cached on the actors; the sampling table in every message
+        updates = dqn_production(cfg, world_size)["updates"] if world_size // d.num_agents >= 2 else None
+        members = min(sp.pool_size, 1 + (updates // sp.snapshot_interval_updates if updates is not None else 0))
+        table = (32 * (1 + 2 * sp.pool_size), f"the opponent table of {sp.pool_size:,} slots", "selfplay.pool_size")
+        learner += [(members * 4 * params, f"opponent pool of {members:,} snapshot(s)",
+                     f"selfplay.pool_size, {net_keys}"),
+                    table, (sp.eval_games * (3 * frame + z.fwd), f"{sp.eval_games:,} rating games side by side",
+                            "selfplay.eval_games")]
+        actor += [((members + 1) * 4 * params, f"{members:,} cached opponent(s)", f"selfplay.pool_size, {net_keys}"),
+                  table]
+    return learner, actor
+
+
+def appo_memory(cfg: Config, world_size: int, z: LayoutSizes) -> tuple[list, list]:
+    """APPO's learner: network copies, a batch of segments and its V-trace forward pass; its actors:
+    their envs' segments."""
+    a, params, fwd = cfg.appo, z.params, z.fwd
+    T, seg = a.rollout_length, segment_bytes(z.frame, a.rollout_length)
+    samples = a.batch_segments * T
+    learner = [(20 * params, f"network {params:,} parameters x 5 (weights, gradients, two Adam moments, weights "
+                f"sent)", z.net_keys),
+               (2 * a.batch_segments * seg, f"batch {a.batch_segments:,} segments x {seg:,} bytes, and its copy",
+                "appo.batch_segments, appo.rollout_length"),
+               (a.batch_segments * (T + 1) * fwd, f"the V-trace forward pass over {a.batch_segments:,} x "
+                f"{T + 1:,} frames", "appo.batch_segments, appo.rollout_length"),
+               (samples // a.num_minibatches * fwd, f"minibatch {samples // a.num_minibatches:,} samples",
+                "appo.batch_segments, appo.rollout_length")]  # (or raise appo.num_minibatches)
+    actor = [(2 * z.envs * seg, f"{z.envs:,} envs' segments of {T:,} steps x 2", "appo.rollout_length, env.num_envs")]
     return learner, actor
 
 
@@ -904,7 +976,7 @@ def _gib(n: float) -> str:
 
 
 def memory_problem(cfg: Config, world_size: int, ranks_on_node: int) -> str | None:
-    if cfg.training.algo in ("dqn", "appo"):
+    if actor_learner(cfg):
         return _layout_memory_problem(cfg, world_size, ranks_on_node)
     need, parts = memory_floor(cfg, world_size)
     have = memory_available(ranks_on_node)

@@ -1,6 +1,6 @@
 """`python -m mpippo.evaluate --checkpoint PATH`: how well does a trained agent play?
 
-Runs the policy of a checkpoint (PPO: sampled or --deterministic argmax; DQN: greedy) for a
+Runs the policy of a checkpoint (a policy: sampled, or --deterministic argmax; Q-values: greedy) for a
 fixed number of episodes and prints mean, std, median, min and max return and episode length,
 as a table and optionally as JSON. `--levels test` plays unseen levels (procgen num_levels=0,
 level seeds after the training set) to measure the generalization gap of a run trained on a
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from mpippo import config as C
+from mpippo.algos import registry
 from mpippo.checkpoint import (atomic_write_json, load_checkpoint, missing_folders, read_checkpoint_bytes,
                                remove_if_empty)
 from mpippo.envs import make_env, rank_seed
@@ -38,7 +39,8 @@ def make_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m mpippo.evaluate", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a checkpoint file, or a run folder (uses checkpoints/latest.pt)")
     p.add_argument("--num-episodes", type=int, default=100)
-    p.add_argument("--deterministic", action="store_true", help="PPO: argmax action instead of sampling")
+    p.add_argument("--deterministic", action="store_true",
+                   help="a policy's argmax action instead of sampling (Q-values: always)")
     p.add_argument("--levels", choices=("train", "test"), default="train",
                    help="train: the run's own levels; test: unseen levels (num_levels=0)")
     p.add_argument("--num-envs", type=int, default=16, help="envs per rank played in parallel")
@@ -58,17 +60,11 @@ def resolve_checkpoint(path: str) -> Path:
 
 
 def build_policy(state: dict):
-    """(act(obs) -> actions, spec): the checkpoint's network, ready to act."""
-    cfg = state["config"]
+    """The checkpoint's network (its algorithm's, models.build), ready to act."""
+    errors: list[str] = []
+    cfg = C.from_dict(state["config"], errors)  # (checked by ckpt_schema when the checkpoint was read)
     spec = state["model_spec"]
-    channels, hidden = tuple(cfg["model"]["channels"]), cfg["model"]["hidden_size"]
-    if state["algo"] == "dqn":
-        from mpippo.models import DuelingQNetwork
-        net = DuelingQNetwork(tuple(spec["obs_shape"]), spec["num_actions"], channels, hidden, cfg["dqn"]["dueling"],
-                              cfg["model"].get("downsample", True))
-    else:
-        from mpippo.models import ImpalaCNNPolicy
-        net = ImpalaCNNPolicy(tuple(spec["obs_shape"]), spec["num_actions"], channels, hidden)
+    net = registry.get(state["algo"]).build_network(cfg, spec["obs_shape"], spec["num_actions"])
     try:
         net.load_state_dict(state["model"])
     except RuntimeError as e:
@@ -77,17 +73,23 @@ def build_policy(state: dict):
     return net
 
 
+def greedy(algo: str, deterministic: bool) -> bool:
+    """Whether evaluation takes the argmax: always for Q-values (the entry's greedy_eval), else with
+    --deterministic (a policy samples from its logits)."""
+    return deterministic or registry.get(algo).greedy_eval
+
+
 def make_actor(net, algo: str, deterministic: bool, generator: torch.Generator):
+    q_values, argmax = registry.get(algo).network == "q", greedy(algo, deterministic)
+
     @torch.inference_mode()
     def act(obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         out = net(torch.from_numpy(obs))
-        scores = out if algo == "dqn" else out[0]
+        scores = out if q_values else out[0]  # Q-values, or (logits, value)
         if mask is not None:  # legal actions only (connect4)
             scores = scores.masked_fill(~torch.from_numpy(mask), float("-inf"))
-        if algo == "dqn":
-            return scores.argmax(1).numpy()
         logits = scores
-        if deterministic:
+        if argmax:
             return logits.argmax(1).numpy()
         return torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator).squeeze(1).numpy()
     return act
@@ -294,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     res = {"checkpoint": str(path), "algo": state["algo"], "env": cfg.env.name,
            "distribution_mode": cfg.env.distribution_mode, "levels": args.levels,
            "num_levels": cfg.env.num_levels, "start_level": cfg.env.start_level,
-           "deterministic": bool(args.deterministic or state["algo"] == "dqn"),
+           "deterministic": greedy(state["algo"], args.deterministic),
            "trained_timesteps": int(state["timesteps"]), "ranks": world.size,
            **summarize(returns, lengths), "seconds": time.perf_counter() - t0, "notes": notes}
     if two_player:  # +1 win, 0 draw, -1 loss

@@ -18,7 +18,10 @@ from torch.optim.adam import adam
 
 class Adam:
     """The subset of `torch.optim.Adam` mpippo uses: one parameter group, no weight decay, no
-    amsgrad; `param_groups[0]["lr"]` may be changed between steps (learning-rate annealing)."""
+    amsgrad; `param_groups[0]["lr"]` may be changed between steps (learning-rate annealing).
+    A subclass with other MOMENTS and its own `step` is another torch.optim rule with the same
+    bookkeeping."""
+    MOMENTS = ("exp_avg", "exp_avg_sq")  # the per-parameter state beside the step count, shaped like the parameter
 
     def __init__(self, params, lr: float, eps: float, betas: tuple[float, float] = (0.9, 0.999)):
         # the keys torch.optim.Adam writes into a state_dict, so that its checkpoints load here and back
@@ -46,8 +49,7 @@ class Adam:
         one kernel launch less per step), the moments shaped like the parameter."""
         if p not in self.state:
             self.state[p] = {"step": torch.tensor(0.0, dtype=torch.float32),
-                             "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                             "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                             **{m: torch.zeros_like(p, memory_format=torch.preserve_format) for m in self.MOMENTS}}
         return self.state[p]
 
     @torch.no_grad()
@@ -77,11 +79,11 @@ class Adam:
         state = {}
         for i, s in sd["state"].items():
             p = self.params[int(i)]
-            if s["exp_avg"].shape != p.shape or s["exp_avg_sq"].shape != p.shape:
-                raise ValueError(f"optimizer state {i} has shape {tuple(s['exp_avg'].shape)}, parameter {tuple(p.shape)}")
+            for m in self.MOMENTS:
+                if s[m].shape != p.shape:
+                    raise ValueError(f"optimizer state {i} has shape {tuple(s[m].shape)}, parameter {tuple(p.shape)}")
             # as torch: moments to the parameter's device and dtype, the step count stays as saved
-            state[p] = {"step": s["step"], "exp_avg": s["exp_avg"].to(dtype=p.dtype, device=p.device),
-                        "exp_avg_sq": s["exp_avg_sq"].to(dtype=p.dtype, device=p.device)}
+            state[p] = {"step": s["step"], **{m: s[m].to(dtype=p.dtype, device=p.device) for m in self.MOMENTS}}
         saved = copy.deepcopy({k: v for k, v in groups[0].items() if k != "params"})
         self.param_groups = [{**self.param_groups[0], **saved, "params": self.params}]
         self.state = state

@@ -21,13 +21,14 @@ import copy
 import numpy as np
 import torch
 
+from mpippo import ckpt_schema as schema
+from mpippo import models
 from mpippo.algos.adam import Adam
 from mpippo.algos.dqn import (NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half_device,
                               replay_device)
 from mpippo.algos.ppo import autocast
 from mpippo.envs import bits_to_mask, mask_bits
 from mpippo.errors import NonFiniteError
-from mpippo.models import DuelingQNetwork
 
 REPLAY_FILE = "replay.npz"
 
@@ -187,7 +188,7 @@ class ApeX:
     steps_per_item = 1  # a chunk item is one (n-step) transition
     log_every_updates = 0  # updates are many and small: the learner logs by time only
 
-    def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int, masked: bool):
+    def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int, masked: bool = False):
         self.cfg, self.d, self.t = cfg, cfg.dqn, cfg.training
         self.obs_shape, self.num_actions, self.masked = tuple(obs_shape), num_actions, masked
         self.epsilons = apex_epsilons(num_actors, self.d.eps, self.d.eps_alpha)
@@ -213,9 +214,7 @@ class ApeX:
 
     # ------------------------------------------------- what the layout asks of an algorithm
     def new_net(self) -> torch.nn.Module:
-        m = self.cfg.model
-        return DuelingQNetwork(self.obs_shape, self.num_actions, tuple(m.channels), m.hidden_size, self.d.dueling,
-                               m.downsample).init_trunk_(m.init)
+        return models.build("q", self.obs_shape, self.num_actions, self.cfg.model, dueling=self.d.dueling)
 
     def fields(self) -> list[tuple[str, type, tuple]]:
         return chunk_fields(self.obs_shape)
@@ -241,6 +240,10 @@ class ApeX:
     def learner_bytes(self) -> int:
         """What the learner holds beyond the network: the replay buffer."""
         return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape)
+
+    def learner_bytes_key(self) -> str:
+        """The setting that sizes learner_bytes, for a refusal."""
+        return f"dqn.buffer_size: {self.d.buffer_size} transitions"
 
     def setup_learner(self, q: torch.nn.Module, device, seed: int, aug_seed: int) -> None:
         """The learner's half on `device`: the replay there when it fits (else on the host, each batch
@@ -384,6 +387,28 @@ class ApeX:
         """Files a checkpoint names, written before it (write = atomic_write_with)."""
         if self.d.save_replay:
             write(ckpt_dir / REPLAY_FILE, lambda f: self.replay.save(f, updates))
+
+    @staticmethod
+    def check_checkpoint(state: dict, cfg, net) -> None:
+        """What state_dict and the learner wrote: the target network, the replay's RNGs, the replay
+        file's name and, with self-play, the opponent pool (ckpt_schema's primitives)."""
+        schema.check_learner(state, net)
+        schema.mapping(state, "checkpoint", ("target", "replay_rng", "torch_rng"))
+        schema.check_weights(state["target"], "target", net)
+        schema.pcg64(state["replay_rng"], "replay_rng")
+        schema.torch_generator(state["torch_rng"], "torch_rng")
+        if state.get("replay_generator") is not None:  # the replay's device generator (CPU or CUDA: the learner's)
+            schema.tensor(state["replay_generator"], "replay_generator", None, torch.uint8)
+        schema.need(state.get("replay_file") in (None, REPLAY_FILE), "replay_file", f"expected null or '{REPLAY_FILE}' "
+                    f"(a file beside the checkpoint), got {schema.show(state.get('replay_file'))}")
+        if "selfplay" in state:
+            sp = schema.mapping(state["selfplay"], "selfplay", ("pool", "ratings"))
+            pool = schema.mapping(sp["pool"], "selfplay.pool", ("members", "next_id", "learner_rating", "heuristics",
+                                                                 "dropped"))
+            n_params = sum(p.numel() for p in net.parameters())
+            for i, m in enumerate(schema.seq(pool["members"], "selfplay.pool.members")):
+                schema.mapping(m, f"selfplay.pool.members[{i}]", ("id", "params", "wdl"))
+                schema.array(m["params"], f"selfplay.pool.members[{i}].params", "f", (n_params,))
 
 
 class ApeXActing:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mpippo import ckpt_schema as schema
 from mpippo.algos.adam import Adam
 from mpippo.algos.ppo import PPOLoss, ppo_loss
 from mpippo.algos.vtrace import vtrace
@@ -411,7 +412,7 @@ class APPO(APPOLearning):
     and what the learner logs and reports (the policy lag above all)."""
     name = "appo"
 
-    def __init__(self, cfg, obs_shape, num_actions: int):
+    def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int = 1, masked: bool = False):
         super().__init__(cfg.appo, cfg.training, obs_shape, cfg.guards.max_nonfinite_skips)
         self.cfg, self.obs_shape, self.num_actions = cfg, tuple(obs_shape), num_actions
         self.steps_per_item = self.a.rollout_length  # a chunk item is one env's segment of T steps
@@ -421,9 +422,8 @@ class APPO(APPOLearning):
 
     # ------------------------------------------------- what the layout asks of an algorithm
     def new_net(self) -> torch.nn.Module:
-        from mpippo.models import ImpalaCNNPolicy
-        m = self.cfg.model
-        return ImpalaCNNPolicy(self.obs_shape, self.num_actions, tuple(m.channels), m.hidden_size).init_trunk_(m.init)
+        from mpippo import models
+        return models.build("actor_critic", self.obs_shape, self.num_actions, self.cfg.model)
 
     def fields(self) -> list[tuple[str, type, tuple]]:
         return segment_fields(self.obs_shape, self.a.rollout_length)
@@ -454,6 +454,23 @@ class APPO(APPOLearning):
     def learner_bytes(self) -> int:
         """One batch and at most one batch of kept segments."""
         return 2 * self.a.batch_segments * (self.a.rollout_length + 1) * int(np.prod(self.obs_shape))
+
+    def learner_bytes_key(self) -> str:
+        """The settings that size learner_bytes, for a refusal."""
+        return f"appo.batch_segments: {self.a.batch_segments} segments of {self.a.rollout_length} steps"
+
+    @staticmethod
+    def check_checkpoint(state: dict, cfg, net) -> None:
+        """What state_dict and the learner wrote (ckpt_schema's primitives)."""
+        schema.check_learner(state, net)
+        schema.mapping(state, "checkpoint", ("ret_rms", "version", "shuffle", "lag_hist", "lag_dropped",
+                                             "lag_accepted"))
+        schema.check_ret_rms(state["ret_rms"])
+        schema.need(state["version"] == state["counters"]["updates"], "version",
+                    f"{schema.show(state['version'])} is not the counters' {state['counters']['updates']} updates")
+        schema.torch_generator(state["shuffle"], "shuffle")
+        schema.array(state["lag_hist"], "lag_hist", "i", PolicyLag(0).hist.shape)
+        schema.int_(state["lag_dropped"], "lag_dropped"), schema.int_(state["lag_accepted"], "lag_accepted")
 
     def setup_learner(self, model: torch.nn.Module, device, seed: int, aug_seed: int | None = None) -> None:
         super().setup_learner(model, device, seed)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mpippo import ckpt_schema as schema
 from mpippo.algos.adam import Adam
 from mpippo.errors import NonFiniteError
 
@@ -203,3 +204,28 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
 
 
 SUMMED = ("pg_loss", "v_loss", "entropy", "clipfrac")  # ppo_update's statistics kept on the device
+
+
+class PPO:
+    """PPO in the sync layout (registry entry "ppo"): what runners/sync_ppo.py asks of its algorithm.
+    The runner owns the replicas, the rollout and the Allreduce (grad_sync); this owns the optimizer,
+    the update and the check of what its checkpoints hold beside the runner's state."""
+
+    def __init__(self, cfg):
+        self.t = cfg.training
+        self.gae_lambda = self.t.gae_lambda
+        self.allreduces_per_iteration = self.t.n_epochs * self.t.num_minibatches  # gradient Allreduces
+
+    def optimizer(self, params) -> Adam:
+        return Adam(params, lr=self.t.learning_rate, eps=self.t.adam_eps)
+
+    def update(self, model, optimizer, batch: dict, grad_sync, generator=None, timer=None, nonfinite_streak: int = 0,
+               max_nonfinite_streak: int = 3, adv_moments=local_mean_std) -> dict:
+        return ppo_update(model, optimizer, batch, self.t, grad_sync, generator, timer, nonfinite_streak,
+                          max_nonfinite_streak, adv_moments)
+
+    @staticmethod
+    def check_checkpoint(state: dict, cfg, net) -> None:
+        """The sync layout's state and Adam over the one flat parameter (models/flat.py)."""
+        schema.check_sync_state(state, cfg)
+        schema.check_adam(state["optimizer"], "optimizer", [(sum(p.numel() for p in net.parameters()),)])

@@ -1,3 +1,22 @@
+"""The networks, and the one place that builds them from a config (`build`)."""
 from mpippo.models.impala_cnn import DuelingQNetwork, ImpalaCNNPolicy
 
-__all__ = ["DuelingQNetwork", "ImpalaCNNPolicy"]
+KINDS = ("actor_critic", "q")
+
+
+def build(kind: str, obs_shape: tuple, num_actions: int, model, device=None, dueling: bool = True):
+    """The IMPALA-CNN of kind `kind` (an algorithm's registry entry names it) with the settings of
+    `model` (the config's model section), its trunk drawn by model.init: actor_critic -> policy
+    logits and a value (PPO, APPO, A2C); q -> Q-values (DQN; `dueling`: its head)."""
+    if kind == "q":
+        net = DuelingQNetwork(obs_shape, num_actions, tuple(model.channels), model.hidden_size, dueling,
+                              model.downsample)
+    elif kind == "actor_critic":
+        net = ImpalaCNNPolicy(obs_shape, num_actions, tuple(model.channels), model.hidden_size)
+    else:
+        raise ValueError(f"network kind '{kind}' is not one of {', '.join(KINDS)}")
+    net.init_trunk_(model.init)
+    return net if device is None else net.to(device)
+
+
+__all__ = ["DuelingQNetwork", "ImpalaCNNPolicy", "build"]

@@ -28,13 +28,11 @@ import psutil
 import torch
 
 from mpippo import resume
-from mpippo.algos.apex import ApeX
-from mpippo.algos.appo import APPO
 from mpippo.algos.ppo import autocast
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
-from mpippo.config import Config, ConfigError, layout_section
+from mpippo.config import Config, ConfigError, algorithm, layout_section
 from mpippo.envs import make_env, rank_seed
 from mpippo.layout.actor import Actor
 from mpippo.layout.learner import Learner, agent_folder
@@ -99,16 +97,14 @@ class ActorLearnerRun:
         self.resume_state = self.resume_point(resume)
         self.precision_why = self.settle_precision()
         if self.is_learner and self.algo.learner_bytes() > 0.9 * psutil.virtual_memory().available:
-            what = (f"dqn.buffer_size: {cfg.dqn.buffer_size} transitions" if self.algo.name == "dqn" else
-                    f"appo.batch_segments: {cfg.appo.batch_segments} segments of {cfg.appo.rollout_length} steps")
-            raise ConfigError(f"{what} need {self.algo.learner_bytes() / 2**30:.1f} GiB, more than the "
+            raise ConfigError(f"{self.algo.learner_bytes_key()} need {self.algo.learner_bytes() / 2**30:.1f} GiB, more than the "
                               f"{psutil.virtual_memory().available / 2**30:.1f} GiB available; lower it")
 
     def new_algo(self):
+        """The algorithm object of the run's registry entry (ApeX, APPO): both halves of it."""
         a = self.agent
-        if self.cfg.training.algo == "appo":
-            return APPO(self.cfg, a.obs_shape, a.num_actions)
-        return ApeX(self.cfg, a.obs_shape, a.num_actions, self.num_actors, masked=hasattr(self.env, "action_mask"))
+        return algorithm(self.cfg).load()(self.cfg, a.obs_shape, a.num_actions, num_actors=self.num_actors,
+                                          masked=hasattr(self.env, "action_mask"))
 
     def settle_precision(self) -> str:
         """training.precision made concrete for this rank's own device (auto -> bf16 | fp32): a

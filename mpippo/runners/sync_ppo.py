@@ -1,5 +1,7 @@
-"""Synchronous data-parallel PPO: every rank steps its own envs with its own replica of the
-policy; gradients are averaged with one Allreduce per minibatch, so replicas stay identical.
+"""Synchronous data-parallel PPO, and the sync layout of every algorithm whose registry entry
+names it (the runner calls the entry's optimizer and update): every rank steps its own envs with
+its own replica of the policy; gradients are averaged with one Allreduce per minibatch, so
+replicas stay identical.
 
 One iteration on each rank:
   rollout (no communication) -> reward normalizer moments (1 small Allreduce) -> GAE ->
@@ -18,14 +20,13 @@ import numpy as np
 import torch
 
 from mpippo import resume
-from mpippo.algos.adam import Adam
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
-from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, device_mean_std, ppo_update
+from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, device_mean_std
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
-from mpippo.config import Config, ConfigError
+from mpippo.config import Config, ConfigError, algorithm
 from mpippo.envs import make_env, rank_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
@@ -35,7 +36,6 @@ from mpippo.runctl import resolve_precision, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.metrics.timers import PhaseTimer
-from mpippo.models import ImpalaCNNPolicy
 from mpippo.models.flat import flat_model_, num_params
 
 REWARD_CLIP = 10.0
@@ -65,8 +65,10 @@ class SyncPPO:
         self.env = make_env(cfg, self.num_envs, seed=seed, num_threads=self.env_threads)
         self.batch_size = cfg.env.num_envs * t.n_steps  # global: all ranks
 
-        self.model = ImpalaCNNPolicy(self.env.obs_shape, self.env.num_actions, tuple(cfg.model.channels),
-                                     cfg.model.hidden_size).init_trunk_(cfg.model.init).to(self.device)
+        # the algorithm (its registry entry's code: optimizer, update) and its network
+        self.entry = algorithm(cfg)
+        self.algo = self.entry.load()(cfg)
+        self.model = self.entry.build_network(cfg, self.env.obs_shape, self.env.num_actions, self.device)
         self.sampler = GumbelSampler(self.device, seed + 2)  # actions, drawn on the policy's device
         # on a GPU, observations and actions cross through fixed pinned host buffers
         pin = self.device.type == "cuda"
@@ -74,9 +76,9 @@ class SyncPPO:
         self.act_host = torch.zeros(self.num_envs, dtype=torch.long, pin_memory=pin)
         self.grad_sync = GradAllreduce(world, num_params(self.model), self.device)
         # params and grads become views of two flat buffers; the grads' buffer is the MPI buffer.
-        # Adam over the single flat tensor: one fused update instead of one per layer.
+        # the optimizer (PPO's Adam) over the one flat tensor: one fused update instead of one per layer.
         self.flat_params, _ = flat_model_(self.model, self.grad_sync.grad)
-        self.optimizer = Adam([self.flat_params], lr=t.learning_rate, eps=t.adam_eps)
+        self.optimizer = self.algo.optimizer([self.flat_params])
 
         self.ret_rms = RunningMeanStd()
         self.global_step, self.iteration = 0, 0
@@ -130,15 +132,15 @@ class SyncPPO:
 
     def state_dict(self, rank_states: list) -> dict:
         return {
-            "algo": "ppo", "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "algo": self.entry.name, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "timesteps": self.global_step, "iteration": self.iteration, "config": self.cfg.to_dict(),
             "world_size": self.world.size, "model_spec": self.model_spec(),
             "ret_rms": self.ret_rms.state_dict(), "ranks": rank_states,
         }
 
     def _load(self, state: dict) -> None:
-        if state["algo"] != "ppo":
-            raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is ppo")
+        if state["algo"] != self.entry.name:
+            raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is {self.entry.name}")
         notes = resume.check(state["config"], self.cfg)  # the same game, levels and algorithm, or one line
         spec = state.get("model_spec")
         if spec != self.model_spec():
@@ -265,7 +267,7 @@ class SyncPPO:
             _, next_value = self.model(torch.from_numpy(next_obs).to(self.device))
         next_value = next_value.float()
         next_done = torch.from_numpy(next_first.astype(np.float32)).to(self.device)
-        adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done, t.gamma, t.gae_lambda)
+        adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done, t.gamma, self.algo.gae_lambda)
         if t.norm_adv and t.adv_norm == "rollout":
             mean, std = global_mean_std(self.world, adv)
             adv = (adv - mean) / (std + 1e-8)
@@ -273,18 +275,18 @@ class SyncPPO:
 
     def learn(self, nonfinite_streak: int = 0) -> dict:
         """The learning half of an iteration, on the rollout in self.buf: reward scaling, GAE,
-        advantages, then the epochs of minibatch updates. Returns ppo_update's statistics."""
-        t = self.cfg.training
+        advantages, then the algorithm's update (minibatch steps, one gradient Allreduce each).
+        Returns its statistics (ppo_update's)."""
         with self.timer("gae"):
             adv, ret = self.advantages(self.obs, self.first)
             batch = self.buf.flat_batch(adv, ret)
             y, v = batch["b_returns"].double(), batch["b_values"].double()
             self.interval_ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()),
                                  float(((y - v) ** 2).sum())]
-        return ppo_update(self.model, self.optimizer, batch, t, self.grad_sync, self.generator, self.timer,
-                          nonfinite_streak, self.cfg.guards.max_nonfinite_skips,
-                          adv_moments=device_mean_std if self.world.size == 1 else
-                          (lambda x: global_mean_std(self.world, x)))
+        return self.algo.update(self.model, self.optimizer, batch, self.grad_sync, self.generator, self.timer,
+                                nonfinite_streak, self.cfg.guards.max_nonfinite_skips,
+                                adv_moments=device_mean_std if self.world.size == 1 else
+                                (lambda x: global_mean_std(self.world, x)))
 
     def _lr(self) -> float:
         t = self.cfg.training
@@ -347,7 +349,7 @@ class SyncPPO:
                               "deterministic": t.deterministic,
                               "precision_why": self.precision_why,
                               "allreduce_bytes": int(self.grad_sync.host.numel() * 4),
-                              "allreduce_calls_per_iteration": t.n_epochs * t.num_minibatches}
+                              "allreduce_calls_per_iteration": self.algo.allreduces_per_iteration}
         signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
         deadline = Deadline(t.duration_hours)

@@ -151,7 +151,7 @@ def differs_from_default(suite: Suite, member_cfg: dict) -> list[str]:
     algo = today["training"]["algo"]
     out = []
     for section, keys in today.items():
-        if section in NOT_LEARNING or (section in ("dqn", "appo", "selfplay") and section != algo):
+        if section in NOT_LEARNING or (section in (*C.registry.algorithm_sections(), "selfplay") and section != algo):
             continue
         for key, now in keys.items():
             was = member_cfg.get(section, {}).get(key)

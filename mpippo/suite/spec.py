@@ -191,7 +191,7 @@ def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
         raise
     except C.ConfigError as e:
         raise SuiteError(f"suite '{s.path}': variants.{name}: {e.errors[0]}") from None
-    if cfg.training.algo != "ppo" and C.layout_section(cfg).num_agents != 1:
+    if C.actor_learner(cfg) and C.layout_section(cfg).num_agents != 1:
         raise SuiteError(f"suite '{s.path}': variants.{name}: {cfg.training.algo}.num_agents: a suite member is one "
                          f"agent (one run folder), got {C.layout_section(cfg).num_agents}")
     s.algos[name] = cfg.training.algo

@@ -91,7 +91,7 @@ def mismatch(suite: Suite, member: Member, m: dict | None = None) -> str | None:
             return f"holds {_article(str(game)) if isinstance(game, str) else show(game)} run, not {member.game} ({where})"
         if mode is not None and mode != suite.distribution_mode:
             return f"holds a {mode}-mode run, not {suite.distribution_mode} ({where})"
-        if algo is not None and run_algo != algo:
+        if algo not in (None, run_algo):
             return (f"holds {_article(str(run_algo)) if isinstance(run_algo, str) else show(run_algo)} run, "
                     f"not {algo} (what variant {member.variant} resolves to; {where})")
         if seed is not None and seed != member.seed:

@@ -1,0 +1,79 @@
+"""The algorithm registry: one entry per algorithm, light enough for the config to read, complete
+enough that nothing else needs to branch on an algorithm's name."""
+import ast
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpippo import config as C
+from mpippo.algos import registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_config_reads_the_registry_without_loading_torch():
+    """A bad config is refused before torch loads (cli.py's phase C): the registry, its entries and
+    the sections they bring must stay light."""
+    code = "import sys, mpippo.config as C; print(C.ALGOS, 'torch' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-1] == "False", res.stdout
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_every_entry_is_complete(name):
+    a = registry.get(name)
+    assert a.layout in registry.LAYOUTS and a.name in C.ALGOS and a.summary.startswith(name)
+    impl = a.load()
+    assert callable(impl.check_checkpoint)
+    assert callable(a.hook("check"))
+    if a.layout == registry.SYNC:
+        for method in ("optimizer", "update"):
+            assert callable(getattr(impl, method)), method
+        section, key = a.minibatches_key.split(".")
+        assert key in {f.name for f in dataclasses.fields(C._section_classes()[section])}
+    else:
+        assert a.section in C.SECTIONS or a.section in C._section_classes()
+        assert callable(a.hook("memory")) and callable(a.hook("chunk_items"))
+    if a.section is not None:
+        assert a.section in C._section_classes() and a.section in registry.algorithm_sections()
+    cfg = C.Config()
+    cfg.training.algo = name
+    net = a.build_network(cfg, (8, 8, 3), 4)
+    out = net(__import__("torch").zeros((2, 8, 8, 3), dtype=__import__("torch").uint8))
+    assert (out.shape if a.network == "q" else out[0].shape) == (2, 4)
+
+
+def test_a_module_that_declares_an_algorithm_is_found(tmp_path):
+    """Discovery reads a module's top level without running it: an ALGORITHM assignment is what counts."""
+    (tmp_path / "mine.py").write_text("import torch\nALGORITHM = None\n")
+    (tmp_path / "other.py").write_text("def f():\n    ALGORITHM = 1\n")
+    assert registry._declares_algorithm(tmp_path / "mine.py")
+    assert not registry._declares_algorithm(tmp_path / "other.py")
+
+
+def _is_algo(node) -> bool:
+    """`algo`, `x.algo`, `x["algo"]`: the run's or a checkpoint's algorithm."""
+    return (isinstance(node, ast.Name) and node.id.endswith("algo")) or (
+        isinstance(node, ast.Attribute) and node.attr == "algo") or (
+        isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "algo")
+
+
+def test_no_module_outside_the_registry_branches_on_an_algorithm_name():
+    """`algo == "dqn"`, `cfg.training.algo != "ppo"`, `state["algo"] == ...` appear nowhere in
+    mpippo/ but the registry: the entries' fields say what differs. (api.py's DQN function may
+    recognize its learner's metrics by their algo: a call's result, not the run's setting.)"""
+    found = []
+    for path in sorted((ROOT / "mpippo").rglob("*.py")):
+        if path.name == "registry.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+                sides = [node.left, *node.comparators]
+                literal = any(isinstance(s, ast.Constant) and s.value in registry.NAMES for s in sides)
+                if literal and any(_is_algo(s) for s in sides):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
