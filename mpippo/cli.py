@@ -181,6 +181,8 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     trainer = _trainer(world, args, cfg, run_dir, start)
     if note and world.is_root:
         print(f"mpippo: note: {note}", flush=True)
+    if (unread := C.ignored_note(cfg)) and world.is_root:
+        print(f"mpippo: warning: {unread}", flush=True)
     if C.actor_learner(cfg):  # dqn, appo: learners and actors
         return _train_actor_learner(world, trainer, signals)
     if world.is_root:

@@ -777,6 +777,26 @@ def envs_note(asked: Config, ran: Config, world_size: int) -> str | None:
             f"rank(s): {ran.env.num_envs_per_rank} per rank, {ran.env.num_envs} in all")
 
 
+def ignored_note(cfg: Config) -> str | None:
+    """One line naming the keys set away from their defaults that `cfg`'s algorithm does not read:
+    the shared keys its registry entry lists and the sections of the other algorithms (None: none)."""
+    entry, default = registry.get(cfg.training.algo), Config()
+    keys = list(entry.ignores)
+    for section in registry.algorithm_sections():
+        if section != entry.section:
+            keys += [f"{section}.{k}" for k in getattr(default, section).__dataclass_fields__]
+    unread = []
+    for key in keys:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value != getattr(getattr(default, section), name):
+            unread.append(f"{key}={show(value)}")
+    if not unread:
+        return None
+    return (f"training.algo {entry.name} does not read {', '.join(unread)}: these settings have no effect "
+            f"(see README's config table for the keys each algorithm reads)")
+
+
 def resolve(cfg: Config, world_size: int) -> Config:
     """Fill derived values so the saved config.yaml states what actually ran."""
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env))

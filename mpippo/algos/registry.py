@@ -63,6 +63,8 @@ class Algorithm:
     minibatches_key: str = "training.num_minibatches"  # sync: the key that splits each rank's batch
     memory: Optional[str] = None       # actor-learner: "module:function"(cfg, world_size, learner, actor, ...)
     chunk_items: Optional[str] = None  # actor-learner: "module:function"(cfg, world_size) -> (capacity, bytes)
+    ignores: tuple = ()                # keys of the shared sections it does not read ("training.n_epochs"): set
+    #                                    away from their defaults, the start-up says so in one line
 
     def hook(self, what: str):
         """The function or class named by the entry's field `what`, imported now."""
@@ -81,6 +83,11 @@ class Algorithm:
 
 
 PPO_LOGS = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")
+# training keys of the sync PPO loop that the actor-learner algorithms replace by their own section's
+_SYNC_LOOP = ("training.n_steps", "training.n_epochs", "training.num_minibatches")
+_PPO_LOSS = ("training.gae_lambda", "training.clip_range", "training.clip_vloss", "training.ent_coef",
+             "training.vf_coef", "training.target_kl", "training.norm_adv", "training.adv_norm",
+             "training.normalize_reward", "training.reward_norm", "training.reward_norm_gamma")
 
 BUILT_IN = (
     Algorithm("ppo", SYNC, "ppo (synchronous, every rank steps envs and learns)",
@@ -88,12 +95,14 @@ BUILT_IN = (
     Algorithm("appo", ACTOR_LEARNER, "appo (asynchronous PPO with V-trace: actor ranks and a learner rank, "
               "section appo)", impl="mpippo.algos.appo:APPO", check="mpippo.config:check_appo", section="appo",
               logs=PPO_LOGS + ("policy_lag",), memory="mpippo.config:appo_memory",
-              chunk_items="mpippo.config:appo_chunk_items"),
+              chunk_items="mpippo.config:appo_chunk_items",
+              ignores=_SYNC_LOOP + ("training.clip_vloss", "training.target_kl", "training.adv_norm",
+                                    "training.reward_norm")),
     Algorithm("dqn", ACTOR_LEARNER, "dqn (Ape-X: actor ranks and a learner rank with replay, section dqn)",
               impl="mpippo.algos.apex:ApeX", check="mpippo.config:check_dqn", section="dqn", network="q",
               network_options=lambda cfg: {"dueling": cfg.dqn.dueling}, greedy_eval=True, selfplay=True,
               logs=("td_loss", "q_mean"), memory="mpippo.config:dqn_memory",
-              chunk_items="mpippo.config:dqn_chunk_items"),
+              chunk_items="mpippo.config:dqn_chunk_items", ignores=_SYNC_LOOP + _PPO_LOSS),
 )
 
 

@@ -77,3 +77,46 @@ def test_no_module_outside_the_registry_branches_on_an_algorithm_name():
                 if literal and any(_is_algo(s) for s in sides):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
     assert found == []
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_keys_an_algorithm_does_not_read_are_named_at_start_up(name):
+    """Each key an entry says it ignores is a real key; set away from its default it is named in the
+    warning line, with any setting of another algorithm's section; what the algorithm reads is not."""
+    a, default = registry.get(name), C.Config()
+    others = [s for s in registry.algorithm_sections() if s != a.section]
+    fields = {s: {f.name for f in dataclasses.fields(getattr(default, s))} for s in ("training", *others)}
+    base = [("training", "algo", name)]
+    assert C.ignored_note(C.from_dict(C.merge_overrides({}, base), [])) is None
+    for key in a.ignores:
+        section, field = key.split(".")
+        assert section == "training" and field in fields["training"], key
+    changed = [(k.split(".")[0], k.split(".")[1], _another_value(getattr(default.training, k.split(".")[1])))
+               for k in a.ignores]
+    other = others[0]
+    first = sorted(fields[other])[0]
+    changed.append((other, first, _another_value(getattr(getattr(default, other), first))))
+    changed.append(("training", "learning_rate", default.training.learning_rate / 2))  # read by every algorithm
+    note = C.ignored_note(C.from_dict(C.merge_overrides({}, base + changed), []))
+    assert note is not None and note.startswith(f"training.algo {name} does not read ")
+    for section, field, _ in changed[:-1]:
+        assert f"{section}.{field}=" in note, (section, field, note)
+    assert "learning_rate" not in note
+
+
+def _another_value(value):
+    if isinstance(value, bool):
+        return not value
+    if value is None:
+        return 0.01
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    return value + [1]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_no_shipped_config_sets_a_key_its_algorithm_does_not_read(path):
+    cfg = C.from_dict(C.load_yaml(path), [])
+    assert C.ignored_note(cfg) is None
