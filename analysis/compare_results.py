@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import Run, load_runs  # noqa: E402
-from toolcli import ConfigError, Parser, output_folder, run, save_figure, write_bytes  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.runs import Run, load_runs  # noqa: E402
+from mpippo.toolcli import ConfigError, Parser, output_folder, run, save_figure, write_bytes  # noqa: E402
 
 TOOL = "compare_results"
 OUTPUTS = ("comparison.png", "comparison_report.txt")

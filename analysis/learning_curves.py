@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import load_runs  # noqa: E402
-from toolcli import Parser, output_file, run, save_figure  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.runs import load_runs  # noqa: E402
+from mpippo.toolcli import Parser, output_file, run, save_figure  # noqa: E402
 
 TOOL = "learning_curves"
 

@@ -13,53 +13,25 @@ standard deviations and 0.5 (the standard error of a 100-episode window).
 """
 from __future__ import annotations
 
-import csv
-import io
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import load_runs  # noqa: E402
-from toolcli import Parser, output_folder, run, save_figure, shown, write_bytes, write_json  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.runs import load_runs  # noqa: E402
+from mpippo.toolcli import Parser, output_folder, run, save_figure, shown, write_bytes, write_json  # noqa: E402
 
 from mpippo.config import ConfigError  # noqa: E402
-from mpippo.files import read_text, read_yaml  # noqa: E402
+from mpippo.files import read_yaml  # noqa: E402
+from mpippo.suite.reference import REFERENCE, reference_curves  # noqa: E402
 
 TOOL = "parity"
 OUTPUTS = ("parity.png", "parity.md", "parity.json")
-COLUMNS = ("mode", "levels", "split", "game", "timesteps", "return_mean", "return_std")
 
 HERE = Path(__file__).resolve().parent
-REFERENCE = HERE / "data" / "reference" / "procgen_ppo_curves.csv"
 WINDOW_SE = 0.5  # a 100-episode mean's standard error on these games, roughly
-
-
-def reference_curves(path: Path, mode: str = "easy", levels: str = "all", split: str = "train") -> dict:
-    """{game: (steps, mean, std)} of the paper's PPO runs; a damaged file is a ConfigError naming it."""
-    what = f"reference curves '{shown(path)}'"
-    rows = defaultdict(list)
-    try:
-        reader = csv.DictReader(io.StringIO(read_text(path, "reference curves")))
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(f"{what}: no column(s) {', '.join(missing)} in its header line; it needs {', '.join(COLUMNS)}")
-        for n, r in enumerate(reader, 2):
-            if (r["mode"], r["levels"], r["split"]) == (mode, levels, split):
-                try:
-                    point = (int(r["timesteps"]), float(r["return_mean"]), float(r["return_std"]))
-                except (TypeError, ValueError):
-                    point = None
-                if point is None or point[0] < 0 or not all(map(math.isfinite, point[1:])) or point[2] < 0:
-                    raise ConfigError(f"{what}: line {n}: expected timesteps >= 0 and finite return_mean, return_std "
-                                      f">= 0, got {', '.join(str(r[c])[:20] for c in COLUMNS[4:])}")
-                rows[r["game"]].append(point)
-    except csv.Error as e:
-        raise ConfigError(f"{what}: not a CSV file ({e})") from None
-    return {g: tuple(np.array(c) for c in zip(*sorted(v))) for g, v in rows.items()}
 
 
 def variant(run) -> str:

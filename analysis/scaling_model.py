@@ -32,8 +32,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
 
 from mpippo.config import ConfigError  # noqa: E402
 from mpippo.files import check_metrics, read_json  # noqa: E402

@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolcli import (MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, number,  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.toolcli import (MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, number,  # noqa: E402
                      output_folder, ranks_fit, run, run_trainer, shown, write_bytes, write_json)
 
 TOOL = "scaling_sweep"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, conform, output_file, run, save_figure, shown  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, conform, output_file, run, save_figure, shown  # noqa: E402
 
 from mpippo.config import ConfigError  # noqa: E402
 from mpippo.files import METRICS, read_metrics  # noqa: E402

@@ -4,12 +4,10 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.append(str(Path(__file__).resolve().parent.parent / "analysis"))
-from toolcli import EXIT_USAGE, ConfigError, Parser, count  # noqa: E402
+from mpippo.toolcli import EXIT_USAGE, ConfigError, Parser, count  # noqa: E402
 
 
 def options(argv=None):

@@ -20,8 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "analysis"))
-from toolcli import (COUNT, MAX_RANKS, NUMBER, ConfigError, Maybe, Parser, ToolFailure, check_trainer,  # noqa: E402
+from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, ConfigError, Maybe, Parser, ToolFailure, check_trainer,  # noqa: E402
                      conform, count, number, output_folder, ranks_fit, run, shown, write_json)
 
 from mpippo import launch  # noqa: E402

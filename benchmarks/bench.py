@@ -26,13 +26,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "analysis"))
 from mpippo import hostmem, launch  # noqa: E402
 from mpippo.config import PROCGEN_GAMES  # noqa: E402
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
-from toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, ranks_fit, run)
-from toolcli import run_trainer as run_checked  # noqa: E402
+from mpippo.toolcli import run_trainer as run_checked  # noqa: E402
 
 TOOL = "bench"
 MEMORY_RUN = {"ranks": 2, "envs_per_rank": 8, "n_steps": 64}  # the memory-growth run: many small iterations

@@ -16,10 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "analysis"))
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
-from toolcli import MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
-from toolcli import run as run_tool  # noqa: E402
+from mpippo.toolcli import MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
+from mpippo.toolcli import run as run_tool  # noqa: E402
 
 TOOL = "bench_dqn"
 CONFIG = ["--config", "configs/dqn_procgen.yaml", "--set", "logging.tensorboard=false"]

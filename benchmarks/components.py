@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.append(str(Path(__file__).resolve().parent.parent / "analysis"))
 from mpippo import hostmem  # noqa: E402
 from mpippo.config import PROCGEN_GAMES  # noqa: E402
-from toolcli import Parser, count, number, run  # noqa: E402
+from mpippo.toolcli import Parser, count, number, run  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
 

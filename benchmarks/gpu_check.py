@@ -60,9 +60,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "analysis"))
 from results_file import check_out, result_path  # noqa: E402  (benchmarks/)
-from toolcli import ConfigError, Parser, ToolFailure, count, number, run, run_trainer, write_json  # noqa: E402
+from mpippo.toolcli import ConfigError, Parser, ToolFailure, count, number, run, run_trainer, write_json  # noqa: E402
 
 TOOL = "gpu-check"
 MAX_PPO_ITERATIONS = 200  # timed iterations per PPO row (16,384 steps each on the default config)

@@ -34,12 +34,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "analysis"))
 from mpippo import hostmem  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as a trainer does, before torch allocates
 
-from toolcli import ConfigError, Parser, check_trainer, count, number, output_file, run, write_bytes  # noqa: E402
+from mpippo.toolcli import ConfigError, Parser, check_trainer, count, number, output_file, run, write_bytes  # noqa: E402
 
 TOOL = "learner_bench"
 OBS = (64, 64, 3)  # procgen frames

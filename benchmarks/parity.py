@@ -27,8 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "analysis"))
-from toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, output_folder, ranks_fit, run, seed, shown)
 
 from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402

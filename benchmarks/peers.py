@@ -19,8 +19,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT / "analysis"))
-from toolcli import Parser, count, run  # noqa: E402
+from mpippo.toolcli import Parser, count, run  # noqa: E402
 
 from mpippo.config import PROCGEN_GAMES  # noqa: E402
 

@@ -5,12 +5,10 @@ tells before the benchmark starts whether the result can be written there."""
 from __future__ import annotations
 
 import datetime
-import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-sys.path.append(str(RESULTS.parent.parent / "analysis"))
-from toolcli import output_file, output_folder, write_json  # noqa: E402
+from mpippo.toolcli import output_file, output_folder, write_json  # noqa: E402
 
 
 def check_out(out: Path | None) -> Path | None:

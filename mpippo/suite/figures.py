@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,6 @@ from mpippo.checkpoint import atomic_write_bytes
 from mpippo.suite import state
 from mpippo.suite.spec import Suite
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _plt():
@@ -31,8 +29,7 @@ def _save(fig, path: Path) -> None:
 
 def member_curves(suite: Suite) -> dict:
     """{(variant, game): [(steps, returns, done), ...]} of every member that has logged a return."""
-    sys.path.insert(0, str(ROOT / "analysis"))
-    from runs import NotARun, load_runs
+    from mpippo.runs import NotARun, load_runs
     out = {}
     for m in suite.members():
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,10 +18,9 @@ import numpy as np
 from mpippo.checkpoint import atomic_write_bytes
 from mpippo.files import read_run_config
 from mpippo.suite import state
+from mpippo.suite.reference import REFERENCE, reference_curves
 from mpippo.suite.spec import Suite
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-REFERENCE = ROOT / "analysis" / "data" / "reference" / "procgen_ppo_curves.csv"
 # (R_min, R_max) per game and mode, from the Procgen paper
 NORMALIZATION = {
     "easy": {"bigfish": (1, 40), "bossfight": (0.5, 13), "caveflyer": (3.5, 12), "chaser": (0.5, 13),
@@ -43,8 +41,6 @@ def normalized(game: str, mode: str, value: float) -> float:
 
 def reference(mode: str) -> dict:
     """{game: (steps, mean, std)}: the paper's PPO curves, all levels (analysis/parity.py reads them)."""
-    sys.path.insert(0, str(ROOT / "analysis"))
-    from parity import reference_curves
     return reference_curves(REFERENCE, mode=mode, levels="all", split="train")
 
 

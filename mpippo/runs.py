@@ -7,17 +7,14 @@ the event files (a resume purges the steps it repeats, so each step appears once
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
-
-from mpippo.config import ConfigError  # noqa: E402
-from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
+from mpippo.config import ConfigError
+from mpippo.files import METRICS, read_metrics, read_run_config
+from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown
 
 
 class NotARun(ConfigError):

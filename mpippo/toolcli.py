@@ -24,12 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from mpippo.checkpoint import atomic_write_bytes, missing_folders, remove_if_empty
+from mpippo.config import INT64_MAX, ConfigError, show
 
-from mpippo.checkpoint import atomic_write_bytes, missing_folders, remove_if_empty  # noqa: E402
-from mpippo.config import INT64_MAX, ConfigError, show  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 SEED_MAX = INT64_MAX  # seeds end up in int64 arrays and torch's 64-bit generator
