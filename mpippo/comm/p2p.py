@@ -1,4 +1,5 @@
-"""Actor <-> learner messages of the DQN layout: fixed-layout numpy buffers, Isend/Irecv, no pickle.
+"""Actor <-> learner messages of the actor-learner layout (DQN's transitions, APPO's segments):
+fixed-layout numpy buffers, Isend/Irecv, no pickle.
 
 Actor -> learner, tag CHUNK: one contiguous byte buffer per chunk of transitions (layout
 below). Flow control by credits: an actor has at most `max_inflight` chunks not yet

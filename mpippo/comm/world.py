@@ -192,7 +192,8 @@ class World:
         arr = np.asarray(flags, dtype=np.int64).copy()
         return self.allreduce_(arr, "max", name="agree")
 
-    # ---- start-up only (pickles small Python objects) ----
+    # ---- off the hot path (pickles small Python objects): start-up, the end-of-run verdicts, and the
+    # ranks' RNG and env states at checkpoint time; never per step or per minibatch ----
     def bcast_obj(self, obj, root: int = 0):
         return self._run("bcast_obj", self.comm.bcast, obj, root) if self.size > 1 else obj
 

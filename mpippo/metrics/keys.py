@@ -7,7 +7,7 @@ from __future__ import annotations
 
 # key: (type, meaning). "number" is an int or float; "?" allows null.
 COMMON = {
-    "algo": ("str", "the algorithm: ppo, appo or dqn"),
+    "algo": ("str", "the algorithm (training.algo: ppo, a2c, appo, dqn)"),
     "env": ("str", "the environment"),
     "world_size": ("int", "ranks in the job"),
     "num_envs_per_rank": ("int", "envs on each env-stepping rank (PPO: every rank; actor-learner: each actor)"),

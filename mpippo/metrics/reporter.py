@@ -1,7 +1,7 @@
 """Rank-0 outputs: TensorBoard scalars, benchmark_metrics.json, progress bar and console lines.
 
-Ranks contribute a fixed-layout float64 vector (`RankStats.vector`); one Gather brings
-them to rank 0, which turns them into count-weighted means over ranks.
+Ranks contribute a fixed-layout float64 vector (the fields of `FIELDS`, filled by the sync runner's
+`report()`); one Gather brings them to rank 0, which turns them into count-weighted means over ranks.
 """
 from __future__ import annotations
 
