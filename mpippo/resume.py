@@ -3,13 +3,24 @@
 A checkpoint holds the resolved config of the run that wrote it. Resuming it with a config that
 names another game, level set or algorithm would train one task's network on another's data (and
 procgen cannot load one game's saved states into another's envs): refused in one line. What can
-change safely is said in one line and the run goes on: another per-rank env count (as another
-world size: env states and RNG streams start fresh) and another precision (a requeue on a node
-without bf16: the numbers are no longer bit-identical to an uninterrupted run).
+change safely is said in one line and the run goes on: another world size or per-rank env count
+and another precision (a requeue on a node without bf16: the numbers are no longer bit-identical
+to an uninterrupted run).
+
+A sync checkpoint holds every rank's state. On the world size and env split that wrote it, each
+rank restores its own (exact). On another world size with the same total env count (strong
+scaling: env.num_envs divided over more or fewer ranks), the envs' states are re-sharded: the old
+ranks' envs joined in rank order, each new rank takes its contiguous share, and every episode in
+progress continues. With another total they start fresh. Either way the episode statistics are
+carried and the RNG streams re-derived from the seed, the rank and the iteration (`plan`,
+`reshard`, `episode_stats`, `elsewhere_note`).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from mpippo import config as C
+from mpippo.envs import reshard_env_states, take_rows
 
 # (section, key, what it is called in the message)
 FIXED = (("training", "algo", "algorithm"), ("env", "name", "environment"),
@@ -22,8 +33,10 @@ def _saved(saved: dict, section: str, key: str):
     return sec.get(key) if isinstance(sec, dict) else None
 
 
-def check(saved: dict, cfg: C.Config) -> list[str]:
-    """Notes on what changes (empty when nothing does); ConfigError when the job itself would."""
+def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
+    """Notes on what changes (empty when nothing does); ConfigError when the job itself would.
+    per_rank_note=False: the caller says what another per-rank env count does (the sync runner:
+    elsewhere_note)."""
     for section, key, name in FIXED:
         was, now = _saved(saved, section, key), getattr(getattr(cfg, section), key)
         if section == "env" and key == "name" and isinstance(was, str):
@@ -35,7 +48,7 @@ def check(saved: dict, cfg: C.Config) -> list[str]:
                 f"{', '.join(f'{s}.{k}' for s, k, _ in FIXED)}): start another run folder instead")
     notes = []
     was, now = _saved(saved, "env", "num_envs_per_rank"), cfg.env.num_envs_per_rank
-    if was is not None and now is not None and was != now:
+    if per_rank_note and was is not None and now is not None and was != now:
         notes.append(f"env.num_envs_per_rank is {now}, the checkpoint's run had {was}: model, optimizer and "
                      f"counters continue; env states and RNG streams start fresh (not an exact resume)")
     was, now = _saved(saved, "training", "precision"), cfg.training.precision
@@ -45,6 +58,56 @@ def check(saved: dict, cfg: C.Config) -> list[str]:
     return notes
 
 
-def envs_changed(saved: dict, cfg: C.Config) -> bool:
-    was = _saved(saved, "env", "num_envs_per_rank")
-    return was is not None and was != cfg.env.num_envs_per_rank
+# the sync runner's per-env arrays (runners/sync_ppo.py rank_state), one row per env like the env's
+RUNNER_PER_ENV = ("obs", "first", "ret_tracker", "ep_ret", "ep_len")
+
+
+def plan(state: dict, cfg: C.Config, world_size: int) -> tuple[str, int, int]:
+    """How a sync checkpoint's rank states come back on this job: ("exact" | "reshard" | "fresh",
+    the checkpoint's env count, this job's). exact: the same world size and per-rank env count;
+    reshard: another split of the same total; fresh: another total (or no usable rank states)."""
+    ranks = state.get("ranks") or []
+    was_total = sum(len(r["first"]) for r in ranks)
+    now_total = world_size * cfg.env.num_envs_per_rank
+    if not ranks or len(ranks) != state["world_size"]:  # (ckpt_schema checks each entry, not their number)
+        return "fresh", was_total, now_total
+    if len(ranks) == world_size and len(ranks[0]["first"]) == cfg.env.num_envs_per_rank:
+        return "exact", was_total, now_total
+    return ("reshard" if was_total == now_total else "fresh"), was_total, now_total
+
+
+def reshard(ranks: list[dict], env_name: str, world_size: int, rank: int, seed: int) -> dict:
+    """This rank's share of the checkpoint's envs, [rank * n, (rank + 1) * n) of all ranks' envs in
+    rank order (n = their total / world_size): the env state and the runner's per-env arrays.
+    `seed`: the built-in envs' RNG, which is one per rank and cannot be split."""
+    n = sum(len(r["first"]) for r in ranks) // world_size
+    lo, hi = rank * n, (rank + 1) * n
+    part = {k: take_rows([r[k] for r in ranks], lo, hi) for k in RUNNER_PER_ENV}
+    part["env"] = reshard_env_states(env_name, [r["env"] for r in ranks], lo, hi, seed)
+    return part
+
+
+def episode_stats(ranks: list[dict], world_size: int, rank: int) -> dict:
+    """The job's episode statistics dealt out to this job's ranks. The reporter sums the ranks'
+    counters and pools their windows of recent returns: the sums go to rank 0, the windows'
+    returns round-robin to every rank, and the job's figures stay what they were."""
+    first = rank == 0
+    return {"win_returns": [x for r in ranks for x in r["win_returns"]][rank::world_size],
+            "episodes_total": sum(int(r["episodes_total"]) for r in ranks) if first else 0,
+            "interval_ep": sum((r["interval_ep"] for r in ranks), np.zeros(3)) * first,
+            "interval_ev": sum((r["interval_ev"] for r in ranks), np.zeros(5)) * first}
+
+
+def elsewhere_note(how: str, was_world: int, world: int, was_envs: int, now_envs: int) -> str:
+    """The start-up line of a resume on another world size or env split: what carries over, what
+    is fresh."""
+    rng = "RNG streams re-derived from training.seed, the rank and the iteration"
+    if how == "reshard":
+        return (f"note: resumed on {world} rank(s) from {was_world}: model, optimizer, counters, reward normalizer, "
+                f"episode statistics and {was_envs} env states (episodes in progress) carried over; {rng} "
+                f"(deterministic, not bit-identical to an uninterrupted run)")
+    why = (f"checkpoint was written by {was_world} rank(s), this job has {world}" if was_world != world else
+           f"env.num_envs_per_rank is {now_envs // world}, the checkpoint's run had {was_envs // was_world}")
+    return (f"warning: {why}: restored model, optimizer, counters, reward normalizer and episode statistics; "
+            f"the checkpoint's {was_envs} env states do not fit this job's {now_envs} envs: they start fresh "
+            f"(episodes in progress are dropped); {rng} (not an exact resume)")

@@ -115,6 +115,7 @@ def lookahead_opponent(rng: np.random.Generator):
 
 class ConnectFourVecEnv:
     """N games of the learning player against `opponent`; see the module docstring."""
+    PER_ENV = ("board", "me", "agent_first")  # get_state's keys with one row per env (envs.reshard_env_states)
 
     def __init__(self, num_envs: int, seed: int = 0, opponent=None):
         self.num_envs = num_envs

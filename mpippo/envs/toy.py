@@ -14,6 +14,7 @@ SIZE, NUM_CUES, EPISODE_LEN = 8, 4, 16
 class CueEnv:
     num_actions = NUM_CUES
     obs_shape = (SIZE, SIZE, 3)
+    PER_ENV = ("cue", "t", "rew", "first")  # get_state's keys with one row per env (envs.reshard_env_states)
 
     def __init__(self, num_envs: int, seed: int):
         self.num_envs = num_envs

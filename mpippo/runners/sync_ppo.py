@@ -27,7 +27,7 @@ from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
 from mpippo.config import Config, ConfigError, algorithm
-from mpippo.envs import make_env, rank_seed
+from mpippo.envs import make_env, rank_seed, resume_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
 from mpippo.preemption import SignalFlags
@@ -141,7 +141,8 @@ class SyncPPO:
     def _load(self, state: dict) -> None:
         if state["algo"] != self.entry.name:
             raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is {self.entry.name}")
-        notes = resume.check(state["config"], self.cfg)  # the same game, levels and algorithm, or one line
+        # the same game, levels and algorithm, or one line; another env split is said below
+        notes = resume.check(state["config"], self.cfg, per_rank_note=False)
         spec = state.get("model_spec")
         if spec != self.model_spec():
             raise ConfigError(f"checkpoint: network shape {spec} does not match this config's {self.model_spec()}")
@@ -153,16 +154,16 @@ class SyncPPO:
         self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
         self.ret_rms.load_state_dict(state["ret_rms"])
         ranks = state.get("ranks") or []
-        self.resume_note = "; ".join(f"warning: {n}" for n in notes) or None
-        if state["world_size"] != self.world.size or len(ranks) != self.world.size:
-            self.resume_note = (f"warning: checkpoint was written by {state['world_size']} rank(s), this job has "
-                                f"{self.world.size}: restored model, optimizer, counters and reward normalizer; "
-                                f"env states, RNG streams and episode statistics start fresh (not an exact resume)")
-            return
-        if resume.envs_changed(state["config"], self.cfg):  # said in the notes: the envs start fresh
-            return
+        how, was_envs, now_envs = resume.plan(state, self.cfg, self.world.size)
+        lines = [f"warning: {n}" for n in notes]
+        if how != "exact":
+            lines.append(resume.elsewhere_note(how, int(state["world_size"]), self.world.size, was_envs, now_envs))
+        self.resume_note = "; ".join(lines) or None
         try:  # ckpt_schema checked every field; a failure here is a state the envs themselves refuse
-            self._restore_rank(ranks[self.world.rank])
+            if how == "exact":
+                self._restore_rank(ranks[self.world.rank])
+            else:
+                self._restore_elsewhere(ranks, how == "reshard")
         except (TypeError, ValueError, KeyError, RuntimeError) as e:
             raise ConfigError(f"checkpoint: the state of rank {self.world.rank} cannot be restored "
                               f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
@@ -176,9 +177,32 @@ class SyncPPO:
             self._restore_sampler(r["rng"]["sampler"])
         if r["rng"]["cuda"] is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(r["rng"]["cuda"], self.device)
+        self._restore_envs(r)
+        self._restore_episode_stats(r)
+
+    def _restore_elsewhere(self, ranks: list[dict], reshard: bool) -> None:
+        """A resume on another world size or env split (resume.plan): this rank's share of the job's
+        episode statistics, and of its envs' states when the totals match (reshard: every episode in
+        progress goes on), else fresh envs. The RNG streams, whose old per-rank sequences cannot be
+        split, are seeded from (seed, rank, iteration): two resumes of one checkpoint run alike."""
+        world = self.world
+        seed = resume_seed(self.cfg.training.seed, world.rank, self.iteration)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)  # (and every CUDA device's)
+        self.generator.manual_seed(seed + 1)
+        self.sampler.generator.manual_seed(seed + 2)
+        self._restore_episode_stats(resume.episode_stats(ranks, world.size, world.rank))
+        if reshard:
+            self._restore_envs(resume.reshard(ranks, self.cfg.env.name, world.size, world.rank, seed + 3))
+
+    def _restore_envs(self, r: dict) -> None:
+        """The envs' states and the runner's per-env arrays (resume.RUNNER_PER_ENV), in one order."""
         self.env.set_state(r["env"])
         self.obs, self.first = r["obs"], r["first"]
         self.ret_tracker, self.ep_ret, self.ep_len = r["ret_tracker"], r["ep_ret"], r["ep_len"]
+
+    def _restore_episode_stats(self, r: dict) -> None:
         self.win_returns.add(r["win_returns"])
         self.episodes_total = int(r["episodes_total"])
         self.interval_ep, self.interval_ev = r["interval_ep"], r["interval_ev"]
