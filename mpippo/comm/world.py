@@ -1,7 +1,7 @@
 """World: rank, size, node-local rank, and the few buffer collectives mpippo uses.
 
-Under a launcher (mpirun, srun) it wraps COMM_WORLD; as plain `python run_mpi.py` the same
-object has size 1 and every collective is an identity, so one code path serves both.
+Under a launcher (mpirun, srun) it wraps COMM_WORLD; as plain `python run_mpi.py` MPI is not
+started, the same object has size 1 and every collective is an identity, so one code path serves both.
 Collectives take contiguous numpy arrays and use mpi4py's uppercase (buffer) methods:
 no pickling. The lowercase object methods are only used at start-up (config, run dir).
 """
@@ -16,7 +16,23 @@ import traceback
 
 import numpy as np
 
+# What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
+# rank's environment. Without any of them this is one process (plain `python run_mpi.py`, a tool, a
+# test) and MPI is not started: a singleton MPI_Init waits about a second for Open MPI's runtime and
+# gives one rank nothing. MPIPPO_MPI_INIT=1 starts it anyway.
+LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD", "MPI_LOCALNRANKS",
+                 "MV2_COMM_WORLD_SIZE")
+
+
+def launched() -> bool:
+    """Whether an MPI launcher started this process (or MPIPPO_MPI_INIT=1 asks for MPI anyway)."""
+    return os.environ.get("MPIPPO_MPI_INIT") == "1" or any(v in os.environ for v in LAUNCHER_VARS)
+
+
 try:
+    import mpi4py
+    if not launched():
+        mpi4py.rc.initialize = False  # the module still names the library (mpi_library) and its types
     from mpi4py import MPI
 except ImportError:  # no MPI library: single-process mode only
     MPI = None
@@ -49,7 +65,8 @@ def cpu_share(mine: list[int], node_masks: list[list[int]]) -> int:
 
 class World:
     def __init__(self, collective_timeout_s: float = 0.0, _comm=None, _parent: "World | None" = None):
-        self.comm = _comm if _comm is not None else (MPI.COMM_WORLD if MPI is not None else None)
+        self.comm = _comm if _comm is not None else (MPI.COMM_WORLD if MPI is not None and MPI.Is_initialized()
+                                                     else None)
         self.parent = _parent  # the World this one was split from (None: the whole job)
         self.rank = self.comm.Get_rank() if self.comm else 0
         self.size = self.comm.Get_size() if self.comm else 1
