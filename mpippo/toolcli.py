@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from mpippo.checkpoint import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo.config import INT64_MAX, ConfigError, show
+from mpippo.usage import Parser  # noqa: F401 (the tools' parser: its errors are one line that `run` prints)
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
 
@@ -39,13 +40,6 @@ MAX_RANKS = 4096
 
 class ToolFailure(RuntimeError):
     """A run or a write that failed after every check passed: one line, exit 1."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose errors are one ConfigError line (`run` prints it)."""
-
-    def error(self, message):
-        raise ConfigError(f"{message} (see --help)")
 
 
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
