@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from mpippo.checkpoint import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo.config import INT64_MAX, ConfigError, show
-from mpippo.usage import Parser  # noqa: F401 (the tools' parser: its errors are one line that `run` prints)
+from mpippo.usage import Parser as _Parser
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
 
@@ -36,6 +36,11 @@ SEED_MAX = INT64_MAX  # seeds end up in int64 arrays and torch's 64-bit generato
 # (README: about 350 MB per procgen process); the trainer's own floor comes on top
 RANK_BASE_BYTES = 300 << 20
 MAX_RANKS = 4096
+
+
+def Parser(**kwargs) -> _Parser:
+    """The tools' parser: usage.Parser, its errors one line that `run` prints after the tool's name."""
+    return _Parser(what="", **kwargs)
 
 
 class ToolFailure(RuntimeError):

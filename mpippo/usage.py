@@ -29,4 +29,5 @@ class Parser(argparse.ArgumentParser):
         self.what = what
 
     def error(self, message):
-        raise UsageError(f"{self.what}: {message} (see {self.prog} --help)")
+        where = f"{self.what}: " if self.what else ""  # (the tools' lines already start with the tool's name)
+        raise UsageError(f"{where}{message} (see {self.prog} --help)")
