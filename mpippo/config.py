@@ -799,7 +799,10 @@ def ignored_note(cfg: Config) -> str | None:
 
 def resolve(cfg: Config, world_size: int) -> Config:
     """Fill derived values so the saved config.yaml states what actually ran."""
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env))
+    # parallel.expected_world_size guards one launch (validate checked it) and is no part of the
+    # run: kept in config.yaml, it would refuse a resume from that file on another allocation
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env),
+                              parallel=dataclasses.replace(cfg.parallel, expected_world_size=None))
     per_rank = local_num_envs(cfg, world_size)
     cfg.env.num_envs_per_rank = per_rank
     cfg.env.num_envs = per_rank * stepping_ranks(cfg, world_size)

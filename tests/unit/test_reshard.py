@@ -98,3 +98,12 @@ def test_resume_seed_is_a_function_of_seed_rank_and_iteration():
     assert resume_seed(1, 0, 10) == resume_seed(1, 0, 10)
     seeds = {resume_seed(1, r, i) for r in range(4) for i in (10, 11)} | {resume_seed(2, 0, 10)}
     assert len(seeds) == 9 and all(0 <= s < 2**31 - 1 for s in seeds)
+
+
+def test_the_launch_guard_is_not_kept_for_a_resume_from_config_yaml():
+    """parallel.expected_world_size guards one launch: the resolved config (what config.yaml and the
+    checkpoint record) leaves it out, so a resume from that file on another allocation is not refused."""
+    from mpippo import config as C
+    asked = C.build({"parallel": {"expected_world_size": 2}}, [], 2)
+    assert asked.parallel.expected_world_size == 2 and C.resolve(asked, 2).parallel.expected_world_size is None
+    assert C.build(C.resolve(asked, 2).to_dict(), [], 1).parallel.expected_world_size is None
