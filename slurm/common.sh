@@ -49,6 +49,9 @@ RUN_DIR=${MPIPPO_RUN_DIR:-$MPIPPO_ROOT/runs/slurm-${SLURM_JOB_ID:?not inside a S
 LAUNCHER=${MPIPPO_LAUNCHER:-mpirun}
 RESTARTS=${SLURM_RESTART_COUNT:-0}
 
+# The guard against launch mistakes (srun without --mpi=pmix starts N one-rank jobs) is this
+# allocation's task count, on a fresh start and on a requeue alike: a requeued job granted fewer or
+# more nodes of its --nodes range resumes on the ranks it got (the trainer re-shards the envs).
 ARGS=(--output-dir "$RUN_DIR" --no-progress
       --set "parallel.threads_per_rank=$THREADS"
       --set "parallel.expected_world_size=$SLURM_NTASKS")
@@ -89,11 +92,28 @@ while true; do
     kill -0 "$PID" 2>/dev/null || break
 done
 
+# A job whose task count follows its nodes (--ntasks-per-node: nodes granted x tasks per node) and
+# that requeues itself: Slurm keeps the first grant's task count in the job, so the requeued job would
+# wait for as many nodes as it had (a --nodes=2-4 job that got 4 would never start on 3). One
+# node's worth resets it: the next grant, anywhere in the range, sets the count again. (Only a
+# pending job takes the update; the requeue's TERM to this allocation may kill a try: a few.)
+reopen_node_range() {
+    local per_node=${SLURM_NTASKS_PER_NODE:-}
+    case "$per_node" in ''|*[!0-9]*) return ;; esac
+    [ "$SLURM_NTASKS" -eq $(( ${SLURM_JOB_NUM_NODES:-1} * per_node )) ] || return
+    for _ in 1 2 3 4 5; do
+        scontrol update "JobId=$SLURM_JOB_ID" "NumTasks=$per_node" 2>/dev/null && return
+        sleep 1
+    done
+    echo "mpippo: could not reset the task count; the requeued job waits for $SLURM_JOB_NUM_NODES node(s)"
+}
+
 case $RC in
   0) echo "mpippo: finished" ;;
   2) echo "mpippo: bad input (see the error line above); not requeued" ;;
   3) echo "mpippo: checkpointed after USR1; requeueing job $SLURM_JOB_ID"
-     if scontrol requeue "$SLURM_JOB_ID"; then RC=0; else echo "mpippo: scontrol requeue failed (already requeued by a preemption?)"; fi ;;
+     if scontrol requeue "$SLURM_JOB_ID"; then RC=0; reopen_node_range
+     else echo "mpippo: scontrol requeue failed (already requeued by a preemption?)"; fi ;;
   4) echo "mpippo: checkpointed and stopped after TERM" ;;
   *) echo "mpippo: trainer exited with status $RC" ;;
 esac

@@ -130,15 +130,34 @@ def test_ppo_48core_at_48_ranks(cluster, tmp_path):
           f"peak memory {m['peak_rss_mb_total'] / 1024:.1f} GiB total, {max(m['peak_rss_mb_per_rank']):.0f} MB max per rank")
 
 
-def test_two_node_job_has_ranks_on_both_nodes(cluster, tmp_path):
+def test_node_range_job_runs_on_both_nodes_and_requeued_onto_one_continues_to_its_budget(cluster, tmp_path):
+    """ppo_multinode.sh with a node range (--nodes=1-2, 2 tasks per node): it starts on both nodes
+    (4 ranks over TCP); then one node is drained and the job requeued by USR1: it resumes on the
+    one node it gets (2 ranks), its 8 starpilot games re-sharded, and ends on its exact budget."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    env = job_env(run_dir, OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,tcp")
-    job = sbatch("ppo_multinode.sh", ["--partition=multi", "--nodes=2", "--ntasks-per-node=2"], SMALL, env, out)
-    info = wait_state(job, FINAL, 300, out)
-    assert info["JobState"] == "COMPLETED", out.read_text()[-3000:]
+    budget = 6 * 256  # 6 iterations of 8 envs x 32 steps
+    # rank 0 sleeps 2 s in iterations 3 and 4: the USR1 sent after iteration 2 lands mid-run
+    env = job_env(run_dir, OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,tcp",
+                  MPIPPO_FAULT="rank=0,iteration=3,kind=slow,count=2,seconds=2")
+    args = SMALL + ["--total-timesteps", str(budget), "--set", "logging.print_interval=1"]
+    job = sbatch("ppo_multinode.sh", ["--partition=multi", "--nodes=1-2", "--ntasks-per-node=2"], args, env, out)
+    wait_for_text(out, "iter     2", 300)
     m = metrics(run_dir)
-    assert m["world_size"] == 4
-    assert sorted(set(m["nodes"])) == ["n1", "n2"], m["nodes"]
+    assert m["world_size"] == 4 and sorted(set(m["nodes"])) == ["n1", "n2"], m["nodes"]
+    subprocess.run(["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=mpippo-test"], check=True, timeout=30)
+    try:
+        subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], check=True, timeout=30)
+        info = wait_state(job, FINAL, 600, out)
+    finally:
+        subprocess.run(["scontrol", "update", "NodeName=n2", "State=RESUME"], timeout=30)
+    log = out.read_text()
+    assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) == 1, log[-3000:]
+    assert "restart 0 on n[1-2]: 4 tasks" in log and "restart 1 on n1: 2 tasks" in log, log[-3000:]
+    assert "mpippo: note: resumed on 2 rank(s) from 4: " in log, log[-3000:]
+    assert "8 env states (episodes in progress) carried over" in log
+    m = metrics(run_dir)
+    assert m["world_size"] == 2 and m["total_timesteps"] == budget and m["finished"], m
+    assert latest(run_dir)["timesteps"] == budget
 
 
 REQUEUE_STEPS = 16 * 256
