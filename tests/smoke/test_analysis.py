@@ -72,7 +72,7 @@ def test_compare_results_table_equals_the_runs_metrics(two_runs, tmp_path):
     seq, par = two_runs
     sys.path.insert(0, str(ROOT / "analysis"))
     import compare_results
-    from runs import load_runs
+    from mpippo.runs import load_runs
     runs = load_runs(seq) + load_runs(par)
     _, rows = compare_results.table(runs)
     ms, mp = metrics(seq), metrics(par)
