@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import Run, load_runs  # noqa: E402
-from mpippo.toolcli import ConfigError, Parser, output_folder, run, save_figure, write_bytes  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, output_folder, run, save_figure, write_bytes  # noqa: E402
 
 TOOL = "compare_results"
 OUTPUTS = ("comparison.png", "comparison_report.txt")
@@ -114,7 +114,7 @@ def _main(argv: list[str] | None) -> int:
     args = p.parse_args(argv)
     folders = ([args.sequential] if args.sequential else []) + list(args.runs) + list(args.parallel)
     if not folders:
-        raise ConfigError("give at least one run folder (see --help)")
+        raise UsageError("give at least one run folder (see --help)")
     output_folder(args.out, "--out", OUTPUTS)  # before the runs are read: nothing is written before all is checked
     runs: list[Run] = [r for f in folders for r in load_runs(f)]
     lines, rows = table(runs)

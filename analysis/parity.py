@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, witho
 from mpippo.runs import load_runs  # noqa: E402
 from mpippo.toolcli import Parser, output_folder, run, save_figure, shown, write_bytes, write_json  # noqa: E402
 
-from mpippo.config import ConfigError  # noqa: E402
+from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import read_yaml  # noqa: E402
 from mpippo.suite.reference import REFERENCE, reference_curves  # noqa: E402
 
@@ -38,7 +38,7 @@ def variant(run) -> str:
     """precision, and the normalization choices when they are not the defaults (a config without
     those keys is from before they existed, when both were 'rollout')."""
     if run.config is None:
-        raise ConfigError(f"'{shown(run.path)}' has no config.yaml; parity groups runs by their config")
+        raise UsageError(f"'{shown(run.path)}' has no config.yaml; parity groups runs by their config")
     cfg = run.config.training  # checked (runs.load_runs); the raw file tells which keys it holds
     path = run.path / "config.yaml" if (run.path / "config.yaml").exists() else run.path.parent / "config.yaml"
     t = {k: getattr(cfg, k) for k in read_yaml(path, "run config").get("training") or {} if hasattr(cfg, k)}
@@ -142,7 +142,7 @@ def _main(argv) -> int:
             if len(r.curve_steps):
                 groups[key].append(r)
     if not groups:
-        raise ConfigError("no run has logged an episode yet")
+        raise UsageError("no run has logged an episode yet")
     rows = score(groups, ref)
     figure = plot(groups, ref, args.out)
     text = report(rows)

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown  # noqa: E402
 
-from mpippo.config import ConfigError  # noqa: E402
+from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import check_metrics, read_json  # noqa: E402
 
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
@@ -56,17 +56,17 @@ REL_PROBS = np.concatenate([np.arange(0, 100) / 100, [0.995, 0.999, 1.0]])
 
 def read_sweep(path: str | Path) -> dict:
     """A sweep.json, checked: what load_sweep uses is there and typed, every run's metrics as
-    mpippo/files.py checks them, measured throughput > 0; else one ConfigError line naming the file."""
+    mpippo/files.py checks them, measured throughput > 0; else one UsageError line naming the file."""
     path = Path(path)
     sweep = conform(read_json(path, "sweep file"), SWEEP_SPEC, path, "sweep file")
     for i, m in enumerate(sweep["runs"]):
         try:
             check_metrics(m, path)
-        except ConfigError as e:  # "metrics file '<path>': <key>: ..." -> "sweep file '<path>': runs[i].<key>: ..."
+        except UsageError as e:  # "metrics file '<path>': <key>: ..." -> "sweep file '<path>': runs[i].<key>: ..."
             why = e.errors[0].removeprefix(f"metrics file '{shown(path)}': ")
-            raise ConfigError(f"sweep file '{shown(path)}': runs[{i}].{why}") from None
+            raise UsageError(f"sweep file '{shown(path)}': runs[{i}].{why}") from None
         if not (m.get("fps_steady") or m["fps"]) > 0:
-            raise ConfigError(f"sweep file '{shown(path)}': runs[{i}].fps: expected a measured throughput > 0, "
+            raise UsageError(f"sweep file '{shown(path)}': runs[{i}].fps: expected a measured throughput > 0, "
                               f"got {m['fps']}")
     return sweep
 

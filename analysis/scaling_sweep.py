@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.toolcli import (MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, number,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, number,  # noqa: E402
                      output_folder, ranks_fit, run, run_trainer, shown, write_bytes, write_json)
 
 TOOL = "scaling_sweep"
@@ -89,23 +89,23 @@ def check(args, extra: list[str]) -> Path:
     output folder (new, or without a sweep in it). Returns the output folder."""
     distinct(args.ranks, "--ranks")
     if args.mode == "strong" and any(args.num_envs % n for n in args.ranks):
-        raise ConfigError(f"--num-envs {args.num_envs} must divide evenly over every rank count in {args.ranks}")
+        raise UsageError(f"--num-envs {args.num_envs} must divide evenly over every rank count in {args.ranks}")
     if args.duration and args.duration * 3600 >= args.timeout:
-        raise ConfigError(f"--duration {args.duration:g} h is not below --timeout {args.timeout:g} s: every run "
+        raise UsageError(f"--duration {args.duration:g} h is not below --timeout {args.timeout:g} s: every run "
                           f"would be ended as hung; raise --timeout")
     ranks_fit(max(args.ranks), "--ranks")
     for n in args.ranks:
         opts, cfg = check_trainer(trainer_args(n, args, extra), n, f"at {n} rank(s)")
         if opts.output_dir is not None or opts.resume:
-            raise ConfigError(f"options after --: the sweep chooses each run's folder; leave out --output-dir "
+            raise UsageError(f"options after --: the sweep chooses each run's folder; leave out --output-dir "
                               f"and --resume (give --out)")
         if cfg.training.algo != "ppo":
-            raise ConfigError(f"the sweep measures synchronous PPO (phase times of every rank); training.algo is "
+            raise UsageError(f"the sweep measures synchronous PPO (phase times of every rank); training.algo is "
                               f"'{cfg.training.algo}'")
     out = args.out or ROOT / "analysis" / "data" / f"sweep-{args.mode}-{datetime.date.today().isoformat()}"
     taken = [out / name for name in (*OUTPUTS, *(f"ranks{n}" for n in args.ranks)) if (out / name).exists()]
     if taken and out.is_dir():
-        raise ConfigError(f"--out: '{shown(out)}' already holds a sweep ('{taken[0].name}'); give a new folder")
+        raise UsageError(f"--out: '{shown(out)}' already holds a sweep ('{taken[0].name}'); give a new folder")
     return output_folder(out, "--out", OUTPUTS)
 
 

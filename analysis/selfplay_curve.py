@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, conform, output_file, run, save_figure, shown  # noqa: E402
 
-from mpippo.config import ConfigError  # noqa: E402
+from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import METRICS, read_metrics  # noqa: E402
 
 TOOL = "selfplay_curve"
@@ -27,7 +27,7 @@ SPEC = {"env": TEXT, "total_timesteps": COUNT, "updates": COUNT,
                                   "random": _GAMES, "lookahead": _GAMES}]}}
 
 
-class BadRun(ConfigError):
+class BadRun(UsageError):
     pass
 
 

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from mpippo.toolcli import EXIT_USAGE, ConfigError, Parser, count  # noqa: E402
+from mpippo.toolcli import EXIT_USAGE, UsageError, Parser, count  # noqa: E402
 
 
 def options(argv=None):
@@ -36,7 +36,7 @@ def measure(args) -> None:
 if __name__ == "__main__":
     try:
         measure(options())
-    except ConfigError as e:  # every rank reaches the same verdict before MPI starts; the first one says it
+    except UsageError as e:  # every rank reaches the same verdict before MPI starts; the first one says it
         if all(os.environ.get(k, "0") == "0" for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
             sys.stderr.write(f"mpippo: error: allreduce_micro: {e.errors[0]}\n")
         raise SystemExit(EXIT_USAGE) from None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, ConfigError, Maybe, Parser, ToolFailure, check_trainer,  # noqa: E402
+from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, UsageError, Maybe, Parser, ToolFailure, check_trainer,  # noqa: E402
                      conform, count, number, output_folder, ranks_fit, run, shown, write_json)
 
 from mpippo import launch  # noqa: E402
@@ -55,7 +55,7 @@ def kept_metrics(name: str, folder: Path) -> dict | None:
         return None
     conform(m, SPEC[name], folder / METRICS)
     if name == "sync PPO" and not m["total_timesteps"]:
-        raise ConfigError(f"metrics file '{shown(folder / METRICS)}': total_timesteps: 0 steps to compare")
+        raise UsageError(f"metrics file '{shown(folder / METRICS)}': total_timesteps: 0 steps to compare")
     return m
 
 
@@ -63,7 +63,7 @@ def check_run(name: str, ranks: int, config: str, args, folder: Path) -> None:
     """Before anything runs: the folder is new, holds a run that ended, or one to resume (its
     config as the trainer will read it); the options pass the trainer's checks at `ranks`."""
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"--root: '{shown(folder)}' is a file, where the {name} run folder goes")
+        raise UsageError(f"--root: '{shown(folder)}' is a file, where the {name} run folder goes")
     if kept_metrics(name, folder) is not None:
         return
     if checkpoint_of(folder):
@@ -71,7 +71,7 @@ def check_run(name: str, ranks: int, config: str, args, folder: Path) -> None:
         check_trainer(["--config", str(folder / "config.yaml")], ranks, f"{name} (resumed)")
         return
     if folder.is_dir() and any(p.name != LOCK_NAME for p in folder.iterdir()):
-        raise ConfigError(f"--root: '{shown(folder)}' holds an unfinished {name} run without a checkpoint to resume "
+        raise UsageError(f"--root: '{shown(folder)}' holds an unfinished {name} run without a checkpoint to resume "
                           f"from; move it away to start afresh")
     check_trainer(fresh_args(config, args), ranks, name)
 
@@ -124,7 +124,7 @@ def _main(argv) -> int:
     args = p.parse_args(argv)
     args.root, args.out = Path(os.path.abspath(args.root)), Path(os.path.abspath(args.out))  # runs start in the root
     if args.root.exists() and not args.root.is_dir():
-        raise ConfigError(f"--root: '{shown(args.root)}' is a file; give a folder")
+        raise UsageError(f"--root: '{shown(args.root)}' is a file; give a folder")
     ranks_fit(args.ranks + 1, "--ranks")
     plan = [("sync PPO", args.ranks, "configs/ppo_procgen.yaml", args.root / "sync_ppo"),
             ("APPO", args.ranks + 1, "configs/appo_procgen.yaml", args.root / "appo")]

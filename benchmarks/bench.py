@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from mpippo import hostmem, launch  # noqa: E402
 from mpippo.config import PROCGEN_GAMES  # noqa: E402
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
-from mpippo.toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, ranks_fit, run)
 from mpippo.toolcli import run_trainer as run_checked  # noqa: E402
 
@@ -188,10 +188,10 @@ def check(args, cores: int) -> None:
     """Every option and every run's trainer options, before the first measurement."""
     distinct(args.ranks, "--ranks")
     if args.memory_iterations in (1, 2):
-        raise ConfigError(f"--memory-iterations: {args.memory_iterations} is too few to see growth after the second "
+        raise UsageError(f"--memory-iterations: {args.memory_iterations} is too few to see growth after the second "
                           f"iteration; allowed: 0 (skip) or 3 to 10,000")
     if args.envs_per_rank * args.n_steps < args.minibatches:
-        raise ConfigError(f"--minibatches: {args.minibatches} minibatches of a {args.envs_per_rank} x {args.n_steps} "
+        raise UsageError(f"--minibatches: {args.minibatches} minibatches of a {args.envs_per_rank} x {args.n_steps} "
                           f"batch per rank leave them empty; allowed: 1 to {args.envs_per_rank * args.n_steps}")
     ranks_fit(max(args.ranks), "--ranks")
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])

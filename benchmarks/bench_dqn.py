@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
-from mpippo.toolcli import MAX_RANKS, ConfigError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
+from mpippo.toolcli import MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
 from mpippo.toolcli import run as run_tool  # noqa: E402
 
 TOOL = "bench_dqn"
@@ -57,7 +57,7 @@ def _main(argv: list[str] | None) -> int:
     if args.device == "cuda":
         import torch
         if not torch.cuda.is_available():
-            raise ConfigError("--device: 'cuda' requested but CUDA is not usable here; allowed here: auto, cpu")
+            raise UsageError("--device: 'cuda' requested but CUDA is not usable here; allowed here: auto, cpu")
     rows = []
     with tempfile.TemporaryDirectory(prefix="mpippo-bench-dqn-") as tmp:
         for n in args.actors:

@@ -61,7 +61,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from results_file import check_out, result_path  # noqa: E402  (benchmarks/)
-from mpippo.toolcli import ConfigError, Parser, ToolFailure, count, number, run, run_trainer, write_json  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, ToolFailure, count, number, run, run_trainer, write_json  # noqa: E402
 
 TOOL = "gpu-check"
 MAX_PPO_ITERATIONS = 200  # timed iterations per PPO row (16,384 steps each on the default config)
@@ -287,7 +287,7 @@ def _main(argv) -> int:
         check_out(args.out)
     import torch
     if not args.dry_run and not torch.cuda.is_available():
-        raise ConfigError("no CUDA device here; run it on a GPU machine, or with --dry-run")
+        raise UsageError("no CUDA device here; run it on a GPU machine, or with --dry-run")
     if not early:
         check_out(args.out)  # the default, benchmarks/results/: probed only where the check will run
     budget, device = (DRY, "cpu") if args.dry_run else (REAL, "cuda")

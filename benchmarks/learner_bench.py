@@ -38,7 +38,7 @@ from mpippo import hostmem  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as a trainer does, before torch allocates
 
-from mpippo.toolcli import ConfigError, Parser, check_trainer, count, number, output_file, run, write_bytes  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, check_trainer, count, number, output_file, run, write_bytes  # noqa: E402
 
 TOOL = "learner_bench"
 OBS = (64, 64, 3)  # procgen frames
@@ -330,7 +330,7 @@ def _main(argv) -> int:
     table = args.profile_out or (args.out.with_name(args.out.stem + "-profile.txt") if args.out else None)
     if "profile" in args.what:
         if table is None:
-            raise ConfigError("--profile-out: needed for the profile (or --out, beside which it goes)")
+            raise UsageError("--profile-out: needed for the profile (or --out, beside which it goes)")
         output_file(table, "--profile-out")
     device = "cpu" if args.dry_run else args.device
     threads = 1 if args.dry_run else args.threads  # dry: tiny sizes gain nothing from more threads, and
@@ -340,7 +340,7 @@ def _main(argv) -> int:
     if device == "cuda":
         import torch
         if not torch.cuda.is_available():
-            raise ConfigError("--device: 'cuda' requested but CUDA is not usable here (or --device cpu)")
+            raise UsageError("--device: 'cuda' requested but CUDA is not usable here (or --device cpu)")
     result = {}
 
     def save():
@@ -360,7 +360,7 @@ def _main(argv) -> int:
                                               extra=[*(DRY_APPO if args.dry_run else []), *extra])
             else:
                 result["profile"] = ppo_profile(device, table, [*(DRY_PPO if args.dry_run else []), *extra])
-        except ConfigError:
+        except UsageError:
             raise  # bad input: one line, exit 2
         except Exception as e:  # noqa: BLE001  (one bench's failure is its own: the others still run)
             import traceback

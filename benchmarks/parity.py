@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo.toolcli import (MAX_RANKS, ConfigError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, output_folder, ranks_fit, run, seed, shown)
 
 from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
@@ -139,18 +139,18 @@ def check_run(run_dir: Path, game: str, seed_: int, args) -> None:
     """One run of the set: its folder is new, finished (metrics, curves and config to keep), or
     resumable (a checkpoint, and a config the trainer accepts); its options pass the trainer's checks."""
     if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"'{shown(run_dir)}' is a file, where the run folder of {game} seed {seed_} goes")
+        raise UsageError(f"'{shown(run_dir)}' is a file, where the run folder of {game} seed {seed_} goes")
     if (run_dir / METRICS).exists() and read_metrics(run_dir).get("finished"):
         read_run_config(run_dir)
         if not (run_dir / "logs").is_dir():
-            raise ConfigError(f"'{shown(run_dir)}' finished but has no logs/ folder to keep")
+            raise UsageError(f"'{shown(run_dir)}' finished but has no logs/ folder to keep")
         return
     argv = trainer_args(run_dir, game, seed_, args)
     if "--resume" in argv:  # the trainer reads the run's own config.yaml: checked as it will read it
         read_run_config(run_dir)
         argv = ["--config", str(run_dir / "config.yaml"), *[a for a in argv if a != "--resume"]]
     elif run_dir.is_dir() and any(p.name != LOCK_NAME for p in run_dir.iterdir()):
-        raise ConfigError(f"'{shown(run_dir)}' holds an unfinished run without a checkpoint to resume from; "
+        raise UsageError(f"'{shown(run_dir)}' holds an unfinished run without a checkpoint to resume from; "
                           f"move it away to start {game} seed {seed_} afresh")
     check_trainer(argv, args.ranks, run_dir.name)
 
@@ -160,15 +160,15 @@ def check(args) -> list[tuple[Path, str, int]]:
     distinct(args.games, "--games")
     distinct(args.seeds, "--seeds")
     if args.tag is not None and not TAG.fullmatch(args.tag):
-        raise ConfigError(f"--tag: '{shown(args.tag)}' is not a folder tag; allowed: 1-64 letters, digits, '.', "
+        raise UsageError(f"--tag: '{shown(args.tag)}' is not a folder tag; allowed: 1-64 letters, digits, '.', "
                           f"'_' or '-', not starting with '.' or '-'")
     try:
         shlex.split(args.mpirun_args)
     except ValueError as e:
-        raise ConfigError(f"--mpirun-args: '{shown(args.mpirun_args)}' is not a command-line fragment ({e})") from None
+        raise UsageError(f"--mpirun-args: '{shown(args.mpirun_args)}' is not a command-line fragment ({e})") from None
     ranks_fit(args.ranks * args.parallel, "--ranks x --parallel")
     if args.out.exists() and not args.out.is_dir():
-        raise ConfigError(f"--out: '{shown(args.out)}' is a file; give a folder")
+        raise UsageError(f"--out: '{shown(args.out)}' is a file; give a folder")
     tag = args.tag or args.precision
     runs = [(args.out / f"{game}-{tag}-s{s}", game, s) for game in args.games for s in args.seeds]
     for run_dir, game, s in runs:

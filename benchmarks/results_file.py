@@ -12,7 +12,7 @@ from mpippo.toolcli import output_file, output_folder, write_json  # noqa: E402
 
 
 def check_out(out: Path | None) -> Path | None:
-    """--out (a file), or the results folder when it is not given: writable, or one ConfigError line."""
+    """--out (a file), or the results folder when it is not given: writable, or one UsageError line."""
     if out is None:
         output_folder(RESULTS, "--out (default benchmarks/results/)")
         return None

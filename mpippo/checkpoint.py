@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from mpippo import faults
-from mpippo.config import ConfigError, show
+from mpippo.config import UsageError, show
 
 LATEST = "latest.pt"
 
@@ -125,10 +125,10 @@ def require_checkpoint(path: str | Path) -> Path:
     path = Path(path)
     try:
         if not path.is_file():
-            raise ConfigError(f"--resume: no checkpoint at '{path}' (start without --resume, or pick the run folder "
+            raise UsageError(f"--resume: no checkpoint at '{path}' (start without --resume, or pick the run folder "
                               f"that has one)")
     except OSError as e:
-        raise ConfigError(f"--resume: cannot read '{show(str(path))}' ({e.strerror or e})") from None
+        raise UsageError(f"--resume: cannot read '{show(str(path))}' ({e.strerror or e})") from None
     return path
 
 
@@ -139,12 +139,12 @@ def read_checkpoint_bytes(path: str | Path) -> bytes:
     try:
         size = path.stat().st_size
         if 2 * size > (have := _memory_available()):  # the bytes, then the tensors built from them
-            raise ConfigError(f"checkpoint '{path}': {size / 2**30:,.1f} GiB, and reading it needs twice that; "
+            raise UsageError(f"checkpoint '{path}': {size / 2**30:,.1f} GiB, and reading it needs twice that; "
                               f"{have / 2**30:,.1f} GiB of memory are available (mpippo's checkpoints of the "
                               f"largest networks are a few hundred MB; is it one?)")
         return path.read_bytes()
     except OSError as e:
-        raise ConfigError(f"checkpoint '{path}': cannot read it ({e.strerror or e})") from None
+        raise UsageError(f"checkpoint '{path}': cannot read it ({e.strerror or e})") from None
 
 
 def _memory_available() -> int:
@@ -162,7 +162,7 @@ def _refusal(e: Exception) -> str | None:
 
 def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = None) -> dict:
     """Checkpoint bytes -> its state, loaded without running code and checked against the schema
-    (and to be of `algo`, when given); ConfigError (one line) for anything else."""
+    (and to be of `algo`, when given); UsageError (one line) for anything else."""
     import pickle
 
     import torch
@@ -173,9 +173,9 @@ def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = N
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if (needs := _refusal(e)) is not None:
-            raise ConfigError(f"{where}: refused: it holds Python objects that mpippo never writes ({needs}); "
+            raise UsageError(f"{where}: refused: it holds Python objects that mpippo never writes ({needs}); "
                               f"checkpoints load without running code") from None
-        raise ConfigError(f"{where}: unreadable checkpoint (not a file torch can read)") from None
+        raise UsageError(f"{where}: unreadable checkpoint (not a file torch can read)") from None
     except Exception as e:  # truncated, corrupted, not a torch file
-        raise ConfigError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+        raise UsageError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
     return validate(state, where, algo)

@@ -238,14 +238,14 @@ def torch_generator(v, path: str) -> None:
 
 
 def validate(state, where: str, algo: str | None = None) -> dict:
-    """`state` if it is a complete mpippo checkpoint (of `algo`, when given), else ConfigError
+    """`state` if it is a complete mpippo checkpoint (of `algo`, when given), else UsageError
     naming the first problem."""
     try:
         mapping(state, "checkpoint", ("algo", "model", "optimizer", "timesteps", "iteration", "config",
                                       "world_size", "model_spec"))
         need(state["algo"] in C.ALGOS, "algo", f"expected one of {', '.join(C.ALGOS)}, got {C.show(state['algo'])}")
         if algo is not None and state["algo"] != algo:
-            raise C.ConfigError(f"{where}: it is from algorithm '{state['algo']}', this run is {algo}")
+            raise C.UsageError(f"{where}: it is from algorithm '{state['algo']}', this run is {algo}")
         int_(state["timesteps"], "timesteps"), int_(state["iteration"], "iteration")
         int_(state["world_size"], "world_size", 1, MAX_WORLD)
         cfg = check_config(state)
@@ -253,5 +253,5 @@ def validate(state, where: str, algo: str | None = None) -> dict:
         check_weights(state["model"], "model", net)
         registry.get(state["algo"]).load().check_checkpoint(state, cfg, net)
     except Bad as e:
-        raise C.ConfigError(f"{where}: not a valid mpippo checkpoint: {e}") from None
+        raise C.UsageError(f"{where}: not a valid mpippo checkpoint: {e}") from None
     return state

@@ -99,16 +99,16 @@ class _StartUp:
 
 def _on_root(world: World, fn):
     """fn() on rank 0 only (file system decisions); every rank gets its result, or raises the
-    same ConfigError, so the next agreement sees one verdict."""
+    same UsageError, so the next agreement sees one verdict."""
     outcome = None
     if world.is_root:
         try:
             outcome = ("ok", fn())
-        except C.ConfigError as e:
+        except C.UsageError as e:
             outcome = ("error", e.errors)
     outcome = world.bcast_obj(outcome)
     if outcome[0] == "error":
-        raise C.ConfigError(outcome[1])
+        raise C.UsageError(outcome[1])
     return outcome[1]
 
 
@@ -121,7 +121,7 @@ def _choose_run_dir(args, start: _StartUp) -> Path:
     try:
         return _check_run_dir(run_dir, args.resume, start)
     except OSError as e:  # a name too long, a read-only or full file system, permissions
-        raise C.ConfigError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({e.strerror or e})") from None
+        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({e.strerror or e})") from None
 
 
 def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
@@ -135,7 +135,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         if run_dir.is_dir() and (who := runlock.holder(run_dir)):
             raise runlock.FolderBusy(f"--output-dir: '{run_dir}' is in use: {who} is training there; one writer "
                                      f"per run folder: choose a new folder")
-        raise C.ConfigError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
+        raise C.UsageError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
                             f"that run, or choose a new folder")
     start.created.extend(missing_folders(run_dir))
     try:
@@ -144,7 +144,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        raise C.ConfigError(f"--output-dir: cannot write to '{run_dir}' ({e.strerror})") from None
+        raise C.UsageError(f"--output-dir: cannot write to '{run_dir}' ({e.strerror})") from None
     _lock(run_dir, start)
     return run_dir
 
@@ -158,7 +158,7 @@ def _lock(run_dir: Path, start: _StartUp) -> None:
 
 def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
     if not (run_dir / "checkpoints" / LATEST).is_file():
-        raise C.ConfigError(f"--resume: '{run_dir}' holds actor-learner agent checkpoints (agent_*/), not a "
+        raise C.UsageError(f"--resume: '{run_dir}' holds actor-learner agent checkpoints (agent_*/), not a "
                             f"{algo} run")
     return read_checkpoint_bytes(run_dir / "checkpoints" / LATEST)
 
@@ -213,7 +213,7 @@ def _parse(world: World, argv: list[str], start: _StartUp):
         with quiet:
             args = make_parser().parse_args(argv)
         overrides = _overrides(args)
-    except C.ConfigError as e:
+    except C.UsageError as e:
         errors = e.errors
     if (bad_allocator := hostmem.error()):
         errors = (errors or []) + [bad_allocator]
@@ -226,7 +226,7 @@ def _run_dir(world: World, args, start: _StartUp) -> Path:
     run_dir = errors = None
     try:
         run_dir = _on_root(world, lambda: _choose_run_dir(args, start))
-    except C.ConfigError as e:
+    except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)
     return run_dir
@@ -246,7 +246,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
         note = C.envs_note(asked, cfg, world.size)
         errors = C.host_problems(cfg, world.size, world.local_size) or None
         world.set_collective_timeout(cfg.guards.collective_timeout_s)
-    except C.ConfigError as e:
+    except C.UsageError as e:
         errors = e.errors
     except OSError as e:  # the run folder vanished or became unreadable since phase B
         errors = [f"config file: cannot read it ({e.strerror or e})"]
@@ -270,12 +270,12 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
                                         str(path), cfg.training.algo)
             from mpippo.runners.sync_ppo import SyncPPO
             trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
-    except C.ConfigError as e:
+    except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)
     try:
         _on_root(world, lambda: _write_config(run_dir, cfg))
-    except C.ConfigError as e:
+    except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)
     return trainer
@@ -287,7 +287,7 @@ def _write_config(run_dir: Path, cfg: C.Config) -> None:
         if not C.actor_learner(cfg):  # (a learner makes its agent's folder)
             (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise C.ConfigError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({e.strerror or e})") from None
+        raise C.UsageError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({e.strerror or e})") from None
 
 
 def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[int, dict]:

@@ -25,10 +25,6 @@ from mpippo.usage import UsageError
 ALGOS = registry.NAMES  # training.algo: one registry entry each (mpippo/algos/registry.py)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
 
-
-ConfigError = UsageError  # the name of mpippo's usage error in the config and most callers
-
-
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 60
 _REPR.maxlist = _REPR.maxdict = 6
@@ -262,12 +258,12 @@ def _coerce(value: Any, tp, where: str) -> Any:
         list: lambda v: isinstance(v, list),
     }[tp](value)
     if not ok:
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {show(value)} ({type(value).__name__})")
+        raise UsageError(f"{where}: expected {_type_name(tp)}, got {show(value)} ({type(value).__name__})")
     if tp is float and not math.isfinite(value):  # NaN passes every `<` check below; refuse it here
-        raise ConfigError(f"{where}: must be a finite number, got {value}")
+        raise UsageError(f"{where}: must be a finite number, got {value}")
     if tp in (int, float) and abs(value) > INT64_MAX:  # counters and seeds end up in int64 arrays
         allowed = "below 2**63" if tp is int else "magnitudes below 9.2e18 (2**63)"
-        raise ConfigError(f"{where}: {show(value)} is out of range; allowed: {allowed}")
+        raise UsageError(f"{where}: {show(value)} is out of range; allowed: {allowed}")
     return float(value) if tp is float else value
 
 
@@ -307,7 +303,7 @@ def from_dict(data: dict, errors: list[str]) -> Config:
                 value = "off"  # YAML 1.1 reads a bare `off` as false; here it is the word
             try:
                 setattr(section, key, _coerce(value, hints[key], f"{sec_name}.{key}"))
-            except ConfigError as e:
+            except UsageError as e:
                 errors.extend(e.errors)
     return cfg
 
@@ -336,22 +332,22 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _s
 
 
 def _read_text(path: Path) -> str:
-    """The file's text, or one ConfigError line naming the path and what is wrong with it."""
+    """The file's text, or one UsageError line naming the path and what is wrong with it."""
     try:
         if path.is_dir():
-            raise ConfigError(f"config file: '{path}' is a folder; give a YAML file")
+            raise UsageError(f"config file: '{path}' is a folder; give a YAML file")
         if not path.is_file():
-            raise ConfigError(f"config file not found: '{path}'")
+            raise UsageError(f"config file not found: '{path}'")
         if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config file '{path}' has {path.stat().st_size:,} bytes; a config is a small YAML "
+            raise UsageError(f"config file '{path}' has {path.stat().st_size:,} bytes; a config is a small YAML "
                               f"file (at most {MAX_CONFIG_BYTES:,} bytes)")
         raw = path.read_bytes()
     except OSError as e:  # permissions, a name too long, an I/O error
-        raise ConfigError(f"config file '{show(str(path))}': cannot read it ({e.strerror or e})") from None
+        raise UsageError(f"config file '{show(str(path))}': cannot read it ({e.strerror or e})") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+        raise UsageError(f"config file '{path}' is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
                           f"save it as UTF-8") from None
 
 
@@ -365,13 +361,13 @@ def load_yaml(path: str | Path) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"malformed YAML in '{path}'{where}: {problem}") from None
+        raise UsageError(f"malformed YAML in '{path}'{where}: {problem}") from None
     except RecursionError:
-        raise ConfigError(f"malformed YAML in '{path}': nested too deeply") from None
+        raise UsageError(f"malformed YAML in '{path}': nested too deeply") from None
     if data is None:  # an empty file: every default
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file '{path}': the top level must be a mapping of sections ({', '.join(SECTIONS)}), "
+        raise UsageError(f"config file '{path}': the top level must be a mapping of sections ({', '.join(SECTIONS)}), "
                           f"got {show(data)} ({type(data).__name__})")
     return data
 
@@ -379,7 +375,7 @@ def load_yaml(path: str | Path) -> dict:
 def parse_override(item: str) -> tuple[str, str, Any]:
     """'section.key=value' -> (section, key, YAML-typed value)."""
     if "=" not in item or "." not in item.split("=", 1)[0]:
-        raise ConfigError(f"--set expects section.key=value, got '{item}'")
+        raise UsageError(f"--set expects section.key=value, got '{item}'")
     dotted, raw = item.split("=", 1)
     section, key = dotted.split(".", 1)
     try:
@@ -1042,14 +1038,14 @@ def _layout_memory_problem(cfg: Config, world_size: int, ranks_on_node: int) -> 
 
 
 def build(data: dict, overrides: list[tuple[str, str, Any]], world_size: int) -> Config:
-    """Merge + type-check + validate; raises ConfigError with every problem found."""
+    """Merge + type-check + validate; raises UsageError with every problem found."""
     errors: list[str] = []
     cfg = from_dict(merge_overrides(data, overrides), errors)
     if errors:
-        raise ConfigError(errors)
+        raise UsageError(errors)
     errors = validate(cfg, world_size)
     if errors:
-        raise ConfigError(errors)
+        raise UsageError(errors)
     return cfg
 
 

@@ -68,7 +68,7 @@ def build_policy(state: dict):
     try:
         net.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise C.ConfigError(f"--checkpoint: model state does not fit its own spec ({str(e).splitlines()[0][:120]})") from None
+        raise C.UsageError(f"--checkpoint: model state does not fit its own spec ({str(e).splitlines()[0][:120]})") from None
     net.eval()
     return net
 
@@ -160,18 +160,18 @@ RANGES = (("--num-episodes", 1, 1_000_000), ("--num-envs", 1, C.INT64_MAX), ("--
 
 
 def check_options(args) -> None:
-    """Every option, before the checkpoint is read or an env made (one ConfigError line)."""
+    """Every option, before the checkpoint is read or an env made (one UsageError line)."""
     for flag, lo, hi in RANGES:
         value = getattr(args, flag[2:].replace("-", "_"))
         allowed = f"allowed: {lo:,} to {'2**63 - 1' if hi == C.INT64_MAX else f'{hi:,}'}"
         if value < lo:
-            raise C.ConfigError(f"{flag}: must be >= {lo}, got {C.show(value)}; {allowed}")
+            raise C.UsageError(f"{flag}: must be >= {lo}, got {C.show(value)}; {allowed}")
         if value > hi:
-            raise C.ConfigError(f"{flag}: must be <= {hi:,}, got {C.show(value)}; {allowed}")
+            raise C.UsageError(f"{flag}: must be <= {hi:,}, got {C.show(value)}; {allowed}")
     if args.video is not None and args.video.suffix.lower() != ".mp4":
-        raise C.ConfigError(f"--video: '{C.show(str(args.video))[1:-1]}' must end in .mp4")
+        raise C.UsageError(f"--video: '{C.show(str(args.video))[1:-1]}' must end in .mp4")
     if args.video is not None and args.json is not None and _real(args.video) == _real(args.json):
-        raise C.ConfigError(f"--json and --video: both name '{C.show(str(args.json))[1:-1]}'; give two files")
+        raise C.UsageError(f"--json and --video: both name '{C.show(str(args.json))[1:-1]}'; give two files")
 
 
 def _real(path: Path) -> Path:
@@ -190,7 +190,7 @@ def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
     run_files = {ckpt.parent.parent / "benchmark_metrics.json", ckpt.parent.parent / "config.yaml"} \
         if ckpt.parent.name == "checkpoints" else set()
     if out == ckpt or (ckpt.parent.name == "checkpoints" and out.parent == ckpt.parent) or out in run_files:
-        raise C.ConfigError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files "
+        raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files "
                             f"({'the checkpoint' if out == ckpt else out.name}); give another name")
 
 
@@ -202,13 +202,13 @@ def probe_output(path: Path | None, flag: str) -> None:
     made = missing_folders(path.parent)
     try:
         if path.is_dir():
-            raise C.ConfigError(f"{flag}: '{C.show(str(path))[1:-1]}' is a folder; give a file name")
+            raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is a folder; give a file name")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # as the write will
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise C.ConfigError(f"{flag}: cannot write '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
+        raise C.UsageError(f"{flag}: cannot write '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
     finally:
         remove_if_empty(made)  # the write makes them again; an early exit leaves nothing
 
@@ -233,18 +233,18 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     check_not_input(args.video, "--video", path)
     try:
         if not path.is_file():
-            raise C.ConfigError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
+            raise C.UsageError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
     except OSError as e:
-        raise C.ConfigError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
+        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
     data = read_checkpoint_bytes(path)  # size-checked before it is read
     state = load_checkpoint(data, str(path))
     if (problem := memory_problem(state, args.num_envs)):
-        raise C.ConfigError(problem)
+        raise C.UsageError(problem)
     net = build_policy(state)
     cfg, notes = env_config(state, args.levels)
     two_player = C.canonical_env_name(cfg.env.name) == "connect4"
     if args.opponent is not None and not two_player:
-        raise C.ConfigError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
+        raise C.UsageError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
                             f"'{cfg.env.name}' (allowed: connect4)")
     if world.is_root:  # only rank 0 writes
         probe_output(args.json, "--json")
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)
         path, state, net, cfg, notes, two_player = load_and_check(args, world)
-    except C.ConfigError as e:
+    except C.UsageError as e:
         error = e.errors[0]
     except SystemExit as e:  # --help
         return int(e.code or 0)

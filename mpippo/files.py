@@ -3,7 +3,7 @@
 Every reader of a run's or a suite's own files goes through here: benchmark_metrics.json, a run's
 config.yaml, a suite's manifests and submissions.jsonl, a sweep's or a benchmark's results. Such a
 file may have been damaged, truncated, replaced by hand or by another tool, or be something else
-under the expected name: each problem is a ConfigError whose one line names the file and what is
+under the expected name: each problem is a UsageError whose one line names the file and what is
 wrong with it (the entry points print it as `mpippo: error: ...`, exit 2). Nothing here runs code:
 JSON and safe YAML build plain data only.
 """
@@ -14,14 +14,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mpippo.config import ConfigError, show
+from mpippo.config import UsageError, show
 
 MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few MB); more is not one of ours
 METRICS = "benchmark_metrics.json"
 
 
-def _problem(path: Path, what: str, why: str) -> ConfigError:
-    return ConfigError(f"{what} '{show(str(path))[1:-1]}': {why}")
+def _problem(path: Path, what: str, why: str) -> UsageError:
+    return UsageError(f"{what} '{show(str(path))[1:-1]}': {why}")
 
 
 def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> bytes:
@@ -88,8 +88,8 @@ def read_yaml(path: str | Path, what: str) -> dict:
     from mpippo.config import load_yaml
     try:
         return load_yaml(path)
-    except ConfigError as e:
-        raise ConfigError(f"{what}: {e.errors[0]}") from None
+    except UsageError as e:
+        raise UsageError(f"{what}: {e.errors[0]}") from None
 
 
 def read_run_config(folder: str | Path):

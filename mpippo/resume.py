@@ -34,7 +34,7 @@ def _saved(saved: dict, section: str, key: str):
 
 
 def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
-    """Notes on what changes (empty when nothing does); ConfigError when the job itself would.
+    """Notes on what changes (empty when nothing does); UsageError when the job itself would.
     per_rank_note=False: the caller says what another per-rank env count does (the sync runner:
     elsewhere_note)."""
     for section, key, name in FIXED:
@@ -42,7 +42,7 @@ def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
         if section == "env" and key == "name" and isinstance(was, str):
             was, now = C.canonical_env_name(was), C.canonical_env_name(now)
         if was is not None and was != now:
-            raise C.ConfigError(
+            raise C.UsageError(
                 f"--resume: the checkpoint's {name} is {C.show(was)}, this config asks for {C.show(now)} "
                 f"({section}.{key}); a resume continues the same job (fixed: "
                 f"{', '.join(f'{s}.{k}' for s, k, _ in FIXED)}): start another run folder instead")

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from mpippo.config import ConfigError
+from mpippo.usage import UsageError
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED
 
 STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (a job takes its agents' largest)
@@ -96,7 +96,7 @@ def pick_device(want: str, index: int = 0, warn=print):
         return torch.device("cuda", index % torch.cuda.device_count())
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if want == "cuda":
-        raise ConfigError(f"training.device: 'cuda' requested but CUDA is not usable here (CUDA_VISIBLE_DEVICES="
+        raise UsageError(f"training.device: 'cuda' requested but CUDA is not usable here (CUDA_VISIBLE_DEVICES="
                           f"{visible}); use auto (falls back to the CPU) or cpu")
     if visible:
         warn(f"mpippo: warning: training.device is auto and GPUs were allocated (CUDA_VISIBLE_DEVICES={visible}), "

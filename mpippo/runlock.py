@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from mpippo.config import ConfigError, show
+from mpippo.config import UsageError, show
 
 LOCK_NAME = ".mpippo.lock"
 _HELD: dict[str, tuple[int, bytes]] = {}  # lock file -> (its open descriptor, kept for the process's
@@ -29,7 +29,7 @@ _UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 RETRY_S = 2.0  # a holder() probe holds a shared lock for microseconds: try again before refusing
 
 
-class FolderBusy(ConfigError):
+class FolderBusy(UsageError):
     """Another process holds the folder's lock."""
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mpippo.config import ConfigError
+from mpippo.usage import UsageError
 from mpippo.files import METRICS, read_metrics, read_run_config
 from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown
 
 
-class NotARun(ConfigError):
+class NotARun(UsageError):
     """A folder that is not an mpippo run, or whose files are damaged: one line naming it."""
 
 
@@ -147,7 +147,7 @@ def load_runs(path: str | Path) -> list[Run]:
         try:
             metrics = conform(read_metrics(f), METRICS_USED, f / METRICS)
             cfg = run_config(f, path)
-        except ConfigError as e:
+        except UsageError as e:
             raise NotARun(e.errors[0]) from None
         name = path.name if f == path else f"{path.name}/{f.name}"
         steps, returns, wall = read_curve(f / "logs")

@@ -8,7 +8,7 @@ same, before it starts any run or writes anything:
     output will go; folders made for it removed again), and the trainer options it will pass with
     `check_trainer` (the trainer's own checks, in this process);
   - reads the files mpippo wrote through mpippo/files.py, and checks the parts it uses with `conform`;
-  - runs its main through `run`, which prints a ConfigError as `mpippo: error: <tool>: <line>`, exit 2,
+  - runs its main through `run`, which prints a UsageError as `mpippo: error: <tool>: <line>`, exit 2,
     and a `ToolFailure` (a run or a write that failed after the checks) the same way, exit 1.
 Outputs are written atomically (`write_bytes`, `write_json`, `save_figure`).
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpippo.checkpoint import atomic_write_bytes, missing_folders, remove_if_empty
-from mpippo.config import INT64_MAX, ConfigError, show
+from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import Parser as _Parser
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
@@ -53,7 +53,7 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
     try:
         return main(argv)
-    except ConfigError as e:
+    except UsageError as e:
         say(e.errors[0] + (f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""))
         return EXIT_USAGE
     except ToolFailure as e:
@@ -104,7 +104,7 @@ def distinct(values: list, flag: str) -> list:
     seen = set()
     for v in values:
         if v in seen:
-            raise ConfigError(f"{flag}: {show(v)} is given twice; each value once")
+            raise UsageError(f"{flag}: {show(v)} is given twice; each value once")
         seen.add(v)
     return values
 
@@ -116,7 +116,7 @@ def ranks_fit(ranks: int, flag: str) -> None:
     per_node = -(-ranks // (int(nodes) if nodes.isdigit() and int(nodes) > 0 else 1))
     need, have = per_node * RANK_BASE_BYTES, memory_available(1)
     if need > have:
-        raise ConfigError(f"{flag}: {ranks:,} rank(s) need at least {need / 2**30:,.1f} GiB on this node to start "
+        raise UsageError(f"{flag}: {ranks:,} rank(s) need at least {need / 2**30:,.1f} GiB on this node to start "
                           f"({RANK_BASE_BYTES >> 20} MB each), {have / 2**30:,.1f} GiB are available; give fewer")
 
 
@@ -128,13 +128,13 @@ def _probe(folder: Path, name: str, flag: str, target: Path) -> None:
     try:
         above = next((f for f in (folder, *folder.parents) if f.exists() or f.is_symlink()), None)
         if above is not None and not above.is_dir():
-            raise ConfigError(f"{flag}: cannot write '{shown(target)}': '{shown(above)}' is a file, not a folder")
+            raise UsageError(f"{flag}: cannot write '{shown(target)}': '{shown(above)}' is a file, not a folder")
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
         os.close(fd)
         os.unlink(tmp)
     except OSError as e:
-        raise ConfigError(f"{flag}: cannot write '{shown(target)}' ({e.strerror or e})") from None
+        raise UsageError(f"{flag}: cannot write '{shown(target)}' ({e.strerror or e})") from None
     finally:
         remove_if_empty(made)
 
@@ -143,12 +143,12 @@ def output_file(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
     """A file the tool will write: not a folder, one of `suffixes` (when given), in a folder it can write."""
     path = Path(path)
     if suffixes and path.suffix.lower() not in suffixes:
-        raise ConfigError(f"{flag}: '{shown(path)}' must end in {' or '.join(suffixes)}")
+        raise UsageError(f"{flag}: '{shown(path)}' must end in {' or '.join(suffixes)}")
     try:
         if path.is_dir():
-            raise ConfigError(f"{flag}: '{shown(path)}' is a folder; give a file name")
+            raise UsageError(f"{flag}: '{shown(path)}' is a folder; give a file name")
     except OSError as e:
-        raise ConfigError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
     _probe(path.parent, path.name, flag, path)
     return path
 
@@ -158,12 +158,12 @@ def output_folder(path: Path, flag: str, files: tuple[str, ...] = ()) -> Path:
     path = Path(path)
     try:
         if path.exists() and not path.is_dir():
-            raise ConfigError(f"{flag}: '{shown(path)}' is a file; give a folder")
+            raise UsageError(f"{flag}: '{shown(path)}' is a file; give a folder")
         for name in files:
             if (path / name).is_dir():
-                raise ConfigError(f"{flag}: '{shown(path / name)}' is a folder, where {flag} writes the file {name}")
+                raise UsageError(f"{flag}: '{shown(path / name)}' is a folder, where {flag} writes the file {name}")
     except OSError as e:
-        raise ConfigError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
     _probe(path, max(files, key=len, default="x"), flag, path)
     return path
 
@@ -240,9 +240,9 @@ def _mismatch(value: Any, spec, where: str) -> str | None:
 
 
 def conform(data: Any, spec, path: Path, what: str = "metrics file") -> Any:
-    """`data` (read from `path`) has the keys and types of `spec`, or a ConfigError naming the file."""
+    """`data` (read from `path`) has the keys and types of `spec`, or a UsageError naming the file."""
     if (bad := _mismatch(data, spec, "")):
-        raise ConfigError(f"{what} '{shown(path)}': {bad}")
+        raise UsageError(f"{what} '{shown(path)}': {bad}")
     return data
 
 
@@ -266,20 +266,20 @@ def _trainer_cli():
 def check_trainer(argv: list[str], ranks: int, what: str):
     """The trainer's own checks of `run_mpi.py argv` at `ranks` ranks on this node (command line,
     config file, values, memory, threads), run in this process without MPI or torch; returns
-    (the parsed options, the resolved Config), or a ConfigError whose lines start with `what`."""
+    (the parsed options, the resolved Config), or a UsageError whose lines start with `what`."""
     cli = _trainer_cli()
     from mpippo import hostmem
     from mpippo import config as C
     try:
         if (bad := hostmem.error()):
-            raise ConfigError(bad)
+            raise UsageError(bad)
         args = cli.make_parser().parse_args(argv)
         cfg = C.resolve(C.build(C.load_yaml(args.config or C.DEFAULT_CONFIG), cli._overrides(args), ranks), ranks)
         if (problems := C.host_problems(cfg, ranks, ranks)):
-            raise ConfigError(problems)
+            raise UsageError(problems)
         return args, cfg
-    except ConfigError as e:
-        raise ConfigError([f"{what}: {line}" for line in e.errors]) from None
+    except UsageError as e:
+        raise UsageError([f"{what}: {line}" for line in e.errors]) from None
 
 
 def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, **kw) -> dict:

@@ -32,7 +32,7 @@ from mpippo.algos.ppo import autocast
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
-from mpippo.config import Config, ConfigError, algorithm, layout_section
+from mpippo.config import Config, UsageError, algorithm, layout_section
 from mpippo.envs import make_env, rank_seed
 from mpippo.layout.actor import Actor
 from mpippo.layout.learner import Learner, agent_folder
@@ -97,7 +97,7 @@ class ActorLearnerRun:
         self.resume_state = self.resume_point(resume)
         self.precision_why = self.settle_precision()
         if self.is_learner and self.algo.learner_bytes() > 0.9 * psutil.virtual_memory().available:
-            raise ConfigError(f"{self.algo.learner_bytes_key()} need {self.algo.learner_bytes() / 2**30:.1f} GiB, more than the "
+            raise UsageError(f"{self.algo.learner_bytes_key()} need {self.algo.learner_bytes() / 2**30:.1f} GiB, more than the "
                               f"{psutil.virtual_memory().available / 2**30:.1f} GiB available; lower it")
 
     def new_algo(self):
@@ -128,11 +128,11 @@ class ActorLearnerRun:
                 if resume:
                     state = self.read_checkpoint()
                     outcome = {"steps": int(state["timesteps"]), "resumes": int(state.get("resumes", 0)) + 1}
-            except ConfigError as e:
+            except UsageError as e:
                 outcome = {"error": e.errors}
         outcome = self.group.bcast_obj(outcome)
         if "error" in outcome:
-            raise ConfigError(outcome["error"])
+            raise UsageError(outcome["error"])
         self.agent.steps_before, self.agent.resumes = outcome["steps"], outcome["resumes"]
         return state
 
@@ -141,16 +141,16 @@ class ActorLearnerRun:
         state = load_checkpoint(read_checkpoint_bytes(path), str(path), self.algo.name)
         self.resume_notes = resume.check(state["config"], self.cfg)  # the same game and levels, or one line
         if self.cfg.selfplay.enabled and "selfplay" not in state:
-            raise ConfigError("checkpoint: it has no opponent pool (trained without self-play); "
+            raise UsageError("checkpoint: it has no opponent pool (trained without self-play); "
                               "resume it with selfplay.enabled=false")
         spec = {"obs_shape": list(self.agent.obs_shape), "num_actions": self.agent.num_actions}
         if state["model_spec"] != spec or state["agent"] != self.agent.index:
-            raise ConfigError(f"checkpoint: network {state['model_spec']} of agent {state['agent']} does not match "
+            raise UsageError(f"checkpoint: network {state['model_spec']} of agent {state['agent']} does not match "
                               f"this config's {spec} for agent {self.agent.index}")
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as e:
-            raise ConfigError(f"checkpoint: model state does not fit ({str(e).splitlines()[0][:160]})") from None
+            raise UsageError(f"checkpoint: model state does not fit ({str(e).splitlines()[0][:160]})") from None
         return state
 
     def train(self, signals: SignalFlags | None = None) -> dict:

@@ -26,7 +26,7 @@ from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
-from mpippo.config import Config, ConfigError, algorithm
+from mpippo.config import Config, UsageError, algorithm
 from mpippo.envs import make_env, rank_seed, resume_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject
@@ -140,17 +140,17 @@ class SyncPPO:
 
     def _load(self, state: dict) -> None:
         if state["algo"] != self.entry.name:
-            raise ConfigError(f"checkpoint: it is from algorithm '{state['algo']}', this run is {self.entry.name}")
+            raise UsageError(f"checkpoint: it is from algorithm '{state['algo']}', this run is {self.entry.name}")
         # the same game, levels and algorithm, or one line; another env split is said below
         notes = resume.check(state["config"], self.cfg, per_rank_note=False)
         spec = state.get("model_spec")
         if spec != self.model_spec():
-            raise ConfigError(f"checkpoint: network shape {spec} does not match this config's {self.model_spec()}")
+            raise UsageError(f"checkpoint: network shape {spec} does not match this config's {self.model_spec()}")
         try:
             self.model.load_state_dict(state["model"])  # copies into the flat views
             self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
-            raise ConfigError(f"checkpoint: model or optimizer state does not fit ({str(e).splitlines()[0][:160]})") from None
+            raise UsageError(f"checkpoint: model or optimizer state does not fit ({str(e).splitlines()[0][:160]})") from None
         self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
         self.ret_rms.load_state_dict(state["ret_rms"])
         ranks = state.get("ranks") or []
@@ -165,7 +165,7 @@ class SyncPPO:
             else:
                 self._restore_elsewhere(ranks, how == "reshard")
         except (TypeError, ValueError, KeyError, RuntimeError) as e:
-            raise ConfigError(f"checkpoint: the state of rank {self.world.rank} cannot be restored "
+            raise UsageError(f"checkpoint: the state of rank {self.world.rank} cannot be restored "
                               f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
 
     def _restore_rank(self, r: dict) -> None:

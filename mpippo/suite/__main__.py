@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from mpippo import config as C
-from mpippo.config import ConfigError
+from mpippo.usage import UsageError
 from mpippo.suite import spec
 from mpippo.usage import Parser
 from mpippo.suite.spec import SuiteError
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
             return cmd_member(args)
         suite = spec.load(args.suite, args.root)
         return {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.cmd](suite, args)
-    except ConfigError as e:  # SuiteError, a damaged file of the suite's (mpippo.files), a folder in use
+    except UsageError as e:  # SuiteError, a damaged file of the suite's (mpippo.files), a folder in use
         sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
         return 2
     except OSError as e:  # a folder that cannot be made or written: its path and the reason

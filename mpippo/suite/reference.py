@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpippo.config import ConfigError
+from mpippo.usage import UsageError
 from mpippo.files import read_text
 from mpippo.toolcli import shown
 
@@ -20,14 +20,14 @@ COLUMNS = ("mode", "levels", "split", "game", "timesteps", "return_mean", "retur
 
 
 def reference_curves(path: Path, mode: str = "easy", levels: str = "all", split: str = "train") -> dict:
-    """{game: (steps, mean, std)} of the paper's PPO runs; a damaged file is a ConfigError naming it."""
+    """{game: (steps, mean, std)} of the paper's PPO runs; a damaged file is a UsageError naming it."""
     what = f"reference curves '{shown(path)}'"
     rows = defaultdict(list)
     try:
         reader = csv.DictReader(io.StringIO(read_text(path, "reference curves")))
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
-            raise ConfigError(f"{what}: no column(s) {', '.join(missing)} in its header line; it needs {', '.join(COLUMNS)}")
+            raise UsageError(f"{what}: no column(s) {', '.join(missing)} in its header line; it needs {', '.join(COLUMNS)}")
         for n, r in enumerate(reader, 2):
             if (r["mode"], r["levels"], r["split"]) == (mode, levels, split):
                 try:
@@ -35,9 +35,9 @@ def reference_curves(path: Path, mode: str = "easy", levels: str = "all", split:
                 except (TypeError, ValueError):
                     point = None
                 if point is None or point[0] < 0 or not all(map(math.isfinite, point[1:])) or point[2] < 0:
-                    raise ConfigError(f"{what}: line {n}: expected timesteps >= 0 and finite return_mean, return_std "
+                    raise UsageError(f"{what}: line {n}: expected timesteps >= 0 and finite return_mean, return_std "
                                       f">= 0, got {', '.join(str(r[c])[:20] for c in COLUMNS[4:])}")
                 rows[r["game"]].append(point)
     except csv.Error as e:
-        raise ConfigError(f"{what}: not a CSV file ({e})") from None
+        raise UsageError(f"{what}: not a CSV file ({e})") from None
     return {g: tuple(np.array(c) for c in zip(*sorted(v))) for g, v in rows.items()}

@@ -40,7 +40,7 @@ TIME = re.compile(r"(\d{1,3}-)?\d{1,4}(:\d{2}){0,2}")
 SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: no trailing newline slips through
 
 
-class SuiteError(C.ConfigError):
+class SuiteError(C.UsageError):
     """Bad suite input: one line, exit 2."""
 
 
@@ -104,7 +104,7 @@ def load(path: str | Path, root: str | Path = "runs") -> Suite:
         raise SuiteError(f"--root: '{root}' is not a folder (suites go to <root>/suites/<name>/)")
     try:
         data = C.load_yaml(path)
-    except C.ConfigError as e:
+    except C.UsageError as e:
         raise SuiteError(f"suite {e.errors[0]}") from None
     unknown = sorted(set(data) - set(KEYS), key=str)
     if unknown:
@@ -189,7 +189,7 @@ def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
         cfg = C.build(C.load_yaml(s.base_config), sets, s.ranks)
     except SuiteError:
         raise
-    except C.ConfigError as e:
+    except C.UsageError as e:
         raise SuiteError(f"suite '{s.path}': variants.{name}: {e.errors[0]}") from None
     if C.actor_learner(cfg) and C.layout_section(cfg).num_agents != 1:
         raise SuiteError(f"suite '{s.path}': variants.{name}: {cfg.training.algo}.num_agents: a suite member is one "
@@ -207,7 +207,7 @@ def write_manifest(path: Path, members: list[Member]) -> None:
 
 def read_manifest(path: str | Path) -> dict[str, dict]:
     """A submission's manifest, {array index: {key, folder, args}}, checked: a damaged or foreign
-    file is one line naming it (a ConfigError), never a member run from what it happens to hold."""
+    file is one line naming it (a UsageError), never a member run from what it happens to hold."""
     rows = files.read_json(path, "suite manifest")
     for index, row in rows.items():
         where = f"suite manifest '{C.show(str(path))[1:-1]}': entry {C.show(index)}"

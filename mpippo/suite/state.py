@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 from mpippo import files, runlock
-from mpippo.config import ConfigError, canonical_env_name, show
+from mpippo.config import UsageError, canonical_env_name, show
 from mpippo.suite.spec import Member, Suite, SuiteError, read_manifest
 
 SUBMISSIONS = "submissions.jsonl"
@@ -33,7 +33,7 @@ ACTIVE = {"RUNNING": "running", "COMPLETING": "running", "CONFIGURING": "running
 
 def metrics(member: Member) -> dict:
     """The member's benchmark_metrics.json, its typed keys checked; {} while it has none (not started,
-    or before its first iteration). A damaged file is a ConfigError naming it."""
+    or before its first iteration). A damaged file is a UsageError naming it."""
     path = member.folder / files.METRICS
     if not path.exists() and not path.is_symlink():
         return {}
@@ -67,7 +67,7 @@ def _article(word: str) -> str:
 def mismatch(suite: Suite, member: Member, m: dict | None = None) -> str | None:
     """What makes the member's folder not this member's run (another game, mode, algorithm, seed or
     budget in its config.yaml or benchmark_metrics.json), or None. A damaged config.yaml or metrics
-    file is a ConfigError naming it."""
+    file is a UsageError naming it."""
     folder = member.folder
     for parent in folder.relative_to(suite.folder).parents:
         if (suite.folder / parent).exists() and not (suite.folder / parent).is_dir():
@@ -107,7 +107,7 @@ def check(suite: Suite, member: Member) -> dict:
     try:
         m = metrics(member)
         why = mismatch(suite, member, m)
-    except ConfigError as e:
+    except UsageError as e:
         raise SuiteError(f"suite {suite.name}: member {member.key}: {e.errors[0]}; repair or move it away "
                          f"(the next run then starts the member afresh)") from None
     if why:
@@ -187,7 +187,7 @@ def manifests(suite: Suite) -> dict[str, dict]:
     for sub in submissions(suite):
         try:
             out[str(sub["job"])] = read_manifest(sub["manifest"])
-        except ConfigError as e:
+        except UsageError as e:
             raise SuiteError(f"{e.errors[0]} (job {sub['job']} of {suite.folder / SUBMISSIONS}); without it "
                              f"what that array runs is unknown") from None
     return out
@@ -243,7 +243,7 @@ def table(suite: Suite) -> list[dict]:
         try:
             met = metrics(m)
             why = mismatch(suite, m, met)
-        except ConfigError as e:
+        except UsageError as e:
             met, why, state, note = {}, None, "damaged", e.errors[0]
         else:
             error = last_error(m, outs.get(m.key, []))

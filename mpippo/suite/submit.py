@@ -27,7 +27,7 @@ from pathlib import Path
 
 from mpippo import runlock
 from mpippo.checkpoint import missing_folders, remove_if_empty
-from mpippo.config import ConfigError
+from mpippo.usage import UsageError
 from mpippo.suite import state
 from mpippo.suite.spec import Member, Suite, SuiteError, write_manifest
 
@@ -106,7 +106,7 @@ class SuiteLock:
         return runlock.held_fd(self.folder)
 
     def __exit__(self, kind, exc, tb) -> bool:
-        refused = kind is not None and issubclass(kind, (ConfigError, OSError, subprocess.SubprocessError,
+        refused = kind is not None and issubclass(kind, (UsageError, OSError, subprocess.SubprocessError,
                                                          KeyboardInterrupt))
         if refused:  # else held to the end of this process (the kernel lets go of it)
             self.undo()

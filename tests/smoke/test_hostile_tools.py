@@ -330,10 +330,10 @@ def test_every_tool_meets_every_class():
 
 def test_a_damaged_sweep_is_one_line_naming_the_file(tmp_path):
     """scaling.ipynb's reader (scaling_model.load_sweep): a sweep.json with a run whose world size is
-    zero, a phase missing, text for a number or no runs is a ConfigError naming the file and key."""
+    zero, a phase missing, text for a number or no runs is a UsageError naming the file and key."""
     import scaling_model
 
-    from mpippo.config import ConfigError
+    from mpippo.config import UsageError
     good = json.loads((Path(scaling_model.__file__).parent / "data" / "sample" / "sweep.json").read_text())
     path = tmp_path / "sweep.json"
     for edit, expect in ((lambda s: s["runs"][1].update(world_size=0), "runs[1].world_size: expected at least 1"),
@@ -344,9 +344,9 @@ def test_a_damaged_sweep_is_one_line_naming_the_file(tmp_path):
         sweep = json.loads(json.dumps(good))
         edit(sweep)
         path.write_text(json.dumps(sweep))
-        with pytest.raises(ConfigError) as e:
+        with pytest.raises(UsageError) as e:
             scaling_model.load_sweep(path)
         assert len(e.value.errors) == 1 and expect in e.value.errors[0] and "sweep.json" in e.value.errors[0]
     path.write_bytes(b"\x00" * 10)
-    with pytest.raises(ConfigError, match="sweep file"):
+    with pytest.raises(UsageError, match="sweep file"):
         scaling_model.load_sweep(path)

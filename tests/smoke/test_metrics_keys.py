@@ -63,6 +63,6 @@ def test_weights_and_biases_offline_keeps_one_run_across_a_resume(tmp_path):
 def test_weights_and_biases_without_the_package_is_one_line(monkeypatch):
     from mpippo import config as C
     monkeypatch.setattr(C, "wandb_missing", lambda: True)
-    with pytest.raises(C.ConfigError, match="logging.wandb: 'offline' needs the wandb package"):
+    with pytest.raises(C.UsageError, match="logging.wandb: 'offline' needs the wandb package"):
         C.build({}, [("logging", "wandb", "offline")], 1)
     assert C.build({"logging": {"wandb": False}}, [], 1).logging.wandb == "off"  # YAML's bare `off`

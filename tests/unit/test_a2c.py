@@ -82,7 +82,7 @@ def test_one_pass_per_rollout_in_the_configured_steps(optimizer, minibatches):
     ("num_minibatches", 3, "a2c.num_minibatches: the per-rank batch (64 envs x 256 steps = 16384) is not divisible"),
 ])
 def test_bad_a2c_settings_are_one_line_each(key, value, expect):
-    with pytest.raises(C.ConfigError) as e:
+    with pytest.raises(C.UsageError) as e:
         C.build({}, [("training", "algo", "a2c"), ("a2c", key, value)], 1)
     assert len(e.value.errors) == 1 and e.value.errors[0].startswith(expect), e.value.errors
 

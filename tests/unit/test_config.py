@@ -9,7 +9,7 @@ def build(overrides: dict, world_size: int = 1, base: dict | None = None):
 
 
 def errors_of(overrides: dict, world_size: int = 1, base=None) -> list[str]:
-    with pytest.raises(C.ConfigError) as e:
+    with pytest.raises(C.UsageError) as e:
         build(overrides, world_size, base)
     return e.value.errors
 
@@ -103,9 +103,9 @@ def test_non_positive_steps_and_bad_device():
 def test_malformed_yaml_and_missing_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("training:\n  n_steps: [1, 2\n")
-    with pytest.raises(C.ConfigError, match="malformed YAML .* line"):
+    with pytest.raises(C.UsageError, match="malformed YAML .* line"):
         C.load_yaml(bad)
-    with pytest.raises(C.ConfigError, match="config file not found: '.*nope.yaml'"):
+    with pytest.raises(C.UsageError, match="config file not found: '.*nope.yaml'"):
         C.load_yaml(tmp_path / "nope.yaml")
 
 
@@ -113,7 +113,7 @@ def test_override_parsing_types_values():
     assert C.parse_override("training.n_steps=128") == ("training", "n_steps", 128)
     assert build({"training.learning_rate": "3e-4"}).training.learning_rate == 3e-4  # YAML 1.1 reads it as str
     assert C.parse_override("env.num_envs_per_rank=null") == ("env", "num_envs_per_rank", None)
-    with pytest.raises(C.ConfigError, match="section.key=value"):
+    with pytest.raises(C.UsageError, match="section.key=value"):
         C.parse_override("learning_rate")
 
 

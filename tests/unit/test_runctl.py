@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mpippo import runctl
-from mpippo.config import ConfigError
+from mpippo.usage import UsageError
 
 
 def test_stop_reason_precedence():
@@ -50,7 +50,7 @@ def test_device_policy(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert runctl.pick_device("auto", 0, warnings.append).type == "cpu"
     assert len(warnings) == 1 and "CUDA_VISIBLE_DEVICES=0,1" in warnings[0]
-    with pytest.raises(ConfigError, match="'cuda' requested but CUDA is not usable"):
+    with pytest.raises(UsageError, match="'cuda' requested but CUDA is not usable"):
         runctl.pick_device("cuda", 0, warnings.append)
     assert runctl.pick_device("cpu", 0, warnings.append).type == "cpu" and len(warnings) == 1
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from mpippo.config import ConfigError
+from mpippo.usage import UsageError
 from mpippo.suite import report, spec, state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -387,7 +387,7 @@ def test_damaged_submissions_and_manifests_are_one_line_naming_the_file(tmp_path
     s = spec.load(TINY, tmp_path)
     s.folder.mkdir(parents=True)
     (s.folder / "submissions.jsonl").write_text(line + "\n")
-    with pytest.raises(spec.SuiteError if "entry" in needle else ConfigError, match=re.escape(needle)):
+    with pytest.raises(spec.SuiteError if "entry" in needle else UsageError, match=re.escape(needle)):
         state.table(s)
 
 
