@@ -5,9 +5,12 @@ import os
 import sys
 import time
 
+from pathlib import Path
+
 import numpy as np
 
-from mpippo.toolcli import EXIT_USAGE, UsageError, Parser, count  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.toolcli import EXIT_USAGE, Parser, UsageError, count  # noqa: E402
 
 
 def options(argv=None):

@@ -19,9 +19,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-from mpippo.toolcli import Parser, count, run  # noqa: E402
-
+sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.config import PROCGEN_GAMES  # noqa: E402
+from mpippo.toolcli import Parser, count, run  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"
 CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, 2025

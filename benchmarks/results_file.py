@@ -5,9 +5,11 @@ tells before the benchmark starts whether the result can be written there."""
 from __future__ import annotations
 
 import datetime
+import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(RESULTS.parent.parent))  # mpippo, without an install
 from mpippo.toolcli import output_file, output_folder, write_json  # noqa: E402
 
 
