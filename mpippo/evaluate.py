@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from mpippo import config as C
 from mpippo.algos import registry
@@ -79,7 +78,8 @@ def greedy(algo: str, deterministic: bool) -> bool:
     return deterministic or registry.get(algo).greedy_eval
 
 
-def make_actor(net, algo: str, deterministic: bool, generator: torch.Generator):
+def make_actor(net, algo: str, deterministic: bool, generator: "torch.Generator"):
+    import torch
     q_values, argmax = registry.get(algo).network == "q", greedy(algo, deterministic)
 
     @torch.inference_mode()
@@ -270,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"mpippo: error: {next(e for e in errors if e)}\n")
         return EXIT_USAGE
 
+    import torch  # after the checks: a bad option or file is refused without loading torch
     torch.set_num_threads(1)
     # episodes split over ranks, then over env slots: the counts add up to --num-episodes exactly
     mine = args.num_episodes // world.size + (world.rank < args.num_episodes % world.size)
