@@ -78,7 +78,7 @@ def greedy(algo: str, deterministic: bool) -> bool:
     return deterministic or registry.get(algo).greedy_eval
 
 
-def make_actor(net, algo: str, deterministic: bool, generator: "torch.Generator"):
+def make_actor(net, algo: str, deterministic: bool, generator):
     import torch
     q_values, argmax = registry.get(algo).network == "q", greedy(algo, deterministic)
 

@@ -3,7 +3,6 @@ write every key of mpippo/metrics/keys.py into benchmark_metrics.json, with its 
 README lists exactly those keys."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -1,5 +1,4 @@
 import copy
-import io
 
 import numpy as np
 import pytest
