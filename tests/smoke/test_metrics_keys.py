@@ -3,7 +3,6 @@ write every key of mpippo/metrics/keys.py into benchmark_metrics.json, with its 
 README lists exactly those keys."""
 from __future__ import annotations
 
-
 import pytest
 
 from conftest import ROOT, metrics, ok, trainer
