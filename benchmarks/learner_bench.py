@@ -209,17 +209,14 @@ def _device_us(evt) -> float:
 
 def ppo_profile(device: str, table_out: Path, extra: list[str] = ()) -> dict:
     """One synchronous PPO iteration on one rank under torch.profiler (see the module's docstring).
-    Builds the trainer (SyncPPO) in this process: MPI starts here as a one-process job."""
-    import torch
+    Builds the trainer (SyncPPO) in this process, a World of one (no MPI job: comm/world.py)."""
     from torch.profiler import ProfilerActivity, profile
 
     from mpippo.comm import World
-    from mpippo.comm.world import ensure_initialized
     from mpippo.metrics.timers import PhaseTimer
     from mpippo.runners.sync_ppo import SyncPPO
     argv = ["--device", device, *extra]
     _, cfg = check_trainer(argv, 1, "the profiled PPO iteration")
-    ensure_initialized()  # check_trainer imported mpi4py without starting MPI (a tool starts none): now it may
     with tempfile.TemporaryDirectory(prefix="mpippo-profile-", ignore_cleanup_errors=True) as tmp:
         trainer = SyncPPO(cfg, World(), Path(tmp))
         dev = trainer.device

@@ -247,28 +247,12 @@ def conform(data: Any, spec, path: Path, what: str = "metrics file") -> Any:
 
 
 # ---- the trainer's options, checked here before any run starts ----
-def _trainer_cli():
-    """mpippo.cli, imported without starting MPI in this process: importing it imports mpi4py's MPI
-    module, which would initialize MPI; a tool only launches mpirun (the setting is not inherited)."""
-    if "mpippo.cli" not in sys.modules:
-        before = os.environ.get("MPI4PY_RC_INITIALIZE")
-        os.environ["MPI4PY_RC_INITIALIZE"] = "false"
-        try:
-            import mpippo.cli  # noqa: F401
-        finally:
-            if before is None:
-                del os.environ["MPI4PY_RC_INITIALIZE"]
-            else:
-                os.environ["MPI4PY_RC_INITIALIZE"] = before
-    return sys.modules["mpippo.cli"]
-
-
 def check_trainer(argv: list[str], ranks: int, what: str):
     """The trainer's own checks of `run_mpi.py argv` at `ranks` ranks on this node (command line,
     config file, values, memory, threads), run in this process without MPI or torch; returns
-    (the parsed options, the resolved Config), or a UsageError whose lines start with `what`."""
-    cli = _trainer_cli()
-    from mpippo import hostmem
+    (the parsed options, the resolved Config), or a UsageError whose lines start with `what`.
+    (A tool is no MPI job: importing the trainer's cli starts no MPI here, comm/world.py.)"""
+    from mpippo import cli, hostmem
     from mpippo import config as C
     try:
         if (bad := hostmem.error()):

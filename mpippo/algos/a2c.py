@@ -139,6 +139,8 @@ class A2C:
     def check_checkpoint(state: dict, cfg, net) -> None:
         """The sync layout's state and the optimizer over the one flat parameter (models/flat.py)."""
         from mpippo import ckpt_schema as schema
+        from mpippo.algos.adam import Adam
+        from mpippo.models.flat import num_params
         schema.check_sync_state(state, cfg)
-        moments = ("exp_avg", "exp_avg_sq") if cfg.a2c.optimizer == "adam" else ("square_avg",)
-        schema.check_optimizer(state["optimizer"], "optimizer", [(sum(p.numel() for p in net.parameters()),)], moments)
+        moments = Adam.MOMENTS if cfg.a2c.optimizer == "adam" else ("square_avg",)
+        schema.check_optimizer(state["optimizer"], "optimizer", [(num_params(net),)], moments)

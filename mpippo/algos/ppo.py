@@ -16,6 +16,7 @@ from torch import nn
 from mpippo import ckpt_schema as schema
 from mpippo.algos.adam import Adam
 from mpippo.errors import NonFiniteError
+from mpippo.models.flat import num_params
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
@@ -228,4 +229,4 @@ class PPO:
     def check_checkpoint(state: dict, cfg, net) -> None:
         """The sync layout's state and Adam over the one flat parameter (models/flat.py)."""
         schema.check_sync_state(state, cfg)
-        schema.check_adam(state["optimizer"], "optimizer", [(sum(p.numel() for p in net.parameters()),)])
+        schema.check_adam(state["optimizer"], "optimizer", [(num_params(net),)])

@@ -40,15 +40,6 @@ except ImportError:  # no MPI library: single-process mode only
 _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 
 
-def ensure_initialized() -> None:
-    """Start MPI in a process that imported mpi4py without starting it (the tools do, so that a
-    check of the trainer's options starts no MPI) and later builds a World of its own."""
-    if MPI is not None and not MPI.Is_initialized():
-        import atexit
-        MPI.Init()
-        atexit.register(lambda: MPI.Is_finalized() or MPI.Finalize())
-
-
 def mpi_library() -> str:
     """The MPI library's name and version (benchmark records), or 'none'."""
     return MPI.Get_library_version().splitlines()[0] if MPI is not None else "none"
