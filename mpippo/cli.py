@@ -73,6 +73,7 @@ class _StartUp:
         self.world, self.signals = world, signals
         self.created: list[Path] = []  # folders made by this job, outermost first
         self.locked: tuple[Path, bool] | None = None  # the run folder rank 0 holds, and whether its lock file is new
+        self.listening = False  # announced to the batch script (preemption.announce_listening)
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -81,6 +82,9 @@ class _StartUp:
         failed = next((e for e, _, _ in every if e), None)
         requeue, stop = any(r for _, r, _ in every), any(s for _, _, s in every)
         if not (failed or requeue or stop):
+            if self.world.is_root and not self.listening:  # every rank got here: all catch signals
+                self.listening = True
+                preemption.announce_listening()
             return
         if self.world.is_root:
             if self.locked is not None:  # a lock file this job made goes too: nothing new is left
@@ -94,7 +98,6 @@ class _StartUp:
                                  f"was trained yet and nothing is saved; exit {code} (a requeued job starts afresh)\n")
             sys.stderr.flush()
         sys.exit(EXIT_USAGE if failed else EXIT_REQUEUE if requeue else EXIT_STOPPED)
-
 
 
 def _on_root(world: World, fn):

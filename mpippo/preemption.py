@@ -17,6 +17,7 @@ training with exit 3 or 4 and nothing written (tested from the first instant).
 """
 from __future__ import annotations
 
+import os
 import signal
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
@@ -34,6 +35,24 @@ def settle() -> None:
     Ignored signals stay ignored through the shutdown. SIGINT is left alone (a person's Ctrl-C)."""
     for sig in SETTLED:
         signal.signal(sig, signal.SIG_IGN)
+
+
+LISTENING_ENV = "MPIPPO_LISTENING"  # a path the batch scripts give: created once every rank listens
+
+
+def announce_listening() -> None:
+    """Every rank has installed its handlers (the caller knows: all have reached a collective):
+    create the file named by $MPIPPO_LISTENING, if any. slurm/common.sh holds a signal that
+    arrives before it exists, because a rank whose interpreter has not yet run its first line would
+    die of it, and passes it on the moment it appears (no guessed delay, so a short run is still
+    stopped by a signal in its first seconds)."""
+    path = os.environ.get(LISTENING_ENV)
+    if path:
+        try:
+            with open(path, "a"):
+                pass
+        except OSError:  # the script then passes held signals on after its longest wait
+            pass
 
 
 def install() -> "SignalFlags":

@@ -14,11 +14,22 @@ set -uo pipefail
 # with preempt_send_user_signal, at preemption); without a trap bash would die of it. It is
 # passed on to the trainer, which checkpoints at the end of its iteration and exits 3. SIGTERM
 # is relayed as SIGUSR2 ("checkpoint and stop"): mpirun would kill the ranks on a TERM. A signal
-# that comes before the trainer runs is kept, and one in the trainer's first seconds is sent a
-# little later (5 s): the ranks' interpreters install their handlers well within it.
+# that comes before every rank catches signals is held: a rank whose interpreter has not yet run
+# its first line would die of it. Rank 0 creates $MPIPPO_LISTENING at start-up's first agreement
+# (every rank has installed its handlers by then); a held signal goes on the moment it appears,
+# or after LISTEN_MAX_S if it never does (a trainer that ends first is past needing it).
 # (a script that sourced this file may have kept signals from before: suite_member.sh)
-PID="" STARTED=0 PENDING=(${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"})
-send_later() { ( sleep 5; kill "-$1" "$PID" 2>/dev/null ) & }
+PID="" PENDING=(${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}) LISTEN_MAX_S=60
+export MPIPPO_LISTENING="${TMPDIR:-/tmp}/mpippo-listening.${SLURM_JOB_ID:-0}.$$"
+rm -f "$MPIPPO_LISTENING"
+send_when_listening() {
+    ( for _ in $(seq $((LISTEN_MAX_S * 5))); do
+          [ -e "$MPIPPO_LISTENING" ] && break
+          kill -0 "$PID" 2>/dev/null || exit 0
+          sleep 0.2
+      done
+      kill "-$1" "$PID" 2>/dev/null ) &
+}
 # Each kind is passed on once: the trainer is already stopping after the first, and a repeat that
 # lands while its ranks exit (a retried scancel, a second preemption notice) would kill a rank
 # whose interpreter has already dropped its handlers, losing the requeue.
@@ -27,8 +38,8 @@ forward() {
     case "$FORWARDED" in *" $1 "*) echo "mpippo: $1 again: already passed on, ignored"; return ;; esac
     FORWARDED+="$1 "
     if [ -z "$PID" ]; then PENDING+=("$1")
-    elif [ $((SECONDS - STARTED)) -lt 5 ]; then send_later "$1"
-    else kill "-$1" "$PID" 2>/dev/null; fi
+    elif [ -e "$MPIPPO_LISTENING" ]; then kill "-$1" "$PID" 2>/dev/null
+    else send_when_listening "$1"; fi
 }
 trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward USR1' USR1
 trap 'echo "mpippo: TERM received, asking the trainer to checkpoint and stop"; forward USR2' TERM
@@ -84,8 +95,8 @@ esac
 echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER${BIND[*]:+ (${BIND[*]})}, run $RUN_DIR"
 
 "${CMD[@]}" "${ARGS[@]}" "$@" &
-PID=$! STARTED=$SECONDS
-for sig in "${PENDING[@]}"; do send_later "$sig"; done
+PID=$!
+for sig in "${PENDING[@]}"; do send_when_listening "$sig"; done
 # `wait` returns early when a trapped signal arrives; keep waiting for the trainer itself.
 while true; do
     wait "$PID"; RC=$?
@@ -117,4 +128,5 @@ case $RC in
   4) echo "mpippo: checkpointed and stopped after TERM" ;;
   *) echo "mpippo: trainer exited with status $RC" ;;
 esac
+rm -f "$MPIPPO_LISTENING"
 exit $RC

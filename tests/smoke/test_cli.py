@@ -77,9 +77,11 @@ def check_stragglers(m, world_size):
         assert spread["max"] == 1.0 and m["straggler_wait_s"]["max"] == 0.0
 
 
-def test_two_ranks_write_every_output(tmp_path):
-    run_dir = tmp_path / "run"
+def test_two_ranks_write_every_output(tmp_path, monkeypatch):
+    run_dir, listening = tmp_path / "run", tmp_path / "listening"
+    monkeypatch.setenv("MPIPPO_LISTENING", str(listening))  # as slurm/common.sh sets it
     res = ok(trainer(2, SMOKE + ["--output-dir", str(run_dir)]))
+    assert listening.is_file()  # rank 0 said every rank catches signals: the batch script stops holding them
     assert "run finished" in res.stdout and "steps/s" in res.stdout
     assert "bf16 (auto: CPU flag" in res.stdout or "fp32 (auto: no avx512_bf16/amx_bf16 CPU flag)" in res.stdout
     check_outputs(run_dir, world_size=2, envs_per_rank=4, timesteps=512)
