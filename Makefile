@@ -5,6 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NPROC   ?= $(shell nproc)
 ARGS    ?=
+TEST_WORKERS ?= 2
 # pip Open MPI refuses root without these; on 2 cores tests need more ranks than cores.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
@@ -76,8 +77,12 @@ compare: venv
 scaling: venv
 	$(BIN)/python analysis/scaling_sweep.py --ranks $(RANKS) --mode $(MODE) $(ARGS)
 
+# Two workers, a test file each at a time (a file's fixtures are built once): the Slurm file waits on
+# the scheduler much of its time, and the other worker's tests fill the idle core. Then the tests marked
+# alone (they assert on time: hang guards, deadlines, rates between ranks), with nothing beside them.
 test: venv
-	$(BIN)/python -m pytest -q --durations=12 tests
+	$(BIN)/python -m pytest -q --durations=12 -n $(TEST_WORKERS) --dist loadfile -m "not alone" tests
+	$(BIN)/python -m pytest -q --durations=5 -m alone tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow" tests

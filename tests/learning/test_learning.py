@@ -62,6 +62,7 @@ def test_appo_on_three_ranks_learns_toy_cue_within_the_ppo_budget(tmp_path, loss
     assert curve[0] < 8.0 < curve[-1]  # the logged curve shows the learning
 
 
+@pytest.mark.alone  # the replay ratio's bounds hold when the learner is not starved of a core
 def test_apex_dqn_on_three_ranks_learns_toy_cue(tmp_path):
     """1 learner + 2 actors. Acting with the Ape-X epsilons (0.4 and 0.4^8), a perfect policy
     averages about 13.6 over the two actors and a uniform one 4."""
@@ -99,6 +100,7 @@ def test_two_dqn_agents_in_one_job_train_independently(tmp_path):
         assert m["updates"] > updates[a]
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("where,kind", [("actor", "raise"), ("actor", "kill"), ("learner", "raise")])
 def test_a_dying_dqn_actor_or_learner_ends_the_job(tmp_path, monkeypatch, where, kind):
     import time
@@ -112,6 +114,7 @@ def test_a_dying_dqn_actor_or_learner_ends_the_job(tmp_path, monkeypatch, where,
         assert f"[rank {rank}]" in res.stderr and "InjectedFault" in res.stderr
 
 
+@pytest.mark.alone  # the actors' pace shapes the data behind the 85% bar
 def test_selfplay_dqn_beats_the_random_player_and_gains_on_the_lookahead_player(tmp_path):
     """Self-play on Connect Four, 1 learner + 2 actors, 65,000 env steps (about 35 s; half of
     `make selfplay`'s budget, with the same annealed rate). The starting network wins 60-87%

@@ -8,7 +8,9 @@ import pytest
 
 from conftest import MPIRUN, ROOT, metrics, mpi_env
 
-pytestmark = pytest.mark.slow  # 3-rank runs of tens of seconds: left out by make test-fast
+# 3-rank runs of tens of seconds, mostly asleep: they run beside other tests (make test's parallel part),
+# whose load only lengthens the learner's sleeps and the hang's detection, never shortens them
+pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 10
 DQN = ["run_mpi.py", "--config", "configs/dqn_toy.yaml", "--no-progress",

@@ -137,6 +137,7 @@ def test_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
     assert load(run_dir)["iteration"] >= 2
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("kind", ["raise", "kill", "hang"])
 def test_fault_on_one_rank_ends_the_job_within_30s_and_latest_loads(tmp_path, monkeypatch, kind):
     monkeypatch.setenv("MPIPPO_FAULT", f"rank=1,iteration=3,kind={kind}")
