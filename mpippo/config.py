@@ -82,6 +82,8 @@ class TrainingConfig:
     duration_hours: Optional[float] = _f(None, "Wall-clock budget in hours (timed training); null = none.")
     seed: int = _f(1, "Base seed; rank r uses derived seeds, so a run is reproducible for a given seed and world size.")
     n_steps: int = _f(256, "Steps per env per rollout. batch_size = num_envs * n_steps.")
+    rollout_cutoff: Optional[float] = _f(None, "The balanced cut-off (sync layout): every rank's rollout ends once this fraction of the ranks has collected its n_steps, so a slow rank no longer sets the pace; it keeps the steps it has (at least rollout_min_fraction of n_steps), its part of every minibatch shrinks with them and the gradient average is weighted by sample count (the update is that of one process holding every rank's samples). Runs then depend on the ranks' timing (replicas stay identical). null = off: every rank collects n_steps.")
+    rollout_min_fraction: float = _f(0.25, "With rollout_cutoff: the least fraction of n_steps a rank collects before it may be cut off.")
     n_epochs: int = _f(3, "Passes over the rollout per update.")
     num_minibatches: int = _f(8, "Minibatches per epoch (global); each rank splits its share of the batch into this many.")
     learning_rate: float = _f(5e-4, "Adam learning rate.")
@@ -436,7 +438,15 @@ def check_sync(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     if local_batch % n != 0:
         return [f"{key}: the per-rank batch ({envs_local} envs x {t.n_steps} steps = "
                 f"{local_batch}) is not divisible by num_minibatches={n}"]
+    if t.rollout_cutoff is not None and envs_local * cutoff_min_steps(t) < n:
+        return [f"training.rollout_min_fraction: {t.rollout_min_fraction} of {t.n_steps} steps x {envs_local} envs "
+                f"is fewer samples than {key}={n}: a cut-off rank would have an empty minibatch"]
     return []
+
+
+def cutoff_min_steps(t: TrainingConfig) -> int:
+    """The steps a rank collects before the balanced cut-off may end its rollout."""
+    return max(1, math.ceil(t.rollout_min_fraction * t.n_steps))
 
 
 def _check_choices(cfg: Config) -> list[str]:
@@ -533,6 +543,10 @@ def _check_ranges(cfg: Config) -> list[str]:
         errs.append(f"training.duration_hours: must be > 0 or null, got {t.duration_hours}")
     if t.target_kl is not None and not t.target_kl > 0:
         errs.append(f"training.target_kl: must be > 0 or null, got {t.target_kl}")
+    if t.rollout_cutoff is not None and not 0 < t.rollout_cutoff <= 1:
+        errs.append(f"training.rollout_cutoff: must be in (0, 1] (a fraction of the ranks) or null, got {t.rollout_cutoff}")
+    if not 0 < t.rollout_min_fraction <= 1:
+        errs.append(f"training.rollout_min_fraction: must be in (0, 1], got {t.rollout_min_fraction}")
     if not m.downsample and t.algo in ALGOS and algorithm(cfg).network != "q":
         errs.append(f"model.downsample: false is for the DQN network (small boards); training.algo is '{t.algo}'")
     if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):

@@ -3,7 +3,10 @@
 MPIPPO_FAULT="rank=1,iteration=3,kind=raise|kill|hang|nan|slow[,count=N][,seconds=S]" makes
 that rank, at the start of that iteration, raise an exception, die with SIGKILL, block forever,
 (nan) poison its next `count` gradient steps, or (slow) sleep S seconds in each of `count`
-iterations from there on (a slow learner: in the actor-learner layout an iteration is an update). kind=kill_in_save|enospc act inside the checkpoint
+iterations from there on (a slow learner: in the actor-learner layout an iteration is an update).
+kind=lag,factor=F makes that rank of the sync layout F slower throughout (0.3: 30%): after each
+env step and each backward pass it sleeps F times what that took (a slow node; the balanced
+cut-off's measurement). kind=kill_in_save|enospc act inside the checkpoint
 write of that iteration on rank 0: die half-way through writing the temp file, or fail
 there as a full disk would. Unset (the normal case) it costs one lookup per iteration.
 """
@@ -14,8 +17,11 @@ import signal
 import time
 
 import errno
+from contextlib import contextmanager
 
-KINDS = ("raise", "kill", "hang", "nan", "slow", "kill_in_save", "enospc")
+from mpippo.metrics.timers import PhaseTimer
+
+KINDS = ("raise", "kill", "hang", "nan", "slow", "lag", "kill_in_save", "enospc")
 
 
 class InjectedFault(RuntimeError):
@@ -28,7 +34,7 @@ def parse(spec: str | None) -> dict | None:
     fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
     fault = {"rank": int(fields.get("rank", 0)), "iteration": int(fields.get("iteration", 1)),
              "kind": fields.get("kind", "raise"), "count": int(fields.get("count", 1)),
-             "seconds": float(fields.get("seconds", 1.0))}
+             "seconds": float(fields.get("seconds", 1.0)), "factor": float(fields.get("factor", 0.0))}
     if fault["kind"] not in KINDS:
         raise ValueError(f"MPIPPO_FAULT: kind '{fault['kind']}' is not one of {', '.join(KINDS)}")
     return fault
@@ -55,6 +61,31 @@ def maybe_inject(rank: int, iteration: int) -> int:
         while True:
             time.sleep(3600)
     return FAULT["count"] if kind == "nan" else 0
+
+
+class LaggingTimer(PhaseTimer):
+    """kind=lag: the phase timer of a rank made slower; the sleep counts in the phase, as a slow
+    node's time would."""
+    SLOWED = ("env_step", "backward")
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t0 = time.perf_counter()
+        with super().__call__(phase):
+            yield
+            if phase in self.SLOWED:
+                time.sleep(self.factor * (time.perf_counter() - t0))
+
+
+def phase_timer(rank: int) -> PhaseTimer:
+    """The sync layout's phase timer: a LaggingTimer on the rank MPIPPO_FAULT makes lag."""
+    if FAULT is not None and FAULT["kind"] == "lag" and FAULT["rank"] == rank:
+        return LaggingTimer(FAULT["factor"])
+    return PhaseTimer()
 
 
 def save_fault(iteration: int):

@@ -16,13 +16,15 @@ class RolloutBuffer:
         self.values = torch.zeros((T, N), device=device)
         self.disc_returns = np.zeros((T, N), dtype=np.float64)  # for the reward normalizer
 
-    def flat_batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> dict:
-        """(T, N, ...) -> (T*N, ...) views, named as ppo_update expects."""
+    def flat_batch(self, advantages: torch.Tensor, returns: torch.Tensor, steps: int | None = None) -> dict:
+        """(T, N, ...) -> (T*N, ...) views, named as ppo_update expects; of the first `steps` steps
+        (a rollout the balanced cut-off ended early; advantages and returns have that many)."""
+        T = self.obs.shape[0] if steps is None else steps
         return {
-            "b_obs": self.obs.reshape((-1,) + self.obs.shape[2:]),
-            "b_actions": self.actions.reshape(-1),
-            "b_logprobs": self.logprobs.reshape(-1),
-            "b_values": self.values.reshape(-1),
+            "b_obs": self.obs[:T].reshape((-1,) + self.obs.shape[2:]),
+            "b_actions": self.actions[:T].reshape(-1),
+            "b_logprobs": self.logprobs[:T].reshape(-1),
+            "b_values": self.values[:T].reshape(-1),
             "b_advantages": advantages.reshape(-1),
             "b_returns": returns.reshape(-1),
         }

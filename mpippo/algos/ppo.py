@@ -117,7 +117,7 @@ def local_grad_check(params):
     one read from the device)."""
     params = list(params)
 
-    def sync(approx_kl) -> tuple[float, int]:
+    def sync(approx_kl, weight: float | None = None) -> tuple[float, int]:  # one rank: its share is all
         finite = torch.stack([torch.isfinite(p.grad).all() for p in params]).all()
         kl = torch.as_tensor(approx_kl, dtype=torch.float32, device=finite.device)
         kl, bad = torch.stack([kl.reshape(()), (~finite).float()]).tolist()
@@ -137,10 +137,21 @@ def device_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.mean(), (x.std(unbiased=False) if x.numel() > 1 else torch.zeros((), dtype=x.dtype, device=x.device))
 
 
+def minibatch_shares(batch_sizes, rank: int, num_minibatches: int) -> list[float]:
+    """Rank `rank`'s share of each global minibatch when the ranks hold `batch_sizes` samples (the
+    balanced cut-off: a slow rank collected fewer): each rank splits its samples into
+    num_minibatches near-equal parts (torch.tensor_split's sizes), minibatch k is the union of every
+    rank's part k, and a rank's gradient (of its part's mean loss) counts by its part's size."""
+    def parts(b: int) -> list[int]:
+        return [b // num_minibatches + (1 if k < b % num_minibatches else 0) for k in range(num_minibatches)]
+    sizes = [parts(int(b)) for b in batch_sizes]
+    return [sizes[rank][k] / sum(s[k] for s in sizes) for k in range(num_minibatches)]
+
+
 def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                grad_sync, generator: torch.Generator | None = None, timer=None,
                nonfinite_streak: int = 0, max_nonfinite_streak: int = 3, adv_moments=local_mean_std,
-               loss_fn=ppo_loss) -> dict:
+               loss_fn=ppo_loss, shares: list[float] | None = None) -> dict:
     """n_epochs x num_minibatches clipped-PPO steps on this rank's share of the batch.
 
     batch: b_obs (B, H, W, C) uint8, b_actions, b_logprobs, b_advantages, b_returns,
@@ -149,6 +160,8 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
     adv_moments(local share) -> (mean, std) of the global minibatch (under MPI: every rank's
     share, one small Allreduce); otherwise b_advantages arrive as they are to be used.
     Returns mean statistics over the steps taken. loss_fn: ppo_loss's signature (APPO passes its own).
+    shares: with ranks of unequal B (the balanced cut-off), this rank's weight in each minibatch's
+    gradient average (minibatch_shares); the minibatches are then tensor_split's num_minibatches parts.
     """
     phase = timer if timer is not None else (lambda name: nullcontext())
     per_minibatch = cfg.norm_adv and cfg.adv_norm == "minibatch"
@@ -162,8 +175,9 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
         # drawn on the CPU generator whatever the device: the same minibatch order on CPU and GPU ranks
         perm = torch.randperm(B, generator=generator).to(batch["b_actions"].device)
         global_kl = 0.0
-        for start in range(0, B, mb_size):
-            mb = perm[start:start + mb_size]
+        parts = torch.tensor_split(perm, cfg.num_minibatches) if shares is not None else \
+            [perm[start:start + mb_size] for start in range(0, B, mb_size)]
+        for k, mb in enumerate(parts):
             mb_advantages = batch["b_advantages"][mb]
             if per_minibatch:
                 with phase("allreduce"):
@@ -180,7 +194,7 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                 optimizer.zero_grad(set_to_none=False)  # keep .grad as views of the flat buffer
                 out.loss.backward()
             with phase("allreduce"):
-                global_kl, n_nonfinite = grad_sync(out.approx_kl.detach())
+                global_kl, n_nonfinite = grad_sync(out.approx_kl.detach(), *([] if shares is None else [shares[k]]))
             if n_nonfinite:
                 # every rank sees the same count, so every rank skips this same step
                 skipped += 1
@@ -221,9 +235,11 @@ class PPO:
         return Adam(params, lr=self.t.learning_rate, eps=self.t.adam_eps)
 
     def update(self, model, optimizer, batch: dict, grad_sync, generator=None, timer=None, nonfinite_streak: int = 0,
-               max_nonfinite_streak: int = 3, adv_moments=local_mean_std) -> dict:
+               max_nonfinite_streak: int = 3, adv_moments=local_mean_std, sizes=None) -> dict:
+        """sizes: (every rank's samples, this rank) when the balanced cut-off made them unequal."""
+        shares = None if sizes is None else minibatch_shares(sizes[0], sizes[1], self.t.num_minibatches)
         return ppo_update(model, optimizer, batch, self.t, grad_sync, generator, timer, nonfinite_streak,
-                          max_nonfinite_streak, adv_moments)
+                          max_nonfinite_streak, adv_moments, shares=shares)
 
     @staticmethod
     def check_checkpoint(state: dict, cfg, net) -> None:

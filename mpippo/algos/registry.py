@@ -84,7 +84,8 @@ class Algorithm:
 
 PPO_LOGS = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")
 # training keys of the sync PPO loop that the actor-learner algorithms replace by their own section's
-_SYNC_LOOP = ("training.n_steps", "training.n_epochs", "training.num_minibatches")
+_SYNC_LOOP = ("training.n_steps", "training.n_epochs", "training.num_minibatches", "training.rollout_cutoff",
+              "training.rollout_min_fraction")
 _PPO_LOSS = ("training.gae_lambda", "training.clip_range", "training.clip_vloss", "training.ent_coef",
              "training.vf_coef", "training.target_kl", "training.norm_adv", "training.adv_norm",
              "training.normalize_reward", "training.reward_norm", "training.reward_norm_gamma")

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import torch
 
-from mpippo.comm.world import World
+from mpippo.comm.world import MPI, World
 
 
 class GradAllreduce:
@@ -33,39 +33,48 @@ class GradAllreduce:
         self._np = self.host.numpy()
         self.poison_steps = 0  # fault injection (tests): NaN gradients in the next this-many calls
 
-    def __call__(self, approx_kl) -> tuple[float, int]:
+    def __call__(self, approx_kl, weight: float | None = None) -> tuple[float, int]:
         """Average grads over ranks in place. approx_kl: a float or a 0-d tensor on the grads'
-        device. Returns (global mean approx_kl, #ranks non-finite)."""
+        device. weight: this rank's share of the global minibatch when ranks hold unequal numbers
+        of samples (the balanced cut-off): the grads are scaled by it and summed, which gives the
+        gradient of the mean loss over every rank's samples; None: equal shares, the plain mean.
+        Returns (global mean approx_kl, #ranks non-finite)."""
         if self.poison_steps:
             self.grad.fill_(float("nan"))
             self.poison_steps -= 1
         if self.device_buf is not None:
-            return self._on_device(approx_kl)
+            return self._on_device(approx_kl, weight)
         finite = bool(torch.isfinite(self.grad).all())
         if self.world.size == 1:
             return float(approx_kl), int(not finite)
         self.slots[self.SLOT_NONFINITE] = 0.0 if finite else 1.0
-        self.slots[self.SLOT_KL] = float(approx_kl)
-        return self._reduce()
+        self.slots[self.SLOT_KL] = float(approx_kl) * (1.0 if weight is None else weight)
+        if weight is not None:
+            self.grad.mul_(weight)
+        return self._reduce(weight)
 
-    def _on_device(self, approx_kl) -> tuple[float, int]:
+    def _on_device(self, approx_kl, weight: float | None) -> tuple[float, int]:
         slots = self.device_buf[self.n:]
         slots[self.SLOT_NONFINITE] = (~torch.isfinite(self.grad).all()).float()
-        slots[self.SLOT_KL] = approx_kl
+        slots[self.SLOT_KL] = approx_kl if weight is None else approx_kl * weight
         if self.world.size == 1:  # nothing to average: only the verdict comes to the host
             bad, kl = slots.tolist()
             return kl, int(bad)
+        if weight is not None:
+            self.grad.mul_(weight)
         self.host.copy_(self.device_buf)
-        out = self._reduce()
+        out = self._reduce(weight)
         self.grad.copy_(self.host[: self.n], non_blocking=True)  # pinned: the copy queues, the host goes on
-        self.grad.div_(self.world.size)
+        if weight is None:
+            self.grad.div_(self.world.size)
         return out
 
-    def _reduce(self) -> tuple[float, int]:
+    def _reduce(self, weight: float | None) -> tuple[float, int]:
         self.world.allreduce_(self._np, "sum", name="grad_allreduce")
-        if self.device_buf is None:
-            self.grad.div_(self.world.size)
-        return float(self.slots[self.SLOT_KL]) / self.world.size, int(round(float(self.slots[self.SLOT_NONFINITE])))
+        shares = self.world.size if weight is None else 1  # weighted: the sum is already the mean
+        if self.device_buf is None and weight is None:
+            self.grad.div_(shares)
+        return float(self.slots[self.SLOT_KL]) / shares, int(round(float(self.slots[self.SLOT_NONFINITE])))
 
 
 def global_moments(world: World, x: np.ndarray) -> tuple[float, float, float]:
@@ -77,10 +86,14 @@ def global_moments(world: World, x: np.ndarray) -> tuple[float, float, float]:
     return n, mean, max(ss / max(n, 1.0) - mean * mean, 0.0)
 
 
-def global_step_moments(world: World, x: np.ndarray) -> np.ndarray:
-    """(T, 3): (count, mean, var) of row t of every rank's (T, N) `x` together: one Allreduce of 3T numbers."""
+def global_step_moments(world: World, x: np.ndarray, steps: int | None = None) -> np.ndarray:
+    """(T, 3): (count, mean, var) of row t of every rank's (T, N) `x` together: one Allreduce of 3T numbers.
+    steps: this rank's rows are only the first `steps` (the balanced cut-off); the rest count 0."""
     x = np.asarray(x, dtype=np.float64)
-    buf = np.stack([np.full(x.shape[0], x.shape[1], dtype=np.float64), x.sum(1), (x * x).sum(1)], axis=1)
+    steps = x.shape[0] if steps is None else steps
+    buf = np.zeros((x.shape[0], 3), dtype=np.float64)
+    buf[:steps] = np.stack([np.full(steps, x.shape[1], dtype=np.float64), x[:steps].sum(1), (x[:steps] ** 2).sum(1)],
+                           axis=1)
     world.allreduce_(buf, "sum", name="step_moments")
     n, mean = buf[:, 0], buf[:, 1] / np.maximum(buf[:, 0], 1.0)
     buf[:, 1], buf[:, 2] = mean, np.maximum(buf[:, 2] / np.maximum(n, 1.0) - mean * mean, 0.0)
@@ -101,3 +114,47 @@ def check_replicas(world: World, flat_params: torch.Tensor) -> list[int]:
     """Ranks whose parameters differ from rank 0's (bitwise). Every rank gets the same list."""
     sums = world.allgather(np.array([param_checksum(flat_params)], dtype=np.int64), name="checksum")[:, 0]
     return [r for r in range(world.size) if sums[r] != sums[0]]
+
+
+class RolloutCutoff:
+    """The balanced cut-off's one message (training.rollout_cutoff). A rank that has collected its
+    whole rollout tells every other rank with an empty message (non-blocking); a rank still
+    collecting asks, between env steps, whether `needed` ranks have (a probe, microseconds) and then
+    stops. After the rollout one Allgather gives every rank every rank's step count, from which each
+    rank also knows how many messages are still on their way to it, and takes them: none is left
+    to mix with the next rollout's (whose messages no rank can send before every rank is past this
+    one's gradient Allreduces)."""
+
+    TAG = 0x5C0F
+
+    def __init__(self, world: World, needed: int):
+        self.world, self.needed = world, needed
+        self.full_ranks = 0  # ranks known to have their whole rollout, this one included
+        self._sends: list = []
+        self._token = np.zeros(1, dtype=np.int8)  # sent by reference: must live until sent
+
+    def full(self) -> None:
+        """This rank has collected its whole rollout."""
+        self.full_ranks += 1
+        comm = self.world.comm
+        self._sends = [comm.Isend(self._token, dest=r, tag=self.TAG) for r in range(self.world.size)
+                       if r != self.world.rank]
+
+    def enough(self) -> bool:
+        """Whether `needed` ranks have their whole rollout, by the messages arrived so far."""
+        while self.world.comm.Iprobe(source=MPI.ANY_SOURCE, tag=self.TAG):
+            self._take()
+        return self.full_ranks >= self.needed
+
+    def _take(self) -> None:
+        self.world.comm.Recv(np.empty(1, dtype=np.int8), source=MPI.ANY_SOURCE, tag=self.TAG)
+        self.full_ranks += 1
+
+    def end(self, steps: int, n_steps: int) -> np.ndarray:
+        """Every rank's steps this rollout (collective); the pending messages taken, the count reset."""
+        counts = self.world.allgather(np.array([steps], dtype=np.int64), name="rollout_steps")[:, 0]
+        while self.full_ranks < int((counts == n_steps).sum()):
+            self._take()  # sent before its sender entered the Allgather: it is here or arriving
+        MPI.Request.Waitall(self._sends)
+        self._sends, self.full_ranks = [], 0
+        return counts

@@ -24,18 +24,17 @@ from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
 from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, device_mean_std
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
-from mpippo.comm.collectives import (GradAllreduce, check_replicas, global_mean_std, global_moments,
+from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
-from mpippo.config import Config, UsageError, algorithm
+from mpippo.config import Config, UsageError, algorithm, cutoff_min_steps
 from mpippo.envs import make_env, rank_seed, resume_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
-from mpippo.faults import maybe_inject
+from mpippo.faults import maybe_inject, phase_timer
 from mpippo.preemption import SignalFlags
 from mpippo.runctl import Deadline, EpisodeWindow, bf16_native, cuda_determinism, env_threads, pick_device
 from mpippo.runctl import resolve_precision, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
-from mpippo.metrics.timers import PhaseTimer
 from mpippo.models.flat import flat_model_, num_params
 
 REWARD_CLIP = 10.0
@@ -82,6 +81,14 @@ class SyncPPO:
 
         self.ret_rms = RunningMeanStd()
         self.global_step, self.iteration = 0, 0
+        # the balanced cut-off: a rollout ends once enough ranks have their n_steps (off: None)
+        self.cutoff = (RolloutCutoff(world, math.ceil(t.rollout_cutoff * world.size))
+                       if t.rollout_cutoff is not None and world.size > 1 else None)
+        self.min_steps = cutoff_min_steps(t)
+        self.steps = t.n_steps  # this rank's steps in the current rollout
+        self.counts = None      # every rank's steps in the current rollout (with the cut-off)
+        self.cut_log = np.zeros(4)  # iterations, iterations cut, sum and min of the share collected
+        self.cut_log[3] = 1.0
         # per-rank running state (saved per rank in checkpoints for exact resume)
         self.buf = RolloutBuffer(t.n_steps, self.num_envs, self.env.obs_shape, self.device)
         self.ret_tracker = np.zeros(self.num_envs, dtype=np.float64)
@@ -98,7 +105,7 @@ class SyncPPO:
         self.replica_checks = 0
         if resume_state is not None:
             self._load(resume_state)
-        self.timer = PhaseTimer()
+        self.timer = phase_timer(world.rank)
 
     # ---- state ----
     def _settle_precision(self, warn) -> str:
@@ -227,8 +234,9 @@ class SyncPPO:
     @torch.inference_mode()
     def collect_rollout(self, obs, first):
         buf, env, timer, gamma = self.buf, self.env, self.timer, self.cfg.training.norm_gamma()
+        cut, n_steps = self.cutoff, self.cfg.training.n_steps
         ep_ret_sum = ep_len_sum = ep_count = 0.0
-        for step in range(self.cfg.training.n_steps):
+        for step in range(n_steps):
             with timer("inference"):
                 obs_t = buf.obs[step]
                 if self.device.type == "cuda":  # to the pinned staging buffer, then one asynchronous copy up
@@ -263,6 +271,11 @@ class SyncPPO:
                 self.ep_ret[first] = 0.0
                 self.ep_len[first] = 0
                 self.ret_tracker[first] = 0.0
+            if cut is not None and self.min_steps <= step + 1 < n_steps and cut.enough():
+                break  # enough ranks have their whole rollout: this one keeps what it has
+        self.steps = step + 1
+        if cut is not None and self.steps == n_steps:
+            cut.full()
         self.episodes_total += int(ep_count)
         return obs, first, (ep_ret_sum, ep_count, ep_len_sum)
 
@@ -274,10 +287,10 @@ class SyncPPO:
         numbers (the scale only enters training, never acting). "rollout": one update per rollout."""
         t, buf = self.cfg.training, self.buf
         if t.reward_norm == "step":
-            scales = self.ret_rms.scales_per_step(global_step_moments(self.world, buf.disc_returns))
+            scales = self.ret_rms.scales_per_step(global_step_moments(self.world, buf.disc_returns, self.steps))
             buf.rewards.div_(torch.tensor(scales, dtype=buf.rewards.dtype, device=buf.rewards.device)[:, None])
         else:
-            self.ret_rms.update_from_moments(*global_moments(self.world, buf.disc_returns))
+            self.ret_rms.update_from_moments(*global_moments(self.world, buf.disc_returns[:self.steps]))
             buf.rewards.div_(math.sqrt(self.ret_rms.var + 1e-8))
         buf.rewards.clamp_(-REWARD_CLIP, REWARD_CLIP)
 
@@ -291,7 +304,9 @@ class SyncPPO:
             _, next_value = self.model(torch.from_numpy(next_obs).to(self.device))
         next_value = next_value.float()
         next_done = torch.from_numpy(next_first.astype(np.float32)).to(self.device)
-        adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done, t.gamma, self.algo.gae_lambda)
+        T = self.steps  # a rollout the cut-off ended early bootstraps from the observation it stopped at
+        adv, ret = compute_gae(buf.rewards[:T], buf.values[:T], buf.dones[:T], next_value, next_done, t.gamma,
+                               self.algo.gae_lambda)
         if t.norm_adv and t.adv_norm == "rollout":
             mean, std = global_mean_std(self.world, adv)
             adv = (adv - mean) / (std + 1e-8)
@@ -302,15 +317,29 @@ class SyncPPO:
         advantages, then the algorithm's update (minibatch steps, one gradient Allreduce each).
         Returns its statistics (ppo_update's)."""
         with self.timer("gae"):
+            if self.cutoff is not None:
+                self.counts = self.cutoff.end(self.steps, self.cfg.training.n_steps)
+                self._log_cut()
             adv, ret = self.advantages(self.obs, self.first)
-            batch = self.buf.flat_batch(adv, ret)
+            batch = self.buf.flat_batch(adv, ret, self.steps)
             y, v = batch["b_returns"].double(), batch["b_values"].double()
             self.interval_ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()),
                                  float(((y - v) ** 2).sum())]
         return self.algo.update(self.model, self.optimizer, batch, self.grad_sync, self.generator, self.timer,
                                 nonfinite_streak, self.cfg.guards.max_nonfinite_skips,
                                 adv_moments=device_mean_std if self.world.size == 1 else
-                                (lambda x: global_mean_std(self.world, x)))
+                                (lambda x: global_mean_std(self.world, x)),
+                                sizes=None if self.counts is None else (self.counts * self.num_envs, self.world.rank))
+
+    def _log_cut(self) -> None:
+        """The cut-off's record: iterations, those cut short, the mean and least share collected."""
+        share = self.counts / self.cfg.training.n_steps
+        self.cut_log += [1, float(share.min() < 1), float(share.mean()), 0.0]
+        self.cut_log[3] = min(self.cut_log[3], float(share.min()))
+
+    def steps_collected(self) -> int:
+        """Env steps of all ranks in this iteration's rollout."""
+        return self.batch_size if self.counts is None else int(self.counts.sum()) * self.num_envs
 
     def _lr(self) -> float:
         t = self.cfg.training
@@ -356,6 +385,11 @@ class SyncPPO:
         if reporter is not None:
             if self.device.type == "cuda":  # rank 0's GPU: the ranks' work is the same
                 reporter.extra["gpu_peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+            if self.cutoff is not None:
+                n, cut, share_sum, least = self.cut_log
+                reporter.extra["rollout_cutoff"] = {
+                    "ranks_needed": self.cutoff.needed, "iterations": int(n), "iterations_cut": int(cut),
+                    "mean_share_collected": share_sum / max(n, 1), "least_share_collected": least}
             print_line = stop or self.iteration % self.cfg.logging.print_interval == 0 or self.iteration == 1
             reporter.log(M, self.global_step, self.iteration, lr, print_line)
             reporter.write_benchmark(done=done)
@@ -373,7 +407,8 @@ class SyncPPO:
                               "deterministic": t.deterministic,
                               "precision_why": self.precision_why,
                               "allreduce_bytes": int(self.grad_sync.host.numel() * 4),
-                              "allreduce_calls_per_iteration": self.algo.allreduces_per_iteration}
+                              "allreduce_calls_per_iteration": self.algo.allreduces_per_iteration,
+                              "rollout_cutoff": None}
         signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
         deadline = Deadline(t.duration_hours)
@@ -396,7 +431,7 @@ class SyncPPO:
             self.interval_ep += ep
             update_stats = self.learn(nonfinite_streak)
             nonfinite_streak = update_stats["nonfinite_streak"]
-            self.global_step += self.batch_size
+            self.global_step += self.steps_collected()
             updates_since_check += update_stats["updates"]
 
             # ---- decisions all ranks take together: one Allreduce(MAX) of flags ----

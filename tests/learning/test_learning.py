@@ -153,3 +153,22 @@ def test_selfplay_dqn_beats_the_random_player_and_gains_on_the_lookahead_player(
     assert curve == pytest.approx([r["lookahead"]["win_rate"] for r in sp["ratings"]])  # the curve, every round
     assert {"selfplay/acting_score_vs_pool", "selfplay/acting_score_vs_random", "selfplay/learner_elo"} <= set(
         acc.Tags()["scalars"])
+
+
+@pytest.mark.alone  # which rank the cut-off cuts depends on the ranks' pace
+def test_the_balanced_cutoff_leaves_a_slow_rank_behind_and_still_learns_toy_cue(tmp_path, monkeypatch):
+    """Rank 1 runs twice as slow (it sleeps as long as each env step and backward took); with
+    rollout_cutoff 0.5 the rollout ends when rank 0 has its 32 steps, rank 1 keeps what it has (at
+    least 8), and the weighted update keeps the replicas identical (checked every iteration) and
+    learns as the PPO test does, over the same budget."""
+    monkeypatch.setenv("MPIPPO_FAULT", "rank=1,kind=lag,factor=1.0")
+    run_dir = tmp_path / "run"
+    ok(trainer(2, ["--config", "configs/toy_cue.yaml", "--output-dir", str(run_dir), "--no-progress",
+                   "--set", "training.rollout_cutoff=0.5", "--set", "guards.checksum_interval=1",
+                   "--set", "logging.tensorboard=false"], timeout=300))
+    m = metrics(run_dir)
+    cut = m["rollout_cutoff"]
+    assert cut["ranks_needed"] == 1 and cut["iterations"] == m["iterations"]
+    assert cut["iterations_cut"] > 0 and 0.25 <= cut["least_share_collected"] < 1, cut
+    assert m["total_timesteps"] >= 40960 and m["replica_checks"] >= m["iterations"]
+    assert m["episode_return_mean"] >= 12.0, m["episode_return_mean"]

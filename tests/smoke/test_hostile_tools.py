@@ -65,6 +65,8 @@ CMP, SWEEP, CURVES, SELF, PAR = ("analysis/compare_results.py", "analysis/scalin
                                  "analysis/learning_curves.py", "analysis/selfplay_curve.py", "analysis/parity.py")
 BENCH, DQN, GPU, BPAR, AVP = ("benchmarks/bench.py", "benchmarks/bench_dqn.py", "benchmarks/gpu_check.py",
                               "benchmarks/parity.py", "benchmarks/appo_vs_ppo.py")
+CUT = "benchmarks/cutoff_bench.py"
+CUT_OUT = ("--out", "TMP/out.json")  # never the default (benchmarks/results/)
 SWEEP_OUT = ("--out", "TMP/out")  # never the default (analysis/data/)
 BPAR_OUT = ("--out", "TMP/out")  # never the default (runs/parity)
 AVP_DIRS = ("--root", "TMP/root", "--out", "TMP/out")  # never the defaults (runs/, analysis/data/)
@@ -195,6 +197,13 @@ CASES = [
          "is a file; give a folder"),
     Case("parity-out-json-is-folder", tool(PAR, "TMP/run", "--out", "TMP/o", files={**run_files(), "o/parity.json/": None}),
          "parity.json' is a folder"),
+    # ---- benchmarks/cutoff_bench.py ----
+    Case("cutoff-one-rank", tool(CUT, "--ranks", "1", *CUT_OUT), "--ranks: 1 is out of range"),
+    Case("cutoff-fraction-zero", tool(CUT, "--cutoff", "0", *CUT_OUT), "--cutoff: 0 is out of range"),
+    Case("cutoff-slow-nan", tool(CUT, "--slow", "nan", *CUT_OUT), "--slow: expected a slowdown factor"),
+    Case("cutoff-slow-twice", tool(CUT, "--slow", "0.3", "0.3", *CUT_OUT), "--slow: 0.3 is given twice"),
+    Case("cutoff-env-unknown", tool(CUT, "--env", "pong", *CUT_OUT), "env.name"),
+    Case("cutoff-out-is-folder", tool(CUT, "--out", "TMP/o/", files={"o/": None}), "--out"),
     # ---- benchmarks/parity.py ----
     Case("bparity-seed-negative", tool(BPAR, "--seeds", "-1", *BPAR_OUT), "--seeds: -1 is out of range; allowed: 0 to"),
     Case("bparity-seed-beyond-64-bits", tool(BPAR, "--seeds", str(2**64 + 1), *BPAR_OUT), "is out of range"),

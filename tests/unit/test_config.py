@@ -173,6 +173,10 @@ def layout_errors(name: str, overrides: dict, world_size: int = 3) -> list[str]:
     ("dqn_selfplay.yaml", "selfplay.elo_k", 1e18, "selfplay.elo_k: must be in [0, 400], got 1e+18"),
     ("dqn_selfplay.yaml", "selfplay.priority_exponent", 1e9, "selfplay.priority_exponent: must be in [0, 100]"),
     ("dqn_selfplay.yaml", "selfplay.eval_games", 0, "selfplay.eval_games: must be in [1, 100000], got 0"),
+    ("toy_cue.yaml", "training.rollout_cutoff", 0, "training.rollout_cutoff: must be in (0, 1]"),
+    ("toy_cue.yaml", "training.rollout_cutoff", 1.5, "training.rollout_cutoff: must be in (0, 1]"),
+    ("toy_cue.yaml", "training.rollout_cutoff", ".nan", "training.rollout_cutoff: must be a finite number, got nan"),
+    ("toy_cue.yaml", "training.rollout_min_fraction", 0, "training.rollout_min_fraction: must be in (0, 1], got 0"),
     ("dqn_selfplay.yaml", "selfplay.eval_games", 10**12, "selfplay.eval_games: must be in [1, 100000], got 10000000"),
     ("appo_toy.yaml", "appo.epochs", 10**9, "appo.epochs: must be in [1, 1000], got 1000000000"),
     ("dqn_selfplay.yaml", "selfplay.snapshot_interval_updates", 10**20, "is out of range; allowed: below 2**63"),
@@ -317,3 +321,14 @@ def test_a_huge_appo_batch_is_refused_on_the_learner_node_only_as_it_needs(monke
                              ("training", "total_timesteps", 10**12)], 6), 6)
     monkeypatch.setattr(C, "memory_available", lambda ranks: one_learner + 2 * one_actor)
     assert C.host_problems(two, 6, 2) == [] and C.host_problems(two, 6, 6) != []
+
+
+def test_a_cutoff_that_could_leave_a_minibatch_empty_is_refused():
+    """2 ranks x 16 envs x 32 steps, 4 minibatches: a rank kept to 1 of 32 steps holds 16 samples
+    (enough); 4 minibatches of 1 env are not."""
+    base = C.load_yaml(CONFIGS / "toy_cue.yaml")
+    assert build({"training.rollout_cutoff": 0.5, "training.rollout_min_fraction": 0.01}, 2, base)
+    errs = errors_of({"training.rollout_cutoff": 0.5, "training.rollout_min_fraction": 0.01, "env.num_envs": 2,
+                      "training.num_minibatches": 4}, 2, base)
+    assert any("training.rollout_min_fraction: 0.01 of 32 steps x 1 envs is fewer samples than "
+               "training.num_minibatches=4" in e for e in errs), errs
