@@ -73,7 +73,6 @@ class _StartUp:
         self.world, self.signals = world, signals
         self.created: list[Path] = []  # folders made by this job, outermost first
         self.locked: tuple[Path, bool] | None = None  # the run folder rank 0 holds, and whether its lock file is new
-        self.listening = False  # announced to the batch script (preemption.announce_listening)
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -82,8 +81,7 @@ class _StartUp:
         failed = next((e for e, _, _ in every if e), None)
         requeue, stop = any(r for _, r, _ in every), any(s for _, _, s in every)
         if not (failed or requeue or stop):
-            if self.world.is_root and not self.listening:  # every rank got here: all catch signals
-                self.listening = True
+            if self.world.is_root:  # every rank got here, so all catch signals (creating it again: harmless)
                 preemption.announce_listening()
             return
         if self.world.is_root:

@@ -128,11 +128,10 @@ class A2C:
         return make_rmsprop(params, self.t.learning_rate, self.a.rmsprop_alpha, self.a.rmsprop_eps)
 
     def update(self, model, optimizer, batch: dict, grad_sync, generator=None, timer=None, nonfinite_streak: int = 0,
-               max_nonfinite_streak: int = 3, adv_moments=None, sizes=None) -> dict:
-        from mpippo.algos.ppo import local_mean_std, minibatch_shares, ppo_update
+               max_nonfinite_streak: int = 3, adv_moments=None, shares=None) -> dict:
+        from mpippo.algos.ppo import local_mean_std, ppo_update
         # one pass in a2c.num_minibatches steps; no KL stop (built here: training.precision is settled by the runner)
         one_pass = dataclasses.replace(self.t, n_epochs=1, num_minibatches=self.a.num_minibatches, target_kl=None)
-        shares = None if sizes is None else minibatch_shares(sizes[0], sizes[1], self.a.num_minibatches)
         return ppo_update(model, optimizer, batch, one_pass, grad_sync, generator, timer, nonfinite_streak,
                           max_nonfinite_streak, adv_moments or local_mean_std, loss_fn=a2c_loss, shares=shares)
 

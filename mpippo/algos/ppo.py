@@ -161,12 +161,11 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
     share, one small Allreduce); otherwise b_advantages arrive as they are to be used.
     Returns mean statistics over the steps taken. loss_fn: ppo_loss's signature (APPO passes its own).
     shares: with ranks of unequal B (the balanced cut-off), this rank's weight in each minibatch's
-    gradient average (minibatch_shares); the minibatches are then tensor_split's num_minibatches parts.
+    gradient average (minibatch_shares); None: equal B everywhere, the plain mean.
     """
     phase = timer if timer is not None else (lambda name: nullcontext())
     per_minibatch = cfg.norm_adv and cfg.adv_norm == "minibatch"
     B = batch["b_actions"].shape[0]
-    mb_size = B // cfg.num_minibatches
     # the losses' sums stay on the device and are read once at the end: a GPU never waits for the
     # host within the update except where a verdict is needed (grad_sync: skip, early stop)
     sums = torch.zeros(len(SUMMED), dtype=torch.float64, device=batch["b_actions"].device)
@@ -175,9 +174,8 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
         # drawn on the CPU generator whatever the device: the same minibatch order on CPU and GPU ranks
         perm = torch.randperm(B, generator=generator).to(batch["b_actions"].device)
         global_kl = 0.0
-        parts = torch.tensor_split(perm, cfg.num_minibatches) if shares is not None else \
-            [perm[start:start + mb_size] for start in range(0, B, mb_size)]
-        for k, mb in enumerate(parts):
+        # equal parts when B divides (config checks that it does); near-equal ones under the cut-off
+        for k, mb in enumerate(torch.tensor_split(perm, cfg.num_minibatches)):
             mb_advantages = batch["b_advantages"][mb]
             if per_minibatch:
                 with phase("allreduce"):
@@ -194,7 +192,7 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                 optimizer.zero_grad(set_to_none=False)  # keep .grad as views of the flat buffer
                 out.loss.backward()
             with phase("allreduce"):
-                global_kl, n_nonfinite = grad_sync(out.approx_kl.detach(), *([] if shares is None else [shares[k]]))
+                global_kl, n_nonfinite = grad_sync(out.approx_kl.detach(), None if shares is None else shares[k])
             if n_nonfinite:
                 # every rank sees the same count, so every rank skips this same step
                 skipped += 1
@@ -235,9 +233,7 @@ class PPO:
         return Adam(params, lr=self.t.learning_rate, eps=self.t.adam_eps)
 
     def update(self, model, optimizer, batch: dict, grad_sync, generator=None, timer=None, nonfinite_streak: int = 0,
-               max_nonfinite_streak: int = 3, adv_moments=local_mean_std, sizes=None) -> dict:
-        """sizes: (every rank's samples, this rank) when the balanced cut-off made them unequal."""
-        shares = None if sizes is None else minibatch_shares(sizes[0], sizes[1], self.t.num_minibatches)
+               max_nonfinite_streak: int = 3, adv_moments=local_mean_std, shares=None) -> dict:
         return ppo_update(model, optimizer, batch, self.t, grad_sync, generator, timer, nonfinite_streak,
                           max_nonfinite_streak, adv_moments, shares=shares)
 

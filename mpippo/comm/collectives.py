@@ -71,10 +71,10 @@ class GradAllreduce:
 
     def _reduce(self, weight: float | None) -> tuple[float, int]:
         self.world.allreduce_(self._np, "sum", name="grad_allreduce")
-        shares = self.world.size if weight is None else 1  # weighted: the sum is already the mean
-        if self.device_buf is None and weight is None:
-            self.grad.div_(shares)
-        return float(self.slots[self.SLOT_KL]) / shares, int(round(float(self.slots[self.SLOT_NONFINITE])))
+        divisor = self.world.size if weight is None else 1  # weighted: the sum is already the mean
+        if self.device_buf is None and divisor != 1:
+            self.grad.div_(divisor)
+        return float(self.slots[self.SLOT_KL]) / divisor, int(round(float(self.slots[self.SLOT_NONFINITE])))
 
 
 def global_moments(world: World, x: np.ndarray) -> tuple[float, float, float]:

@@ -21,12 +21,12 @@ import torch
 
 from mpippo import resume
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
-from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, device_mean_std
+from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, device_mean_std, minibatch_shares
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
-from mpippo.config import Config, UsageError, algorithm, cutoff_min_steps
+from mpippo.config import Config, UsageError, algorithm, cutoff_min_steps, sync_minibatches
 from mpippo.envs import make_env, rank_seed, resume_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject, phase_timer
@@ -316,10 +316,12 @@ class SyncPPO:
         """The learning half of an iteration, on the rollout in self.buf: reward scaling, GAE,
         advantages, then the algorithm's update (minibatch steps, one gradient Allreduce each).
         Returns its statistics (ppo_update's)."""
+        shares = None  # each rank's weight in the gradient average, when the cut-off made the ranks unequal
         with self.timer("gae"):
             if self.cutoff is not None:
                 self.counts = self.cutoff.end(self.steps, self.cfg.training.n_steps)
                 self._log_cut()
+                shares = minibatch_shares(self.counts * self.num_envs, self.world.rank, sync_minibatches(self.cfg)[1])
             adv, ret = self.advantages(self.obs, self.first)
             batch = self.buf.flat_batch(adv, ret, self.steps)
             y, v = batch["b_returns"].double(), batch["b_values"].double()
@@ -328,8 +330,7 @@ class SyncPPO:
         return self.algo.update(self.model, self.optimizer, batch, self.grad_sync, self.generator, self.timer,
                                 nonfinite_streak, self.cfg.guards.max_nonfinite_skips,
                                 adv_moments=device_mean_std if self.world.size == 1 else
-                                (lambda x: global_mean_std(self.world, x)),
-                                sizes=None if self.counts is None else (self.counts * self.num_envs, self.world.rank))
+                                (lambda x: global_mean_std(self.world, x)), shares=shares)
 
     def _log_cut(self) -> None:
         """The cut-off's record: iterations, those cut short, the mean and least share collected."""

@@ -66,8 +66,9 @@ def batch(n: int, seed: int) -> dict:
             "b_returns": torch.randn(n, generator=g)}
 
 
-def ranks_update(init: nn.Module, batches: list[dict]) -> list[torch.Tensor]:
-    """ppo_update on each rank (a thread) with the weighted Allreduce; each rank's final parameters."""
+def ranks_update(init: nn.Module, batches: list[dict], shares_of=minibatch_shares) -> list[torch.Tensor]:
+    """ppo_update on each rank (a thread) with the weighted Allreduce, each rank weighted by
+    shares_of(sizes, rank, num_minibatches); each rank's final parameters."""
     size, shared = len(batches), {"barrier": threading.Barrier(len(batches)), "bufs": [None] * len(batches)}
     sizes = [len(b["b_actions"]) for b in batches]
     out, errors = [None] * size, []
@@ -80,7 +81,7 @@ def ranks_update(init: nn.Module, batches: list[dict]) -> list[torch.Tensor]:
             opt = Adam([flat], lr=3e-3, eps=1e-5)
             ppo_update(model, opt, batches[r], CFG, sync, torch.Generator().manual_seed(100 + r),
                        adv_moments=lambda x: global_mean_std(world, x),
-                       shares=minibatch_shares(sizes, r, CFG.num_minibatches))
+                       shares=shares_of(sizes, r, CFG.num_minibatches))
             out[r] = flat.detach().clone()
         except BaseException as e:  # noqa: BLE001 (re-raised by the test)
             errors.append(e)
@@ -141,13 +142,7 @@ def test_equal_shares_without_the_weights_are_not_the_union_update_for_unequal_r
     sizes = [24, 6]
     shares = [minibatch_shares(sizes, r, CFG.num_minibatches) for r in range(2)]
     assert shares[0] == pytest.approx([0.8] * 3) and shares[1] == pytest.approx([0.2] * 3)
-    equal = [[0.5] * 3, [0.5] * 3]
-    original = minibatch_shares
-    try:
-        globals()["minibatch_shares"] = lambda s, r, n: equal[r]
-        replicas = ranks_update(init, batches)
-    finally:
-        globals()["minibatch_shares"] = original
+    replicas = ranks_update(init, batches, shares_of=lambda sizes, rank, n: [0.5] * n)
     assert (replicas[0] - one_process_update(init, batches)).abs().max() > 1e-4
 
 
