@@ -84,7 +84,8 @@ def run_one(name: str, ranks: int, config: str, args, folder: Path) -> dict:
     print(f"{name}: {ranks} ranks, {args.minutes:g} minutes on {args.env} -> {folder}", flush=True)
     command, env = launch.mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(folder), *cmd], 1)
     try:
-        res = subprocess.run(command, cwd=ROOT, env=env, timeout=args.minutes * 60 + 900)  # its console lines: progress
+        with launch.own_shm_folder(env):  # its console lines: progress
+            res = subprocess.run(command, cwd=ROOT, env=env, timeout=args.minutes * 60 + 900)
     except subprocess.TimeoutExpired:
         raise ToolFailure(f"{name} did not end within {args.minutes:g} minutes and 15 more") from None
     if res.returncode != 0:

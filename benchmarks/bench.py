@@ -149,7 +149,8 @@ def allreduce_seconds(ranks: int) -> float:
     cmd, env = launch.mpirun_command(ranks, [str(ROOT / "benchmarks" / "allreduce_micro.py")])
     env["PYTHONPATH"] = str(ROOT)
     try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True)
+        with launch.own_shm_folder(env):
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         raise ToolFailure(f"the Allreduce microbenchmark at {ranks} ranks failed ({e})") from None
     return json.loads(res.stdout.strip().splitlines()[-1])["seconds_per_call"]

@@ -13,11 +13,13 @@ The exit code is mpirun's; a bad -n is one line, exit 2.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +39,34 @@ def mpi_env() -> dict:
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # pip Open MPI refuses root without these
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return env
+
+
+SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
+
+
+@contextlib.contextmanager
+def own_shm_folder(env: dict):
+    """Give one mpirun job a shared-memory folder of its own (in `env`), removed when it ends.
+
+    Open MPI's shared-memory transport names each rank's file in /dev/shm after the job's id:
+    sm_segment.<node>.<uid>.<jobid>.<rank>, opened without O_EXCL. Under mpirun that id is a 16-bit
+    hash of mpirun's name for the job (its pid) plus the job's number, so two jobs on one node meet
+    on the same files about once in 65,536 pairs: each then reads the other's messages (the likely cause
+    of a rank killed by SIGSEGV inside the transport while tests ran jobs side by side). A folder per job
+    rules that out. A folder the user chose is kept; where none can be made, Open MPI's default."""
+    if SHM_VAR in env or not os.path.isdir("/dev/shm"):
+        yield env
+        return
+    try:
+        folder = tempfile.mkdtemp(prefix="mpippo-sm-", dir="/dev/shm")
+    except OSError:  # full or read-only: the default folder still works
+        yield env
+        return
+    env[SHM_VAR] = folder
+    try:
+        yield env
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # files of ranks killed by a signal included
 
 
 def terminal_env(env: dict) -> dict:
@@ -111,14 +141,15 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
     env.update(extra_env or {})
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
+    with own_shm_folder(env):
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
     if proc.returncode != 0:
         raise RuntimeError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}")
     m = read_metrics(out_dir)
@@ -218,13 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [mpirun_path(), *user, *where, "-n", str(args.np), sys.executable,
            str(ROOT / "run_mpi.py"), *trainer_args]
     # own session: a Ctrl-C at the terminal reaches only this launcher, which relays it gently
-    try:
-        proc = subprocess.Popen(cmd, env=terminal_env(mpi_env() | extra), start_new_session=True,
-                                preexec_fn=die_with_parent(signal.SIGUSR2))
-    except OSError as e:
-        sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")
-        return 2
-    code = relay.wait(proc, args.np)
+    with own_shm_folder(terminal_env(mpi_env() | extra)) as env:
+        try:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGUSR2))
+        except OSError as e:
+            sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")
+            return 2
+        code = relay.wait(proc, args.np)
     settle()  # the job's outcome is known: a late signal cannot turn it into death by signal
     return code
 

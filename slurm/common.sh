@@ -92,7 +92,17 @@ case "$LAUNCHER" in
     echo "mpippo: MPIPPO_LAUNCHER='$LAUNCHER' is not one of mpirun, srun" >&2; exit 2 ;;
 esac
 
-echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER${BIND[*]:+ (${BIND[*]})}, run $RUN_DIR"
+# Open MPI names its shared-memory files after a 16-bit hash of the job's id, so two jobs sharing a
+# node meet on the same files about once in 65,536 pairs (mpippo/launch.py, own_shm_folder): a
+# one-node job gets a folder of its own, removed at the end. A job on several nodes keeps Open MPI's
+# default (the folder would have to exist on every node), as does a folder the environment names.
+SHM_DIR=""
+if [ -z "${OMPI_MCA_btl_sm_backing_directory:-}" ] && [ "${SLURM_JOB_NUM_NODES:-1}" = 1 ] \
+   && SHM_DIR=$(mktemp -d "/dev/shm/mpippo-sm-${SLURM_JOB_ID}.XXXXXX" 2>/dev/null); then
+    export OMPI_MCA_btl_sm_backing_directory=$SHM_DIR
+fi
+
+echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER${BIND[*]:+ (${BIND[*]})}, run $RUN_DIR${SHM_DIR:+, shared memory in $SHM_DIR}"
 
 "${CMD[@]}" "${ARGS[@]}" "$@" &
 PID=$!
@@ -129,4 +139,5 @@ case $RC in
   *) echo "mpippo: trainer exited with status $RC" ;;
 esac
 rm -f "$MPIPPO_LISTENING"
+[ -n "$SHM_DIR" ] && rm -rf "$SHM_DIR"
 exit $RC

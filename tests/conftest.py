@@ -1,11 +1,14 @@
 """Helpers shared by the suites: run the real CLI or an MPI script with a hard timeout."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,11 +27,26 @@ os.environ.setdefault("OMPI_MCA_btl", "^ofi")
 os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 
 
+# Each job the tests start gets a shared-memory folder of its own: the tests run jobs side by side,
+# and jobs sharing one folder meet on the same files now and then (mpippo.launch.own_shm_folder
+# says why). One parent per test process, made at import (a forked child that execs inherits it),
+# removed with everything in it when that process exits.
+_SHM_PARENT = tempfile.mkdtemp(prefix=f"mpippo-tests-{os.getpid()}-", dir="/dev/shm") \
+    if os.path.isdir("/dev/shm") else None
+if _SHM_PARENT:
+    atexit.register(shutil.rmtree, _SHM_PARENT, True)
+
+
+def _own_shm_folder() -> dict:
+    return {"OMPI_MCA_btl_sm_backing_directory": tempfile.mkdtemp(dir=_SHM_PARENT)} if _SHM_PARENT else {}
+
+
 def mpi_env() -> dict:
+    """The environment for one job (mpirun, the launcher, a local suite): a call per job."""
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PRTE_MCA_hwloc_default_binding_policy="none",
-               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **_own_shm_folder())
     return env
 
 

@@ -108,6 +108,10 @@ def test_ppo_48core_script_completes(cluster, tmp_path, launcher):
     m = metrics(run_dir)
     assert m["world_size"] == 2 and m["total_timesteps"] == 512 and m["finished"]
     assert f"launcher {launcher}" in out.read_text()
+    # a one-node job's shared-memory files in a folder of its own (jobs on one node never meet on
+    # them), removed at the end
+    shm = re.search(r"shared memory in (\S+)", out.read_text())
+    assert shm and shm[1].startswith(f"/dev/shm/mpippo-sm-{job}.") and not Path(shm[1]).exists(), out.read_text()[-2000:]
 
 
 def test_ppo_48core_at_48_ranks(cluster, tmp_path):

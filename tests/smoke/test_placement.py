@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,49 @@ def test_a_launcher_confined_to_some_cores_leaves_its_ranks_unbound(monkeypatch)
     monkeypatch.setattr(os, "cpu_count", lambda: CORES + 4)  # the node has more cores than this mask
     where, env = placement(1)
     assert where == ["--bind-to", "none"] and env
+
+
+@pytest.mark.mpi
+def test_a_launched_job_keeps_its_shared_memory_files_in_a_folder_of_its_own(tmp_path):
+    """Open MPI names them after a 16-bit hash of the job's id: jobs side by side met on the same
+    files now and then (a rank killed by SIGSEGV inside the transport). The launcher gives each job
+    a folder in /dev/shm, where each rank's file must land, and removes it at the end."""
+    import time
+
+    import psutil
+
+    from mpippo.launch import SHM_VAR
+    env = {k: v for k, v in mpi_env().items() if k != SHM_VAR}
+    proc = subprocess.Popen([sys.executable, "-m", "mpippo.launch", "-n", "2", "--config", "configs/toy_cue.yaml",
+                             "--no-progress", "--total-timesteps", "2048", "--output-dir", str(tmp_path / "run")],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    folder, files, deadline = None, set(), time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        for child in psutil.Process(proc.pid).children(recursive=True) if folder is None else []:
+            try:
+                folder = child.environ().get(SHM_VAR) or folder
+            except psutil.Error:
+                continue
+        files |= {f.name for f in Path(folder).glob("sm_segment.*")} if folder else set()
+        time.sleep(0.05)
+    out = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
+    assert proc.returncode == 0, out[-3000:]
+    assert folder and folder.startswith("/dev/shm/mpippo-sm-"), folder
+    assert len(files) == 2, files  # one per rank, in the job's folder
+    assert not Path(folder).exists()
+
+
+def test_own_shm_folder_keeps_a_chosen_folder_and_falls_back_where_none_can_be_made(monkeypatch, tmp_path):
+    import tempfile
+
+    from mpippo.launch import SHM_VAR, own_shm_folder
+    with own_shm_folder({}) as env:
+        made = Path(env[SHM_VAR])
+        (made / "sm_segment.left.by.a.killed.rank").write_bytes(b"x")
+    assert made.parent == Path("/dev/shm") and not made.exists()
+    with own_shm_folder({SHM_VAR: str(tmp_path)}) as env:
+        assert env[SHM_VAR] == str(tmp_path)
+    assert tmp_path.exists()  # the user's own folder stays
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (_ for _ in ()).throw(OSError(28, "No space left")))
+    with own_shm_folder({}) as env:
+        assert SHM_VAR not in env  # Open MPI's default folder then
