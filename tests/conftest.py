@@ -50,6 +50,13 @@ def mpi_env() -> dict:
     return env
 
 
+def error_lines(stderr: str) -> list[str]:
+    """A job's `mpippo: error:` lines. Where a rank ends the job with MPI_Abort, mpirun forwards the
+    rank's line and prints its own abort banner on the same stream: the line may then come after the
+    banner with a blank before it (seen under load), so leading blanks are dropped here."""
+    return [line.lstrip() for line in stderr.splitlines() if line.lstrip().startswith("mpippo: error:")]
+
+
 def run(cmd: list[str], timeout: float, cwd=ROOT) -> subprocess.CompletedProcess:
     """Run with a hard timeout; on timeout kill the whole process group and fail (a hang is a bug)."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

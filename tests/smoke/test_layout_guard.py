@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import MPIRUN, ROOT, metrics, mpi_env
+from conftest import MPIRUN, ROOT, error_lines, metrics, mpi_env
 
 # 3-rank runs of tens of seconds, mostly asleep: they run beside other tests (make test's parallel part),
 # whose load only lengthens the learner's sleeps and the hang's detection, never shortens them
@@ -29,7 +29,7 @@ def run_faulty(tmp_path, fault: str, extra=(), limit=90):
 def test_a_hung_rank_ends_the_job_naming_it(tmp_path, rank, role, iteration):
     res, elapsed = run_faulty(tmp_path, f"rank={rank},iteration={iteration},kind=hang")
     assert res.returncode != 0, res.stdout[-2000:]
-    lines = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    lines = error_lines(res.stderr)
     assert len(lines) >= 1 and f"rank {rank} ({role}) was silent for" in lines[0], res.stderr[-3000:]
     assert "last seen:" in lines[0] and "Traceback" not in res.stderr
     # start-up (a few seconds) + the fault's moment + the timeout + the abort, well within 30 s of the hang
@@ -55,7 +55,7 @@ def test_a_checkpoint_that_cannot_be_written_ends_the_dqn_run_with_one_line(tmp_
     res, _ = run_faulty(tmp_path, "rank=0,iteration=200,kind=enospc",
                         ["--set", "dqn.checkpoint_interval_updates=100"])
     assert res.returncode == 1, res.stderr[-3000:]
-    errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    errors = error_lines(res.stderr)
     assert len(errors) == 1 and "No space left on device" in errors[0] and "previous checkpoint is intact" in errors[0]
     assert "Traceback" not in res.stderr
     state = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)

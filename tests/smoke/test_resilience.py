@@ -9,7 +9,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, mpi_env, ok, trainer
+from conftest import MPIRUN, ROOT, error_lines, mpi_env, ok, trainer
 
 # starpilot ends random-play episodes quickly and with non-zero returns, so curves are informative
 pytestmark = pytest.mark.slow
@@ -168,7 +168,7 @@ def test_one_nan_step_is_skipped_and_k_in_a_row_abort(tmp_path, monkeypatch):
     res = trainer(2, FAST + ["--total-timesteps", "1024", "--output-dir", str(run_dir),
                              "--set", "guards.max_nonfinite_skips=3"])
     assert res.returncode == 1
-    errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    errors = error_lines(res.stderr)
     assert len(errors) == 1 and "3 consecutive steps" in errors[0], res.stderr[-2000:]
     assert "Traceback" not in res.stderr
     assert load(run_dir)["iteration"] == 1
@@ -191,7 +191,7 @@ def test_disk_full_during_checkpoint_is_one_line_and_keeps_previous(tmp_path, mo
     run_dir = tmp_path / "run"
     res = trainer(2, FAST + ["--total-timesteps", "100000", "--output-dir", str(run_dir)], timeout=90)
     assert res.returncode == 1
-    errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    errors = error_lines(res.stderr)
     assert len(errors) == 1 and "No space left on device" in errors[0] and "previous checkpoint is intact" in errors[0]
     assert load(run_dir)["iteration"] == 2
     assert not list((run_dir / "checkpoints").glob(".*.tmp"))  # the failed temp file was removed
@@ -199,7 +199,7 @@ def test_disk_full_during_checkpoint_is_one_line_and_keeps_previous(tmp_path, mo
 
 def _bad_resume(run_dir, extra=()):
     res = trainer(2, ["--resume", "--output-dir", str(run_dir), "--no-progress", *extra], timeout=60)
-    errors = [line for line in res.stderr.splitlines() if line.startswith("mpippo: error:")]
+    errors = error_lines(res.stderr)
     assert res.returncode == 2 and len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     return errors[0]
 

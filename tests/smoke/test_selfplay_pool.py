@@ -4,7 +4,7 @@ ratings) and the schedule goes on."""
 import pytest
 import torch
 
-from conftest import metrics, ok, trainer
+from conftest import error_lines, metrics, ok, trainer
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_a_checkpoint_without_a_pool_is_refused_for_self_play(tmp_path):
     res = trainer(3, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "4096",
                       "--set", "selfplay.enabled=true"], timeout=120)
     assert res.returncode == 2
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("mpippo: error:")]
+    lines = error_lines(res.stderr)
     assert lines == ["mpippo: error: checkpoint: it has no opponent pool (trained without self-play); "
                      "resume it with selfplay.enabled=false"]  # once, one line
     assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before  # nothing written over
