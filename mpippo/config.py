@@ -72,7 +72,7 @@ class ModelConfig:
     channels: list = _f([16, 32, 32], "IMPALA-CNN conv channels, one entry per stage.")
     hidden_size: int = _f(256, "Width of the dense layer after the conv stack.")
     downsample: bool = _f(True, "Max-pool by 2 in every conv stage (IMPALA); false keeps full resolution, for small boards (connect4). DQN only.")
-    init: str = _f("torch", "Initial weights of the conv stack and the dense layer: torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases) | glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had). The policy and value heads are orthogonal either way.")
+    init: str = _f("glorot", "Initial weights of the conv stack and the dense layer: glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had; chosen on the mini suite: README, 'Learning like the reference PPO') | torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases). The policy and value heads are orthogonal either way.")
 
 
 @dataclass
@@ -275,6 +275,24 @@ def _closest(name, allowed) -> str:
 
 
 OFF_STRINGS = {("logging", "wandb")}  # string keys with an "off" value
+
+
+# Keys whose built-in default changed: a run's saved config.yaml that lacks one was written by code
+# that predates the key, and that code ran the earlier value. Add a key here whenever its default changes.
+EARLIER_DEFAULTS = {("model", "init"): "torch"}  # glorot since the mini suite's decision
+
+
+def with_earlier_defaults(data):
+    """A run's saved config (nested dicts) with the values its code ran for keys it predates; anything
+    that is not a mapping is left for from_dict to refuse."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for (section, key), value in EARLIER_DEFAULTS.items():
+        keys = out.get(section) or {}
+        if isinstance(keys, dict) and key not in keys:
+            out[section] = {**keys, key: value}
+    return out
 
 
 def from_dict(data: dict, errors: list[str]) -> Config:

@@ -96,7 +96,7 @@ def read_run_config(folder: str | Path):
     """A run folder's config.yaml as a Config (types checked; values as that run resolved them)."""
     from mpippo import config as C
     path = Path(folder) / "config.yaml"
-    data = read_yaml(path, "run config")
+    data = C.with_earlier_defaults(read_yaml(path, "run config"))
     errors: list[str] = []
     cfg = C.from_dict(data, errors)
     if errors:

@@ -332,3 +332,19 @@ def test_a_cutoff_that_could_leave_a_minibatch_empty_is_refused():
                       "training.num_minibatches": 4}, 2, base)
     assert any("training.rollout_min_fraction: 0.01 of 32 steps x 1 envs is fewer samples than "
                "training.num_minibatches=4" in e for e in errs), errs
+
+
+def test_a_saved_config_older_than_a_key_reads_as_the_value_its_code_ran(tmp_path):
+    """model.init became glorot by default; a run whose config.yaml predates the key ran PyTorch's
+    init, and reads so (suite reports, resumes), while a config a user writes gets today's default."""
+    from mpippo.files import read_run_config
+    old = C.Config().to_dict()
+    del old["model"]["init"]
+    (tmp_path / "config.yaml").write_text(C.yaml.safe_dump(old))
+    assert read_run_config(tmp_path).model.init == "torch"
+    old["model"]["init"] = "glorot"
+    (tmp_path / "config.yaml").write_text(C.yaml.safe_dump(old))
+    assert read_run_config(tmp_path).model.init == "glorot"
+    assert C.build({"model": {"hidden_size": 64}}, [], 1).model.init == "glorot"
+    assert C.with_earlier_defaults({"model": None}) == {"model": {"init": "torch"}}
+    assert C.with_earlier_defaults(["not", "a", "mapping"]) == ["not", "a", "mapping"]  # from_dict refuses it
