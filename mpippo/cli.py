@@ -239,11 +239,11 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
     Returns (config, a note when the envs that run differ from those asked for)."""
     cfg = note = errors = None
     try:
-        config_path, data = args.config, None
-        if config_path is None and args.resume and (run_dir / "config.yaml").is_file():
+        if args.config is None and args.resume and (run_dir / "config.yaml").is_file():
             data = C.with_earlier_defaults(C.load_yaml(run_dir / "config.yaml"))  # the run's own, as it ran
-        asked = C.build(data if data is not None else C.load_yaml(config_path or C.DEFAULT_CONFIG), overrides,
-                        world.size)
+        else:
+            data = C.load_yaml(args.config or C.DEFAULT_CONFIG)
+        asked = C.build(data, overrides, world.size)
         cfg = C.resolve(asked, world.size)
         note = C.envs_note(asked, cfg, world.size)
         errors = C.host_problems(cfg, world.size, world.local_size) or None

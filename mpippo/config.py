@@ -289,9 +289,9 @@ def with_earlier_defaults(data):
         return data
     out = dict(data)
     for (section, key), value in EARLIER_DEFAULTS.items():
-        keys = out.get(section) or {}
-        if isinstance(keys, dict) and key not in keys:
-            out[section] = {**keys, key: value}
+        keys = out.get(section)
+        if keys is None or (isinstance(keys, dict) and key not in keys):  # a damaged section stays as it is
+            out[section] = {**(keys or {}), key: value}
     return out
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from mpippo.launch import SHM_VAR
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 MPIRUN = str(BIN / "mpirun") if (BIN / "mpirun").exists() else "mpirun"
@@ -37,16 +39,14 @@ if _SHM_PARENT:
     atexit.register(shutil.rmtree, _SHM_PARENT, True)
 
 
-def _own_shm_folder() -> dict:
-    return {"OMPI_MCA_btl_sm_backing_directory": tempfile.mkdtemp(dir=_SHM_PARENT)} if _SHM_PARENT else {}
-
-
 def mpi_env() -> dict:
     """The environment for one job (mpirun, the launcher, a local suite): a call per job."""
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PRTE_MCA_hwloc_default_binding_policy="none",
-               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **_own_shm_folder())
+               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    if _SHM_PARENT:
+        env[SHM_VAR] = tempfile.mkdtemp(dir=_SHM_PARENT)
     return env
 
 

@@ -348,3 +348,4 @@ def test_a_saved_config_older_than_a_key_reads_as_the_value_its_code_ran(tmp_pat
     assert C.build({"model": {"hidden_size": 64}}, [], 1).model.init == "glorot"
     assert C.with_earlier_defaults({"model": None}) == {"model": {"init": "torch"}}
     assert C.with_earlier_defaults(["not", "a", "mapping"]) == ["not", "a", "mapping"]  # from_dict refuses it
+    assert C.with_earlier_defaults({"model": []}) == {"model": []}  # and a damaged section
