@@ -10,9 +10,12 @@ Rows, in the order they run (a row that fails is recorded as failed and the next
     inference, update = backward + optimizer, allreduce, other = gae + other; seconds per iteration,
     from benchmark_metrics.json's phase_seconds, the first iteration included) and the placement the
     run got (affinity_cores, cpu_share, threads_per_rank, env_threads, device_used, precision,
-    deterministic). Each rank is bound to 8 cores (fewer where the machine has fewer), what each GPU's
+    deterministic, policy_step). Each rank is bound to 8 cores (fewer where the machine has fewer), what each GPU's
     rank gets on the 6-GPU, 48-core node the model below is about; on GPUs deterministic's cost is
     stated as the fast row's rate over the deterministic one's;
+  - PPO on 1 rank, bf16, deterministic, with the policy step eager (training.cuda_graph false): what
+    the CUDA graph of the rollout's policy step gains is the bf16 deterministic row's rate over this
+    one's (and their inference phases side by side);
   - PPO on 2 ranks sharing the one GPU, fp32, 64 envs per rank (weak scaling: each rank does what the
     1-rank run does, so its phases compare with the 1-rank row's);
   - the 6-GPU node, MODELED from those rows (nothing runs):
@@ -69,7 +72,8 @@ NODE_GPUS, NODE_CORES = 6, 48  # the node the model is about: one rank per GPU, 
 PHASE_GROUPS = {"env_step": ("env_step",), "inference": ("inference",), "update": ("backward", "optimizer"),
                 "allreduce": ("allreduce",), "other": ("gae", "other")}
 PLACEMENT = ("affinity_cores", "cpu_share", "threads_per_rank", "env_threads", "device_used", "precision",
-             "deterministic")
+             "deterministic", "policy_step")
+EAGER_ROW = "ppo bf16, 1 rank, deterministic, eager policy step"
 
 # the default config (64 envs x 256 steps = 16,384 per rank and iteration) on the GPU; smoke-sized on the CPU
 REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384,
@@ -115,14 +119,16 @@ def phases(m: dict) -> dict:
 
 
 def ppo_row(budget: dict, device: str, tmp: Path, iterations: int, ranks: int, precision: str,
-            deterministic: bool) -> dict:
+            deterministic: bool, graph: bool = True) -> dict:
     name = (f"ppo {precision}, {ranks} rank{'s' if ranks > 1 else ''}"
-            + (" on one device" if ranks > 1 else "") + (", deterministic" if deterministic else ", fast kernels"))
+            + (" on one device" if ranks > 1 else "") + (", deterministic" if deterministic else ", fast kernels")
+            + ("" if graph else ", eager policy step"))
     per_rank = budget["envs_per_rank"]
     batch = per_rank * budget["n_steps"]  # per rank and iteration
     args = [*budget["ppo"], "--num-envs-per-rank", str(per_rank),
             "--total-timesteps", str(ranks * batch * (iterations + 1)),
-            "--set", f"training.precision={precision}", "--set", f"training.deterministic={str(deterministic).lower()}"]
+            "--set", f"training.precision={precision}", "--set", f"training.deterministic={str(deterministic).lower()}",
+            "--set", f"training.cuda_graph={str(graph).lower()}"]
     m = trainer(ranks, args, tmp / name.replace(" ", "_").replace(",", ""), device, cores_per_rank(ranks))
     rate = m.get("fps_steady") or m["fps"]
     return {"check": name, "device": m.get("device_used"), "ranks": ranks, "envs_per_rank": per_rank,
@@ -326,6 +332,7 @@ def _main(argv) -> int:
             for det in (True, False):
                 step(lambda: ppo_row(budget, device, tmp, iterations, 1, precision, det),
                      f"ppo {precision}, 1 rank, {'deterministic' if det else 'fast kernels'}")
+        step(lambda: ppo_row(budget, device, tmp, iterations, 1, "bf16", True, graph=False), EAGER_ROW)
         step(lambda: ppo_row(budget, device, tmp, iterations, 2, "fp32", True),
              "ppo fp32, 2 ranks on one device, deterministic")
         by = {r["check"]: r for r in rows}
@@ -337,6 +344,7 @@ def _main(argv) -> int:
         step(lambda: resume_row(budget, device, tmp), "exact resume")
     result["targets"] = targets(rows)
     result["deterministic_cost"] = deterministic_cost(rows)
+    result["cuda_graph_gain"] = graph_gain(rows)
     result["complete"] = True
     write_json(path, result, "--out")
     print_table(result)
@@ -371,6 +379,18 @@ def deterministic_cost(rows: list[dict]) -> dict:
     return out
 
 
+def graph_gain(rows: list[dict]) -> dict | None:
+    """The bf16 deterministic row (policy step graphed where CUDA is) against the same run eager."""
+    by = {r["check"]: r for r in rows}
+    graphed, eager = by.get("ppo bf16, 1 rank, deterministic"), by.get(EAGER_ROW)
+    if not (graphed and eager and graphed.get("ok") and eager.get("ok")):
+        return None
+    inference = [r["phases"]["seconds_per_iteration"]["inference"] for r in (graphed, eager)]
+    return {"policy_step": graphed["placement"].get("policy_step"), "steps_per_s": graphed["steps_per_s"],
+            "eager_steps_per_s": eager["steps_per_s"], "over_eager": graphed["steps_per_s"] / eager["steps_per_s"],
+            "inference_s_per_iteration": inference[0], "eager_inference_s_per_iteration": inference[1]}
+
+
 def summary(r: dict) -> str:
     if not r["ok"] and r.get("error"):
         return f"FAILED: {r['error'][:120]}"
@@ -401,6 +421,10 @@ def print_table(result: dict) -> None:
                                                       for g in PHASE_GROUPS))
     for p, c in result["deterministic_cost"].items():
         print(f"deterministic kernels, {p}: fast kernels run {c['fast_over_deterministic']:.2f}x their rate")
+    g = result.get("cuda_graph_gain")
+    if g:
+        print(f"policy step {g['policy_step']} vs eager (bf16): {g['over_eager']:.2f}x the rate; inference "
+              f"{g['inference_s_per_iteration']:.3f} vs {g['eager_inference_s_per_iteration']:.3f} s per iteration")
     print("\ntargets (issue 28):")
     for name, t in result["targets"].items():
         value = "not measured" if t["value"] is None else f"{t['value']:,.0f}"

@@ -24,6 +24,8 @@
 #   until LIMIT - CHECK_S - STOP_S     the members train            (defaults: to 220 s)
 #   the next STOP_S (default 40)        they checkpoint and stop      (a second Ctrl-C-like stop after it)
 #   the last CHECK_S (default 300)      gpu-check, then the packing   (gpu-check gets CHECK_S - 20)
+# With no member left to run (the mini suite is complete since 2026-11-28), gpu-check starts right
+# after the set-up and has all the time left but the last 20 s.
 #
 # Choosing the members: the suite's own list of members to do (mpippo.suite's submit.todo, what
 # `python -m mpippo.suite run <suite> --dry-run` prints), less the members the committed report
@@ -62,6 +64,15 @@ T0=$SECONDS
 at() { echo $((SECONDS - T0)); }
 left() { echo $((LIMIT - (SECONDS - T0))); }
 WORK=$(mktemp -d /tmp/gpu-session-work.XXXXXX)
+
+# the CUDA-only unit tests (skipped on CPU machines: the graphed policy step, fused Adam, the device
+# replay and learners), where the carried pytest wheel is installed
+cuda_tests() {
+    if [ -z "${GPU_SESSION_DRY:-}" ] && "$PY" -m pytest --version > /dev/null 2>&1; then
+        timeout -k 5 120 "$PY" -m pytest -q -p no:cacheprovider -k cuda tests/unit/test_policy_step.py \
+            tests/unit/test_adam.py tests/unit/test_dqn_parts.py tests/unit/test_appo_parts.py > /tmp/cuda-tests.txt 2>&1
+    fi
+}
 
 session() {
 # ---------------------------------------------------------------- a. install and look around
@@ -149,12 +160,7 @@ if [ "$N" -gt 0 ]; then
         echo "session: ${KEYS[$i]} on $where (launcher $!): ${!args}"
     done
     STOP_AT=$((LIMIT - CHECK_S - STOP_S))
-    # meanwhile the CUDA-only unit tests (skipped on CPU machines: the device replay and learners, a
-    # few seconds of the GPU beside the members), where the carried pytest wheel is installed
-    if [ -z "${GPU_SESSION_DRY:-}" ] && "$PY" -m pytest --version > /dev/null 2>&1; then
-        timeout -k 5 120 "$PY" -m pytest -q -p no:cacheprovider -k cuda tests/unit/test_dqn_parts.py \
-            tests/unit/test_appo_parts.py > /tmp/cuda-tests.txt 2>&1 &
-    fi
+    cuda_tests &  # meanwhile: a few seconds of the GPU beside the members
     while [ "$(at)" -lt "$STOP_AT" ]; do
         alive=0
         for p in "${PIDS[@]}"; do kill -0 "$p" 2> /dev/null && alive=1; done
@@ -183,11 +189,14 @@ if [ "$N" -gt 0 ]; then
         echo "session: ${KEYS[$i]}: $what (exit $rc), $steps"
         tail -n 3 "${DIRS[$i]}.log" | sed 's/^/    /'
     done
+else
+    cuda_tests  # before the check, which then has the GPU alone
 fi
 echo "session: members done at $(at) s"
 
 # ---------------------------------------------------------------- c. gpu-check on the idle GPU
-BUDGET=$(( $(left) - 20 )); [ "$BUDGET" -gt $((CHECK_S - 20)) ] && BUDGET=$((CHECK_S - 20))
+BUDGET=$(( $(left) - 20 ))  # with no member to run, the check has the whole session
+[ "$N" -gt 0 ] && [ "$BUDGET" -gt $((CHECK_S - 20)) ] && BUDGET=$((CHECK_S - 20))
 echo "session: gpu-check with $BUDGET s"
 timeout -k 15 "$BUDGET" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" --out "$OUT/gpu-check.json" 2>&1 | grep -v "^USDT:"
 echo "session: gpu-check ended at $(at) s (exit ${PIPESTATUS[0]}; 124: cut at its share, the rows done are in the file)"

@@ -194,6 +194,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
               f"{trainer.threads} thread(s)/rank, {placement_words(world, trainer)}, device {trainer.device}, "
               f"{cfg.training.precision} ({trainer.precision_why}){', deterministic' if cfg.training.deterministic and trainer.device.type == 'cuda' else ''}"
+              f"{', policy step as a CUDA graph' if trainer.policy_step.mode == 'graph' else ''}"
               f"; output {run_dir}", flush=True)
     try:
         summary = trainer.train(signals)

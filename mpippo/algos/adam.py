@@ -7,6 +7,9 @@ sympy, inductor, FSDP): 2.2 s of CPU in every process that trains, 100 CPU-secon
 at each start and requeue, and a sixth of the test suite's CPU time. mpippo compiles nothing, so it
 keeps the arithmetic and drops the wrappers. The result is bit-identical to `torch.optim.Adam` (same
 function, same arguments; tests/unit/test_adam.py), and checkpoints of either load into the other.
+
+On a GPU it runs torch's fused kernel (`fused=True`: one launch per step, its step count on the
+device, so the update waits for nothing on the host), elsewhere the default kernels, as before.
 """
 from __future__ import annotations
 
@@ -23,11 +26,16 @@ class Adam:
     bookkeeping."""
     MOMENTS = ("exp_avg", "exp_avg_sq")  # the per-parameter state beside the step count, shaped like the parameter
 
-    def __init__(self, params, lr: float, eps: float, betas: tuple[float, float] = (0.9, 0.999)):
+    def __init__(self, params, lr: float, eps: float, betas: tuple[float, float] = (0.9, 0.999),
+                 fused: bool | None = None):
+        params = list(params)
+        if fused is None:  # fused where the parameters are on a GPU; a CPU run keeps its numbers
+            fused = bool(params) and params[0].is_cuda
         # the keys torch.optim.Adam writes into a state_dict, so that its checkpoints load here and back
         group = dict(lr=lr, betas=betas, eps=eps, weight_decay=0, amsgrad=False, maximize=False, foreach=None,
-                     capturable=False, differentiable=False, fused=None, decoupled_weight_decay=False)
-        self.param_groups = [{**group, "params": list(params)}]
+                     capturable=False, differentiable=False, fused=True if fused else None,
+                     decoupled_weight_decay=False)
+        self.param_groups = [{**group, "params": params}]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     @property
@@ -44,11 +52,16 @@ class Adam:
                 p.grad.requires_grad_(False)
                 p.grad.zero_()
 
+    def _step_device(self, p: torch.Tensor) -> torch.device:
+        """Where `step` lives, as torch keeps it: on the parameter's device for the fused kernel (which
+        reads it there), else a CPU scalar (one kernel launch less per step)."""
+        return p.device if self.param_groups[0].get("fused") else torch.device("cpu")
+
     def _moments(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Created at the first step, as torch does: `step` a float32 CPU scalar (kept off the GPU:
-        one kernel launch less per step), the moments shaped like the parameter."""
+        """Created at the first step, as torch does: `step` a float32 scalar, the moments shaped like
+        the parameter."""
         if p not in self.state:
-            self.state[p] = {"step": torch.tensor(0.0, dtype=torch.float32),
+            self.state[p] = {"step": torch.tensor(0.0, dtype=torch.float32, device=self._step_device(p)),
                              **{m: torch.zeros_like(p, memory_format=torch.preserve_format) for m in self.MOMENTS}}
         return self.state[p]
 
@@ -82,8 +95,11 @@ class Adam:
             for m in self.MOMENTS:
                 if s[m].shape != p.shape:
                     raise ValueError(f"optimizer state {i} has shape {tuple(s[m].shape)}, parameter {tuple(p.shape)}")
-            # as torch: moments to the parameter's device and dtype, the step count stays as saved
-            state[p] = {"step": s["step"], **{m: s[m].to(dtype=p.dtype, device=p.device) for m in self.MOMENTS}}
-        saved = copy.deepcopy({k: v for k, v in groups[0].items() if k != "params"})
+            # as torch: moments to the parameter's device and dtype; the step count where this
+            # optimizer keeps it (a checkpoint of a GPU run resumes on a CPU, and back)
+            step = s["step"].to(dtype=torch.float32, device=self._step_device(p))
+            state[p] = {"step": step, **{m: s[m].to(dtype=p.dtype, device=p.device) for m in self.MOMENTS}}
+        # the hyperparameters as saved; the kernels (fused, foreach) this optimizer's device chose
+        saved = copy.deepcopy({k: v for k, v in groups[0].items() if k not in ("params", "fused", "foreach")})
         self.param_groups = [{**self.param_groups[0], **saved, "params": self.params}]
         self.state = state

@@ -253,7 +253,8 @@ class ApeX:
         flat_parameters(q)  # (the runner's q already is: its flat buffer is what the actors get)
         self.q, self.target, self.device = q, copy.deepcopy(q), device
         self.model = q  # what the checkpoint's "model" is and the actors get
-        self.opt = Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
+        # the state's holder: DeviceAdam takes the steps (its own kernels), not this one
+        self.opt = Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps, fused=False)
         self.adam = DeviceAdam(q.parameters(), self.opt)
         where = replay_device(device, self.learner_bytes())
         self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed, device=where)

@@ -348,7 +348,8 @@ class APPOLearning:
         from mpippo.algos.apex import DeviceAdam, flat_parameters
         self.model, self.device = model, torch.device(device)
         flat_parameters(model)  # (the runner's model already is one flat buffer)
-        self.opt = Adam(model.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps)
+        # the state's holder: DeviceAdam takes the steps (its own kernels), not this one
+        self.opt = Adam(model.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps, fused=False)
         self.adam = DeviceAdam(model.parameters(), self.opt)
         self.generator = torch.Generator().manual_seed(seed)  # the minibatches' order: on the host, any device
         if self.device.type == "cuda":

@@ -53,6 +53,7 @@ SYNC_PPO = {
     "straggler_busy_p50_s_per_rank": ("list?", "per rank, the median busy seconds per iteration"),
     "straggler_iterations": ("int", "iterations behind these numbers (an even sample of the run when it is long)"),
     "straggler_lost": ("int", "iterations not seen (more than 32 between two reports: logging.log_interval)"),
+    "policy_step": ("str", "the rollout's policy step: graph (replayed as a CUDA graph, training.cuda_graph) or eager"),
     "rollout_cutoff": ("dict?", "the balanced cut-off (training.rollout_cutoff; null when off): ranks_needed, "
                                 "iterations, iterations_cut, mean_share_collected and least_share_collected "
                                 "(a rank's steps over n_steps)"),

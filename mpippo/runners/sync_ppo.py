@@ -21,7 +21,7 @@ import torch
 
 from mpippo import resume
 from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
-from mpippo.algos.ppo import GumbelSampler, autocast, compute_gae, device_mean_std, minibatch_shares
+from mpippo.algos.ppo import GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std, minibatch_shares
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,
@@ -69,6 +69,8 @@ class SyncPPO:
         self.algo = self.entry.load()(cfg)
         self.model = self.entry.build_network(cfg, self.env.obs_shape, self.env.num_actions, self.device)
         self.sampler = GumbelSampler(self.device, seed + 2)  # actions, drawn on the policy's device
+        self.policy_step = PolicyStep(self.model, self.sampler, self.env.obs_shape, self.num_envs,
+                                      self.env.num_actions, self.device, t.precision, t.cuda_graph, warn)
         # on a GPU, observations and actions cross through fixed pinned host buffers
         pin = self.device.type == "cuda"
         self.obs_host = torch.zeros((self.num_envs, *self.env.obs_shape), dtype=torch.uint8, pin_memory=pin) if pin else None
@@ -245,11 +247,9 @@ class SyncPPO:
                 else:
                     obs_t.copy_(torch.from_numpy(obs))
                 buf.dones[step].copy_(torch.from_numpy(first), non_blocking=True)
-                with autocast(self.device, self.cfg.training.precision):
-                    logits, value = self.model(obs_t)
-                action = self.sampler(logits)
+                action, logprob, value = self.policy_step(obs_t)
                 buf.actions[step] = action
-                buf.logprobs[step] = torch.log_softmax(logits.float(), dim=-1).gather(1, action.unsqueeze(1)).squeeze(1)
+                buf.logprobs[step] = logprob
                 buf.values[step] = value
                 self.act_host.copy_(action)  # the step's one wait for the device
                 action_np = self.act_host.numpy()
@@ -386,6 +386,7 @@ class SyncPPO:
         if reporter is not None:
             if self.device.type == "cuda":  # rank 0's GPU: the ranks' work is the same
                 reporter.extra["gpu_peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+            reporter.extra["policy_step"] = self.policy_step.mode  # known after the first step (capture)
             if self.cutoff is not None:
                 n, cut, share_sum, least = self.cut_log
                 reporter.extra["rollout_cutoff"] = {
@@ -405,7 +406,7 @@ class SyncPPO:
                                 t.total_timesteps, cfg.logging.progress)
             reporter.extra = {"device_used": str(self.device), "env_threads": self.env_threads,
                               "affinity_cores": world.affinity, "cpu_share": world.cpu_share,
-                              "deterministic": t.deterministic,
+                              "deterministic": t.deterministic, "policy_step": self.policy_step.mode,
                               "precision_why": self.precision_why,
                               "allreduce_bytes": int(self.grad_sync.host.numel() * 4),
                               "allreduce_calls_per_iteration": self.algo.allreduces_per_iteration,

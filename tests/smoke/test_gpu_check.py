@@ -11,7 +11,8 @@ from conftest import ok, run
 pytestmark = pytest.mark.slow  # 40-50 s on an idle 2-core machine (95 s with both cores busy): not in make test-fast
 
 PPO = ["ppo fp32, 1 rank, deterministic", "ppo fp32, 1 rank, fast kernels", "ppo bf16, 1 rank, deterministic",
-       "ppo bf16, 1 rank, fast kernels", "ppo fp32, 2 ranks on one device, deterministic"]
+       "ppo bf16, 1 rank, fast kernels", "ppo bf16, 1 rank, deterministic, eager policy step",
+       "ppo fp32, 2 ranks on one device, deterministic"]
 NODE = ["6-GPU node: six independent 1-rank runs (modeled)", "6-GPU node: one synchronous 6-rank run (modeled)"]
 ALONE = ["dqn learner alone (prefilled replay, no actors)", "appo learner alone (prefilled segments, no actors)",
          "ppo iteration profile (torch.profiler)"]
@@ -19,7 +20,7 @@ END = ["dqn learner + 2 actors (end to end)", "appo learner + 3 actors (end to e
        "exact resume (2+2 vs 4 iterations)"]
 PHASES = {"env_step", "inference", "update", "allreduce", "other"}
 PLACEMENT = {"affinity_cores", "cpu_share", "threads_per_rank", "env_threads", "device_used", "precision",
-             "deterministic"}
+             "deterministic", "policy_step"}
 
 
 def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):
@@ -38,7 +39,8 @@ def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):
         assert abs(sum(row["phases"]["share"].values()) - 1.0) < 1e-6
         assert set(row["placement"]) == PLACEMENT and row["placement"]["device_used"] == "cpu"
         assert row["precision"] == name.split()[1].rstrip(",") and row["deterministic"] == ("deterministic" in name)
-    assert rows[PPO[4]]["ranks"] == 2 and rows[PPO[4]]["envs_per_rank"] == rows[PPO[0]]["envs_per_rank"]
+        assert row["placement"]["policy_step"] == "eager"  # the CPU never graphs it
+    assert rows[PPO[5]]["ranks"] == 2 and rows[PPO[5]]["envs_per_rank"] == rows[PPO[0]]["envs_per_rank"]
     indep, sync = rows[NODE[0]], rows[NODE[1]]
     assert indep["modeled"] and sync["modeled"] and "modeled" == indep["device"] == sync["device"]
     assert indep["by_precision"]["bf16"] == pytest.approx(6 * rows[PPO[2]]["steps_per_s"])
@@ -61,6 +63,9 @@ def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):
                                  "dqn_learner_alone_samples_per_s", "appo_learner_alone_samples_per_s"}
     assert all(isinstance(t["reached"], bool) and t["value"] > 0 for t in r["targets"].values())
     assert set(r["deterministic_cost"]) == {"fp32", "bf16"}
+    gain = r["cuda_graph_gain"]
+    assert gain["over_eager"] == pytest.approx(rows[PPO[2]]["steps_per_s"] / rows[PPO[4]]["steps_per_s"])
+    assert gain["eager_inference_s_per_iteration"] == rows[PPO[4]]["phases"]["seconds_per_iteration"]["inference"]
     assert all(c in res.stdout for c in PPO + NODE + ALONE + END) and "targets (issue 28)" in res.stdout
 
 

@@ -90,3 +90,46 @@ def test_training_with_it_does_not_import_the_compiler_stack():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False"
+
+
+def test_fused_steps_are_torch_fused_adams_and_checkpoints_cross_kernels():
+    """fused=True (the GPU's default; torch runs the same fused kernel on a CPU, so it is checked
+    here): bit-identical to torch.optim.Adam(fused=True), its step count where that one keeps it;
+    a state of the default kernels loads into the fused one and back, each keeping its own kernel."""
+    a, b = _pair()
+    ours = Adam(a.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    theirs = torch.optim.Adam(b.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    _train(a, ours, 12)
+    _train(b, theirs, 12)
+    _assert_equal(a, b)
+    assert ours.param_groups[0]["fused"] is True and ours.state_dict()["state"][0]["step"].dtype == torch.float32
+    plain = Adam(b.parameters(), lr=1.0, eps=1.0)
+    assert plain.param_groups[0]["fused"] is None  # CPU parameters: the default kernels
+    plain.load_state_dict(copy.deepcopy(ours.state_dict()))
+    assert plain.param_groups[0]["fused"] is None and plain.param_groups[0]["eps"] == 1e-5
+    back = Adam(a.parameters(), lr=1.0, eps=1.0, fused=True)
+    back.load_state_dict(copy.deepcopy(plain.state_dict()))
+    assert back.param_groups[0]["fused"] is True
+    assert all(torch.equal(s["step"], torch.tensor(12.0)) for s in back.state.values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (gpu_session.sh runs it)")
+def test_cuda_parameters_take_the_fused_kernel_and_resume_across_devices():
+    torch.manual_seed(0)
+    gpu = torch.nn.Linear(5, 3).cuda()
+    opt = Adam(gpu.parameters(), lr=1e-2, eps=1e-5)
+    assert opt.param_groups[0]["fused"] is True
+    ref_model = torch.nn.Linear(5, 3).cuda()
+    ref_model.load_state_dict(gpu.state_dict())
+    ref = torch.optim.Adam(ref_model.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    _train(gpu, opt, 5, anneal=False)
+    _train(ref_model, ref, 5, anneal=False)
+    _assert_equal(gpu, ref_model)
+    assert all(s["step"].is_cuda for s in opt.state.values())
+    cpu = torch.nn.Linear(5, 3)
+    cpu.load_state_dict({k: v.cpu() for k, v in gpu.state_dict().items()})
+    on_cpu = Adam(cpu.parameters(), lr=1.0, eps=1.0)
+    on_cpu.load_state_dict({"state": {i: {k: v.cpu() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()},
+                            "param_groups": opt.state_dict()["param_groups"]})
+    assert on_cpu.param_groups[0]["fused"] is None and all(not s["step"].is_cuda for s in on_cpu.state.values())
+    _train(cpu, on_cpu, 2)

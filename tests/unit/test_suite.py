@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from mpippo.usage import UsageError
-from mpippo.suite import report, spec, state
+from mpippo.suite import report, spec, state, submit
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "suites" / "tiny.yaml"
@@ -34,6 +34,18 @@ def test_shipped_suites_load_and_the_paper_suite_is_16_games_by_3_seeds():
     assert len(big.members()) == 48
     tiny = spec.load("tiny", ROOT / "runs")  # a name under configs/suites/
     assert len(tiny.members()) == 2 * 2 * 2 and len(spec.load(ROOT / "configs/suites/mini.yaml").members()) == 3 * 2 * 2
+
+
+def test_the_gpu_suite_is_the_paper_suite_one_gpu_and_8_cores_per_member(tmp_path):
+    """procgen_easy_16_gpu: the same games, seeds and budget, each member one rank on its GPU with 8
+    CPUs (six fill a 48-core node with 6 GPUs), asked of Slurm on the array's line."""
+    cpu, gpu = spec.load("procgen_easy_16", tmp_path), spec.load("procgen_easy_16_gpu", tmp_path)
+    assert (gpu.games, gpu.seeds, gpu.budget) == (cpu.games, cpu.seeds, cpu.budget)
+    assert (gpu.ranks, gpu.cpus_per_rank, gpu.gpus_per_rank) == (1, 8, 1)
+    assert all("training.device=auto" in m.args for m in gpu.members()) and len(gpu.members()) == 48
+    cmd = submit.sbatch_command(gpu, gpu.members(), tmp_path / "m.json", 6, [])
+    assert {"--ntasks=1", "--cpus-per-task=8", "--gpus-per-task=1", "--nodes=1"} <= set(cmd)
+    assert cmd[2] == "--array=" + ",".join(str(i) for i in range(48)) + "%6"
 
 
 def test_members_have_stable_indices_folders_and_options(tmp_path):
@@ -249,7 +261,6 @@ def test_a_member_folder_without_a_checkpoint_is_set_aside_never_deleted(tmp_pat
 
 
 def test_slurm_time_limits_in_every_sbatch_format_and_the_array_line(tmp_path):
-    from mpippo.suite import submit
     cases = {"30": 1800, "30:15": 1815, "2:00:00": 7200, "1-12": 129600, "1-00:30": 88200, "2-01:02:03": 176523}
     assert {k: submit.slurm_seconds(k) for k in cases} == cases
     s = spec.load(TINY, tmp_path)
