@@ -76,7 +76,7 @@ def tensor(v, path: str, shape: tuple | None = None, dtype=None) -> torch.Tensor
     ok = isinstance(v, torch.Tensor) and (shape is None or tuple(v.shape) == tuple(shape)) and (
         dtype is None or v.dtype == dtype)
     got = f"{v.dtype} {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
-    need(ok, path, f"expected a {dtype or ''} tensor{f' of shape {tuple(shape)}' if shape else ''}, got {got}")
+    need(ok, path, f"expected a {dtype or ''} tensor{f' of shape {tuple(shape)}' if shape is not None else ''}, got {got}")
     return v
 
 
@@ -148,6 +148,7 @@ def check_optimizer(opt, path: str, shapes: list[tuple], moments: tuple[str, ...
     for key, st in mapping(opt["state"], f"{path}.state").items():
         need(is_int(key) and 0 <= key < len(shapes), f"{path}.state", f"unknown parameter id {C.show(key)}")
         mapping(st, f"{path}.state[{key}]", ("step", *moments))
+        tensor(st["step"], f"{path}.state[{key}].step", (), torch.float32)  # as torch.optim keeps it
         for moment in moments:
             tensor(st[moment], f"{path}.state[{key}].{moment}", shapes[key], torch.float32)
 

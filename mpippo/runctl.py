@@ -93,7 +93,11 @@ def pick_device(want: str, index: int = 0, warn=print):
     if want == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
-        return torch.device("cuda", index % torch.cuda.device_count())
+        device = torch.device("cuda", index % torch.cuda.device_count())
+        # the rank's current device too: what torch puts on "the current GPU" (new streams, a CUDA
+        # graph's capture stream, cuBLAS handles) must be this GPU, not GPU 0 of every rank
+        torch.cuda.set_device(device)
+        return device
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if want == "cuda":
         raise UsageError(f"training.device: 'cuda' requested but CUDA is not usable here (CUDA_VISIBLE_DEVICES="

@@ -139,7 +139,8 @@ class PolicyStep:
                  device: torch.device, precision: str, graph: bool, warn=print):
         self.model, self.sampler, self.device, self.precision, self.warn = model, sampler, device, precision, warn
         self.noise = torch.zeros((num_envs, num_actions), device=device)
-        self.mode = "graph" if graph and device.type == "cuda" else "eager"  # what the next step will be
+        self.wanted = graph and device.type == "cuda"
+        self.mode = "graph" if self.wanted else "eager"  # what the next step will be
         self.obs = torch.zeros((num_envs, *obs_shape), dtype=torch.uint8, device=device) if self.mode == "graph" else None
         self.graph = self.out = None
 
@@ -166,21 +167,42 @@ class PolicyStep:
         return self.out
 
     def _capture(self) -> None:
+        """Warm up on a side stream, capture there, then replay once against the eager step on the same
+        input and noise: a graph that does not reproduce it (or a capture that fails) is dropped for
+        eager, with one warning. The rank's GPU is its current device (runctl.pick_device), so the
+        streams and the capture are on the GPU that holds the tensors."""
+        previous = None
         try:
+            previous = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
+            side.wait_stream(previous)
             with torch.cuda.stream(side):
                 for _ in range(self.WARMUP):
                     self._step(self.obs)
-            torch.cuda.current_stream(self.device).wait_stream(side)
+            previous.wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.out = self._step(self.obs)
-            self.graph = graph
-        except RuntimeError as e:  # a kernel that cannot be captured here: the step stays eager
-            self.mode, self.graph, self.out = "eager", None, None
-            self.warn(f"mpippo: warning: the policy step could not be captured as a CUDA graph "
-                      f"({str(e).splitlines()[0][:200]}); it runs eagerly")
+            with torch.cuda.graph(graph, stream=side):
+                out = self._step(self.obs)
+            graph.replay()
+            want = self._step(self.obs)
+            same = torch.equal(out[0], want[0]) and all(torch.allclose(a, b, rtol=1e-3, atol=1e-3)
+                                                        for a, b in zip(out[1:], want[1:]))
+            if not same:
+                return self._eager("the captured step did not reproduce the eager one")
+            self.graph, self.out = graph, out
+        except RuntimeError as e:  # a kernel that cannot be captured here (CUDA errors are RuntimeErrors)
+            cause = e.__context__ if isinstance(e.__context__, RuntimeError) else e
+            try:  # a failed capture can leave its stream current: give the step its own back
+                if previous is not None:
+                    torch.cuda.set_stream(previous)
+                    torch.cuda.synchronize(self.device)
+            except RuntimeError:
+                pass
+            self._eager(str(cause).splitlines()[0][:200] if str(cause) else type(cause).__name__)
+
+    def _eager(self, why: str) -> None:
+        self.mode, self.graph, self.out = "eager", None, None
+        self.warn(f"mpippo: warning: the policy step could not be captured as a CUDA graph ({why}); it runs eagerly")
 
 
 def local_grad_check(params):

@@ -71,6 +71,7 @@ class SyncPPO:
         self.sampler = GumbelSampler(self.device, seed + 2)  # actions, drawn on the policy's device
         self.policy_step = PolicyStep(self.model, self.sampler, self.env.obs_shape, self.num_envs,
                                       self.env.num_actions, self.device, t.precision, t.cuda_graph, warn)
+        self.policy_mode = None  # the job's: graph where every rank's step is one (after the first rollout)
         # on a GPU, observations and actions cross through fixed pinned host buffers
         pin = self.device.type == "cuda"
         self.obs_host = torch.zeros((self.num_envs, *self.env.obs_shape), dtype=torch.uint8, pin_memory=pin) if pin else None
@@ -364,6 +365,16 @@ class SyncPPO:
         if failed:
             raise CheckpointError(error or "checkpoint: rank 0 could not write the checkpoint")
 
+    def _agree_policy_step(self) -> None:
+        """Collective, once, after the first rollout (the capture): the job's policy step is a graph
+        only where every rank's is; rank 0 names the ranks whose capture fell back to eager."""
+        modes = self.world.allgather_obj(self.policy_step.mode)
+        self.policy_mode = "graph" if all(m == "graph" for m in modes) else "eager"
+        fell_back = [r for r, m in enumerate(modes) if m == "eager"]
+        if self.world.is_root and self.policy_step.wanted and fell_back and len(fell_back) < len(modes):
+            print(f"mpippo: warning: the policy step runs eagerly on rank(s) {fell_back} (their CUDA graph "
+                  f"capture failed), as a graph on the others", flush=True)
+
     # ---- the loop ----
     def report(self, reporter, stats_vec: np.ndarray, update_stats: dict, lr: float, stop: bool, done: bool) -> None:
         """Collective: this rank's statistics since the last report, gathered on rank 0, which logs them."""
@@ -386,7 +397,7 @@ class SyncPPO:
         if reporter is not None:
             if self.device.type == "cuda":  # rank 0's GPU: the ranks' work is the same
                 reporter.extra["gpu_peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
-            reporter.extra["policy_step"] = self.policy_step.mode  # known after the first step (capture)
+            reporter.extra["policy_step"] = self.policy_mode or self.policy_step.mode
             if self.cutoff is not None:
                 n, cut, share_sum, least = self.cut_log
                 reporter.extra["rollout_cutoff"] = {
@@ -430,6 +441,8 @@ class SyncPPO:
                 group["lr"] = lr
 
             self.obs, self.first, ep = self.collect_rollout(self.obs, self.first)
+            if self.policy_mode is None:
+                self._agree_policy_step()
             self.interval_ep += ep
             update_stats = self.learn(nonfinite_streak)
             nonfinite_streak = update_stats["nonfinite_streak"]

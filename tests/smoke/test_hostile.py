@@ -149,6 +149,8 @@ CASES = [
          "model.fc.weight: expected a torch.float32 tensor of shape"),
     Case("ckpt-adam-moment-shape", resume("ppo", set_key("optimizer.state.0.exp_avg", torch.zeros(7))),
          "optimizer.state[0].exp_avg"),
+    Case("ckpt-adam-step", resume("ppo", set_key("optimizer.state.0.step", "twelve")),
+         "optimizer.state[0].step: expected a torch.float32 tensor of shape ()"),
     Case("ckpt-obs-dtype", resume("ppo", lambda s: s["ranks"][0].update(obs=s["ranks"][0]["obs"].astype("float32"))),
          "ranks[0].obs: expected a u1 array"),
     Case("ckpt-rng-state", resume("ppo", lambda s: s["ranks"][0]["rng"].update(numpy=("MT19937", [1, 2], 0, 0, 0.0))),

@@ -2,6 +2,8 @@
 step written out by hand, from the same generator state; Gumbel-max draws from softmax(logits); a
 capture that fails falls back to eager with one warning; on a GPU, the graphed step equals the
 eager one bit for bit while the weights change in place (CUDA only: run by gpu_session.sh)."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -82,7 +84,7 @@ def test_a_capture_that_fails_falls_back_to_eager_with_one_warning(monkeypatch):
 
     def no_stream(*a, **k):
         raise RuntimeError("operation not permitted when stream is capturing\nmore")
-    monkeypatch.setattr(torch.cuda, "Stream", no_stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", no_stream)
     reference = GumbelSampler(dev, 5)
     with torch.inference_mode():
         for k in range(3):
@@ -91,6 +93,52 @@ def test_a_capture_that_fails_falls_back_to_eager_with_one_warning(monkeypatch):
             assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert step.mode == "eager" and step.graph is None
     assert len(warned) == 1 and "could not be captured as a CUDA graph (operation not permitted" in warned[0]
+
+
+def fake_cuda(monkeypatch):
+    """torch.cuda's stream and graph calls as no-ops, so the capture's decisions run on the CPU: a
+    'replay' leaves the outputs of the capture-time call as they are (what an empty graph would do)."""
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    class Graph:
+        replays = 0
+
+        def replay(self):
+            Graph.replays += 1
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g, stream=None: contextlib.nullcontext())
+    return Graph
+
+
+@pytest.mark.parametrize("reproduces", [True, False])
+def test_a_captured_step_is_kept_only_if_it_reproduces_the_eager_one(monkeypatch, reproduces):
+    """After capture the graph is replayed once against the eager step on the same input and noise; a
+    graph whose outputs differ (an empty or wrong capture) is dropped for eager, with one warning."""
+    Graph = fake_cuda(monkeypatch)
+    model, dev, warned = net(), torch.device("cpu"), []
+    step = PolicyStep(model, GumbelSampler(dev, 5), OBS, ENVS, ACTIONS, dev, "fp32", graph=False, warn=warned.append)
+    step.mode, step.obs = "graph", torch.zeros((ENVS, *OBS), dtype=torch.uint8)
+    calls, real = [], step._step
+
+    def counted(obs):  # the check's own eager call (after warm-up and capture) sees other weights
+        calls.append(1)
+        out = real(obs)
+        return out if reproduces or len(calls) <= PolicyStep.WARMUP + 1 else (out[0], out[1] + 1.0, out[2])
+    step._step = counted
+    with torch.inference_mode():
+        step(frames(0))
+    # warm-up, capture, the check; then the step itself: one more replay, or (dropped) one more eager call
+    assert (len(calls), Graph.replays) == ((PolicyStep.WARMUP + 2, 2) if reproduces else (PolicyStep.WARMUP + 3, 1))
+    if reproduces:
+        assert step.mode == "graph" and isinstance(step.graph, Graph) and warned == []
+    else:
+        assert step.mode == "eager" and step.graph is None
+        assert len(warned) == 1 and "did not reproduce the eager one" in warned[0]
 
 
 def test_the_trunk_runs_channels_last():

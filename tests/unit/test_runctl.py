@@ -55,6 +55,20 @@ def test_device_policy(monkeypatch):
     assert runctl.pick_device("cpu", 0, warnings.append).type == "cpu" and len(warnings) == 1
 
 
+def test_a_gpu_rank_makes_its_own_gpu_the_current_device(monkeypatch):
+    """Local rank k of a node whose ranks all see 6 GPUs takes GPU k % 6, and makes it torch's current
+    device: streams and CUDA graphs made without a device (torch's capture stream) land on it, not on
+    GPU 0 of every rank."""
+    import torch
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 6)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    for local_rank, gpu in ((0, 0), (4, 4), (7, 1)):
+        assert runctl.pick_device("auto", local_rank) == torch.device("cuda", gpu) == current[-1]
+    assert runctl.pick_device("cpu", 3).type == "cpu" and len(current) == 3
+
+
 def test_threads_policy(monkeypatch):
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     assert runctl.threads_per_rank(3, 8) == 3  # configured wins
