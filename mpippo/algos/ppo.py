@@ -101,12 +101,8 @@ class GumbelSampler:
     def __init__(self, device: torch.device, seed: int):
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        u = torch.rand(logits.shape, generator=self.generator, device=logits.device)
-        return gumbel_max(logits, u)
-
     def uniform_(self, out: torch.Tensor) -> torch.Tensor:
-        """The same draw as __call__ makes for logits shaped like `out`, written into `out`."""
+        """Uniform noise for gumbel_max over logits shaped like `out`, drawn into `out`."""
         return torch.rand(out.shape, generator=self.generator, device=out.device, out=out)
 
     def get_state(self) -> torch.Tensor:
@@ -141,7 +137,7 @@ class PolicyStep:
         self.noise = torch.zeros((num_envs, num_actions), device=device)
         self.wanted = graph and device.type == "cuda"
         self.mode = "graph" if self.wanted else "eager"  # what the next step will be
-        self.obs = torch.zeros((num_envs, *obs_shape), dtype=torch.uint8, device=device) if self.mode == "graph" else None
+        self.obs = torch.zeros((num_envs, *obs_shape), dtype=torch.uint8, device=device) if self.wanted else None
         self.graph = self.out = None
 
     def _step(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -365,11 +365,13 @@ class SyncPPO:
         if failed:
             raise CheckpointError(error or "checkpoint: rank 0 could not write the checkpoint")
 
-    def _agree_policy_step(self) -> None:
+    def _agree_policy_step(self, reporter) -> None:
         """Collective, once, after the first rollout (the capture): the job's policy step is a graph
         only where every rank's is; rank 0 names the ranks whose capture fell back to eager."""
         modes = self.world.allgather_obj(self.policy_step.mode)
         self.policy_mode = "graph" if all(m == "graph" for m in modes) else "eager"
+        if reporter is not None:
+            reporter.extra["policy_step"] = self.policy_mode
         fell_back = [r for r, m in enumerate(modes) if m == "eager"]
         if self.world.is_root and self.policy_step.wanted and fell_back and len(fell_back) < len(modes):
             print(f"mpippo: warning: the policy step runs eagerly on rank(s) {fell_back} (their CUDA graph "
@@ -397,7 +399,6 @@ class SyncPPO:
         if reporter is not None:
             if self.device.type == "cuda":  # rank 0's GPU: the ranks' work is the same
                 reporter.extra["gpu_peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
-            reporter.extra["policy_step"] = self.policy_mode or self.policy_step.mode
             if self.cutoff is not None:
                 n, cut, share_sum, least = self.cut_log
                 reporter.extra["rollout_cutoff"] = {
@@ -442,7 +443,7 @@ class SyncPPO:
 
             self.obs, self.first, ep = self.collect_rollout(self.obs, self.first)
             if self.policy_mode is None:
-                self._agree_policy_step()
+                self._agree_policy_step(reporter)
             self.interval_ep += ep
             update_stats = self.learn(nonfinite_streak)
             nonfinite_streak = update_stats["nonfinite_streak"]

@@ -32,7 +32,7 @@ def by_hand(model, sampler, obs, precision):
     """The step as the rollout wrote it before PolicyStep (and as the checkpoints' streams assume)."""
     with autocast(obs.device, precision):
         logits, value = model(obs)
-    action = sampler(logits)
+    action = gumbel_max(logits, torch.rand(logits.shape, generator=sampler.generator, device=logits.device))
     logprob = torch.log_softmax(logits.float(), dim=-1).gather(1, action.unsqueeze(1)).squeeze(1)
     return action, logprob, value.float()
 
