@@ -394,7 +394,9 @@ def print_targets(rows: list[dict], cleanrl: dict | None, memory: dict | None) -
         print(f"  GPU: 1 rank {g['precision']} {g['fps']:.1f} steps/s"
               + (f" = {g['fps'] / two['fps']:.2f}x the 2-rank CPU fp32 run" if two else "")
               + (f", {g['vs_cleanrl']:.2f}x CleanRL stock (on the CPU)" if cleanrl else ""))
-    default = default_row(bf, two)
+    # the default job's precision on the most ranks that ran (bf16 runs on the full node only)
+    widest = max(cpu_fp32(rows), key=lambda r: r["ranks"], default=None)
+    default = default_row(bf, widest, *cpu_bf16_native())
     if default and cleanrl:
         print(f"  6. the default config ({default['why']}): {default['fps']:.1f} steps/s = "
               f"{default['vs_cleanrl']:.2f}x CleanRL stock")
@@ -405,11 +407,14 @@ def print_targets(rows: list[dict], cleanrl: dict | None, memory: dict | None) -
     return default
 
 
-def default_row(bf: dict | None, fp32: dict | None) -> dict | None:
-    """The run that the default config (training.precision auto) would be on this CPU, and why."""
+def cpu_bf16_native() -> tuple[bool, str]:
     import torch
     from mpippo import runctl
-    native, evidence = runctl.bf16_native(torch.device("cpu"))
+    return runctl.bf16_native(torch.device("cpu"))
+
+
+def default_row(bf: dict | None, fp32: dict | None, native: bool, evidence: str) -> dict | None:
+    """The run that the default config (training.precision auto) would be on this CPU, and why."""
     row = bf if native else fp32
     if row is None:
         return None

@@ -109,6 +109,13 @@ def pick_device(want: str, index: int = 0, warn=print):
 
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # the x86 flags of native bf16 dot products
+# oneDNN's instruction-set ceilings (ONEDNN_MAX_CPU_ISA), lowest first; bf16 dot products need
+# AVX512_CORE_BF16 or above. A ceiling below it makes torch's CPU kernels behave as on a CPU without
+# the flags (e.g. an AVX2 cluster node emulated on a newer machine), so auto must choose fp32 there too.
+ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+               "AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_FP16", "AVX10_1_512_AMX", "AVX512_CORE_AMX",
+               "AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2")
+ISA_VAR = "ONEDNN_MAX_CPU_ISA"
 
 
 def cpu_flags() -> set[str]:
@@ -121,15 +128,28 @@ def cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
-def bf16_native(device, flags: set[str] | None = None) -> tuple[bool, str]:
+def isa_cap(env=None) -> str | None:
+    """The oneDNN ceiling that rules bf16 out (e.g. 'AVX2'), or None when there is none (unset,
+    DEFAULT/ALL, or at least AVX512_CORE_BF16; an unknown name is oneDNN's to refuse, not ours)."""
+    value = (os.environ if env is None else env).get(ISA_VAR, "").strip().upper()
+    if value not in ONEDNN_ISAS:
+        return None
+    return value if ONEDNN_ISAS.index(value) < ONEDNN_ISAS.index("AVX512_CORE_BF16") else None
+
+
+def bf16_native(device, flags: set[str] | None = None, env=None) -> tuple[bool, str]:
     """Whether `device` computes bf16 matrix products in hardware, and the evidence in words:
-    GPUs of compute capability 8.0 or more; CPUs with AVX-512 BF16 or AMX."""
+    GPUs of compute capability 8.0 or more; CPUs with AVX-512 BF16 or AMX that oneDNN may use."""
     if device.type == "cuda":
         import torch
         major, minor = torch.cuda.get_device_capability(device)
         return major >= 8, f"GPU compute capability {major}.{minor}"
     have = [f for f in BF16_CPU_FLAGS if f in (cpu_flags() if flags is None else flags)]
-    return bool(have), (f"CPU flag {'/'.join(have)}" if have else f"no {'/'.join(BF16_CPU_FLAGS)} CPU flag")
+    if not have:
+        return False, f"no {'/'.join(BF16_CPU_FLAGS)} CPU flag"
+    if cap := isa_cap(env):
+        return False, f"{ISA_VAR}={cap} keeps oneDNN below AVX512_CORE_BF16"
+    return True, f"CPU flag {'/'.join(have)}"
 
 
 def resolve_precision(want: str, native: bool, evidence: str) -> tuple[str, str, str | None]:

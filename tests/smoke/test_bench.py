@@ -9,7 +9,11 @@ from conftest import ROOT, ok, run
 pytestmark = pytest.mark.slow
 
 
-def test_bench_prints_the_table_and_writes_its_result(tmp_path):
+def test_bench_prints_the_table_and_writes_its_result(tmp_path, monkeypatch):
+    # as on a CPU without native bf16 (AVX2 kernels, auto -> fp32), whatever this one has: the branch
+    # that bf16 machines never took (test_default_row_is_the_run_auto_would_choose has the other)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     out = tmp_path / "result.json"
     res = ok(run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--ranks", "1", "--envs-per-rank", "4",
                   "--n-steps", "16", "--minibatches", "2", "--iterations", "2", "--no-peers", "--no-bf16",
@@ -22,10 +26,9 @@ def test_bench_prints_the_table_and_writes_its_result(tmp_path):
     rows = {(x["ranks"], x["host_allocator"]): x for x in r["results"]}
     assert set(rows) == {(1, "retain"), (1, "system")}
     assert r["ceilings"]["fp32"]["alone"]["host_allocator"] == "retain"
-    # the default's row: fp32 here unless this CPU computes bf16 natively (then the bf16 run, not made here)
-    from mpippo import runctl
-    native = runctl.bf16_native(__import__("torch").device("cpu"))[0]
-    assert (r["default"] is None) if native else (r["default"]["precision"] == "fp32")
+    # the default's row: the fp32 run of the most ranks, as auto chose fp32 here
+    assert r["default"]["precision"] == "fp32" and r["default"]["fps"] == rows[(1, "retain")]["fps"]
+    assert r["default"]["why"].startswith("precision auto -> fp32: ")
     # measured before and after the runs; the higher ceiling is the one used
     c, other = r["ceilings"]["fp32"], r["ceilings"]["fp32"]["other_measurement"]
     assert "component costs (fp32) again, after the runs" in res.stdout
@@ -42,3 +45,15 @@ def test_bench_prints_the_table_and_writes_its_result(tmp_path):
     assert c["flops_forward"] == forward
     assert c["flops_train"] == 3 * forward - conv(64, 3, 16)  # no input gradient for the frames
     assert c["flops_per_step"] == forward + c["epochs"] * c["flops_train"]
+
+
+def test_default_row_is_the_run_auto_would_choose():
+    """Both branches on every machine: native bf16 -> the bf16 run (None when none ran), else fp32."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench
+    bf, fp = {"precision": "bf16", "fps": 2.0}, {"precision": "fp32", "fps": 1.0, "vs_cleanrl": 3.0}
+    assert bench.default_row(bf, fp, True, "CPU flag amx_bf16") == {
+        "precision": "bf16", "why": "precision auto -> bf16: CPU flag amx_bf16", "fps": 2.0, "vs_cleanrl": None}
+    assert bench.default_row(bf, fp, False, "no flag")["fps"] == 1.0
+    assert bench.default_row(None, fp, True, "CPU flag amx_bf16") is None
+    assert bench.default_row(bf, None, False, "no flag") is None

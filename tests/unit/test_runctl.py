@@ -155,11 +155,24 @@ def test_ppo_and_dqn_report_episode_return_mean_alike(tmp_path):
 
 def test_bf16_native_reads_the_cpu_flags_and_the_gpu_capability():
     cpu = torch.device("cpu")
-    assert runctl.bf16_native(cpu, {"avx2", "avx512_bf16"}) == (True, "CPU flag avx512_bf16")
-    assert runctl.bf16_native(cpu, {"amx_bf16", "avx512_bf16"})[0]
-    assert runctl.bf16_native(cpu, {"avx2", "avx512f"}) == (False, "no avx512_bf16/amx_bf16 CPU flag")
+    assert runctl.bf16_native(cpu, {"avx2", "avx512_bf16"}, {}) == (True, "CPU flag avx512_bf16")
+    assert runctl.bf16_native(cpu, {"amx_bf16", "avx512_bf16"}, {})[0]
+    assert runctl.bf16_native(cpu, {"avx2", "avx512f"}, {}) == (False, "no avx512_bf16/amx_bf16 CPU flag")
     flags = runctl.cpu_flags()  # this machine's, read for real
-    assert runctl.bf16_native(cpu)[0] == bool(flags & {"avx512_bf16", "amx_bf16"})
+    assert runctl.bf16_native(cpu)[0] == (bool(flags & {"avx512_bf16", "amx_bf16"}) and runctl.isa_cap() is None)
+
+
+def test_a_onednn_ceiling_below_bf16_makes_the_cpu_count_as_without_it():
+    """ONEDNN_MAX_CPU_ISA=AVX2 (with ATEN_CPU_CAPABILITY=avx2) makes torch's kernels those of an AVX2
+    node: auto must then pick fp32 as it would there, whatever flags this CPU has."""
+    cpu, flags = torch.device("cpu"), {"avx2", "avx512_bf16", "amx_bf16"}
+    for cap in ("AVX2", "avx2", "AVX512_CORE", "AVX512_CORE_VNNI", "SSE41"):
+        native, why = runctl.bf16_native(cpu, flags, {"ONEDNN_MAX_CPU_ISA": cap})
+        assert not native and why == f"ONEDNN_MAX_CPU_ISA={cap.upper()} keeps oneDNN below AVX512_CORE_BF16"
+    for cap in ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL", "DEFAULT", "", "nonsense"):
+        assert runctl.bf16_native(cpu, flags, {"ONEDNN_MAX_CPU_ISA": cap}) == (True, "CPU flag avx512_bf16/amx_bf16")
+    # no flag stays no flag, whatever the ceiling
+    assert runctl.bf16_native(cpu, {"avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"})[1] == "no avx512_bf16/amx_bf16 CPU flag"
 
 
 def test_precision_auto_follows_the_hardware_and_explicit_values_are_honoured():
