@@ -28,6 +28,7 @@ from mpippo.checkpoint import (LATEST, atomic_write_bytes, load_checkpoint, miss
                                remove_if_empty, require_checkpoint)
 from mpippo.comm import World
 from mpippo.errors import JobFailure
+from mpippo.layout.learner import agent_folder
 from mpippo.usage import Parser
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -72,7 +73,7 @@ class _StartUp:
     def __init__(self, world: World, signals: SignalFlags):
         self.world, self.signals = world, signals
         self.created: list[Path] = []  # folders made by this job, outermost first
-        self.locked: tuple[Path, bool] | None = None  # the run folder rank 0 holds, and whether its lock file is new
+        self.locked: list[Path] = []  # the folders whose locks rank 0 holds: the run's, each agent's
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -85,8 +86,8 @@ class _StartUp:
                 preemption.announce_listening()
             return
         if self.world.is_root:
-            if self.locked is not None:  # a lock file this job made goes too: nothing new is left
-                runlock.release(self.locked[0], remove=self.locked[1])
+            for folder in reversed(self.locked):  # each lock file as it was: nothing new is left
+                runlock.release(folder)
             remove_if_empty(self.created)
             if failed:
                 sys.stderr.write("".join(f"mpippo: error: {line}\n" for line in failed))
@@ -150,11 +151,26 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
     return run_dir
 
 
-def _lock(run_dir: Path, start: _StartUp) -> None:
-    """Hold the run folder's lock for the job's life: a second trainer there is refused in one line."""
-    new = not runlock.lock_path(run_dir).exists()
-    held = runlock.acquire(run_dir, "--output-dir")
-    start.locked = (run_dir, new) if held else None
+def _lock(run_dir: Path, start: _StartUp, what: str = "--output-dir") -> None:
+    """Hold a folder's lock for the job's life: a second trainer there is refused in one line."""
+    if runlock.acquire(run_dir, what):
+        start.locked.append(run_dir)
+
+
+def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:
+    """Rank 0 only: each agent's folder of a multi-agent job locked too (made if new), so that no
+    other job resumes one agent's run while this one trains it."""
+    if not C.actor_learner(cfg) or (n := C.layout_section(cfg).num_agents) < 2:
+        return
+    for k in range(n):
+        folder = agent_folder(run_dir, k, n)
+        try:
+            start.created.extend(missing_folders(folder))
+            folder.mkdir(parents=True, exist_ok=True)
+            _lock(folder, start, f"--output-dir: agent {k}'s folder")
+        except OSError as e:
+            raise C.UsageError(f"--output-dir: agent {k}'s folder '{C.show(str(folder))[1:-1]}' cannot be used "
+                               f"({e.strerror or e})") from None
 
 
 def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
@@ -253,6 +269,11 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
         errors = e.errors
     except OSError as e:  # the run folder vanished or became unreadable since phase B
         errors = [f"config file: cannot read it ({e.strerror or e})"]
+    start.agree_or_exit(errors)
+    try:
+        _on_root(world, lambda: _lock_agents(run_dir, cfg, start))
+    except C.UsageError as e:
+        errors = e.errors
     start.agree_or_exit(errors)
     return cfg, note
 

@@ -1,11 +1,19 @@
-"""One writer per folder: a kernel lock on <folder>/.mpippo.lock.
+"""One writer per folder: kernel locks on the folder itself and on <folder>/.mpippo.lock.
 
-The trainer's rank 0 holds an exclusive `flock` on its run folder's lock file for as long as it
-lives, and `suite run --local` one on its suite folder. The kernel releases a flock when the
-process ends, however it ends (kill -9, a node's OOM killer), so a stale mark cannot exist and a
-reused process id means nothing. The file's text names the holder (host, process id, command) for
-the line that refuses a second writer. `holder()` asks without taking the lock for long: `status`
-can say "running" for a member whose trainer holds it.
+The trainer's rank 0 holds an exclusive `flock` on its run folder (and on each agent's folder of a
+multi-agent job) for as long as it lives, and `suite run --local` one on its suite folder. The
+kernel releases a flock when the process ends, however it ends (kill -9, a node's OOM killer), so a
+stale mark cannot exist and a reused process id means nothing.
+
+Two locks, because each covers a hole in the other: the folder's own descriptor cannot be deleted
+from under its holder (a lock file can: `rm .mpippo.lock` would let a second trainer in), and the
+lock file works where a folder cannot be locked (NFS emulates flock with byte-range locks, which
+need a descriptor open for writing) and carries the holder's name for the line refusing another.
+
+The lock file is never trusted: it is opened without following a symlink and without blocking
+(a FIFO), only when it is a regular file; its text is never rewritten in place, because it may be
+a hard link to something else. A holder's text goes into a file of our own, made beside it and
+renamed over it while the old one is locked; an early release renames the earlier text back.
 
 On a file system without locks (some parallel file systems mount without them) the lock cannot be
 had: the run goes on with one warning, as it did before locks existed.
@@ -16,123 +24,318 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from mpippo.config import UsageError, show
+from mpippo.usage import UsageError
 
 LOCK_NAME = ".mpippo.lock"
-_HELD: dict[str, tuple[int, bytes]] = {}  # lock file -> (its open descriptor, kept for the process's
-# life; the file's text before this process wrote its own, put back by an early release)
-_UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+_UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
 RETRY_S = 2.0  # a holder() probe holds a shared lock for microseconds: try again before refusing
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 class FolderBusy(UsageError):
     """Another process holds the folder's lock."""
 
 
+class BadLockFile(UsageError):
+    """<folder>/.mpippo.lock is not a regular file: never opened, read or written."""
+
+
+@dataclass
+class _Held:
+    folder_fd: int | None  # the folder's own descriptor, locked (None where the file system refuses)
+    file_fd: int | None    # the lock file's, locked (None without file locks)
+    ino: tuple[int, int]   # (device, inode) of the lock file this process made
+    before: tuple[bytes, int] | None  # text and mode of the lock file this one replaced (None: none)
+
+
+_HELD: dict[str, _Held] = {}  # lock file -> what this process holds, kept for the process's life
+
+
 def lock_path(folder: str | Path) -> Path:
     return Path(folder) / LOCK_NAME
 
 
-def _describe(path: Path) -> str:
+def _shown(path: Path) -> str:
+    """A path whole (a user needs all of it to find the file), on one line."""
+    return repr(str(path))[1:-1]
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, in words (None for a regular file)."""
+    return next((name for test, name in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+def _refuse_kind(path: Path, mode: int) -> None:
+    if (kind := _kind(mode)) is not None:
+        raise BadLockFile(f"lock file '{_shown(path)}' is {kind}, not mpippo's lock; mpippo keeps a folder's "
+                          f"writer lock there and never opens anything else by that name: remove it, then try again")
+
+
+def _open_existing(path: Path, flags: int) -> int | None:
+    """The lock file opened without following a link or blocking, checked to be a regular file (the
+    same one lstat saw); None when there is none. BadLockFile for anything else by that name."""
     try:
-        text = path.read_text(errors="replace").strip()
-    except OSError:
-        text = ""
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    _refuse_kind(path, mode)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # replaced between lstat and open
+            _refuse_kind(path, os.lstat(path).st_mode)
+        raise
+    try:
+        _refuse_kind(path, os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+MAX_TEXT = 1 << 16  # a holder's line is ~200 bytes; a larger file by that name is not ours
+
+
+def _text(fd: int, limit: int = 4096) -> bytes:
+    return os.pread(fd, limit, 0)
+
+
+def _describe(path: Path) -> str:
+    """The holder named in the lock file, read the safe way; 'another process' if it says nothing."""
+    try:
+        fd = _open_existing(path, os.O_RDONLY)
+    except (OSError, UsageError):
+        fd = None
+    if fd is None:
+        return "another process"
+    try:
+        text = _text(fd).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
     return text[:200] or "another process"
 
 
-def acquire(folder: str | Path, what: str = "run folder", warn=None) -> bool:
-    """Hold `folder`'s lock until this process ends (creating the lock file); True when held (or
-    already held by this process), False when the file system has no locks (after one warning).
-    FolderBusy, one line naming the holder, when another process holds it."""
-    path = lock_path(folder)
-    if str(path) in _HELD:
-        return True
-    deadline = time.monotonic() + RETRY_S
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            if time.monotonic() < deadline:
-                time.sleep(0.05)
-                continue
-            raise FolderBusy(f"{what} '{show(str(folder))[1:-1]}' is in use: {_describe(path)} holds its lock "
-                             f"({LOCK_NAME}); one writer per folder: stop that one first, or choose another folder")
-        except OSError as e:
-            os.close(fd)
-            if e.errno not in _UNSUPPORTED:
-                raise
-            (warn or _warn)(f"mpippo: warning: {what} '{folder}': this file system has no locks ({e.strerror}); "
-                            f"nothing stops a second trainer from writing this folder")
-            return False
-        if _same_file(fd, path):  # not a file that a releasing holder unlinked while we waited
-            break
-        os.close(fd)
-    me = f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)[:120]})"
-    before = os.pread(fd, 4096, 0)
-    _write(fd, me.encode(errors="replace") + b"\n")
-    _HELD[str(path)] = (fd, before)
+def _busy(folder, what: str) -> FolderBusy:
+    return FolderBusy(f"{what} '{_shown(Path(folder))}' is in use: {_describe(lock_path(folder))} holds its lock "
+                      f"({LOCK_NAME}); one writer per folder: stop that one first, or choose another folder")
+
+
+def _flock(fd: int, how: int) -> bool | None:
+    """True when locked, False when another process holds it, None when this file system has no locks."""
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno not in _UNSUPPORTED:
+            raise
+        return None
     return True
 
 
-def _write(fd: int, data: bytes) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
+def _lock_folder(folder: Path) -> tuple[int | None, bool]:
+    """(the folder's descriptor, locked; None where folders cannot be locked, busy?)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    got = _flock(fd, fcntl.LOCK_EX)
+    if got:
+        return fd, False
+    os.close(fd)
+    return None, got is False
+
+
+def acquire(folder: str | Path, what: str = "run folder", warn=None) -> bool:
+    """Hold `folder`'s locks until this process ends (creating the lock file); True when held (or
+    already held by this process), False when the file system has no locks (after one warning).
+    FolderBusy, one line naming the holder, when another process holds it; BadLockFile when the
+    lock file is something else (a link, a FIFO, a folder)."""
+    folder = Path(folder)
+    if str(lock_path(folder)) in _HELD:
+        return True
+    deadline = time.monotonic() + RETRY_S
+    while True:
+        folder_fd, busy = _lock_folder(folder)
+        if not busy:
+            try:
+                held = _lock_file(folder, folder_fd)
+            except BaseException:
+                _close(folder_fd)
+                raise
+            if held is not False:
+                break
+            _close(folder_fd)
+        if time.monotonic() >= deadline:
+            raise _busy(folder, what)
+        time.sleep(0.05)
+    if held is None:
+        (warn or _warn)(f"mpippo: warning: {what} '{folder}': this file system has no locks; nothing stops a second "
+                        f"trainer from writing this folder")
+        return False
+    _HELD[str(lock_path(folder))] = held
+    return True
+
+
+def _lock_file(folder: Path, folder_fd: int | None) -> _Held | bool | None:
+    """The lock file's half: our own file, locked, under the lock's name. False when another process
+    holds it; None when there are no locks at all (neither the folder nor the file could be locked)."""
+    path = lock_path(folder)
+    old = _open_existing(path, os.O_RDWR)
+    if old is None:  # none yet: make it (O_EXCL: never someone else's file, nor a link's target)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            return False  # made by another process this instant: look again
+        got = _flock(fd, fcntl.LOCK_EX)
+        if got is False or not _same_file(fd, path):
+            os.close(fd)
+            return False
+        os.write(fd, _me())
+        _sweep(path)
+        return _held_new(folder_fd, fd, got)
+    got = _flock(old, fcntl.LOCK_EX)
+    if got is False or (got and not _same_file(old, path)):  # busy, or replaced while we waited
+        os.close(old)
+        return False
+    if got is None and folder_fd is None:
+        os.close(old)
+        return None
+    st = os.fstat(old)
+    if st.st_size > MAX_TEXT:
+        os.close(old)
+        raise BadLockFile(f"lock file '{_shown(path)}' holds {st.st_size:,} bytes, not mpippo's lock (one line naming "
+                          f"its holder); mpippo never overwrites it: remove it, then try again")
+    before = (_text(old, MAX_TEXT), stat.S_IMODE(st.st_mode))
+    _sweep(path)
+    fd = _replace(path, _me(), lock=got)  # while `old` is locked, nobody else replaces it
+    os.close(old)
+    return _Held(folder_fd, fd, _ident(os.fstat(fd)), before)
+
+
+def _held_new(folder_fd: int | None, fd: int, got: bool | None) -> _Held | None:
+    if got is None and folder_fd is None:
+        os.close(fd)
+        return None
+    ident = _ident(os.fstat(fd))
+    if got is None:
+        os.close(fd)
+        fd = None
+    return _Held(folder_fd, fd, ident, None)
+
+
+def _replace(path: Path, text: bytes, lock: bool | None, mode: int | None = None) -> int:
+    """A new file of ours holding `text` (with `mode`, else as the umask says), locked when `lock`,
+    renamed over `path`; its descriptor."""
+    tmp = path.with_name(f"{LOCK_NAME}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        os.write(fd, text)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        if lock:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(tmp, path)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return fd
+
+
+def _sweep(path: Path) -> None:
+    """Remove what a holder killed between making its file and renaming it left (a name of ours, made
+    only under the lock that this process now holds: nobody else is making one)."""
+    for stale in path.parent.glob(f"{LOCK_NAME}.*.tmp"):
+        stale.unlink(missing_ok=True)  # (a link itself, never what it points to)
+
+
+def _me() -> bytes:
+    return f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)[:120]})\n".encode(errors="replace")
+
+
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
 
 
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        return os.fstat(fd).st_ino == os.stat(path).st_ino
+        return _ident(os.fstat(fd)) == _ident(os.lstat(path))
     except FileNotFoundError:
         return False
 
 
-def release(folder: str | Path, remove: bool = False) -> None:
-    """Let go of `folder`'s lock now (a job that ends at start-up): `remove` deletes the lock file
-    (this job made it), else the file gets its earlier text back, so nothing in the folder changed."""
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def release(folder: str | Path) -> None:
+    """Let go of `folder`'s lock now (a job that ends at start-up), leaving the folder as it was: a
+    lock file this process made goes; one it replaced comes back with its earlier text. Neither is
+    touched if the name no longer holds our file (someone removed or replaced it)."""
     path = lock_path(folder)
     held = _HELD.pop(str(path), None)
     if held is None:
         return
-    fd, before = held
-    if remove:
-        path.unlink(missing_ok=True)
-    else:
-        _write(fd, before)
-    os.close(fd)
+    try:
+        if _ident_or_none(path) == held.ino:
+            if held.before is None:
+                path.unlink()
+            else:
+                _close(_replace(path, held.before[0], lock=False, mode=held.before[1]))
+    except OSError:
+        pass  # the folder went read-only or away: nothing of the user's is at stake
+    finally:
+        _close(held.file_fd)
+        _close(held.folder_fd)
 
 
-def held_fd(folder: str | Path) -> int | None:
-    """The descriptor of `folder`'s lock while this process holds it (None otherwise): a child
-    that inherits it (Popen pass_fds) keeps the folder locked after this process is gone."""
+def _ident_or_none(path: Path) -> tuple[int, int] | None:
+    try:
+        return _ident(os.lstat(path))
+    except OSError:
+        return None
+
+
+def held_fds(folder: str | Path) -> tuple[int, ...]:
+    """The descriptors of `folder`'s locks while this process holds them (none otherwise): a child
+    that inherits them (Popen pass_fds) keeps the folder locked after this process is gone."""
     held = _HELD.get(str(lock_path(folder)))
-    return held[0] if held else None
+    return tuple(fd for fd in (held.folder_fd, held.file_fd) if fd is not None) if held else ()
 
 
 def holder(folder: str | Path) -> str | None:
-    """Who holds `folder`'s lock ('process N on HOST (...)'), or None when nobody does (or the
-    folder has no lock file). Takes a shared lock for an instant, never creates anything."""
+    """Who holds `folder`'s lock ('process N on HOST (...)'), or None when nobody does (or there is
+    no such folder). Takes shared locks for an instant, never creates anything, never blocks;
+    BadLockFile when the lock file is not a regular file."""
+    folder = Path(folder)
     path = lock_path(folder)
     if str(path) in _HELD:
         return f"process {os.getpid()} (this one)"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return _describe(path)
-    except OSError:
-        return None
+        if _flock(dfd, fcntl.LOCK_SH) is False:
+            return _describe(path)
     finally:
-        os.close(fd)  # closing drops the shared lock too
+        os.close(dfd)  # closing drops the shared lock too
+    fd = _open_existing(path, os.O_RDONLY)  # a holder whose file system locks files, not folders
+    if fd is None:
+        return None
+    try:
+        if _flock(fd, fcntl.LOCK_SH) is False:
+            return _describe(path)
+    finally:
+        os.close(fd)
     return None
 
 

@@ -118,7 +118,7 @@ def cmd_run(suite: spec.Suite, args) -> int:
             lock.undo()  # nothing to do changes nothing
             return 0
         if args.local:
-            return submit.run_local(suite, members, args.mpirun_args, lock.fd())
+            return submit.run_local(suite, members, args.mpirun_args, lock.fds())
         job = submit.submit_slurm(suite, members, args.max_parallel, extra)
     print(f"suite {suite.name}: submitted job array {job} ({len(members)} elements"
           f"{f', at most {args.max_parallel} at once' if args.max_parallel else ''}); "

@@ -76,23 +76,15 @@ def todo(suite: Suite, elsewhere: list | None = None) -> list[Member]:
 class SuiteLock:
     """`run`'s hold on the suite folder, taken before it decides anything and kept to its end (a
     second `run` of the suite is refused in one line naming this one). A refused `run` removes what
-    taking the lock created: the folder, if it made it, and the lock file, if it wrote it (an older
-    lock file gets back the line that named its last holder)."""
+    taking the lock created: the folder, if it made it; runlock.release puts the lock file back as
+    it was (gone if this run made it, else the line that named its last holder)."""
 
     def __init__(self, suite: Suite):
         self.folder = suite.folder
         self.made: list[Path] = []
-        self.new_lock = False
-        self.text: bytes | None = None
 
     def __enter__(self) -> "SuiteLock":
         self.made = missing_folders(self.folder)
-        path = runlock.lock_path(self.folder)
-        self.new_lock = not path.exists() and not path.is_symlink()
-        try:  # what the lock file said of its last holder, put back if this run is refused
-            self.text = None if self.new_lock else path.read_bytes()[:4096]
-        except OSError:
-            self.text = None
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
             runlock.acquire(self.folder, "suite folder")
@@ -101,9 +93,9 @@ class SuiteLock:
             raise
         return self
 
-    def fd(self) -> int | None:
-        """The lock's descriptor, for the member's launcher to hold too (None without locks)."""
-        return runlock.held_fd(self.folder)
+    def fds(self) -> tuple[int, ...]:
+        """The lock's descriptors, for the member's launcher to hold too (none without locks)."""
+        return runlock.held_fds(self.folder)
 
     def __exit__(self, kind, exc, tb) -> bool:
         refused = kind is not None and issubclass(kind, (UsageError, OSError, subprocess.SubprocessError,
@@ -114,14 +106,7 @@ class SuiteLock:
 
     def undo(self) -> None:
         """Let go, leaving the folder as it was: a refused run, or one that found nothing to do."""
-        fd = self.fd()
-        if fd is not None and self.text is not None:
-            try:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, self.text, 0)
-            except OSError:
-                pass
-        runlock.release(self.folder, remove=self.new_lock)
+        runlock.release(self.folder)
         remove_if_empty(self.made)
 
 
@@ -274,19 +259,19 @@ def _say(line: str) -> None:
 
 
 def run_local(suite: Suite, members: list[Member], mpirun_args: str = "",
-              lock_fd: int | None = None) -> int:
+              lock_fds: tuple[int, ...] = ()) -> int:
     """The members one after another through the launcher (a live progress bar on a terminal).
     A SIGTERM or Ctrl-C (SIGINT), or SIGUSR1: the running member checkpoints and stops, no further
-    member starts, and the exit code is the member's (4; 3 for SIGUSR1). `lock_fd`: the suite
-    folder's lock, held by each launcher too, so the suite stays locked until its member has stopped."""
+    member starts, and the exit code is the member's (4; 3 for SIGUSR1). `lock_fds`: the suite
+    folder's locks, held by each launcher too, so the suite stays locked until its member has stopped."""
     relay = Relay()
     try:
-        return _run_members(suite, members, mpirun_args, lock_fd, relay)
+        return _run_members(suite, members, mpirun_args, lock_fds, relay)
     finally:
         relay.close()
 
 
-def _run_members(suite: Suite, members: list[Member], mpirun_args: str, lock_fd: int | None, relay: Relay) -> int:
+def _run_members(suite: Suite, members: list[Member], mpirun_args: str, lock_fds: tuple[int, ...], relay: Relay) -> int:
     t0 = time.monotonic()
     again = f"`python -m mpippo.suite run {suite.path} --local`"
     for k, m in enumerate(members, 1):
@@ -308,7 +293,7 @@ def _run_members(suite: Suite, members: list[Member], mpirun_args: str, lock_fd:
             print(f"suite {suite.name}: {m.key}: its last attempt left no checkpoint; kept as {aside.name}", flush=True)
         cmd = [sys.executable, "-m", "mpippo.launch", "-n", str(suite.ranks), f"--mpirun-args={mpirun_args}",
                "--output-dir", str(m.folder), *(["--resume"] if resume else m.args)]
-        rc = _tee(cmd, m, relay, lock_fd)
+        rc = _tee(cmd, m, relay, lock_fds)
         if rc in (3, 4):
             print(f"suite {suite.name}: {m.key} stopped with a checkpoint (exit {rc}; log: {m.log}); "
                   f"{again} resumes it", flush=True)
@@ -323,7 +308,7 @@ def _run_members(suite: Suite, members: list[Member], mpirun_args: str, lock_fd:
     return 0
 
 
-def _tee(cmd: list[str], m: Member, relay: Relay, lock_fd: int | None = None) -> int:
+def _tee(cmd: list[str], m: Member, relay: Relay, lock_fds: tuple[int, ...] = ()) -> int:
     """Run the launcher with its output on this terminal as it comes (the progress bar redraws with
     '\r', so bytes, not lines) and its finished lines in the member's log (what `status` reads).
     A terminal here means a bar there: MPIPPO_TTY tells the launcher, whose stderr is our pipe.
@@ -345,7 +330,7 @@ def _tee(cmd: list[str], m: Member, relay: Relay, lock_fd: int | None = None) ->
                 fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
             except OSError:
                 pass
-            keep = tuple(fd for fd in (read_end, lock_fd) if fd is not None)
+            keep = (read_end, *lock_fds)
             try:
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
                                         env=env, pass_fds=keep, start_new_session=True,

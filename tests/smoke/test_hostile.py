@@ -22,7 +22,8 @@ import pytest
 import torch
 
 import hostile
-from conftest import MPIRUN, ROOT, ok, trainer
+from conftest import MPIRUN, ROOT, mpi_env, ok, trainer
+from mpippo import runlock
 from hostile import Case
 from mpippo.launch import catches_usr1
 from test_resilience import finish, start, wait_for_line
@@ -123,6 +124,27 @@ def drop(key: str):
     def edit(state):
         del state[key]
     return edit
+
+
+LOCK_IS = ".mpippo.lock' is {}, not mpippo's lock; mpippo keeps a folder's writer lock there"  # (after its path)
+
+
+def _odd_lock(kind: str, base: str | None = None, ranks=None, extra=()):
+    """A run folder whose lock file is `kind` (a link to a file of the user's, to the run's own
+    checkpoint or to nothing; a FIFO; a folder; a hard link to the user's file): a fresh run into
+    it, or a resume of a copy of `base`."""
+    def setup(tmp, bases):
+        run_dir = edited(bases, tmp, base, None) if base else tmp / "run"
+        run_dir.mkdir(exist_ok=True)
+        lock, mine = run_dir / ".mpippo.lock", tmp / "mine.txt"
+        mine.write_text("the user's file\n")
+        lock.unlink(missing_ok=True)  # (the earlier run's)
+        {"symlink": lambda: lock.symlink_to(mine), "symlink-checkpoint": lambda: lock.symlink_to("checkpoints/latest.pt"),
+         "dangling": lambda: lock.symlink_to(tmp / "made-by-nobody"), "fifo": lambda: os.mkfifo(lock),
+         "folder": lambda: (lock / "x").mkdir(parents=True), "hardlink": lambda: os.link(mine, lock)}[kind]()
+        return ranks, ["run_mpi.py", *(["--resume"] if base else TOY), "--no-progress", "--output-dir", str(run_dir),
+                       *extra]
+    return setup
 
 
 # a billion laughs: nine levels of nine references, 9**9 leaves if anything expands it
@@ -253,6 +275,21 @@ CASES = [
     Case("lock-fresh-run-2-ranks", lambda t, b: _locked(t, None, TOY, ranks=2), "is in use: process", check=lambda t: _unlock(t)),
     Case("lock-resume-while-another-trains", lambda t, b: _locked(t, b["ppo"], []), "holds its lock", check=lambda t: _unlock(t)),
     Case("lock-resume-dqn-3-ranks", lambda t, b: _locked(t, b["dqn"], [], ranks=3), "holds its lock", check=lambda t: _unlock(t)),
+    Case("lock-file-deleted-while-held", lambda t, b: _locked(t, None, TOY, delete=True),
+         "is in use: another process holds its lock", check=lambda t: _unlock(t)),
+    Case("lock-agent-folder-of-a-running-job", lambda t, b: _agents_training(t),
+         "agent_0' is in use: process", check=lambda t: _unlock(t)),
+    # ---- the lock file is something else: refused by name, never followed, opened or written ----
+    Case("lock-symlink-to-a-user-file", _odd_lock("symlink"), LOCK_IS.format("a symbolic link")),
+    Case("lock-dangling-symlink", _odd_lock("dangling"), LOCK_IS.format("a symbolic link"),
+         check=lambda t: not os.path.lexists(t / "made-by-nobody")),
+    Case("lock-fifo", _odd_lock("fifo"), LOCK_IS.format("a FIFO")),
+    Case("lock-is-a-folder", _odd_lock("folder", ranks=2), LOCK_IS.format("a folder")),
+    Case("lock-resume-symlink-to-own-checkpoint", _odd_lock("symlink-checkpoint", base="ppo"),
+         LOCK_IS.format("a symbolic link")),
+    Case("lock-resume-fifo-dqn", _odd_lock("fifo", base="dqn", ranks=3), LOCK_IS.format("a FIFO")),
+    Case("lock-resume-hardlink-refused-later", _odd_lock("hardlink", base="ppo", extra=["--set", "env.num_levels=5"]),
+         "level count is 0", check=lambda t: (t / "mine.txt").read_text() == "the user's file\n"),
     # ---- resumes that would change the job ----
     Case("resume-other-game", resume("coinrun", None, extra=["--set", "env.name=bigfish"]),
          "the checkpoint's environment is 'coinrun', this config asks for 'bigfish'"),
@@ -273,20 +310,41 @@ CASES = [
 _HOLDERS: dict[Path, subprocess.Popen] = {}
 
 
-def _locked(tmp: Path, base: Path | None, args: list[str], ranks=None):
-    """A run folder (a copy of `base`, or an empty one) whose lock another process holds; the case
-    trains into it (--resume when it is a copy). The holder goes in the case's check (_unlock)."""
+def _locked(tmp: Path, base: Path | None, args: list[str], ranks=None, delete=False):
+    """A run folder (a copy of `base`, or an empty one) whose lock another process holds (and then
+    deleted, with `delete`); the case trains into it (--resume when it is a copy). The holder goes
+    in the case's check (_unlock)."""
     run_dir = tmp / "run"
     shutil.copytree(base, run_dir) if base else run_dir.mkdir()
-    code = f"from mpippo import runlock; import time; runlock.acquire({str(run_dir)!r}); print('held', flush=True); time.sleep(90)"
+    then = f"import os; os.unlink({str(run_dir / '.mpippo.lock')!r}); " if delete else ""
+    code = (f"from mpippo import runlock; import time; runlock.acquire({str(run_dir)!r}); {then}"
+            f"print('held', flush=True); time.sleep(90)")
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     _HOLDERS[tmp] = holder
     return ranks, ["run_mpi.py", *args, "--no-progress", "--output-dir", str(run_dir), *(["--resume"] if base else [])]
 
 
+def _agents_training(tmp: Path):
+    """A real two-agent DQN job training into TMP/run; the case resumes one agent's folder."""
+    run_dir = tmp / "run"
+    job = subprocess.Popen([MPIRUN, "--oversubscribe", "-n", "4", sys.executable, "run_mpi.py", "--config",
+                            "configs/dqn_toy.yaml", "--no-progress", "--set", "dqn.num_agents=2", "--total-timesteps",
+                            "100000000", "--output-dir", str(run_dir)], cwd=ROOT, env=mpi_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    _HOLDERS[tmp] = job
+    deadline = time.monotonic() + 120
+    while not (run_dir / "agent_1").is_dir() or runlock.holder(run_dir / "agent_1") is None:
+        assert job.poll() is None and time.monotonic() < deadline, "the two-agent job did not start"
+        time.sleep(0.2)
+    return None, ["run_mpi.py", "--config", "configs/dqn_toy.yaml", "--resume", "--no-progress", "--output-dir",
+                  str(run_dir / "agent_0")]
+
+
 def _unlock(tmp: Path) -> bool:
-    _HOLDERS.pop(tmp).kill()
+    proc = _HOLDERS.pop(tmp)
+    os.killpg(proc.pid, signal.SIGKILL) if proc.args[0] == MPIRUN else proc.kill()
+    proc.wait()
     return True
 
 
@@ -317,7 +375,8 @@ def _with_file(tmp, setup_result):
 
 
 def _needs_bases(case: Case) -> bool:
-    return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay", "resume-", "lock-resume")) or "planted" in case.id
+    return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay", "resume-", "lock-resume", "lock-agent")) \
+        or "planted" in case.id
 
 
 for _c in CASES:  # cases that start from a trained checkpoint (and the evaluate ones) are slow

@@ -158,6 +158,20 @@ def locked_member(tmp):
     return s
 
 
+def odd_lock(tmp, where: str, make, manifest=False, slurm=False):
+    """A stopped member whose folder's (or the suite folder's) lock file is made by make(path): a
+    FIFO, a folder, a link to a file of the user's or to nothing."""
+    s, m = member_run(tmp)
+    (tmp / "mine.txt").write_text("the user's file\n")
+    lock = (m.folder if where == "member" else s.folder) / runlock.LOCK_NAME
+    lock.unlink(missing_ok=True)
+    make(lock)
+    if manifest:
+        spec.write_manifest(s.folder / "manifest-1.json", [m])
+        return s
+    return fake_bin(tmp, sbatch=CALLED + "echo 7") if slurm else None
+
+
 def locked_suite(tmp):
     s, m = member_run(tmp)
     hold(s.folder, "suite folder")
@@ -257,6 +271,17 @@ CASES = [
     Case("member-folder-locked-run", suite("run", "--local", prepare=locked_member),
          "is running elsewhere (process", code=0),
     Case("member-folder-locked-status", suite("status", prepare=locked_member), " running ", code=0),
+    # ---- a lock file that is something else: refused by name, never opened (a FIFO would block) ----
+    Case("member-lock-fifo-status", suite("status", prepare=lambda t: odd_lock(t, "member", os.mkfifo)),
+         "seed_1/.mpippo.lock' is a FIFO, not mpippo's lock"),
+    Case("member-lock-fifo-run", suite("run", "--local", prepare=lambda t: odd_lock(t, "member", os.mkfifo)),
+         "seed_1/.mpippo.lock' is a FIFO, not mpippo's lock"),
+    Case("member-lock-folder-lookup", lookup(0, lambda t: odd_lock(t, "member", os.mkdir, manifest=True)),
+         "seed_1/.mpippo.lock' is a folder, not mpippo's lock"),
+    Case("suite-lock-symlink-run", suite("run", "--local", prepare=lambda t: odd_lock(
+        t, "suite", lambda lock: lock.symlink_to(t / "mine.txt"))), "tiny/.mpippo.lock' is a symbolic link"),
+    Case("suite-lock-dangling-symlink-slurm", suite("run", prepare=lambda t: odd_lock(
+        t, "suite", lambda lock: lock.symlink_to(t / "made-by-nobody"), slurm=True)), "tiny/.mpippo.lock' is a symbolic link"),
 ]
 
 
@@ -283,7 +308,7 @@ def test_hostile_suite_input(case: Case, outcomes):
 
 def test_every_class_has_two_cases():
     for word in ("metrics-", "submissions-", "manifest", "mismatch-", "sbatch-", "squeue-", "reps-", "suite-folder-locked",
-                 "member-folder-locked"):
+                 "member-folder-locked", "member-lock-", "suite-lock-"):
         assert sum(c.id.startswith(word) or word in c.id for c in CASES) >= 2, word
 
 
