@@ -74,6 +74,7 @@ class _StartUp:
         self.world, self.signals = world, signals
         self.created: list[Path] = []  # folders made by this job, outermost first
         self.locked: list[Path] = []  # the folders whose locks rank 0 holds: the run's, each agent's
+        self.undo: list = []  # this rank's undo of what it began (a W&B run), called before anything else
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -85,6 +86,9 @@ class _StartUp:
             if self.world.is_root:  # every rank got here, so all catch signals (creating it again: harmless)
                 preemption.announce_listening()
             return
+        for undo in self.undo:  # every rank first, then rank 0 removes what is left empty
+            undo()
+        self.world.barrier()
         if self.world.is_root:
             for folder in reversed(self.locked):  # each lock file as it was: nothing new is left
                 runlock.release(folder)
@@ -294,6 +298,12 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
                                         str(path), cfg.training.algo)
             from mpippo.runners.sync_ppo import SyncPPO
             trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
+    except C.UsageError as e:
+        errors = e.errors
+    start.agree_or_exit(errors)
+    try:  # before config.yaml is written: a refused W&B run leaves the folder as it was
+        if (began := trainer.start_wandb()) is not None:
+            start.undo.append(began.undo)
     except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)

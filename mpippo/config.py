@@ -275,7 +275,8 @@ def _closest(name, allowed) -> str:
     return f" (did you mean '{near[0]}'?)" if near else ""
 
 
-OFF_STRINGS = {("logging", "wandb")}  # string keys with an "off" value
+WANDB_MODES = ("off", "offline", "online")  # logging.wandb (metrics/sinks.py)
+OFF_STRINGS = {("logging", "wandb"): WANDB_MODES}  # string keys with an "off" value: their words
 
 
 # Keys whose built-in default changed: a run's saved config.yaml that lacks one was written by code
@@ -320,8 +321,12 @@ def from_dict(data: dict, errors: list[str]) -> Config:
                 name = key[:60] if isinstance(key, str) else show(key)
                 errors.append(f"unknown key '{sec_name}.{name}'{_closest(key, hints)}; allowed: {', '.join(hints)}")
                 continue
-            if hints[key] is str and value is False and (sec_name, key) in OFF_STRINGS:
-                value = "off"  # YAML 1.1 reads a bare `off` as false; here it is the word
+            if hints[key] is str and isinstance(value, bool) and (sec_name, key) in OFF_STRINGS:
+                if value is True:  # YAML 1.1 reads a bare on/yes/true as true: which word was meant is unknown
+                    errors.append(f"{sec_name}.{key}: YAML reads a bare on/yes/true as true, not a word; write one "
+                                  f"of {', '.join(OFF_STRINGS[sec_name, key])}")
+                    continue
+                value = "off"  # ... and a bare `off` as false; here it is the word
             try:
                 setattr(section, key, _coerce(value, hints[key], f"{sec_name}.{key}"))
             except UsageError as e:
@@ -506,9 +511,6 @@ def _check_choices(cfg: Config) -> list[str]:
     return errs
 
 
-WANDB_MODES = ("off", "offline", "online")  # logging.wandb (metrics/sinks.py)
-
-
 def wandb_missing() -> bool:
     import importlib.util
     return importlib.util.find_spec("wandb") is None
@@ -519,9 +521,14 @@ def _check_wandb(lg) -> list[str]:
         return [f"logging.wandb: {show(lg.wandb)} is not one of {', '.join(WANDB_MODES)}"]
     if lg.wandb != "off" and wandb_missing():
         return [f"logging.wandb: '{lg.wandb}' needs the wandb package (pip install wandb); or logging.wandb=off"]
-    if not lg.wandb_project or "/" in lg.wandb_project:
-        return [f"logging.wandb_project: {show(lg.wandb_project)} must be a non-empty name without '/'"]
+    bad = sorted(set(WANDB_PROJECT_FORBIDDEN) & set(lg.wandb_project))
+    if not lg.wandb_project.strip() or len(lg.wandb_project) > 128 or bad:
+        return [f"logging.wandb_project: {show(lg.wandb_project)} is not a W&B project name: 1 to 128 characters, "
+                f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}" + (f" (it has {' '.join(bad)})" if bad else "")]
     return []
+
+
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # what W&B refuses in a project name (wandb.init says so)
 
 
 def _check_ranges(cfg: Config) -> list[str]:

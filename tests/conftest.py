@@ -50,6 +50,23 @@ def mpi_env() -> dict:
     return env
 
 
+def fake_wandb(folder: Path, body: str) -> dict:
+    """A stand-in `wandb` package in `folder` (module text `body`), found before the real one: W&B's
+    failures on demand, and no test ever reaches for its servers. Returns the environment to add."""
+    (folder / "fake" / "wandb").mkdir(parents=True, exist_ok=True)
+    (folder / "fake" / "wandb" / "__init__.py").write_text(body)
+    return {"PYTHONPATH": f"{folder / 'fake'}:{ROOT}"}
+
+
+# the real wandb with no login and, should it try anyway, a server address that refuses at once
+NO_WANDB_LOGIN = {"WANDB_API_KEY": "", "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_SILENT": "true"}
+
+
+def wandb_home(folder: Path) -> dict:
+    """The real wandb in a home of its own (no ~/.netrc, no settings): online mode has no login."""
+    return {"HOME": str(folder), "WANDB_CONFIG_DIR": str(folder / ".wandb-config"), **NO_WANDB_LOGIN}
+
+
 def error_lines(stderr: str) -> list[str]:
     """A job's `mpippo: error:` lines. Where a rank ends the job with MPI_Abort, mpirun forwards the
     rank's line and prints its own abort banner on the same stream: the line may then come after the
@@ -57,9 +74,10 @@ def error_lines(stderr: str) -> list[str]:
     return [line.lstrip() for line in stderr.splitlines() if line.lstrip().startswith("mpippo: error:")]
 
 
-def run(cmd: list[str], timeout: float, cwd=ROOT) -> subprocess.CompletedProcess:
-    """Run with a hard timeout; on timeout kill the whole process group and fail (a hang is a bug)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def run(cmd: list[str], timeout: float, cwd=ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run with a hard timeout; on timeout kill the whole process group and fail (a hang is a bug).
+    `env`: variables added to the job's environment."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=mpi_env() | (env or {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

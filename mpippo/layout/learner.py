@@ -181,7 +181,7 @@ class Learner:
     # ---- logs ----
     def open_logs(self) -> None:
         purge = self.c["transitions"] + 1 if self.a.resumes else None  # continue after the last logged point
-        self.writer = Sinks(self.cfg, self.a.run_dir, purge_step=purge) or None
+        self.writer = Sinks(self.cfg, self.a.run_dir, purge_step=purge, wandb_run=self.a.wandb_run) or None
         if self.hook is not None:
             self.hook.writer = self.writer
 

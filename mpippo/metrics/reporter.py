@@ -56,7 +56,7 @@ class Reporter:
     """Lives on rank 0 only."""
 
     def __init__(self, cfg, run_dir: Path, world_size: int, hosts: list[tuple[str, str]], start_step: int,
-                 start_iteration: int, total_timesteps: int, progress: bool):
+                 start_iteration: int, total_timesteps: int, progress: bool, wandb_run=None):
         self.cfg, self.run_dir, self.world_size = cfg, run_dir, world_size
         self.hostnames, self.nodes = [h for h, _ in hosts], [n for _, n in hosts]
         self.total = total_timesteps
@@ -68,7 +68,8 @@ class Reporter:
         self.commit = git_commit()
         self.extra: dict = {}  # set by the runner: facts of the job that the metrics file should carry
         self.stragglers = StragglerStats(world_size)
-        self.writer = Sinks(cfg, run_dir, purge_step=start_step + 1 if start_iteration > 0 else None) or None
+        self.writer = Sinks(cfg, run_dir, purge_step=start_step + 1 if start_iteration > 0 else None,
+                            wandb_run=wandb_run) or None
         self.bar = None
         if progress:
             from tqdm import tqdm

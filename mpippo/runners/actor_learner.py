@@ -38,6 +38,7 @@ from mpippo.layout.actor import Actor
 from mpippo.layout.learner import Learner, agent_folder
 from mpippo.models.flat import flatten_parameters_
 from mpippo.preemption import SignalFlags
+from mpippo.metrics.sinks import WandbStart
 from mpippo.runctl import bf16_native, cuda_determinism, pick_device, resolve_precision, threads_per_rank
 from mpippo.selfplay import ActorHook, LearnerHook, OpponentCache
 
@@ -58,6 +59,7 @@ class Agent:
     cpu_share: int = 1
     steps_before: int = 0
     resumes: int = 0
+    wandb_run: object = None  # the learner's W&B run, begun at start-up (logging.wandb)
 
     @property
     def ckpt_dir(self) -> Path:
@@ -152,6 +154,15 @@ class ActorLearnerRun:
         except RuntimeError as e:
             raise UsageError(f"checkpoint: model state does not fit ({str(e).splitlines()[0][:160]})") from None
         return state
+
+    def start_wandb(self) -> WandbStart | None:
+        """Each learner's W&B run in its agent's folder (logging.wandb), begun before anything of
+        the run is written; a refusal is a UsageError that the job agrees on."""
+        if not self.is_learner or self.cfg.logging.wandb == "off":
+            return None
+        started = WandbStart(self.cfg, self.agent.run_dir)
+        self.agent.wandb_run = started.run
+        return started
 
     def train(self, signals: SignalFlags | None = None) -> dict:
         signals = signals or SignalFlags()

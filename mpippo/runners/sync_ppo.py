@@ -31,6 +31,7 @@ from mpippo.envs import make_env, rank_seed, resume_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject, phase_timer
 from mpippo.preemption import SignalFlags
+from mpippo.metrics.sinks import WandbStart
 from mpippo.runctl import Deadline, EpisodeWindow, bf16_native, cuda_determinism, env_threads, pick_device
 from mpippo.runctl import resolve_precision, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
@@ -43,6 +44,7 @@ REWARD_CLIP = 10.0
 class SyncPPO:
     def __init__(self, cfg: Config, world: World, run_dir: Path, resume_state: dict | None = None):
         self.cfg, self.world, self.run_dir = cfg, world, Path(run_dir)
+        self.wandb_run = None  # rank 0's W&B run (start_wandb)
         t = cfg.training
         warn = print if world.is_root else (lambda *a, **k: None)  # one warning per job, not per rank
         self.device = pick_device(t.device, world.local_rank, warn)
@@ -408,6 +410,15 @@ class SyncPPO:
             reporter.log(M, self.global_step, self.iteration, lr, print_line)
             reporter.write_benchmark(done=done)
 
+    def start_wandb(self) -> WandbStart | None:
+        """Rank 0's W&B run (logging.wandb), begun before anything of the run is written; a refusal
+        is a UsageError that the job agrees on."""
+        if not self.world.is_root or self.cfg.logging.wandb == "off":
+            return None
+        started = WandbStart(self.cfg, self.run_dir)
+        self.wandb_run = started.run
+        return started
+
     def train(self, signals: SignalFlags | None = None) -> dict:
         cfg, world, t = self.cfg, self.world, self.cfg.training
         self._broadcast_parameters()  # rule: initial weights come from rank 0, never from equal seeds
@@ -415,7 +426,7 @@ class SyncPPO:
         reporter = None
         if world.is_root:
             reporter = Reporter(cfg, self.run_dir, world.size, hosts, self.global_step, self.iteration,
-                                t.total_timesteps, cfg.logging.progress)
+                                t.total_timesteps, cfg.logging.progress, self.wandb_run)
             reporter.extra = {"device_used": str(self.device), "env_threads": self.env_threads,
                               "affinity_cores": world.affinity, "cpu_share": world.cpu_share,
                               "deterministic": t.deterministic, "policy_step": self.policy_step.mode,

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import hostile
-from conftest import MPIRUN, ROOT, mpi_env, ok, trainer
+from conftest import MPIRUN, ROOT, fake_wandb, mpi_env, ok, trainer, wandb_home
 from mpippo import runlock
 from hostile import Case
 from mpippo.launch import catches_usr1
@@ -145,6 +145,24 @@ def _odd_lock(kind: str, base: str | None = None, ranks=None, extra=()):
         return ranks, ["run_mpi.py", *(["--resume"] if base else TOY), "--no-progress", "--output-dir", str(run_dir),
                        *extra]
     return setup
+
+
+WANDB_BROKEN = "raise ImportError('libwandb_core.so: cannot open shared object file')\n"
+WANDB_NO_NETWORK = ("class Settings:\n    def __init__(self, **kw): pass\n"
+                    "def init(**kw):\n    raise ConnectionError('Network is unreachable: api.wandb.ai')\n")
+
+
+def with_wandb(setup, mode: str = "offline", fake: str | None = None, prepare=None):
+    """A trainer case with logging.wandb=`mode`, against the real wandb in a home of its own (no
+    login) or a stand-in package (`fake`: its module text); prepare(run folder) edits a resumed copy."""
+    def wrapped(tmp, bases):
+        ranks, argv = setup(tmp, bases)[:2]
+        if prepare is not None:
+            prepare(Path(argv[argv.index("--output-dir") + 1]))
+        (tmp / "home").mkdir()
+        env = wandb_home(tmp / "home") | (fake_wandb(tmp, fake) if fake else {})
+        return ranks, [*argv, "--set", f"logging.wandb={mode}"], env
+    return wrapped
 
 
 # a billion laughs: nine levels of nine references, 9**9 leaves if anything expands it
@@ -290,6 +308,28 @@ CASES = [
     Case("lock-resume-fifo-dqn", _odd_lock("fifo", base="dqn", ranks=3), LOCK_IS.format("a FIFO")),
     Case("lock-resume-hardlink-refused-later", _odd_lock("hardlink", base="ppo", extra=["--set", "env.num_levels=5"]),
          "level count is 0", check=lambda t: (t / "mine.txt").read_text() == "the user's file\n"),
+    # ---- W&B: each of its failures one line, decided before anything is written ----
+    Case("wandb-online-without-login", with_wandb(train(*TOY), "online"),
+         "logging.wandb: W&B refused to start the run in online mode (UsageError: No API key configured",
+         check=lambda t: not (t / "out").exists()),
+    Case("wandb-online-without-login-dqn", with_wandb(train("--config", "configs/dqn_toy.yaml", ranks=3), "online"),
+         "log in first (wandb login, or WANDB_API_KEY)", check=lambda t: not (t / "out").exists()),
+    Case("wandb-broken-install", with_wandb(train(*TOY, ranks=2), fake=WANDB_BROKEN),
+         "the wandb package is installed but does not import (ImportError: libwandb_core.so"),
+    Case("wandb-no-network", with_wandb(train(*TOY), "online", fake=WANDB_NO_NETWORK),
+         "(ConnectionError: Network is unreachable: api.wandb.ai); log in first"),
+    Case("wandb-project-refused", train(*TOY, "--set", "logging.wandb=offline", "--set", "logging.wandb_project=lab#1"),
+         "logging.wandb_project: 'lab#1' is not a W&B project name: 1 to 128 characters, none of / \\ # ? % : (it has #)"),
+    Case("wandb-yaml-on", train(*TOY, "--config", "TMP/c.yaml", files={"c.yaml": "logging:\n  wandb: on\n"}),
+         "logging.wandb: YAML reads a bare on/yes/true as true, not a word; write one of off, offline, online"),
+    Case("wandb-resume-id-damaged", with_wandb(resume("ppo", None), prepare=lambda r: (r / "wandb-id").write_text(
+        "bad id/x\n")), "wandb-id' holds 'bad id/x', not a W&B run id"),
+    Case("wandb-resume-id-is-a-folder", with_wandb(resume("ppo", None), prepare=lambda r: (r / "wandb-id").mkdir()),
+         "wandb-id' is not a small regular file; it names the W&B run this folder continues"),
+    Case("wandb-resume-dir-is-a-file", with_wandb(resume("ppo", None), prepare=lambda r: (r / "wandb").write_text("x")),
+         "wandb' is not a folder (W&B keeps its files there)"),
+    Case("wandb-resume-refused-keeps-config", with_wandb(resume("dqn", None, ranks=3), "online", fake=WANDB_NO_NETWORK),
+         "W&B refused to start the run in online mode"),
     # ---- resumes that would change the job ----
     Case("resume-other-game", resume("coinrun", None, extra=["--set", "env.name=bigfish"]),
          "the checkpoint's environment is 'coinrun', this config asks for 'bigfish'"),
@@ -375,7 +415,7 @@ def _with_file(tmp, setup_result):
 
 
 def _needs_bases(case: Case) -> bool:
-    return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay", "resume-", "lock-resume", "lock-agent")) \
+    return case.id.startswith(("ckpt-", "evaluate-", "dqn-replay", "resume-", "lock-resume", "lock-agent", "wandb-resume")) \
         or "planted" in case.id
 
 
@@ -399,7 +439,7 @@ def test_hostile_input(case: Case, outcomes):
 def test_every_case_class_is_covered():
     """The issue's classes, at least 40 cases in all."""
     assert len(CASES) >= 40
-    for word in ("planted", "ckpt-", "config-", "huge-", "output-", "evaluate-", "launch-"):
+    for word in ("planted", "ckpt-", "config-", "huge-", "output-", "evaluate-", "launch-", "wandb-", "lock-"):
         assert any(word in c.id for c in CASES), word
 
 

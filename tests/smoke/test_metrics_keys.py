@@ -3,9 +3,11 @@ write every key of mpippo/metrics/keys.py into benchmark_metrics.json, with its 
 README lists exactly those keys."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from conftest import ROOT, metrics, ok, trainer
+from conftest import ROOT, fake_wandb, metrics, ok, run, trainer
 from mpippo.metrics import keys
 
 RUNS = {
@@ -56,6 +58,35 @@ def test_weights_and_biases_offline_keeps_one_run_across_a_resume(tmp_path):
     segments = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(segments) == 2 and all(p.name.endswith(f"-{run_id}") for p in segments)
     assert all((p / f"run-{run_id}.wandb").stat().st_size > 0 for p in segments)
+
+
+WANDB_FAILS_LATER = """
+class Settings:
+    def __init__(self, **kw): pass
+class Run:
+    logged = 0
+    def log(self, row, step):
+        Run.logged += 1
+        if Run.logged > 3:
+            raise OSError(28, 'No space left on device')
+    def finish(self, exit_code=None):
+        raise RuntimeError('wandb-core exited')
+def init(**kw):
+    return Run()
+"""
+
+
+def test_a_weights_and_biases_failure_mid_run_is_one_warning_and_the_run_goes_on(tmp_path):
+    """W&B failing after start (its disk full, its service gone) costs W&B's charts, never the run."""
+    run_dir = tmp_path / "run"
+    res = ok(run([sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps",
+                  "2048", "--output-dir", str(run_dir), "--set", "logging.wandb=online"], 180,
+                 env=fake_wandb(tmp_path, WANDB_FAILS_LATER)))
+    warned = [x for x in res.stderr.splitlines() if x.startswith("mpippo: warning: logging.wandb")]
+    assert warned == ["mpippo: warning: logging.wandb: W&B failed logging to it (OSError: [Errno 28] No space left on "
+                      "device); TensorBoard and benchmark_metrics.json go on without it"], res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and metrics(run_dir)["finished"] is True
+    assert any((run_dir / "logs").iterdir())
 
 
 def test_weights_and_biases_without_the_package_is_one_line(monkeypatch):
