@@ -19,7 +19,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -268,7 +267,7 @@ def measure(args, runs: list[tuple], full: int, cores: int) -> tuple[list[dict],
                   flush=True)
             peer_runs.append(peer(args))
 
-    with tempfile.TemporaryDirectory(prefix="mpippo-bench-") as tmp:
+    with launch.temp_folder("bench") as tmp:
         for n, prec, alloc, device in runs:
             # The peer runs right before and right after the full-machine fp32 run: on a shared VM the
             # machine's speed drifts over the bench's half hour, so the ratio compares neighbours in time.

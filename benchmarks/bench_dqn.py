@@ -11,12 +11,12 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
+from mpippo import launch  # noqa: E402
 from mpippo.toolcli import MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
 from mpippo.toolcli import run as run_tool  # noqa: E402
 
@@ -59,7 +59,7 @@ def _main(argv: list[str] | None) -> int:
         if not torch.cuda.is_available():
             raise UsageError("--device: 'cuda' requested but CUDA is not usable here; allowed here: auto, cpu")
     rows = []
-    with tempfile.TemporaryDirectory(prefix="mpippo-bench-dqn-") as tmp:
+    with launch.temp_folder("bench-dqn") as tmp:
         for n in args.actors:
             print(f"bench_dqn: collection with {n} actor(s) ...", flush=True)
             m = run_trainer(n + 1, collection_args(n, args), Path(tmp) / f"c{n}", f"the run with {n} actor(s)")

@@ -17,11 +17,11 @@ import datetime
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # results_file: the repository on the path
 from results_file import check_out, write_result  # noqa: E402
+from mpippo import launch  # noqa: E402
 from mpippo.toolcli import (Parser, check_trainer, count, distinct, number, ranks_fit, run,  # noqa: E402
                             run_trainer)
 
@@ -78,7 +78,7 @@ def _main(argv: list[str] | None) -> int:
     check_trainer(trainer_argv(args, args.cutoff, toy=False), args.ranks, "the benchmark's run")
     check_out(args.out)
     rows, learning = [], []
-    with tempfile.TemporaryDirectory(prefix="mpippo-cutoff-") as tmp:
+    with launch.temp_folder("cutoff") as tmp:
         for i, slow in enumerate(args.slow):
             pair = [job(args, slow, c, Path(tmp) / f"{i}-{c}") for c in (None, args.cutoff)]
             rows.append({"slow": slow, "off": pair[0], "on": pair[1],

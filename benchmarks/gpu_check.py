@@ -57,13 +57,13 @@ import platform
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from results_file import check_out, result_path  # noqa: E402  (benchmarks/)
+from mpippo import launch  # noqa: E402
 from mpippo.toolcli import UsageError, Parser, ToolFailure, count, number, run, run_trainer, write_json  # noqa: E402
 
 TOOL = "gpu-check"
@@ -326,7 +326,7 @@ def _main(argv) -> int:
     # a SIGTERM (timeout, a session's end) ends the check through its cleanup: its runs' folders go,
     # and its runs (started with die_with_parent) get SIGTERM as it exits; the result file holds the rows done
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with tempfile.TemporaryDirectory(prefix="mpippo-gpu-check-", ignore_cleanup_errors=True) as tmp:
+    with launch.temp_folder("gpu-check") as tmp:
         tmp = Path(tmp)
         for precision in ("fp32", "bf16"):
             for det in (True, False):

@@ -28,12 +28,12 @@ from __future__ import annotations
 import gzip
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from mpippo import launch  # noqa: E402
 from mpippo import hostmem  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as a trainer does, before torch allocates
@@ -217,7 +217,7 @@ def ppo_profile(device: str, table_out: Path, extra: list[str] = ()) -> dict:
     from mpippo.runners.sync_ppo import SyncPPO
     argv = ["--device", device, *extra]
     _, cfg = check_trainer(argv, 1, "the profiled PPO iteration")
-    with tempfile.TemporaryDirectory(prefix="mpippo-profile-", ignore_cleanup_errors=True) as tmp:
+    with launch.temp_folder("profile") as tmp:
         trainer = SyncPPO(cfg, World(), Path(tmp))
         dev = trainer.device
         trainer._broadcast_parameters()  # as train() starts (one rank: nothing moves)
@@ -273,7 +273,7 @@ def profile_report(prof, cfg, trainer, dev, plain_s: float, profiled_s: float, p
     trace = None
     packed = b""
     if len(prof.events()) <= TRACE_EVENTS:  # a larger one cannot fit: not worth the seconds it takes
-        with tempfile.TemporaryDirectory(prefix="mpippo-trace-") as tmp:
+        with launch.temp_folder("trace") as tmp:
             raw = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(raw))
             packed = gzip.compress(raw.read_bytes())

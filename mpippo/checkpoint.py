@@ -38,6 +38,20 @@ def atomic_write_bytes(path: str | Path, data: bytes, _midway=None) -> None:
     atomic_write_with(path, write)
 
 
+def file_mode() -> int:
+    """The mode of a new file as this process's umask makes it (0644 under the common 022; 0664 for a
+    group-shared project under 002): what an atomic write gives its file instead of mkstemp's 0600,
+    so a teammate reads a run as they read any file of its owner. /proc's reading is thread-safe;
+    the umask call pair is the fallback elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            mask = next(int(x.split()[1], 8) for x in f if x.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_with(path: str | Path, write) -> None:
     """Call write(binary file) on a temp file next to `path`, fsync, rename over `path`, fsync the folder.
     For outputs too large to build in memory first (the replay buffer)."""
@@ -45,6 +59,7 @@ def atomic_write_with(path: str | Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

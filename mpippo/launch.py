@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,63 @@ def mpi_env() -> dict:
 SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
 
 
+# ---- folders a process makes for itself, named so that what a killed one left can be found ----
+# mpippo-<what>-<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one, so
+# the next process that makes one removes those of this user whose maker no longer runs (the pid
+# namespace in the name: a process of another container sharing /dev/shm is never taken for dead).
+OWNED = re.compile(r"mpippo-[a-z0-9-]+?-(\d+)\.(\d+)-")
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owned_prefix(what: str) -> str:
+    return f"mpippo-{what}-{_pid_namespace()}.{os.getpid()}-"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process now: ours (the folder's maker) has ended
+        return True
+    return False
+
+
+def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
+    """Remove the folders of `places` (/dev/shm and the temporary folder) that a process of this
+    user named as its own and left behind when killed; returns their paths."""
+    ns, uid, removed = _pid_namespace(), os.getuid(), []
+    for place in places or ("/dev/shm", tempfile.gettempdir()):
+        try:
+            entries = list(os.scandir(place))
+        except OSError:
+            continue
+        for e in entries:
+            m = OWNED.match(e.name)
+            try:
+                mine = (m and int(m[1]) == ns and e.is_dir(follow_symlinks=False)
+                        and e.stat(follow_symlinks=False).st_uid == uid)
+            except OSError:
+                continue
+            if mine and _gone(int(m[2])):
+                shutil.rmtree(e.path, ignore_errors=True)
+                removed.append(e.path)
+    return removed
+
+
+def temp_folder(what: str) -> tempfile.TemporaryDirectory:
+    """A temporary folder for a tool's runs, removed at its end (a signal included: toolcli.run),
+    or by the next tool's start if this process is killed."""
+    sweep_leftovers()
+    return tempfile.TemporaryDirectory(prefix=owned_prefix(what), ignore_cleanup_errors=True)
+
+
 @contextlib.contextmanager
 def own_shm_folder(env: dict):
     """Give one mpirun job a shared-memory folder of its own (in `env`), removed when it ends.
@@ -57,8 +115,9 @@ def own_shm_folder(env: dict):
     if SHM_VAR in env or not os.path.isdir("/dev/shm"):
         yield env
         return
+    sweep_leftovers()
     try:
-        folder = tempfile.mkdtemp(prefix="mpippo-sm-", dir="/dev/shm")
+        folder = tempfile.mkdtemp(prefix=owned_prefix("sm"), dir="/dev/shm")
     except OSError:  # full or read-only: the default folder still works
         yield env
         return
@@ -146,15 +205,33 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
                                 start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
         try:
             _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        except BaseException:  # a timeout, or the tool stopped (toolcli.Stopped): the whole job goes
+            end_job(proc)
             raise
     if proc.returncode != 0:
         raise RuntimeError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}")
     m = read_metrics(out_dir)
     m["wall_s_with_startup"] = time.perf_counter() - t0
     return m
+
+
+def end_job(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End mpirun and every rank under it before its folders are removed. mpirun's own SIGTERM
+    handling kills its ranks, which need not share its process group (each may lead its own); what
+    is left after `grace_s` gets SIGKILL, and this returns once all of them are gone."""
+    import psutil
+    try:
+        job = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.Error:
+        job = []
+    proc.terminate()
+    _, alive = psutil.wait_procs(job, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    with contextlib.suppress(BaseException):
+        proc.communicate(timeout=grace_s)
 
 
 def catches_usr1(pid: int) -> bool:

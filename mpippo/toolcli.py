@@ -9,7 +9,9 @@ same, before it starts any run or writes anything:
     `check_trainer` (the trainer's own checks, in this process);
   - reads the files mpippo wrote through mpippo/files.py, and checks the parts it uses with `conform`;
   - runs its main through `run`, which prints a UsageError as `mpippo: error: <tool>: <line>`, exit 2,
-    and a `ToolFailure` (a run or a write that failed after the checks) the same way, exit 1.
+    and a `ToolFailure` (a run or a write that failed after the checks) the same way, exit 1; a
+    SIGTERM, SIGHUP or Ctrl-C unwinds the tool (its runs killed, its temporary folders removed:
+    launch.temp_folder), one line, exit 4.
 Outputs are written atomically (`write_bytes`, `write_json`, `save_figure`).
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import io
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +33,7 @@ from mpippo.usage import Parser as _Parser
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
 
-EXIT_FAILURE, EXIT_USAGE = 1, 2
+EXIT_FAILURE, EXIT_USAGE, EXIT_STOPPED = 1, 2, 4
 SEED_MAX = INT64_MAX  # seeds end up in int64 arrays and torch's 64-bit generator
 # a rank's interpreter with numpy, torch and procgen loaded, before it allocates anything of its own
 # (README: about 350 MB per procgen process); the trainer's own floor comes on top
@@ -47,12 +50,31 @@ class ToolFailure(RuntimeError):
     """A run or a write that failed after every check passed: one line, exit 1."""
 
 
+class Stopped(BaseException):
+    """A stop signal to a tool: raised where it runs, so that every `with` unwinds (runs killed,
+    temporary folders removed) before the tool exits."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+
+
+def _raise_stopped(signum, frame):
+    signal.signal(signum, signal.SIG_IGN)  # one unwinding: a repeated signal must not interrupt it
+    raise Stopped(signum)
+
+
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
         sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_stopped)
     try:
         return main(argv)
+    except (Stopped, KeyboardInterrupt) as e:
+        why = str(e) if isinstance(e, Stopped) else "Ctrl-C"
+        sys.stderr.write(f"mpippo: {tool}: stopped by {why}; its runs ended and its temporary folders removed\n")
+        return EXIT_STOPPED
     except UsageError as e:
         say(e.errors[0] + (f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""))
         return EXIT_USAGE
@@ -169,13 +191,9 @@ def output_folder(path: Path, flag: str, files: tuple[str, ...] = ()) -> Path:
 
 
 def write_bytes(path: Path, data: bytes, flag: str) -> Path:
-    """`data` into `path` atomically, readable as any file this user writes (the umask's mode, not the
-    temporary file's 0600)."""
+    """`data` into `path` atomically, readable as any file this user writes (the umask's mode)."""
     try:
         atomic_write_bytes(path, data)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(path, 0o666 & ~mask)
     except OSError as e:
         raise ToolFailure(f"{flag}: writing '{shown(path)}' failed ({e.strerror or e})") from None
     return path

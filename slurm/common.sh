@@ -96,9 +96,19 @@ esac
 # node meet on the same files about once in 65,536 pairs (mpippo/launch.py, own_shm_folder): a
 # one-node job gets a folder of its own, removed at the end. A job on several nodes keeps Open MPI's
 # default (the folder would have to exist on every node), as does a folder the environment names.
+# Named as mpippo/launch.py names its own (mpippo-sm-<pid namespace>.<pid>-...): a job killed with no
+# chance to remove it (kill -9, a node reboot spares /dev/shm only by accident) leaves a folder that
+# the next job here, or the next launcher or tool, removes once that batch shell is gone.
+PID_NS=$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || echo 0)
+for d in /dev/shm/mpippo-*-"$PID_NS".*-*; do
+    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || continue
+    pid=${d#*-"$PID_NS".}; pid=${pid%%-*}
+    case "$pid" in ''|*[!0-9]*) continue ;; esac
+    kill -0 "$pid" 2>/dev/null || rm -rf "$d"
+done
 SHM_DIR=""
 if [ -z "${OMPI_MCA_btl_sm_backing_directory:-}" ] && [ "${SLURM_JOB_NUM_NODES:-1}" = 1 ] \
-   && SHM_DIR=$(mktemp -d "/dev/shm/mpippo-sm-${SLURM_JOB_ID}.XXXXXX" 2>/dev/null); then
+   && SHM_DIR=$(mktemp -d "/dev/shm/mpippo-sm-$PID_NS.$$-job${SLURM_JOB_ID}.XXXXXX" 2>/dev/null); then
     export OMPI_MCA_btl_sm_backing_directory=$SHM_DIR
 fi
 

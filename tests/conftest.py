@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mpippo.launch import SHM_VAR
+from mpippo.launch import SHM_VAR, owned_prefix, sweep_leftovers
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -32,9 +32,10 @@ os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 # Each job the tests start gets a shared-memory folder of its own: the tests run jobs side by side,
 # and jobs sharing one folder meet on the same files now and then (mpippo.launch.own_shm_folder
 # says why). One parent per test process, made at import (a forked child that execs inherits it),
-# removed with everything in it when that process exits.
-_SHM_PARENT = tempfile.mkdtemp(prefix=f"mpippo-tests-{os.getpid()}-", dir="/dev/shm") \
-    if os.path.isdir("/dev/shm") else None
+# removed with everything in it when that process exits (or by the next test session, named after
+# this process, if it is killed).
+sweep_leftovers()
+_SHM_PARENT = tempfile.mkdtemp(prefix=owned_prefix("tests"), dir="/dev/shm") if os.path.isdir("/dev/shm") else None
 if _SHM_PARENT:
     atexit.register(shutil.rmtree, _SHM_PARENT, True)
 

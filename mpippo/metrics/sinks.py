@@ -146,8 +146,8 @@ def _run_id(run_dir: Path) -> tuple[str, bool]:
         st = os.lstat(id_file)
     except FileNotFoundError:
         return secrets.token_hex(6), True
-    fix = (f"it names the W&B run this folder continues: put that id back, or remove the file to start a new W&B "
-           f"run, or set logging.wandb=off")
+    fix = ("it names the W&B run this folder continues: put that id back, or remove the file to start a new W&B "
+           "run, or set logging.wandb=off")
     if not stat.S_ISREG(st.st_mode) or st.st_size > 1024:
         raise UsageError(f"logging.wandb: '{id_file}' is not a small regular file; {fix}")
     text = id_file.read_bytes().decode(errors="replace").strip()

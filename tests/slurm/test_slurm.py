@@ -102,8 +102,10 @@ def assert_same_params(a: dict, b: dict) -> None:
 @pytest.mark.parametrize("launcher", ["mpirun", "srun"])
 def test_ppo_48core_script_completes(cluster, tmp_path, launcher):
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    left = _left_by_a_killed_job()
     job = sbatch("ppo_48core.sh", ["--ntasks=2"], SMALL, job_env(run_dir, MPIPPO_LAUNCHER=launcher), out)
     info = wait_state(job, FINAL, 300, out)
+    assert not left.exists(), "the folder a killed job left is still there"
     assert info["JobState"] == "COMPLETED", out.read_text()[-3000:]
     m = metrics(run_dir)
     assert m["world_size"] == 2 and m["total_timesteps"] == 512 and m["finished"]
@@ -111,7 +113,19 @@ def test_ppo_48core_script_completes(cluster, tmp_path, launcher):
     # a one-node job's shared-memory files in a folder of its own (jobs on one node never meet on
     # them), removed at the end
     shm = re.search(r"shared memory in (\S+)", out.read_text())
-    assert shm and shm[1].startswith(f"/dev/shm/mpippo-sm-{job}.") and not Path(shm[1]).exists(), out.read_text()[-2000:]
+    assert shm and re.fullmatch(rf"/dev/shm/mpippo-sm-\d+\.\d+-job{job}\.\w+", shm[1]), out.read_text()[-2000:]
+    assert not Path(shm[1]).exists()
+
+
+def _left_by_a_killed_job() -> Path:
+    """A one-node job's shared-memory folder as a job killed with -9 leaves it (its batch shell gone):
+    named as slurm/common.sh names one, so the next job on the node removes it."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    folder = Path(f"/dev/shm/mpippo-sm-{os.stat('/proc/self/ns/pid').st_ino}.{gone.pid}-job1.abcdef")
+    folder.mkdir()
+    (folder / "sm_segment.node.0.1.0").write_bytes(b"x")
+    return folder
 
 
 def test_ppo_48core_at_48_ranks(cluster, tmp_path):

@@ -23,6 +23,10 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps):
     assert cfg["env"]["num_envs_per_rank"] == envs_per_rank
     assert cfg["env"]["num_envs"] == envs_per_rank * world_size
 
+    # readable as the umask allows (a teammate on the cluster reads the run), not mkstemp's 0600
+    from mpippo.checkpoint import file_mode
+    for name in ("config.yaml", "benchmark_metrics.json", "checkpoints/latest.pt", ".mpippo.lock"):
+        assert (run_dir / name).stat().st_mode & 0o777 == file_mode(), name
     m = metrics(run_dir)
     assert BENCH_KEYS <= set(m), BENCH_KEYS - set(m)
     assert m["world_size"] == world_size and m["total_timesteps"] == timesteps

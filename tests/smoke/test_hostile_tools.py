@@ -359,3 +359,45 @@ def test_a_damaged_sweep_is_one_line_naming_the_file(tmp_path):
     path.write_bytes(b"\x00" * 10)
     with pytest.raises(UsageError, match="sweep file"):
         scaling_model.load_sweep(path)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig):
+    """benchmarks/cutoff_bench.py stopped while its first run trains: that run is killed, its
+    temporary run folders and its job's shared-memory folder removed; one line, exit 4."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import ROOT, mpi_env
+    from mpippo import launch
+    env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
+    proc = subprocess.Popen([sys.executable, "benchmarks/cutoff_bench.py", "--slow", "0", "--iterations", "10000",
+                             "--no-learning", "--out", str(tmp_path / "r.json")], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    mine = launch.owned_prefix("x").replace(f".{os.getpid()}-", f".{proc.pid}-").split("-x-")[1]
+    places = [Path("/dev/shm"), Path(__import__("tempfile").gettempdir())]
+    made = lambda: [p for d in places for p in d.iterdir() if mine in p.name]  # noqa: E731
+    deadline = time.monotonic() + 120
+    while not any((p / "0-None" / "benchmark_metrics.json").exists() for p in made()):  # its first run trains
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    assert len(made()) == 2  # a temporary folder, and the job's shared-memory folder
+    os.kill(proc.pid, getattr(signal, sig))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err[-2000:]
+    why = "Ctrl-C" if sig == "SIGINT" else sig
+    assert err.strip().splitlines()[-1] == (f"mpippo: benchmarks/cutoff_bench.py: stopped by {why}; its runs ended and "
+                                            f"its temporary folders removed"), err[-2000:]
+    assert "Traceback" not in err and made() == [] and not (tmp_path / "r.json").exists()
+    assert not [p for p in __import__("psutil").process_iter() if _in_session(p, proc.pid)]
+
+
+def _in_session(p, sid: int) -> bool:
+    import os
+    try:
+        return os.getsid(p.pid) == sid
+    except OSError:
+        return False

@@ -120,3 +120,72 @@ def test_own_shm_folder_keeps_a_chosen_folder_and_falls_back_where_none_can_be_m
     monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (_ for _ in ()).throw(OSError(28, "No space left")))
     with own_shm_folder({}) as env:
         assert SHM_VAR not in env  # Open MPI's default folder then
+
+
+def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_path):
+    """A process names its shared-memory and temporary folders after itself (pid namespace and pid):
+    kill -9 leaves one behind, and the next launcher, tool or test session that makes one removes
+    those of this user whose maker is gone; anything else is left alone."""
+    from mpippo import launch
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    left = [tmp_path / f"mpippo-sm-{ns}.{dead.pid}-x1", tmp_path / f"mpippo-cutoff-{ns}.{dead.pid}-x2",
+            tmp_path / f"mpippo-sm-{ns}.{dead.pid}-job17.x3"]  # as slurm/common.sh names a job's
+    kept = [tmp_path / f"mpippo-sm-{ns}.{os.getpid()}-live", tmp_path / f"mpippo-sm-{ns + 1}.{dead.pid}-other-ns",
+            tmp_path / "mpippo-sm-abcdef", tmp_path / f"elsewhere-{ns}.{dead.pid}-x"]
+    for d in left + kept:
+        d.mkdir()
+        (d / "sm_segment.x").write_bytes(b"x")
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / f"mpippo-sm-{ns}.{dead.pid}-link").symlink_to(target)  # a link is never followed
+    assert sorted(launch.sweep_leftovers((str(tmp_path),))) == sorted(map(str, left))
+    assert all(d.is_dir() for d in kept) and not any(d.exists() for d in left) and (target).is_dir()
+    with launch.temp_folder("probe") as made:  # what a tool makes: named so, and gone at its end
+        assert Path(made).name.startswith(f"mpippo-probe-{ns}.{os.getpid()}-")
+    assert not Path(made).exists()
+
+
+@pytest.mark.mpi
+def test_a_launcher_killed_with_9_leaves_a_folder_the_next_start_removes(tmp_path):
+    """kill -9 gives the launcher no chance to remove its job's shared-memory folder: the job stops
+    (the kernel's signal to mpirun) and the folder is removed by the next process that makes one."""
+    import signal
+    import time
+
+    from mpippo import launch
+    env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
+    proc = subprocess.Popen([sys.executable, "-m", "mpippo.launch", "-n", "2", "--config", "configs/toy_cue.yaml",
+                             "--no-progress", "--total-timesteps", "100000000", "--output-dir", str(tmp_path / "run")],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prefix = f"/dev/shm/{launch.owned_prefix('sm').replace(str(os.getpid()), str(proc.pid))}"
+    deadline = time.monotonic() + 120
+    while not (folder := next((str(p) for p in Path("/dev/shm").iterdir() if str(p).startswith(prefix)), None)):
+        assert proc.poll() is None and time.monotonic() < deadline, "no shared-memory folder"
+        time.sleep(0.05)
+    while not (tmp_path / "run" / "benchmark_metrics.json").exists():  # training: its ranks use the folder
+        assert time.monotonic() < deadline, "the job did not start training"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert Path(folder).is_dir()
+    while _ranks_of(tmp_path):  # its ranks checkpoint and stop on their own
+        assert time.monotonic() < deadline + 60, "the job trained on after its launcher was killed"
+        time.sleep(0.2)
+    with launch.own_shm_folder({}):
+        assert not Path(folder).exists()
+    assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file()
+
+
+def _ranks_of(run_dir: Path) -> list:
+    import psutil
+    out = []
+    for p in psutil.process_iter():
+        try:
+            line = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "run_mpi.py" in line and str(run_dir) in line:
+            out.append(p)
+    return out

@@ -203,3 +203,20 @@ def test_of_many_takers_at_once_exactly_one_holds_the_folder(tmp_path):
             p.wait()
         assert sorted(said) == ["busy"] * 5 + ["held"], said
         assert sorted(p.name for p in folder.iterdir()) == [runlock.LOCK_NAME]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_atomic_writes_and_lock_files_follow_the_umask(tmp_path, umask):
+    """Run outputs get the mode any file of this user gets (the tools', the lock's and the
+    trainer's alike), not the 0600 of the temporary file they are written through."""
+    from mpippo.checkpoint import atomic_write_bytes, file_mode
+    before = os.umask(umask)
+    try:
+        assert file_mode() == 0o666 & ~umask
+        atomic_write_bytes(tmp_path / "config.yaml", b"x: 1\n")
+        atomic_write_bytes(tmp_path / "config.yaml", b"x: 2\n")  # a rewrite too
+        assert runlock.acquire(tmp_path)
+    finally:
+        os.umask(before)
+    for name in ("config.yaml", runlock.LOCK_NAME):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
