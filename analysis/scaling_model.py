@@ -68,7 +68,25 @@ def read_sweep(path: str | Path) -> dict:
         if not (m.get("fps_steady") or m["fps"]) > 0:
             raise UsageError(f"sweep file '{shown(path)}': runs[{i}].fps: expected a measured throughput > 0, "
                               f"got {m['fps']}")
+        if len(m["phase_seconds_per_rank"]["allreduce"]) != m["world_size"]:
+            raise UsageError(f"sweep file '{shown(path)}': runs[{i}].phase_seconds_per_rank.allreduce: expected one "
+                              f"time per rank ({m['world_size']}), got {len(m['phase_seconds_per_rank']['allreduce'])}")
+        if (why := rel_problem(m.get("straggler_busy_rel"))):
+            raise UsageError(f"sweep file '{shown(path)}': runs[{i}].straggler_busy_rel: {why}")
     return sweep
+
+
+def rel_problem(busy_rel) -> str | None:
+    """What makes a straggler_busy_rel unusable (None when absent or fine): the quantiles at
+    REL_PROBS of busy time over the mean, finite, positive and nondecreasing."""
+    if busy_rel is None:
+        return None
+    q = np.asarray(busy_rel, dtype=float)
+    if q.shape != REL_PROBS.shape:
+        return f"expected {len(REL_PROBS)} quantiles, got {len(q)}"
+    if not np.all(np.isfinite(q)) or np.any(q <= 0) or np.any(np.diff(q) < 0):
+        return "expected positive, finite, nondecreasing quantiles (busy time over the mean)"
+    return None
 
 
 def load_sweep(path: str | Path) -> dict:
@@ -145,8 +163,8 @@ def rel_samples(busy_rel, world_size: int, points: int = 2000) -> np.ndarray:
     towards the mean: with R ranks of independent deviations the measured ones are sqrt((R-1)/R)
     of the deviations from the true mean, so they are widened by sqrt(R/(R-1)) (2 ranks: x1.41)."""
     q = np.asarray(busy_rel, dtype=float)
-    if q.shape != REL_PROBS.shape or np.any(np.diff(q) < 0):
-        raise ValueError(f"straggler_busy_rel: expected {len(REL_PROBS)} nondecreasing quantiles")
+    if (why := rel_problem(q)):  # read_sweep and straggler_source checked theirs: a caller's own data
+        raise UsageError(f"straggler_busy_rel: {why}")
     u = (np.arange(points) + 0.5) / points
     z = np.interp(u, REL_PROBS, q)
     widen = np.sqrt(world_size / (world_size - 1)) if world_size > 1 else 1.0
@@ -191,6 +209,8 @@ def straggler_source(s: dict, fallback: str | Path) -> tuple[int, list, str]:
         return ranks, rel, f"this sweep's {ranks}-rank run"
     m = conform(read_json(Path(fallback), "metrics file"), {"world_size": COUNT, "straggler_busy_rel": [NUMBER]},
                 Path(fallback))
+    if (why := rel_problem(m["straggler_busy_rel"])):
+        raise UsageError(f"metrics file '{shown(Path(fallback))}': straggler_busy_rel: {why}")
     return m["world_size"], m["straggler_busy_rel"], f"{m['world_size']}-rank run in {shown(Path(fallback))}"
 
 

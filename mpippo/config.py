@@ -284,12 +284,22 @@ OFF_STRINGS = {("logging", "wandb"): WANDB_MODES}  # string keys with an "off" v
 EARLIER_DEFAULTS = {("model", "init"): "torch"}  # glorot since the mini suite's decision
 
 
+# Keys that guard one launch and are no part of a run: resolve() leaves them out of config.yaml,
+# and a config.yaml written before it did loses them on reading (or a resume on another allocation
+# would be refused by the guard of the first launch).
+LAUNCH_ONLY = {("parallel", "expected_world_size")}
+
+
 def with_earlier_defaults(data):
-    """A run's saved config (nested dicts) with the values its code ran for keys it predates; anything
-    that is not a mapping is left for from_dict to refuse."""
+    """A run's saved config (nested dicts) with the values its code ran for keys it predates, and
+    without the launch-only keys older code saved; anything that is not a mapping is left for
+    from_dict to refuse."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
+    for section, key in LAUNCH_ONLY:
+        if isinstance(out.get(section), dict) and key in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != key}
     for (section, key), value in EARLIER_DEFAULTS.items():
         keys = out.get(section)
         if keys is None or (isinstance(keys, dict) and key not in keys):  # a damaged section stays as it is
@@ -426,7 +436,10 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
     """All problems with `cfg` for a job of `world_size` ranks, each one line."""
     errs = _check_choices(cfg) + _check_ranges(cfg)
     p = cfg.parallel
-    if p.expected_world_size is not None and p.expected_world_size != world_size:
+    if p.expected_world_size is not None and p.expected_world_size < 1:
+        errs.append(f"parallel.expected_world_size: must be a number of ranks >= 1 (the tasks the job was given), or "
+                    f"null for any; got {show(p.expected_world_size)}")
+    elif p.expected_world_size is not None and p.expected_world_size != world_size:
         errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "
                     f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
     if cfg.training.algo not in ALGOS:  # said by _check_choices

@@ -89,6 +89,9 @@ class SyncPPO:
         # the balanced cut-off: a rollout ends once enough ranks have their n_steps (off: None)
         self.cutoff = (RolloutCutoff(world, math.ceil(t.rollout_cutoff * world.size))
                        if t.rollout_cutoff is not None and world.size > 1 else None)
+        if t.rollout_cutoff is not None and world.size == 1:
+            warn(f"mpippo: warning: training.rollout_cutoff={t.rollout_cutoff:g} has no effect on 1 rank (no other "
+                 f"rank to wait for): every rollout collects training.n_steps", flush=True)
         self.min_steps = cutoff_min_steps(t)
         self.steps = t.n_steps  # this rank's steps in the current rollout
         self.counts = None      # every rank's steps in the current rollout (with the cut-off)

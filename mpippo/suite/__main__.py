@@ -133,11 +133,26 @@ def _plan(suite: spec.Suite, args, members: list, elsewhere: list = ()) -> int |
           f"{len(members)} to {'run here' if args.local else 'submit'}", flush=True)
     for m, who in elsewhere:
         print(f"suite {suite.name}: {m.key} is running elsewhere ({who}); left to it", flush=True)
+    if args.local and members and (note := _gpu_note(suite)):
+        print(note, flush=True)
     if args.dry_run:
         for m in members:
             print(f"  {m.index:>3} {m.key}: {'resume' if (m.folder / 'checkpoints' / 'latest.pt').is_file() else ' '.join(m.args)}")
         return 0
     return None if members else 0
+
+
+def _gpu_note(suite: spec.Suite) -> str | None:
+    """Where members that ask for GPUs run here without them (one member at a time needs a rank's)."""
+    if not suite.gpus_per_rank:
+        return None
+    import torch
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have >= suite.gpus_per_rank:
+        return None
+    return (f"suite {suite.name}: note: its members ask for {suite.gpus_per_rank} GPU(s) per rank (gpus_per_rank) and "
+            f"this machine has {have} usable: they run on the CPU here (training.device auto), far slower than its "
+            f"time limit ({suite.time}) assumes")
 
 
 def cmd_status(suite: spec.Suite, args) -> int:

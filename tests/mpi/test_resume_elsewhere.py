@@ -106,3 +106,18 @@ def test_another_total_env_count_starts_fresh_with_one_warning(two_ranks, tmp_pa
     r = after["ranks"][0]
     assert (r["env"]["t"] == 0).all() and (r["ep_len"] == 0).all() and r["first"].all()
     assert r["episodes_total"] == 8  # the episode statistics carry over all the same
+
+
+def test_a_config_saved_with_the_launch_guard_resumes_on_another_world_size(two_ranks, tmp_path):
+    """config.yaml as code of before saved it, with the guard of its launch (2 ranks): the resume of
+    that run on 1 rank reads its own config without it, and goes on."""
+    import yaml
+    shutil.copytree(two_ranks, tmp_path / "run")
+    cfg = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    cfg["parallel"]["expected_world_size"] = 2
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = ok(trainer(None, ["--resume", "--no-progress", "--total-timesteps", str(4 * 48),
+                            "--output-dir", str(tmp_path / "run")]))
+    assert "expected_world_size" not in res.stdout + res.stderr
+    assert latest(tmp_path / "run")["world_size"] == 1 and latest(tmp_path / "run")["timesteps"] == 4 * 48
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["parallel"]["expected_world_size"] is None

@@ -149,3 +149,12 @@ def test_done_when_command(tmp_path):
     m = metrics(run_dir)
     assert m["total_timesteps"] == 16384 and m["world_size"] == 2 and m["num_envs_per_rank"] == 16
     assert m["phase_seconds"]["allreduce"] < 0.1 * m["duration_s"]
+
+
+def test_the_cut_off_on_one_rank_says_it_has_no_effect(tmp_path):
+    res = ok(trainer(None, ["--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps", "512",
+                            "--set", "training.rollout_cutoff=0.5", "--output-dir", str(tmp_path / "run")]))
+    said = [x for x in res.stdout.splitlines() if "rollout_cutoff" in x]
+    assert said == ["mpippo: warning: training.rollout_cutoff=0.5 has no effect on 1 rank (no other rank to wait "
+                    "for): every rollout collects training.n_steps"], res.stdout
+    assert metrics(tmp_path / "run")["rollout_cutoff"] is None

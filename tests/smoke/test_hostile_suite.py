@@ -271,6 +271,13 @@ CASES = [
     Case("member-folder-locked-run", suite("run", "--local", prepare=locked_member),
          "is running elsewhere (process", code=0),
     Case("member-folder-locked-status", suite("status", prepare=locked_member), " running ", code=0),
+    # ---- a local run of members that ask for GPUs, on a machine without one: said, and run on the CPU ----
+    Case("gpu-suite-local-without-gpus", suite("run", "--local", "--dry-run", env=lambda t: {"CUDA_VISIBLE_DEVICES": ""},
+                                               prepare=lambda t: suite_file(t, gpus_per_rank=1) and None),
+         "note: its members ask for 1 GPU(s) per rank (gpus_per_rank) and this machine has 0 usable", code=0),
+    Case("gpu-suite-local-two-per-rank", suite("run", "--local", "--dry-run", env=lambda t: {"CUDA_VISIBLE_DEVICES": ""},
+                                               prepare=lambda t: suite_file(t, gpus_per_rank=2) and None),
+         "they run on the CPU here (training.device auto)", code=0),
     # ---- a lock file that is something else: refused by name, never opened (a FIFO would block) ----
     Case("member-lock-fifo-status", suite("status", prepare=lambda t: odd_lock(t, "member", os.mkfifo)),
          "seed_1/.mpippo.lock' is a FIFO, not mpippo's lock"),
@@ -308,7 +315,7 @@ def test_hostile_suite_input(case: Case, outcomes):
 
 def test_every_class_has_two_cases():
     for word in ("metrics-", "submissions-", "manifest", "mismatch-", "sbatch-", "squeue-", "reps-", "suite-folder-locked",
-                 "member-folder-locked", "member-lock-", "suite-lock-"):
+                 "member-folder-locked", "member-lock-", "suite-lock-", "gpu-suite-"):
         assert sum(c.id.startswith(word) or word in c.id for c in CASES) >= 2, word
 
 

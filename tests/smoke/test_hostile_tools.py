@@ -349,7 +349,13 @@ def test_a_damaged_sweep_is_one_line_naming_the_file(tmp_path):
                          (lambda s: s["runs"][0]["phase_seconds"].pop("gae"), "runs[0].phase_seconds.gae: missing"),
                          (lambda s: s["runs"][0].update(fps="fast"), "runs[0].fps: expected a number"),
                          (lambda s: s.update(runs=[]), "runs: expected a non-empty list"),
-                         (lambda s: s["runs"][0].update(fps=0.0, fps_steady=None), "expected a measured throughput")):
+                         (lambda s: s["runs"][0].update(fps=0.0, fps_steady=None), "expected a measured throughput"),
+                         (lambda s: s["runs"][1].update(straggler_busy_rel=[1.0, 0.9]),
+                          "runs[1].straggler_busy_rel: expected 103 quantiles, got 2"),
+                         (lambda s: s["runs"][1].update(straggler_busy_rel=[1.0] * 102 + [-1.0]),
+                          "runs[1].straggler_busy_rel: expected positive, finite, nondecreasing quantiles"),
+                         (lambda s: s["runs"][1]["phase_seconds_per_rank"].update(allreduce=[0.1]),
+                          "runs[1].phase_seconds_per_rank.allreduce: expected one time per rank (2), got 1")):
         sweep = json.loads(json.dumps(good))
         edit(sweep)
         path.write_text(json.dumps(sweep))
@@ -359,6 +365,12 @@ def test_a_damaged_sweep_is_one_line_naming_the_file(tmp_path):
     path.write_bytes(b"\x00" * 10)
     with pytest.raises(UsageError, match="sweep file"):
         scaling_model.load_sweep(path)
+    # the notebook's fallback for the straggler model: a metrics file, named when damaged
+    metrics_file = tmp_path / "benchmark_metrics.json"
+    metrics_file.write_text(json.dumps({"world_size": 2, "straggler_busy_rel": [1.0, float("nan")] * 51 + [2.0]}))
+    s = scaling_model.load_sweep(Path(scaling_model.__file__).parent / "data" / "sample" / "sweep.json")
+    with pytest.raises(UsageError, match="benchmark_metrics.json': straggler_busy_rel: expected positive, finite"):
+        scaling_model.straggler_source(dict(s, straggler_runs=[]), metrics_file)
 
 
 @pytest.mark.mpi

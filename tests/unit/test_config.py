@@ -349,3 +349,23 @@ def test_a_saved_config_older_than_a_key_reads_as_the_value_its_code_ran(tmp_pat
     assert C.with_earlier_defaults({"model": None}) == {"model": {"init": "torch"}}
     assert C.with_earlier_defaults(["not", "a", "mapping"]) == ["not", "a", "mapping"]  # from_dict refuses it
     assert C.with_earlier_defaults({"model": []}) == {"model": []}  # and a damaged section
+
+
+def test_a_saved_config_from_before_the_guard_was_dropped_resumes_on_another_world_size():
+    """config.yaml written by code that still saved parallel.expected_world_size: the key guarded
+    that launch only, so reading the run's config drops it (a resume on 4 ranks of a 2-rank run)."""
+    saved = {"parallel": {"expected_world_size": 2, "threads_per_rank": 1}, "training": {"seed": 3}}
+    data = C.with_earlier_defaults(saved)
+    assert data["parallel"] == {"threads_per_rank": 1} and saved["parallel"]["expected_world_size"] == 2
+    assert C.build(data, [], 4).parallel.expected_world_size is None
+    # given again on the command line, it guards this launch
+    with pytest.raises(C.UsageError, match="parallel.expected_world_size: 2 tasks were allocated but this job has 4"):
+        C.build(data, [("parallel", "expected_world_size", 2)], 4)
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_expected_world_size_below_one_names_what_is_allowed(bad):
+    with pytest.raises(C.UsageError) as e:
+        C.build({}, [("parallel", "expected_world_size", bad)], 1)
+    assert e.value.errors == [f"parallel.expected_world_size: must be a number of ranks >= 1 (the tasks the job was "
+                              f"given), or null for any; got {bad}"]
