@@ -79,8 +79,10 @@ EAGER_ROW = "ppo bf16, 1 rank, deterministic, eager policy step"
 REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384,
         "dqn_actors": 7, "dqn_steps": 40_000, "dqn_batch": 512, "appo_actors": 7, "appo": [], "appo_batch": (64, 64),
         "appo_steps": 24 * 4096, "learner": []}
-# (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them)
-DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1"], "envs_per_rank": 8,
+# (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them;
+# a tiny network, as a CPU without native bf16 runs the bf16 rows in software: 20 s a row with smoke's, 5 s so)
+DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--set", "model.channels=[4]",
+               "--set", "model.hidden_size=16"], "envs_per_rank": 8,
        "n_steps": 32, "resume_half": 256,
        "dqn_actors": 2, "dqn_steps": 1200, "dqn_batch": 32, "appo_actors": 3,
        "appo": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"], "appo_batch": (8, 8),

@@ -27,6 +27,10 @@ os.environ.setdefault("OMPI_MCA_btl", "^ofi")
 # --oversubscribe does, but a Slurm job on the local cluster (48 claimed CPUs, 2 real cores) does
 # not, and its waiting ranks spin against the ones still starting (48-rank test: 75 s -> 57 s).
 os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+# The same for torch's OpenMP threads: `make test` runs two workers on two cores, so a trainer's two
+# torch threads share them with the other worker's, and libgomp's spinning waits burn the core that
+# the other thread needs (two smoke runs side by side: 4.2 s each spinning, 2.4 s with passive waits).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 # Each job the tests start gets a shared-memory folder of its own: the tests run jobs side by side,
@@ -71,8 +75,10 @@ def wandb_home(folder: Path) -> dict:
 def error_lines(stderr: str) -> list[str]:
     """A job's `mpippo: error:` lines. Where a rank ends the job with MPI_Abort, mpirun forwards the
     rank's line and prints its own abort banner on the same stream: the line may then come after the
-    banner with a blank before it (seen under load), so leading blanks are dropped here."""
-    return [line.lstrip() for line in stderr.splitlines() if line.lstrip().startswith("mpippo: error:")]
+    banner with a blank before it (seen under load), or after a NUL byte of mpirun's forwarding (seen
+    on an AVX2 machine), so leading blanks and NULs are dropped here."""
+    return [line.lstrip(" \t\x00") for line in stderr.splitlines()
+            if line.lstrip(" \t\x00").startswith("mpippo: error:")]
 
 
 def run(cmd: list[str], timeout: float, cwd=ROOT, env: dict | None = None) -> subprocess.CompletedProcess:

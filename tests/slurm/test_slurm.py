@@ -275,9 +275,10 @@ def test_appo_script_as_two_agents_requeues_and_each_resumes_to_its_exact_budget
     2 actors), a GPU each (fake here: the learners fall back to the CPU with one warning each),
     requeued by USR1 mid-run; every agent resumes in its own folder and ends on its budget."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    per_agent = 40960 * 2
+    per_agent = 40960  # a small network: the layout and the requeue are the point, not learning
     args = ["--config", "configs/appo_toy.yaml", "--total-timesteps", str(2 * per_agent), "--set", "appo.num_agents=2",
-            "--set", "training.device=auto", "--set", "logging.tensorboard=false"]
+            "--set", "training.device=auto", "--set", "logging.tensorboard=false", "--set", "model.channels=[4]",
+            "--set", "model.hidden_size=16"]
     log = requeued_once("appo_6gpu.sh", ["--ntasks=6", "--gpus-per-node=2"], args, run_dir, out, "agent 1 |")
     assert "learner on cpu" in log and "CUDA is not usable here" in log
     for k in range(2):
