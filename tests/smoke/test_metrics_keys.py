@@ -95,3 +95,26 @@ def test_weights_and_biases_without_the_package_is_one_line(monkeypatch):
     with pytest.raises(C.UsageError, match="logging.wandb: 'offline' needs the wandb package"):
         C.build({}, [("logging", "wandb", "offline")], 1)
     assert C.build({"logging": {"wandb": False}}, [], 1).logging.wandb == "off"  # YAML's bare `off`
+
+
+def test_a_weights_and_biases_failure_at_the_end_is_one_warning(tmp_path, capsys):
+    """The run is done when W&B fails to close it (its service gone): one warning, no traceback."""
+    from mpippo import config as C
+    from mpippo.metrics.sinks import Sinks
+
+    class Closing:
+        logged = []
+
+        def log(self, row, step):
+            self.logged.append((row, step))
+
+        def finish(self, exit_code=None):
+            raise RuntimeError("wandb-core exited with code 255")
+    cfg = C.build({}, [("logging", "tensorboard", False), ("logging", "wandb", "offline")], 1)
+    sinks = Sinks(cfg, tmp_path, None, wandb_run=Closing())
+    sinks.add_scalar("charts/episode_return", 1.5, 7)
+    sinks.close()
+    assert Closing.logged == [({"charts/episode_return": 1.5}, 7)] and sinks.wb is None
+    assert capsys.readouterr().err == ("mpippo: warning: logging.wandb: W&B failed closing its run (RuntimeError: "
+                                       "wandb-core exited with code 255); TensorBoard and benchmark_metrics.json go "
+                                       "on without it\n")

@@ -1,5 +1,6 @@
 """Shared run control: stop reasons and their precedence, exit codes, the episode window, device
 and thread policy; and that PPO and DQN report episode_return_mean the same way."""
+import os
 import numpy as np
 import pytest
 import torch
@@ -182,3 +183,22 @@ def test_precision_auto_follows_the_hardware_and_explicit_values_are_honoured():
     prec, _, warning = runctl.resolve_precision("bf16", False, "no avx512_bf16/amx_bf16 CPU flag")
     assert prec == "bf16" and "slower than fp32" in warning and "no avx512_bf16" in warning
     assert runctl.resolve_precision("bf16", True, "x")[2] is None
+
+
+def test_the_avx2_emulation_gives_avx2_kernels_and_fp32(tmp_path):
+    """ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2 reproduce an AVX2 node on a machine with
+    more: torch's own kernels and oneDNN's are AVX2 (oneDNN says so itself), and auto picks fp32.
+    Without them, this machine's own line."""
+    import subprocess
+    import sys
+    probe = ("import torch; from mpippo import machine; c = torch.nn.Conv2d(3, 4, 3)\n"
+             "with torch.no_grad(): c(torch.randn(2, 3, 8, 8))\nprint(machine.describe())")
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", ONEDNN_VERBOSE="1")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120).stdout
+    assert "onednn_verbose,v1,info,cpu,isa:Intel AVX2\n" in out, out[:2000]
+    line = out.strip().splitlines()[-1]
+    assert "CPU kernels AVX2; precision auto -> fp32 (ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN below" in line, line
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    out = subprocess.run([sys.executable, "-m", "mpippo.machine"], env=env, capture_output=True, text=True, timeout=120)
+    native, evidence = runctl.bf16_native(torch.device("cpu"), env={})
+    assert out.stdout.strip().endswith(f"precision auto -> {'bf16' if native else 'fp32'} ({evidence})"), out.stdout
