@@ -68,7 +68,8 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     def say(line: str) -> None:  # one line, whatever a value in it held
         sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_stopped)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
+            signal.signal(sig, _raise_stopped)
     try:
         return main(argv)
     except (Stopped, KeyboardInterrupt) as e:

@@ -388,8 +388,8 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
     env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
     proc = subprocess.Popen([sys.executable, "benchmarks/cutoff_bench.py", "--slow", "0", "--iterations", "10000",
                              "--envs-per-rank", "2", "--n-steps", "8", "--no-learning", "--out", str(tmp_path / "r.json")],
-                            cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
     mine = launch.owned_prefix("x").replace(f".{os.getpid()}-", f".{proc.pid}-").split("-x-")[1]
     places = [Path("/dev/shm"), Path(__import__("tempfile").gettempdir())]
     made = lambda: [p for d in places for p in d.iterdir() if mine in p.name]  # noqa: E731
@@ -406,6 +406,13 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
                                             f"its temporary folders removed"), err[-2000:]
     assert "Traceback" not in err and made() == [] and not (tmp_path / "r.json").exists()
     assert not [p for p in __import__("psutil").process_iter() if _in_session(p, proc.pid)]
+
+
+def _as_from_a_terminal():
+    """Ctrl-C's default action, as a shell gives it: pytest-xdist's workers ignore SIGINT, and an
+    ignored signal stays ignored in a child (Python then installs no KeyboardInterrupt handler)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _in_session(p, sid: int) -> bool:
