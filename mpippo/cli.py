@@ -28,7 +28,6 @@ from mpippo.checkpoint import (LATEST, atomic_write_bytes, load_checkpoint, miss
                                remove_if_empty, require_checkpoint)
 from mpippo.comm import World
 from mpippo.errors import JobFailure
-from mpippo.layout.learner import agent_folder
 from mpippo.usage import Parser
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -167,7 +166,7 @@ def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:
     if not C.actor_learner(cfg) or (n := C.layout_section(cfg).num_agents) < 2:
         return
     for k in range(n):
-        folder = agent_folder(run_dir, k, n)
+        folder = C.agent_folder(run_dir, k, n)
         try:
             start.created.extend(missing_folders(folder))
             folder.mkdir(parents=True, exist_ok=True)

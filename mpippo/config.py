@@ -808,6 +808,11 @@ def layout_section(cfg: Config):
     return getattr(cfg, algorithm(cfg).section) if actor_learner(cfg) else None
 
 
+def agent_folder(run_dir, agent: int, num_agents: int) -> Path:
+    """Agent `agent`'s folder of a run: the run folder itself, or agent_<k>/ of a multi-agent job."""
+    return Path(run_dir) / f"agent_{agent}" if num_agents > 1 else Path(run_dir)
+
+
 def local_num_envs(cfg: Config, world_size: int) -> int:
     """Envs per rank (PPO) or per actor (DQN). env.num_envs is divided over the stepping ranks and
     rounded UP when it does not divide, so the default job runs on any core count (48 ranks: 2

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -296,6 +295,3 @@ class Learner:
         if self.hook is not None:
             print(self.hook.closing_line(self.a.index), flush=True)
 
-
-def agent_folder(run_dir: Path, agent: int, num_agents: int) -> Path:
-    return Path(run_dir) / f"agent_{agent}" if num_agents > 1 else Path(run_dir)

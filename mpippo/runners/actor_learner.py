@@ -32,10 +32,10 @@ from mpippo.algos.ppo import autocast
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
-from mpippo.config import Config, UsageError, algorithm, layout_section
+from mpippo.config import Config, UsageError, agent_folder, algorithm, layout_section
 from mpippo.envs import make_env, rank_seed
 from mpippo.layout.actor import Actor
-from mpippo.layout.learner import Learner, agent_folder
+from mpippo.layout.learner import Learner
 from mpippo.models.flat import flatten_parameters_
 from mpippo.preemption import SignalFlags
 from mpippo.metrics.sinks import WandbStart

@@ -131,3 +131,15 @@ def test_the_circle_finder_finds_a_circle(tmp_path):
     (pkg / "b.py").write_text("def f():\n    from pkg.a import x\n")  # hidden in a function: still a circle
     (pkg / "c.py").write_text("import pkg.a\n")
     assert circles(import_graph(pkg)) == [["pkg.a", "pkg.b"]]
+
+
+def test_bad_input_is_refused_before_torch_loads():
+    """The trainer's and the tools' checks (phases A-C of mpippo/cli.py, toolcli.check_trainer) run
+    before torch is imported: it costs 1-3 s of CPU per process, paid by every refused rank and tool
+    otherwise (the hostile tables start hundreds of them). Importing torch early must be a choice."""
+    import subprocess
+    import sys
+    probe = ("import sys\nimport mpippo.cli, mpippo.toolcli, mpippo.launch, mpippo.suite.spec, mpippo.config\n"
+             "print(sorted(m for m in ('torch', 'procgen', 'gym3', 'tensorboard') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
