@@ -325,9 +325,8 @@ def _main(argv) -> int:
         write_json(path, result, "--out")
         print(f"gpu-check: {name}: {time.perf_counter() - t0:.0f} s ({cpu_seconds() - cpu0:.0f} s of CPU)", flush=True)
 
-    # a SIGTERM (timeout, a session's end) ends the check through its cleanup: its runs' folders go,
-    # and its runs (started with die_with_parent) get SIGTERM as it exits; the result file holds the rows done
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # a SIGTERM (timeout, a session's end) ends the check through its cleanup (toolcli.run): its runs
+    # end and their folders go; the result file holds the rows done
     with launch.temp_folder("gpu-check") as tmp:
         tmp = Path(tmp)
         for precision in ("fp32", "bf16"):

@@ -305,8 +305,6 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    import signal
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: through the cleanup (temporary folders)
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv

@@ -55,26 +55,35 @@ class Stopped(BaseException):
     temporary folders removed) before the tool exits."""
 
     def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
+        super().__init__("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+_stopping: list[int] = []
 
 
 def _raise_stopped(signum, frame):
-    signal.signal(signum, signal.SIG_IGN)  # one unwinding: a repeated signal must not interrupt it
-    raise Stopped(signum)
+    """The first stop signal raises Stopped; later ones do nothing, so that they cannot interrupt the
+    unwinding. (Not SIG_IGN: a signal already pending when its handler becomes SIG_IGN is raised by
+    Python as OSError 'ignored due to race condition'.)"""
+    if not _stopping:
+        _stopping.append(signum)
+        raise Stopped(signum)
 
 
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
         sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
             signal.signal(sig, _raise_stopped)
     try:
         return main(argv)
-    except (Stopped, KeyboardInterrupt) as e:
-        why = str(e) if isinstance(e, Stopped) else "Ctrl-C"
-        sys.stderr.write(f"mpippo: {tool}: stopped by {why}; its runs ended and its temporary folders removed\n")
+    except Stopped as e:
+        sys.stderr.write(f"mpippo: {tool}: stopped by {e}; its runs ended and its temporary folders removed\n")
         return EXIT_STOPPED
     except UsageError as e:
         say(e.errors[0] + (f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""))
