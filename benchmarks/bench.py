@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from mpippo import hostmem, launch  # noqa: E402
-from mpippo.config import PROCGEN_GAMES  # noqa: E402
+from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
 from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, ranks_fit, run)

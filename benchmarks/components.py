@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mpippo import hostmem  # noqa: E402
-from mpippo.config import PROCGEN_GAMES  # noqa: E402
+from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
 from mpippo.toolcli import Parser, count, number, run  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.config import PROCGEN_GAMES  # noqa: E402
+from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
 from mpippo.toolcli import Parser, count, run  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"

@@ -14,12 +14,13 @@ through the registry (mpippo/algos/registry.py).
 from __future__ import annotations
 
 import math
-import struct
+import sys
 
 import numpy as np
 import torch
 
 from mpippo import config as C
+from mpippo import envs
 from mpippo.algos import registry
 
 show = C.show  # a bad value, shortened, for the messages of the algorithms' checks
@@ -103,8 +104,7 @@ def check_config(state: dict) -> C.Config:
     ch = cfg.model.channels
     need(bool(ch) and all(is_int(c) and c > 0 for c in ch), "config.model.channels", f"bad channels {C.show(ch)}")
     need(cfg.model.hidden_size > 0, "config.model.hidden_size", f"must be > 0, got {cfg.model.hidden_size}")
-    need(C.canonical_env_name(cfg.env.name) in C.PROCGEN_GAMES + C.TOY_ENVS, "config.env.name",
-         f"unknown environment {C.show(cfg.env.name)}")
+    need(envs.family_of(cfg.env.name) is not None, "config.env.name", f"unknown environment {C.show(cfg.env.name)}")
     return cfg
 
 
@@ -112,11 +112,17 @@ def meta_network(state: dict, cfg: C.Config) -> torch.nn.Module:
     """The network the checkpoint describes (its algorithm's, models.build), on the meta device
     (shapes only, no memory)."""
     spec = mapping(state["model_spec"], "model_spec", ("obs_shape", "num_actions"))
-    obs = seq(spec["obs_shape"], "model_spec.obs_shape", 3)
+    obs = seq(spec["obs_shape"], "model_spec.obs_shape")
+    need(len(obs) in (1, 3), "model_spec.obs_shape", f"expected (D,) or (H, W, C), got {C.show(obs)}")
     for i, d in enumerate(obs):
-        int_(d, f"model_spec.obs_shape[{i}]", 1, 4096)
-    need(tuple(obs) == C.obs_shape_of(cfg.env.name), "model_spec.obs_shape",
-         f"{list(obs)} is not the observation of {cfg.env.name} {list(C.obs_shape_of(cfg.env.name))}")
+        int_(d, f"model_spec.obs_shape[{i}]", 1, 1 << 20 if len(obs) == 1 else 4096)
+    need(spec.get("obs_dtype", "uint8") == ("uint8" if len(obs) == 3 else "float32"), "model_spec.obs_dtype",
+         f"expected uint8 for images, float32 for vectors, got {C.show(spec.get('obs_dtype'))}")
+    fam = envs.family(cfg)
+    if fam.static_spaces:  # (a Gymnasium env's are checked against the env once one is made)
+        want = fam.spaces(cfg).obs_shape
+        need(tuple(obs) == want, "model_spec.obs_shape", f"{list(obs)} is not the observation of {cfg.env.name} "
+             f"{list(want)}")
     actions = int_(spec["num_actions"], "model_spec.num_actions", 1, 1024)
     with torch.device("meta"):
         return registry.get(state["algo"]).build_network(cfg, obs, actions)
@@ -154,24 +160,8 @@ def check_optimizer(opt, path: str, shapes: list[tuple], moments: tuple[str, ...
 
 
 def check_env_state(v, path: str, cfg: C.Config, n: int) -> None:
-    name = C.canonical_env_name(cfg.env.name)
-    if name == "toy-cue":  # envs/toy.py: arrays and the RNG's state
-        mapping(v, path, ("rng", "cue", "t", "rew", "first"))
-        for key, kind in (("cue", "i"), ("t", "i"), ("rew", "f"), ("first", "b")):
-            array(v[key], f"{path}.{key}", kind, (n,))
-        return pcg64(v["rng"], f"{path}.rng")
-    if name == "connect4":  # envs/connect4.py
-        from mpippo.envs.connect4 import COLS, ROWS
-        mapping(v, path, ("board", "me", "agent_first", "rng"))
-        array(v["board"], f"{path}.board", "i", (n, ROWS, COLS))
-        array(v["me"], f"{path}.me", "i", (n,))
-        array(v["agent_first"], f"{path}.agent_first", "b", (n,))
-        return pcg64(v["rng"], f"{path}.rng")
-    # procgen: one serialized game per env, parsed by procgen's C++ code. Check the header it
-    # asserts on (version 0, the game's name), so a foreign or garbled state is refused here.
-    header = struct.pack("<ii", 0, len(name)) + name.encode()
-    for i, s in enumerate(seq(v, path, n)):
-        need(isinstance(s, bytes) and s.startswith(header), f"{path}[{i}]", f"not a saved {name} game state")
+    """A rank's env state, checked by the env's family (mpippo/envs/)."""
+    envs.family(cfg).check_state(v, path, cfg, n, sys.modules[__name__])  # (this module's primitives)
 
 
 def check_sync_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
@@ -189,7 +179,7 @@ def check_sync_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
     if rng.get("sampler") is not None:  # the device sampler's generator (CPU or CUDA: restored by the trainer)
         tensor(rng["sampler"], f"{path}.rng.sampler", None, torch.uint8)
     check_env_state(r["env"], f"{path}.env", cfg, n)
-    array(r["obs"], f"{path}.obs", "u1", (n, *obs_shape))
+    array(r["obs"], f"{path}.obs", "u1" if len(obs_shape) == 3 else "f", (n, *obs_shape))
     array(r["first"], f"{path}.first", "b", (n,))
     for key in ("ret_tracker", "ep_ret"):
         array(r[key], f"{path}.{key}", "f", (n,))

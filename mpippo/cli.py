@@ -261,6 +261,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
     try:
         if args.config is None and args.resume and (run_dir / "config.yaml").is_file():
             data = C.with_earlier_defaults(C.load_yaml(run_dir / "config.yaml"))  # the run's own, as it ran
+            C.check_saved_imports(data, overrides)
         else:
             data = C.load_yaml(args.config or C.DEFAULT_CONFIG)
         asked = C.build(data, overrides, world.size)

@@ -19,7 +19,8 @@ from typing import Any, Optional
 import yaml
 
 from mpippo.algos import registry
-from mpippo.envs import PROCGEN_GAMES, TOY_ENVS, canonical_env_name, obs_shape_of  # noqa: F401 (names of config)
+from mpippo import envs
+from mpippo.envs import canonical_env_name  # noqa: F401 (a name of config)
 from mpippo.usage import UsageError
 
 ALGOS = registry.NAMES  # training.algo: one registry entry each (mpippo/algos/registry.py)
@@ -41,11 +42,19 @@ MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; anything near this is not on
 
 
 _f = registry.setting  # a key: its default and help
+FILE_KEYS = {("env", "imports"): "import"}  # fields whose key in a config file is a Python keyword
+
+
+def file_key(section: str, name: str) -> str:
+    """A field's key as config files, --set and messages spell it."""
+    return FILE_KEYS.get((section, name), name)
 
 
 @dataclass
 class EnvConfig:
-    name: str = _f("coinrun", "Procgen game (`coinrun` or `procgen-coinrun-v0`), the built-in test env `toy-cue`, or `connect4` (two-player: against the random player, or a self-play pool with selfplay.enabled; actions masked to legal columns in DQN).")
+    name: str = _f("coinrun", "The env, by family (mpippo/envs/): a Procgen game (`coinrun` or `procgen-coinrun-v0`); the built-in test env `toy-cue`; `connect4` (two-player: against the random player, or a self-play pool with selfplay.enabled; actions masked to legal columns in DQN); `gym:<id>`, any Gymnasium id (`gym:CartPole-v1`), the user's own with env.import.")
+    kwargs: dict = _f({}, "gym:<id> only: keyword arguments of gymnasium.make (e.g. {max_episode_steps: 200}).")
+    imports: Optional[str] = _f(None, "gym:<id> only (the key is `import`): the user's module to import first, which registers the id (`mypackage.envs`), or `module:callable` returning a gymnasium.Env, registered as env.name's id. Runs the user's code: only ever imported when a config or command line names it.")
     distribution_mode: str = _f("easy", "Procgen difficulty: easy | hard | extreme | memory | exploration (procgen's own default is hard).")
     num_levels: int = _f(0, "Number of distinct training levels; 0 = unlimited.")
     start_level: int = _f(0, "First level seed of the training set.")
@@ -72,6 +81,7 @@ class ModelConfig:
     channels: list = _f([16, 32, 32], "IMPALA-CNN conv channels, one entry per stage.")
     hidden_size: int = _f(256, "Width of the dense layer after the conv stack.")
     downsample: bool = _f(True, "Max-pool by 2 in every conv stage (IMPALA); false keeps full resolution, for small boards (connect4). DQN only.")
+    mlp_sizes: list = _f([64, 64], "Hidden layers of the MLP used for vector observations (gym:<id> envs whose observation is a Box of shape (D,)): separate policy and value networks of this shape with tanh, as CleanRL's.")
     init: str = _f("glorot", "Initial weights of the conv stack and the dense layer: glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had; chosen on the mini suite: README, 'Learning like the reference PPO') | torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases). The policy and value heads are orthogonal either way.")
 
 
@@ -203,7 +213,11 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as config.yaml spells it (file keys, FILE_KEYS)."""
+        out = dataclasses.asdict(self)
+        for (section, name), key in FILE_KEYS.items():
+            out[section] = {(key if k == name else k): v for k, v in out[section].items()}
+        return out
 
 
 def _with_algorithm_sections(cls):
@@ -235,8 +249,8 @@ def _type_name(tp) -> str:
     if origin is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return f"{_type_name(args[0])} or null"
-    if tp is list:
-        return "list"
+    if tp in (list, dict):
+        return "list" if tp is list else "mapping"
     return tp.__name__
 
 
@@ -259,6 +273,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
         float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
         str: lambda v: isinstance(v, str),
         list: lambda v: isinstance(v, list),
+        dict: lambda v: isinstance(v, dict),
     }[tp](value)
     if not ok:
         raise UsageError(f"{where}: expected {_type_name(tp)}, got {show(value)} ({type(value).__name__})")
@@ -307,6 +322,19 @@ def with_earlier_defaults(data):
     return out
 
 
+def check_saved_imports(data, overrides: list) -> None:
+    """A run folder's config.yaml never imports by itself: its env.import (the user's code) runs on
+    a resume only when the command line names the same module (UsageError otherwise)."""
+    env = data.get("env") if isinstance(data, dict) else None
+    saved = env.get("import") if isinstance(env, dict) else None
+    if saved is None:
+        return
+    named = [v for sec, key, v in overrides if (sec, key) == ("env", "import")]
+    if not named or named[-1] != saved:
+        raise UsageError(f"--resume: the run's config.yaml has env.import {show(saved)}, the user's code, which is "
+                         f"imported only when named: add --set env.import={show(saved)[1:-1] if isinstance(saved, str) else saved}")
+
+
 def from_dict(data: dict, errors: list[str]) -> Config:
     """Build a Config from nested dicts; unknown keys and type errors go to `errors`."""
     cfg = Config()
@@ -325,7 +353,8 @@ def from_dict(data: dict, errors: list[str]) -> Config:
                           f"({type(sec_data).__name__})")
             continue
         section = getattr(cfg, sec_name)
-        hints = typing.get_type_hints(classes[sec_name])
+        fields = {file_key(sec_name, k): k for k in typing.get_type_hints(classes[sec_name])}
+        hints = {key: typing.get_type_hints(classes[sec_name])[name] for key, name in fields.items()}
         for key, value in sec_data.items():
             if key not in hints:
                 name = key[:60] if isinstance(key, str) else show(key)
@@ -338,7 +367,7 @@ def from_dict(data: dict, errors: list[str]) -> Config:
                     continue
                 value = "off"  # ... and a bare `off` as false; here it is the word
             try:
-                setattr(section, key, _coerce(value, hints[key], f"{sec_name}.{key}"))
+                setattr(section, fields[key], _coerce(value, hints[key], f"{sec_name}.{key}"))
             except UsageError as e:
                 errors.extend(e.errors)
     return cfg
@@ -491,16 +520,7 @@ def _check_choices(cfg: Config) -> list[str]:
     errs: list[str] = []
     e, t = cfg.env, cfg.training
 
-    name = canonical_env_name(e.name)
-    if name not in PROCGEN_GAMES + TOY_ENVS:
-        errs.append(f"env.name: unknown environment '{e.name}'{_closest(name, PROCGEN_GAMES + TOY_ENVS)}; "
-                    f"allowed: {', '.join(PROCGEN_GAMES + TOY_ENVS)} (or procgen-<game>-v0)")
-    modes = ("easy", "hard", "extreme", "memory", "exploration")
-    if e.distribution_mode not in modes:
-        errs.append(f"env.distribution_mode: '{e.distribution_mode}' is not one of {', '.join(modes)}")
-    for key in ("num_levels", "start_level"):
-        if getattr(e, key) < 0:
-            errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
+    errs += _check_env(cfg)
     if e.num_threads is not None and not 0 <= e.num_threads <= 1024:
         errs.append(f"env.num_threads: must be null (auto) or in [0, 1024], got {e.num_threads}")
     if t.algo not in ALGOS:
@@ -522,6 +542,24 @@ def _check_choices(cfg: Config) -> list[str]:
     errs += _check_wandb(cfg.logging)
 
     return errs
+
+
+def _check_env(cfg: Config) -> list[str]:
+    """env.name names a family (mpippo/envs/), which checks its own keys; another family's keys
+    left at their defaults (a key set for one family and ignored by the next would mislead)."""
+    e = cfg.env
+    fam = envs.family_of(e.name)
+    if fam is None:
+        return [f"env.name: unknown environment {show(e.name)}{_closest(e.name, envs.known_env_names())}; "
+                f"allowed: {envs.allowed_env_names()}"]
+    errs = [f"env.{file_key('env', k)}: {show(getattr(e, k))} is read by the {fam.name} family only for "
+            f"{' '.join(f.name for f in envs.FAMILIES if k in f.keys)} envs; remove it"
+            for k in ("kwargs", "imports") if getattr(e, k) != getattr(EnvConfig(), k) and k not in fam.keys]
+    if not errs and fam.name == "gymnasium" and actor_learner(cfg) and cfg.training.algo in ALGOS:
+        errs.append(f"training.algo: '{cfg.training.algo}' runs in the actor-learner layout, which does not take "
+                    f"Gymnasium envs yet; allowed with {e.name}: "
+                    f"{', '.join(a.name for a in registry.ALGORITHMS.values() if a.layout != registry.ACTOR_LEARNER)}")
+    return errs or fam.check(cfg)
 
 
 def wandb_missing() -> bool:
@@ -634,15 +672,15 @@ SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None
 
 def check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
     e = cfg.env
-    name = canonical_env_name(e.name)
     d = cfg.dqn
     errs = _within("dqn", d, DQN_RANGES)
     if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
         errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
     if not errs and not earlier:
         errs += _check_agents("dqn", d.num_agents, world_size)
-    if d.mirror_augment and name != "connect4":
-        errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: connect4")
+    if d.mirror_augment and not getattr(envs.family_of(e.name), "mirror_symmetric", True):
+        errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: "
+                    f"{', '.join(f.name for f in envs.FAMILIES if f.mirror_symmetric)}")
     if not errs and not earlier:
         errs += _dqn_budget(cfg, world_size)
     return errs + _check_selfplay(cfg)
@@ -781,11 +819,11 @@ def _appo_budget(cfg: Config, world_size: int) -> list[str]:
 def _check_selfplay(cfg: Config) -> list[str]:
     errs: list[str] = []
     e = cfg.env
-    name = canonical_env_name(e.name)
     sp = cfg.selfplay
     if sp.enabled:
-        if name != "connect4":
-            errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: connect4")
+        if not getattr(envs.family_of(e.name), "two_player", True):
+            errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: "
+                        f"{', '.join(f.name for f in envs.FAMILIES if f.two_player)}")
         errs += _within("selfplay", sp, SELFPLAY_RANGES)
         if sp.sampling not in ("latest", "uniform", "prioritized"):
             errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
@@ -877,6 +915,18 @@ def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15,
     return n + (c * h * w + 1) * hidden_size + (hidden_size + 1) * (num_actions + 1)
 
 
+def mlp_params(obs_dim: int, sizes, num_actions: int) -> int:
+    """Parameters of the actor-critic MLP (models/mlp.py): a policy and a value network of `sizes`."""
+    def layers(widths):
+        return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+    return layers([obs_dim, *sizes, num_actions]) + layers([obs_dim, *sizes, 1])
+
+
+def obs_shape_of(cfg: Config) -> tuple:
+    """The observation shape of the config's env, from its family (no env made where it knows it)."""
+    return envs.spaces_of(cfg).obs_shape
+
+
 def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     """A lower bound of one env-stepping rank's memory in bytes, and what it is made of. A lower
     bound (the real peak is several times larger: README, Performance), so it never refuses a job
@@ -886,18 +936,22 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     if actor_learner(cfg):
         parts = layout_memory(cfg, world_size)[1]
         return sum(b for b, _, _ in parts), ", ".join(what for _, what, _ in parts)
-    obs_shape = obs_shape_of(cfg.env.name)
-    envs = local_num_envs(cfg, world_size)
-    params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
-    obs_bytes = math.prod(obs_shape)
-    h, w, _ = obs_shape
-    first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
-    # uint8 frames + six float32/int64 fields per step; one minibatch's first activations
+    sp = envs.spaces_of(cfg)
+    n_envs = local_num_envs(cfg, world_size)
+    if sp.image:
+        params = network_params(sp.obs_shape, m.channels, m.hidden_size, sp.num_actions, m.downsample)
+        h, w, _ = sp.obs_shape
+        first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
+    else:
+        params = mlp_params(sp.obs_shape[0], m.mlp_sizes, sp.num_actions)
+        first_act = 2 * sum(m.mlp_sizes) * 4  # both networks' hidden activations
+    obs_bytes = math.prod(sp.obs_shape) * (1 if sp.obs_dtype == "uint8" else 4)
+    # observations + six float32/int64 fields per step; one minibatch's first activations
     steps = t.n_steps
-    rollout, minibatch = steps * envs * (obs_bytes + 32), max(steps * envs // sync_minibatches(cfg)[1], 1)
+    rollout, minibatch = steps * n_envs * (obs_bytes + 32), max(steps * n_envs // sync_minibatches(cfg)[1], 1)
     need = 16 * params + rollout + minibatch * first_act  # params: weights, gradients, two Adam moments
-    return need, (f"network {params:,} parameters, {envs:,} envs x {steps:,} steps of {obs_bytes:,}-byte frames, "
-                  f"minibatch {minibatch:,} samples")
+    return need, (f"network {params:,} parameters, {n_envs:,} envs x {steps:,} steps of {obs_bytes:,}-byte "
+                  f"observations, minibatch {minibatch:,} samples")
 
 
 def _aligned(n: int) -> int:
@@ -926,13 +980,13 @@ def _selfplay_rows(cfg: Config) -> bool:
 
 def dqn_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
     """DQN's message: (episode-return slots, bytes of chunk_size transitions of two frames)."""
-    C, frame = cfg.dqn.chunk_size, math.prod(obs_shape_of(cfg.env.name))
+    C, frame = cfg.dqn.chunk_size, math.prod(obs_shape_of(cfg))
     return max(C, local_num_envs(cfg, world_size)), 2 * _aligned(8 * C) + 2 * _aligned(4 * C) + 2 * _aligned(C * frame)
 
 
 def appo_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
     """APPO's message: (episode-return slots, bytes of chunk_size segments of T+1 frames)."""
-    C, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, math.prod(obs_shape_of(cfg.env.name))
+    C, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, math.prod(obs_shape_of(cfg))
     return C * T, (_aligned(C * (T + 1) * frame) + _aligned(8 * C * T) + 3 * _aligned(4 * C * T)
                    + _aligned(C * (T + 1)) + 8 * C)
 
@@ -955,21 +1009,21 @@ def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
     the layout's; the rest is the algorithm's (its registry entry's `memory`)."""
     m, sp, section = cfg.model, cfg.selfplay, algorithm(cfg).section
     sec = layout_section(cfg)
-    obs_shape = obs_shape_of(cfg.env.name)
+    obs_shape = obs_shape_of(cfg)
     frame, (h, w, _) = math.prod(obs_shape), obs_shape
     fwd = 4 * frame + h * w * m.channels[0] * 4  # per sample: the float input and the first conv's output
     params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
-    actors, envs = world_size // sec.num_agents - 1, local_num_envs(cfg, world_size)
+    actors, n_envs = world_size // sec.num_agents - 1, local_num_envs(cfg, world_size)
     rows = 32 * (sp.pool_size + 4) if _selfplay_rows(cfg) else 0  # self-play's game results, per message
     chunk = chunk_bytes(cfg, world_size) - rows
     chunk_keys = f"{section}.chunk_size, {section}.max_inflight"
-    sizes = LayoutSizes(frame, fwd, params, envs)
+    sizes = LayoutSizes(frame, fwd, params, n_envs)
     learner = [(actors * sec.max_inflight * chunk, f"{actors} actor(s) x {sec.max_inflight:,} messages in flight x "
                 f"{chunk:,} bytes", chunk_keys)]
     actor = [(8 * params, f"network {params:,} parameters x 2 (the copy it acts with, the weights received)",
               sizes.net_keys),
              (sec.max_inflight * chunk, f"{sec.max_inflight:,} messages in flight x {chunk:,} bytes", chunk_keys),
-             (envs * fwd, f"{envs:,} envs' forward pass", "env.num_envs")]
+             (n_envs * fwd, f"{n_envs:,} envs' forward pass", "env.num_envs")]
     if rows:
         learner.append((actors * sec.max_inflight * rows, f"{actors} actor(s) x {sec.max_inflight:,} messages' "
                         f"game-result rows of {rows:,} bytes", "selfplay.pool_size"))
@@ -1121,9 +1175,9 @@ def describe(markdown: bool = False) -> str:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             if markdown:
                 text = f.metadata["help"].replace("|", "\\|")
-                lines.append(f"| `{sec_name}.{f.name}` | `{_yaml_value(default)}` | {text} |")
+                lines.append(f"| `{sec_name}.{file_key(sec_name, f.name)}` | `{_yaml_value(default)}` | {text} |")
             else:
-                lines.append(f"  {f.name + ':':<22} {_yaml_value(default):<14} # {f.metadata['help']}")
+                lines.append(f"  {file_key(sec_name, f.name) + ':':<22} {_yaml_value(default):<14} # {f.metadata['help']}")
     return "\n".join(lines)
 
 

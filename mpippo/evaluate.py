@@ -27,6 +27,7 @@ from mpippo import config as C
 from mpippo.algos import registry
 from mpippo.checkpoint import (atomic_write_json, load_checkpoint, missing_folders, read_checkpoint_bytes,
                                remove_if_empty)
+from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
 from mpippo.usage import Parser
@@ -47,6 +48,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--video", type=Path, help="record the first env's episodes to this .mp4")
     p.add_argument("--video-episodes", type=int, default=3, help="episodes in the video")
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--import", dest="imports", metavar="MODULE", default=None,
+                   help="the checkpoint's env.import (the user's env module): a checkpoint imports nothing unless "
+                        "this names it")
     p.add_argument("--opponent", choices=("random", "lookahead"), default=None,
                    help="connect4: the heuristic player to face (default random)")
     p.add_argument("--max-steps", type=int, default=100_000, help="per env; a guard against policies that never finish")
@@ -95,6 +99,9 @@ def make_actor(net, algo: str, deterministic: bool, generator):
     return act
 
 
+ENV_KEYS = {C.file_key("env", f.name) for f in C.dataclasses.fields(C.EnvConfig)}
+
+
 def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:
     """The run's env settings, moved to unseen levels for --levels test; and notes for the reader."""
     env, notes = dict(state["config"]["env"]), []
@@ -102,9 +109,29 @@ def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:
         if env["num_levels"] == 0:
             notes.append("the run trained on unlimited levels, so train and test levels are the same distribution")
         env["start_level"], env["num_levels"] = env["start_level"] + env["num_levels"], 0
-    cfg = C.Config()  # only the env section matters here; the rest was validated when the run started
-    cfg.env = C.EnvConfig(**{k: v for k, v in env.items() if k in {f.name for f in C.dataclasses.fields(C.EnvConfig)}})
+    errors: list[str] = []  # only the env section matters here; the rest was checked when the run started
+    cfg = C.from_dict({"env": {k: v for k, v in env.items() if k in ENV_KEYS}}, errors)
     return cfg, notes
+
+
+def check_env(cfg: C.Config, state: dict, imports: str | None) -> None:
+    """The checkpoint's env can be made here: its user module imported only when --import names it
+    (a checkpoint alone never imports), its spaces those the network was trained on."""
+    fam = envs.family(cfg)
+    if cfg.env.imports is not None and imports != cfg.env.imports:
+        raise C.UsageError(f"--import: the checkpoint's env {cfg.env.name} comes from the module "
+                           f"'{cfg.env.imports}' (env.import), which runs code: name it to allow it, "
+                           f"--import {cfg.env.imports}" + (f" (got '{imports}')" if imports else ""))
+    if imports is not None and cfg.env.imports is None:
+        raise C.UsageError(f"--import: '{C.show(imports)[1:-1]}' is not this checkpoint's env.import (it has none)")
+    errors = fam.check(cfg)
+    if errors:
+        raise C.UsageError(errors[0])
+    sp, spec = fam.spaces(cfg), state["model_spec"]
+    if list(sp.obs_shape) != list(spec["obs_shape"]) or sp.num_actions != spec["num_actions"]:
+        raise C.UsageError(f"--checkpoint: {cfg.env.name} here has observations {list(sp.obs_shape)} and "
+                           f"{sp.num_actions} actions, the network was trained on {list(spec['obs_shape'])} and "
+                           f"{spec['num_actions']}")
 
 
 def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None, video_episodes: int):
@@ -118,7 +145,7 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
         if (done_count >= quota).all():
             break
         if video_frames is not None and done_count[0] < min(quota[0], video_episodes):
-            video_frames.append(obs[0].copy())
+            video_frames.append(env.render() if hasattr(env, "render") else obs[0].copy())
         env.act(act(obs, env.action_mask() if hasattr(env, "action_mask") else None))
         rew, obs, first = env.observe()
         ep_ret += rew
@@ -242,10 +269,11 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
         raise C.UsageError(problem)
     net = build_policy(state)
     cfg, notes = env_config(state, args.levels)
-    two_player = C.canonical_env_name(cfg.env.name) == "connect4"
+    check_env(cfg, state, args.imports)
+    two_player = envs.family(cfg).two_player
     if args.opponent is not None and not two_player:
         raise C.UsageError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
-                            f"'{cfg.env.name}' (allowed: connect4)")
+                            f"'{cfg.env.name}' (allowed: {', '.join(f.name for f in envs.FAMILIES if f.two_player)})")
     if world.is_root:  # only rank 0 writes
         probe_output(args.json, "--json")
         probe_output(args.video, "--video")
@@ -276,12 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     mine = args.num_episodes // world.size + (world.rank < args.num_episodes % world.size)
     n_envs = max(1, min(args.num_envs, mine)) if mine else 1
     quota = np.array([mine // n_envs + (i < mine % n_envs) for i in range(n_envs)], dtype=np.int64)
-    env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank))
+    frames = [] if (args.video is not None and world.is_root) else None
+    env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank), render=frames is not None)
     if two_player and args.opponent == "lookahead":
         from mpippo.envs.connect4 import lookahead_opponent
         env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank))
-    frames = [] if (args.video is not None and world.is_root) else None
     t0 = time.perf_counter()
     returns, lengths = play(env, act, quota, args.max_steps, frames, args.video_episodes) if mine else ([], [])
     env.close()

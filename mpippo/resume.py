@@ -20,12 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from mpippo import config as C
-from mpippo.envs import reshard_env_states, take_rows
+from mpippo import envs
+from mpippo.envs import take_rows
 
 # (section, key, what it is called in the message)
 FIXED = (("training", "algo", "algorithm"), ("env", "name", "environment"),
          ("env", "distribution_mode", "distribution mode"), ("env", "num_levels", "level count"),
-         ("env", "start_level", "first level"))
+         ("env", "start_level", "first level"), ("env", "kwargs", "env arguments"))
 
 
 def _saved(saved: dict, section: str, key: str):
@@ -40,7 +41,7 @@ def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
     for section, key, name in FIXED:
         was, now = _saved(saved, section, key), getattr(getattr(cfg, section), key)
         if section == "env" and key == "name" and isinstance(was, str):
-            was, now = C.canonical_env_name(was), C.canonical_env_name(now)
+            was, now = envs.canonical_env_name(was), envs.canonical_env_name(now)
         if was is not None and was != now:
             raise C.UsageError(
                 f"--resume: the checkpoint's {name} is {C.show(was)}, this config asks for {C.show(now)} "
@@ -65,7 +66,8 @@ RUNNER_PER_ENV = ("obs", "first", "ret_tracker", "ep_ret", "ep_len")
 def plan(state: dict, cfg: C.Config, world_size: int) -> tuple[str, int, int]:
     """How a sync checkpoint's rank states come back on this job: ("exact" | "reshard" | "fresh",
     the checkpoint's env count, this job's). exact: the same world size and per-rank env count;
-    reshard: another split of the same total; fresh: another total (or no usable rank states)."""
+    reshard: another split of the same total, of envs that save their state; fresh: another total, envs
+    that cannot be saved (or no usable rank states)."""
     ranks = state.get("ranks") or []
     was_total = sum(len(r["first"]) for r in ranks)
     now_total = world_size * cfg.env.num_envs_per_rank
@@ -73,7 +75,8 @@ def plan(state: dict, cfg: C.Config, world_size: int) -> tuple[str, int, int]:
         return "fresh", was_total, now_total
     if len(ranks) == world_size and len(ranks[0]["first"]) == cfg.env.num_envs_per_rank:
         return "exact", was_total, now_total
-    return ("reshard" if was_total == now_total else "fresh"), was_total, now_total
+    can = was_total == now_total and envs.family(cfg).exact_resume
+    return ("reshard" if can else "fresh"), was_total, now_total
 
 
 def reshard(ranks: list[dict], env_name: str, world_size: int, rank: int, seed: int) -> dict:
@@ -83,7 +86,7 @@ def reshard(ranks: list[dict], env_name: str, world_size: int, rank: int, seed: 
     n = sum(len(r["first"]) for r in ranks) // world_size
     lo, hi = rank * n, (rank + 1) * n
     part = {k: take_rows([r[k] for r in ranks], lo, hi) for k in RUNNER_PER_ENV}
-    part["env"] = reshard_env_states(env_name, [r["env"] for r in ranks], lo, hi, seed)
+    part["env"] = envs.family_of(env_name).reshard([r["env"] for r in ranks], lo, hi, seed)
     return part
 
 
@@ -98,9 +101,15 @@ def episode_stats(ranks: list[dict], world_size: int, rank: int) -> dict:
             "interval_ev": sum((r["interval_ev"] for r in ranks), np.zeros(5)) * first}
 
 
-def elsewhere_note(how: str, was_world: int, world: int, was_envs: int, now_envs: int) -> str:
+def fresh_episodes_note(env_name: str) -> str:
+    """The start-up line of an exact resume of envs that cannot save their state (envs/family.py)."""
+    return (f"note: {env_name}'s envs cannot save their state: model, optimizer, counters, reward normalizer, "
+            f"episode statistics and RNG streams restored exactly; every env starts a fresh episode")
+
+
+def elsewhere_note(how: str, was_world: int, world: int, was_envs: int, now_envs: int, saved: bool = True) -> str:
     """The start-up line of a resume on another world size or env split: what carries over, what
-    is fresh."""
+    is fresh. saved: whether the envs' states were saved at all (envs/family.py: exact_resume)."""
     rng = "RNG streams re-derived from training.seed, the rank and the iteration"
     if how == "reshard":
         return (f"note: resumed on {world} rank(s) from {was_world}: model, optimizer, counters, reward normalizer, "
@@ -108,6 +117,8 @@ def elsewhere_note(how: str, was_world: int, world: int, was_envs: int, now_envs
                 f"(deterministic, not bit-identical to an uninterrupted run)")
     why = (f"checkpoint was written by {was_world} rank(s), this job has {world}" if was_world != world else
            f"env.num_envs_per_rank is {now_envs // world}, the checkpoint's run had {was_envs // was_world}")
+    envs_part = (f"the checkpoint's {was_envs} env states do not fit this job's {now_envs} envs: they start fresh "
+                 f"(episodes in progress are dropped)" if saved else "the envs, whose states cannot be saved, start "
+                 "fresh episodes")
     return (f"warning: {why}: restored model, optimizer, counters, reward normalizer and episode statistics; "
-            f"the checkpoint's {was_envs} env states do not fit this job's {now_envs} envs: they start fresh "
-            f"(episodes in progress are dropped); {rng} (not an exact resume)")
+            f"{envs_part}; {rng} (not an exact resume)")

@@ -6,14 +6,15 @@ import torch
 
 
 class RolloutBuffer:
-    def __init__(self, n_steps: int, num_envs: int, obs_shape, device: torch.device):
+    def __init__(self, n_steps: int, num_envs: int, obs_shape, device: torch.device, obs_dtype=torch.uint8):
         T, N = n_steps, num_envs
-        self.obs = torch.zeros((T, N) + tuple(obs_shape), dtype=torch.uint8, device=device)
+        self.obs = torch.zeros((T, N) + tuple(obs_shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros((T, N), dtype=torch.long, device=device)
         self.logprobs = torch.zeros((T, N), device=device)
         self.rewards = torch.zeros((T, N), device=device)
         self.dones = torch.zeros((T, N), device=device)
         self.values = torch.zeros((T, N), device=device)
+        self.trunc_values = torch.zeros((T, N), device=device)  # gamma * V(final obs) of time-limit cuts
         self.disc_returns = np.zeros((T, N), dtype=np.float64)  # for the reward normalizer
 
     def flat_batch(self, advantages: torch.Tensor, returns: torch.Tensor, steps: int | None = None) -> dict:

@@ -132,12 +132,12 @@ class PolicyStep:
     WARMUP = 3  # eager steps on a side stream before capture (cuBLAS/cuDNN pick and allocate there)
 
     def __init__(self, model: nn.Module, sampler: GumbelSampler, obs_shape, num_envs: int, num_actions: int,
-                 device: torch.device, precision: str, graph: bool, warn=print):
+                 device: torch.device, precision: str, graph: bool, warn=print, obs_dtype=torch.uint8):
         self.model, self.sampler, self.device, self.precision, self.warn = model, sampler, device, precision, warn
         self.noise = torch.zeros((num_envs, num_actions), device=device)
         self.wanted = graph and device.type == "cuda"
         self.mode = "graph" if self.wanted else "eager"  # what the next step will be
-        self.obs = torch.zeros((num_envs, *obs_shape), dtype=torch.uint8, device=device) if self.wanted else None
+        self.obs = torch.zeros((num_envs, *obs_shape), dtype=obs_dtype, device=device) if self.wanted else None
         self.graph = self.out = None
 
     def _step(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

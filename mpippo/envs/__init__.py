@@ -2,50 +2,62 @@
 
     rew (N,) float32, obs (N, H, W, C) uint8, first (N,) bool = env.observe()
     env.act(actions (N,) int32)
-    env.get_state() -> list[bytes] (procgen) or a dict of arrays (built-in envs);  env.set_state(that)
+    env.get_state() -> list[bytes] (procgen), a dict of arrays (built-in envs) or None (a family
+        without exact_resume);  env.set_state(that)
     env.action_mask() -> (N, A) bool: legal actions; only envs that have illegal ones (connect4)
+    env.truncated() -> (indices, final observations) of the episodes the last act cut by a time
+        limit; only envs that have such limits (gym): the runner bootstraps them
+
+Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 
 `first[i]` is True when obs[i] starts a new episode (so the previous step ended one).
 """
 from __future__ import annotations
 
-PROCGEN_GAMES = (
-    "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
-    "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
-)
-TOY_ENVS = ("toy-cue", "connect4")  # built-in envs: a tiny test env (envs/toy.py), Connect Four vs an opponent (envs/connect4.py)
+from mpippo.envs import connect4, gym, procgen, toy
+from mpippo.envs.family import EnvFamily, Spaces, take_rows
+
+# The env families, in the order a name is tried; each is one module (see envs/family.py).
+FAMILIES: tuple[EnvFamily, ...] = (procgen.FAMILY, toy.FAMILY, connect4.FAMILY, gym.FAMILY)
+
+
+def family_of(name) -> EnvFamily | None:
+    """The family whose envs `name` names (None: no family knows it)."""
+    return next((f for f in FAMILIES if isinstance(name, str) and f.accepts(name)), None)
+
+
+def family(cfg) -> EnvFamily:
+    """The family of a checked config's env.name."""
+    found = family_of(cfg.env.name)
+    if found is None:
+        raise ValueError(f"env.name {cfg.env.name!r} belongs to no env family (config.validate refuses it)")
+    return found
 
 
 def canonical_env_name(name: str) -> str:
-    """'procgen-coinrun-v0' and 'coinrun' both -> 'coinrun'."""
-    if name.startswith("procgen-") and name.endswith("-v0"):
-        return name[len("procgen-"):-len("-v0")]
-    if name.startswith("procgen:procgen-") and name.endswith("-v0"):
-        return name[len("procgen:procgen-"):-len("-v0")]
-    return name
+    """The one spelling config.yaml keeps ('procgen-coinrun-v0' -> 'coinrun')."""
+    found = family_of(name)
+    return found.canonical(name) if found is not None else name
 
 
-def obs_shape_of(env_name: str) -> tuple[int, int, int]:
-    """Observation shape of an env, without making one (memory estimates before any allocation)."""
-    name = canonical_env_name(env_name)
-    if name == "connect4":
-        from mpippo.envs.connect4 import COLS, ROWS
-        return (ROWS, COLS, 2)
-    if name == "toy-cue":
-        from mpippo.envs.toy import CueEnv
-        return CueEnv.obs_shape
-    return (64, 64, 3)  # every procgen game
+def allowed_env_names() -> str:
+    return "; ".join(f.allowed() for f in FAMILIES)
 
 
-def make_env(cfg, num_envs: int, seed: int, num_threads: int = 0):
-    """The env of `cfg.env` (a Config's env section: name, distribution_mode, num_levels, start_level),
-    `num_envs` copies. num_threads: procgen's stepping threads (0: step in the calling thread)."""
-    name = canonical_env_name(cfg.env.name)
-    if name in TOY_ENVS:
-        return _builtin_env(name)(num_envs, seed=seed)
-    from mpippo.envs.procgen import ProcgenVecEnv
-    return ProcgenVecEnv(name, num_envs, seed=seed, distribution_mode=cfg.env.distribution_mode,
-                         num_levels=cfg.env.num_levels, start_level=cfg.env.start_level, num_threads=num_threads)
+def known_env_names() -> tuple[str, ...]:
+    return tuple(n for f in FAMILIES for n in f.known_names())
+
+
+def spaces_of(cfg) -> Spaces:
+    """Observation and action spaces of the config's env (for memory estimates before any allocation)."""
+    return family(cfg).spaces(cfg)
+
+
+def make_env(cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
+    """`num_envs` envs of `cfg.env` in one batch object. num_threads: procgen's stepping threads
+    (0: step in the calling thread); render: frames for a video (`env.render()` where observations
+    are no pictures)."""
+    return family(cfg).make(cfg, num_envs, seed, num_threads, render)
 
 
 def mask_bits(mask):
@@ -78,39 +90,6 @@ def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
     return int.from_bytes(digest, "little") % (2**31 - 1)
 
 
-def take_rows(parts: list, lo: int, hi: int):
-    """Rows lo..hi-1 of `parts` (arrays or lists, one per old rank) joined in order, copying only
-    the parts that hold them (a job of many ranks takes a few rows each)."""
-    import numpy as np
-    pieces, start = [], 0
-    for part in parts:
-        a, b = max(lo - start, 0), min(hi - start, len(part))
-        if a < b:
-            pieces.append(part[a:b])
-        start += len(part)
-    if pieces and isinstance(pieces[0], np.ndarray):
-        return np.concatenate(pieces)
-    return [x for piece in pieces for x in piece]
-
-
-def reshard_env_states(env_name: str, states: list, lo: int, hi: int, seed: int):
-    """Envs lo..hi-1 of every old rank's env states joined in rank order, as one env state: a
-    rank's share of the same envs on a new world size. A procgen state is one serialized game per
-    env, its RNGs inside: the games continue exactly. A built-in env keeps one array row per env
-    (its class's PER_ENV keys) and one RNG for all its envs, which cannot be split: the rows
-    continue, the RNG is seeded anew from `seed`."""
-    name = canonical_env_name(env_name)
-    if name not in TOY_ENVS:
-        return take_rows(states, lo, hi)
-    import numpy as np
-    state = {k: take_rows([s[k] for s in states], lo, hi) for k in _builtin_env(name).PER_ENV}
-    state["rng"] = np.random.default_rng(seed).bit_generator.state
-    return state
-
-
-def _builtin_env(name: str):
-    if name == "connect4":
-        from mpippo.envs.connect4 import ConnectFourVecEnv
-        return ConnectFourVecEnv
-    from mpippo.envs.toy import CueEnv
-    return CueEnv
+__all__ = ["FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name", "family",
+           "family_of", "known_env_names", "make_env", "mask_bits", "rank_seed", "resume_seed", "spaces_of",
+           "take_rows"]

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpippo.envs.family import ArrayStateFamily, Spaces
+
 ROWS, COLS = 6, 7
 DIRECTIONS = ((0, 1), (1, 0), (1, 1), (1, -1))  # row, column, both diagonals
 
@@ -115,7 +117,7 @@ def lookahead_opponent(rng: np.random.Generator):
 
 class ConnectFourVecEnv:
     """N games of the learning player against `opponent`; see the module docstring."""
-    PER_ENV = ("board", "me", "agent_first")  # get_state's keys with one row per env (envs.reshard_env_states)
+    PER_ENV = ("board", "me", "agent_first")  # get_state's keys with one row per env (ArrayStateFamily.reshard)
 
     def __init__(self, num_envs: int, seed: int = 0, opponent=None):
         self.num_envs = num_envs
@@ -248,3 +250,25 @@ def play_games(policy, opponent, num_games: int) -> np.ndarray:
                 live[good[~won & ~legal_mask(part).any(1)]] = False  # full board: draw
         mover = np.int8(-mover)
     return np.array([(result > 0).sum(), (result == 0).sum(), (result < 0).sum()], dtype=np.int64)
+
+
+class ConnectFourFamily(ArrayStateFamily):
+    name = env_name = "connect4"
+    two_player = mirror_symmetric = True
+
+    def env_class(self):
+        return ConnectFourVecEnv
+
+    def spaces(self, cfg) -> Spaces:
+        return Spaces((ROWS, COLS, 2), "uint8", COLS)
+
+    def check_state(self, v, path: str, cfg, n: int, schema) -> None:
+        array, mapping, pcg64 = schema.array, schema.mapping, schema.pcg64
+        mapping(v, path, ("board", "me", "agent_first", "rng"))
+        array(v["board"], f"{path}.board", "i", (n, ROWS, COLS))
+        array(v["me"], f"{path}.me", "i", (n,))
+        array(v["agent_first"], f"{path}.agent_first", "b", (n,))
+        pcg64(v["rng"], f"{path}.rng")
+
+
+FAMILY = ConnectFourFamily()

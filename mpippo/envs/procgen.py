@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import struct
 
 import numpy as np
+
+from mpippo.envs.family import EnvFamily, Spaces, take_rows
 
 
 def _import_procgen():
@@ -43,3 +46,66 @@ class ProcgenVecEnv:
 
     def close(self) -> None:
         self.env.close()
+
+
+GAMES = (
+    "bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball",
+    "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
+)
+MODES = ("easy", "hard", "extreme", "memory", "exploration")
+
+
+class ProcgenFamily(EnvFamily):
+    """The 16 Procgen games: 64x64 RGB frames, 15 actions; a game's state (its RNGs inside) is
+    saved and restored by procgen itself, so a resume continues every episode."""
+    name = "procgen"
+    keys = ("distribution_mode", "num_levels", "start_level", "num_threads")
+
+    def canonical(self, name: str) -> str:
+        """'procgen-coinrun-v0' (gym's id), 'procgen:procgen-coinrun-v0' and 'coinrun' -> 'coinrun'."""
+        for prefix in ("procgen:procgen-", "procgen-"):
+            if name.startswith(prefix) and name.endswith("-v0"):
+                return name[len(prefix):-len("-v0")]
+        return name
+
+    def accepts(self, name: str) -> bool:
+        return self.canonical(name) in GAMES
+
+    def allowed(self) -> str:
+        return f"{', '.join(GAMES)} (or procgen-<game>-v0)"
+
+    def known_names(self) -> tuple[str, ...]:
+        return GAMES
+
+    def check(self, cfg) -> list[str]:
+        e, errs = cfg.env, []
+        if e.distribution_mode not in MODES:
+            errs.append(f"env.distribution_mode: '{e.distribution_mode}' is not one of {', '.join(MODES)}")
+        for key in ("num_levels", "start_level"):
+            if getattr(e, key) < 0:
+                errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
+        return errs
+
+    def spaces(self, cfg) -> Spaces:
+        return Spaces((64, 64, 3), "uint8", 15)
+
+    def make(self, cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
+        e = cfg.env
+        return ProcgenVecEnv(self.canonical(e.name), num_envs, seed=seed, distribution_mode=e.distribution_mode,
+                             num_levels=e.num_levels, start_level=e.start_level, num_threads=num_threads)
+
+    def reshard(self, states: list, lo: int, hi: int, seed: int):
+        """A procgen state is one serialized game per env, its RNGs inside: the games continue exactly."""
+        return take_rows(states, lo, hi)
+
+    def check_state(self, v, path: str, cfg, n: int, schema) -> None:
+        """One serialized game per env, parsed by procgen's C++ code: the header it asserts on
+        (version 0, the game's name) is checked here, so a foreign or garbled state is refused."""
+        need, seq = schema.need, schema.seq
+        name = self.canonical(cfg.env.name)
+        header = struct.pack("<ii", 0, len(name)) + name.encode()
+        for i, s in enumerate(seq(v, path, n)):
+            need(isinstance(s, bytes) and s.startswith(header), f"{path}[{i}]", f"not a saved {name} game state")
+
+
+FAMILY = ProcgenFamily()

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpippo.envs.family import ArrayStateFamily, Spaces
+
 SIZE, NUM_CUES, EPISODE_LEN = 8, 4, 16
 
 
 class CueEnv:
     num_actions = NUM_CUES
     obs_shape = (SIZE, SIZE, 3)
-    PER_ENV = ("cue", "t", "rew", "first")  # get_state's keys with one row per env (envs.reshard_env_states)
+    PER_ENV = ("cue", "t", "rew", "first")  # get_state's keys with one row per env (ArrayStateFamily.reshard)
 
     def __init__(self, num_envs: int, seed: int):
         self.num_envs = num_envs
@@ -55,3 +57,23 @@ class CueEnv:
 
     def close(self) -> None:
         pass
+
+
+class ToyFamily(ArrayStateFamily):
+    name = env_name = "toy-cue"
+
+    def env_class(self):
+        return CueEnv
+
+    def spaces(self, cfg) -> Spaces:
+        return Spaces(CueEnv.obs_shape, "uint8", CueEnv.num_actions)
+
+    def check_state(self, v, path: str, cfg, n: int, schema) -> None:
+        array, mapping, pcg64 = schema.array, schema.mapping, schema.pcg64
+        mapping(v, path, ("rng", "cue", "t", "rew", "first"))
+        for key, kind in (("cue", "i"), ("t", "i"), ("rew", "f"), ("first", "b")):
+            array(v[key], f"{path}.{key}", kind, (n,))
+        pcg64(v["rng"], f"{path}.rng")
+
+
+FAMILY = ToyFamily()

@@ -1,13 +1,20 @@
 """The networks, and the one place that builds them from a config (`build`)."""
 from mpippo.models.impala_cnn import DuelingQNetwork, ImpalaCNNPolicy
+from mpippo.models.mlp import MLPPolicy
 
 KINDS = ("actor_critic", "q")
 
 
 def build(kind: str, obs_shape: tuple, num_actions: int, model, device=None, dueling: bool = True):
-    """The IMPALA-CNN of kind `kind` (an algorithm's registry entry names it) with the settings of
-    `model` (the config's model section), its trunk drawn by model.init: actor_critic -> policy
-    logits and a value (PPO, APPO, A2C); q -> Q-values (DQN; `dueling`: its head)."""
+    """The network of kind `kind` (an algorithm's registry entry names it) with the settings of
+    `model` (the config's model section): for images (H, W, C) the IMPALA-CNN, its trunk drawn by
+    model.init; for vectors (D,) the MLP of model.mlp_sizes. actor_critic -> policy logits and a
+    value (PPO, APPO, A2C); q -> Q-values (DQN; `dueling`: its head)."""
+    if len(obs_shape) == 1:
+        if kind != "actor_critic":
+            raise ValueError(f"network kind '{kind}' has no MLP for vector observations (actor_critic has)")
+        net = MLPPolicy(int(obs_shape[0]), num_actions, tuple(model.mlp_sizes))
+        return net if device is None else net.to(device)
     if kind == "q":
         net = DuelingQNetwork(obs_shape, num_actions, tuple(model.channels), model.hidden_size, dueling,
                               model.downsample)
@@ -19,4 +26,4 @@ def build(kind: str, obs_shape: tuple, num_actions: int, model, device=None, due
     return net if device is None else net.to(device)
 
 
-__all__ = ["DuelingQNetwork", "ImpalaCNNPolicy", "build"]
+__all__ = ["DuelingQNetwork", "ImpalaCNNPolicy", "MLPPolicy", "build"]

@@ -27,6 +27,7 @@ from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
 from mpippo.config import Config, UsageError, algorithm, cutoff_min_steps, sync_minibatches
+from mpippo import envs
 from mpippo.envs import make_env, rank_seed, resume_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
 from mpippo.faults import maybe_inject, phase_timer
@@ -63,7 +64,10 @@ class SyncPPO:
         self.num_envs = cfg.env.num_envs_per_rank
         self.env_threads = env_threads(cfg.env.num_threads, self.device, self.threads)
         cfg.env.num_threads = self.env_threads  # config.yaml states what ran
+        self.family = envs.family(cfg)
         self.env = make_env(cfg, self.num_envs, seed=seed, num_threads=self.env_threads)
+        self.bootstraps = hasattr(self.env, "truncated")  # episodes a time limit cuts: bootstrapped
+        obs_dtype = torch.uint8 if len(self.env.obs_shape) == 3 else torch.float32
         self.batch_size = cfg.env.num_envs * t.n_steps  # global: all ranks
 
         # the algorithm (its registry entry's code: optimizer, update) and its network
@@ -72,11 +76,11 @@ class SyncPPO:
         self.model = self.entry.build_network(cfg, self.env.obs_shape, self.env.num_actions, self.device)
         self.sampler = GumbelSampler(self.device, seed + 2)  # actions, drawn on the policy's device
         self.policy_step = PolicyStep(self.model, self.sampler, self.env.obs_shape, self.num_envs,
-                                      self.env.num_actions, self.device, t.precision, t.cuda_graph, warn)
+                                      self.env.num_actions, self.device, t.precision, t.cuda_graph, warn, obs_dtype)
         self.policy_mode = None  # the job's: graph where every rank's step is one (after the first rollout)
         # on a GPU, observations and actions cross through fixed pinned host buffers
         pin = self.device.type == "cuda"
-        self.obs_host = torch.zeros((self.num_envs, *self.env.obs_shape), dtype=torch.uint8, pin_memory=pin) if pin else None
+        self.obs_host = torch.zeros((self.num_envs, *self.env.obs_shape), dtype=obs_dtype, pin_memory=pin) if pin else None
         self.act_host = torch.zeros(self.num_envs, dtype=torch.long, pin_memory=pin)
         self.grad_sync = GradAllreduce(world, num_params(self.model), self.device)
         # params and grads become views of two flat buffers; the grads' buffer is the MPI buffer.
@@ -98,7 +102,7 @@ class SyncPPO:
         self.cut_log = np.zeros(4)  # iterations, iterations cut, sum and min of the share collected
         self.cut_log[3] = 1.0
         # per-rank running state (saved per rank in checkpoints for exact resume)
-        self.buf = RolloutBuffer(t.n_steps, self.num_envs, self.env.obs_shape, self.device)
+        self.buf = RolloutBuffer(t.n_steps, self.num_envs, self.env.obs_shape, self.device, obs_dtype)
         self.ret_tracker = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_ret = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
@@ -130,8 +134,11 @@ class SyncPPO:
         return why
 
     def model_spec(self) -> dict:
-        return {"obs_shape": list(self.env.obs_shape), "num_actions": int(self.env.num_actions),
+        spec = {"obs_shape": list(self.env.obs_shape), "num_actions": int(self.env.num_actions),
                 "channels": list(self.cfg.model.channels), "hidden_size": self.cfg.model.hidden_size}
+        if len(self.env.obs_shape) == 1:  # (image runs' specs stay as checkpoints before vectors had them)
+            spec.update(obs_dtype="float32", mlp_sizes=list(self.cfg.model.mlp_sizes))
+        return spec
 
     def rank_state(self) -> dict:
         """What differs between ranks: RNG streams, env states, episode statistics."""
@@ -172,7 +179,10 @@ class SyncPPO:
         how, was_envs, now_envs = resume.plan(state, self.cfg, self.world.size)
         lines = [f"warning: {n}" for n in notes]
         if how != "exact":
-            lines.append(resume.elsewhere_note(how, int(state["world_size"]), self.world.size, was_envs, now_envs))
+            lines.append(resume.elsewhere_note(how, int(state["world_size"]), self.world.size, was_envs, now_envs,
+                                               self.family.exact_resume))
+        elif not self.family.exact_resume:
+            lines.append(resume.fresh_episodes_note(self.cfg.env.name))
         self.resume_note = "; ".join(lines) or None
         try:  # ckpt_schema checked every field; a failure here is a state the envs themselves refuse
             if how == "exact":
@@ -212,7 +222,14 @@ class SyncPPO:
             self._restore_envs(resume.reshard(ranks, self.cfg.env.name, world.size, world.rank, seed + 3))
 
     def _restore_envs(self, r: dict) -> None:
-        """The envs' states and the runner's per-env arrays (resume.RUNNER_PER_ENV), in one order."""
+        """The envs' states and the runner's per-env arrays (resume.RUNNER_PER_ENV), in one order;
+        envs that cannot save their state start fresh episodes instead (seeded from the iteration,
+        so a resume does not replay the start's episodes)."""
+        if not self.family.exact_resume:
+            self.env.close()
+            seed = resume_seed(self.cfg.training.seed, self.world.rank, self.iteration) + 3
+            self.env = make_env(self.cfg, self.num_envs, seed=seed, num_threads=self.env_threads)
+            return
         self.env.set_state(r["env"])
         self.obs, self.first = r["obs"], r["first"]
         self.ret_tracker, self.ep_ret, self.ep_len = r["ret_tracker"], r["ep_ret"], r["ep_len"]
@@ -244,6 +261,8 @@ class SyncPPO:
         buf, env, timer, gamma = self.buf, self.env, self.timer, self.cfg.training.norm_gamma()
         cut, n_steps = self.cutoff, self.cfg.training.n_steps
         ep_ret_sum = ep_len_sum = ep_count = 0.0
+        if self.bootstraps:
+            buf.trunc_values.zero_()
         for step in range(n_steps):
             with timer("inference"):
                 obs_t = buf.obs[step]
@@ -262,6 +281,9 @@ class SyncPPO:
             with timer("env_step"):
                 env.act(action_np)
                 rew, obs, first = env.observe()
+            if self.bootstraps:
+                with timer("inference"):
+                    self._bootstrap_truncated(step)
             # episode bookkeeping on raw rewards; discounted-return tracker for the normalizer
             self.ep_ret += rew
             self.ep_len += 1
@@ -285,6 +307,16 @@ class SyncPPO:
         self.episodes_total += int(ep_count)
         return obs, first, (ep_ret_sum, ep_count, ep_len_sum)
 
+    def _bootstrap_truncated(self, step: int) -> None:
+        """An episode a time limit cut at this step is not over: its reward gains gamma * V(its final
+        observation), added after reward scaling (`advantages`: the value is in the scaled units); a
+        termination gains nothing (the gym family's docstring)."""
+        idx, final = self.env.truncated()
+        if len(idx):
+            with autocast(self.device, self.cfg.training.precision):
+                _, value = self.model(torch.from_numpy(final).to(self.device))
+            self.buf.trunc_values[step, torch.from_numpy(idx).to(self.device)] = self.cfg.training.gamma * value.float()
+
     def normalize_rewards(self) -> None:
         """Divide the rollout's rewards by the running std of discounted returns (all ranks' envs),
         clipped to +-REWARD_CLIP. "step": as baselines' VecNormalize, the statistics are updated
@@ -306,6 +338,8 @@ class SyncPPO:
         t, buf = self.cfg.training, self.buf
         if t.normalize_reward:
             self.normalize_rewards()
+        if self.bootstraps:
+            buf.rewards.add_(buf.trunc_values)
         with torch.inference_mode(), autocast(self.device, t.precision):
             _, next_value = self.model(torch.from_numpy(next_obs).to(self.device))
         next_value = next_value.float()

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from mpippo import config as C
 from mpippo import files
+from mpippo.envs import procgen
 
-PROCGEN_GAMES = C.PROCGEN_GAMES
+PROCGEN_GAMES = procgen.GAMES
 KEYS = {"name": str, "base_config": str, "games": list, "seeds": list, "budget": int, "ranks": int,
         "cpus_per_rank": int, "gpus_per_rank": int, "time": str, "distribution_mode": str, "variants": dict}
 DEFAULTS = {"cpus_per_rank": 1, "gpus_per_rank": 0, "time": "24:00:00", "distribution_mode": "easy",

@@ -30,7 +30,7 @@ def test_every_default_field_is_in_the_default_yaml():
     for section, cls in C._section_classes().items():
         # the PPO default leaves out the algorithms' own sections (and self-play); their configs have them
         if section not in (*C.registry.algorithm_sections(), "selfplay"):
-            assert set(data[section]) == {f.name for f in C.dataclasses.fields(cls)}, section
+            assert set(data[section]) == {C.file_key(section, f.name) for f in C.dataclasses.fields(cls)}, section
             differ = {k: (v, defaults[section][k]) for k, v in data[section].items() if v != defaults[section][k]}
             assert differ == {}, f"{section}: the default config and the built-in defaults differ: {differ}"
     dqn = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_procgen.yaml")["dqn"]
@@ -266,7 +266,7 @@ def test_chunk_bytes_is_the_message_layout():
     from mpippo.comm.p2p import ChunkLayout
     for name, ranks in (("dqn_toy.yaml", 3), ("dqn_selfplay.yaml", 3), ("appo_toy.yaml", 3)):
         cfg = C.resolve(C.build(C.load_yaml(CONFIGS / name), [], ranks), ranks)
-        shape, sec = C.obs_shape_of(cfg.env.name), C.layout_section(cfg)
+        shape, sec = C.obs_shape_of(cfg), C.layout_section(cfg)
         if cfg.training.algo == "dqn":
             fields, capacity = chunk_fields(shape), max(sec.chunk_size, cfg.env.num_envs_per_rank)
         else:
@@ -281,8 +281,8 @@ def test_the_learner_memory_floor_counts_the_replay_and_network_copies():
     cfg = C.resolve(C.build(C.load_yaml(CONFIGS / "dqn_toy.yaml"), [], 3), 3)
     learner, actor = C.layout_memory(cfg, 3)
     replay = next(b for b, what, _ in learner if what.startswith("replay"))
-    assert replay == PrioritizedReplay.nbytes(20000, C.obs_shape_of("toy-cue"))
-    params = C.network_params(C.obs_shape_of("toy-cue"), [8, 16], 64)
+    assert replay == PrioritizedReplay.nbytes(20000, C.obs_shape_of(cfg))
+    params = C.network_params(C.obs_shape_of(cfg), [8, 16], 64)
     assert any(b == 24 * params and "target" in what for b, what, _ in learner)
     assert C.memory_floor(cfg, 3)[0] == sum(b for b, _, _ in actor)  # memory_floor: one env-stepping rank
 

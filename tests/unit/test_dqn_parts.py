@@ -301,7 +301,7 @@ def _apex_learner(max_skips=3, returns=0.0, sets=(), device="cpu"):
     from mpippo.algos.apex import ApeX
     cfg = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_toy.yaml"),
                   [("guards", "max_nonfinite_skips", max_skips), ("training", "precision", "fp32"), *sets], 3)
-    obs_shape = C.obs_shape_of("toy-cue")
+    obs_shape = C.obs_shape_of(cfg)
     algo = ApeX(cfg, obs_shape, 4, num_actors=2, masked=False)
     torch.manual_seed(0)
     algo.setup_learner(algo.new_net().to(device), torch.device(device), seed=0, aug_seed=1)

@@ -1,11 +1,11 @@
 """Re-sharding a sync checkpoint's env states over another world size (mpippo/resume.py,
-envs.reshard_env_states), without MPI: every env's state lands on the rank that now holds it, in
+an env family's reshard), without MPI: every env's state lands on the rank that now holds it, in
 rank order, and the job's episode statistics and env count are kept."""
 import numpy as np
 import pytest
 
 from mpippo import resume
-from mpippo.envs import reshard_env_states, resume_seed, take_rows
+from mpippo.envs import family_of, resume_seed, take_rows
 from mpippo.envs.connect4 import ConnectFourVecEnv
 from mpippo.envs.toy import CueEnv
 
@@ -35,7 +35,7 @@ def test_builtin_envs_continue_every_env_in_rank_order(name, cls, was, now):
     n = total // now
     for r in range(now):
         env = cls(n, seed=99)
-        env.set_state(reshard_env_states(name, states, r * n, (r + 1) * n, seed=r))
+        env.set_state(family_of(name).reshard(states, r * n, (r + 1) * n, seed=r))
         np.testing.assert_array_equal(env.observe()[1], frames[r * n:(r + 1) * n])
         for key in cls.PER_ENV:
             np.testing.assert_array_equal(env.get_state()[key],
@@ -51,7 +51,7 @@ def test_procgen_games_continue_exactly_on_another_split():
         for _ in range(3):
             e.act(np.zeros(2, dtype=np.int32))
     new = ProcgenVecEnv("starpilot", 4, seed=7)
-    new.set_state(reshard_env_states("starpilot", [e.get_state() for e in old], 0, 4, seed=0))
+    new.set_state(family_of("starpilot").reshard([e.get_state() for e in old], 0, 4, seed=0))
     actions = np.array([1, 4, 7, 2], dtype=np.int32)
     for e, a in zip(old, (actions[:2], actions[2:])):
         e.act(a)

@@ -1,0 +1,117 @@
+"""What the rest of mpippo asks of an env family (one module each under mpippo/envs/, listed in
+`envs.FAMILIES`): its names, its config checks, its spaces, `make`, how its state resumes.
+
+The trainers, the checkpoint checks, resume and evaluate ask the family of `env.name` instead of
+branching on names, so a new family is one module and one line in `envs.FAMILIES`. Nothing here
+imports an env's package: `spaces` and `make` do, when a job asks for that family.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Spaces:
+    """An env's observation and action spaces, as the networks and buffers need them.
+
+    obs_shape: (H, W, C) for images (uint8, the CNNs), (D,) for vectors (float32, the MLP).
+    num_actions: the choices of a Discrete action space."""
+    obs_shape: tuple[int, ...]
+    obs_dtype: str  # "uint8" | "float32"
+    num_actions: int
+
+    @property
+    def image(self) -> bool:
+        return len(self.obs_shape) == 3
+
+
+def take_rows(parts: list, lo: int, hi: int):
+    """Rows lo..hi-1 of `parts` (arrays or lists, one per old rank) joined in order, copying only
+    the parts that hold them (a job of many ranks takes a few rows each)."""
+    import numpy as np
+    pieces, start = [], 0
+    for part in parts:
+        a, b = max(lo - start, 0), min(hi - start, len(part))
+        if a < b:
+            pieces.append(part[a:b])
+        start += len(part)
+    if pieces and isinstance(pieces[0], np.ndarray):
+        return np.concatenate(pieces)
+    return [x for piece in pieces for x in piece]
+
+
+class EnvFamily:
+    """The contract of an env family; a family overrides what differs from these defaults."""
+
+    name = ""            # the family, as messages and docs name it
+    exact_resume = True  # its envs save and restore their state: a resume continues every episode
+    static_spaces = True  # `spaces` answers without making an env (checkpoint checks compare with it)
+    two_player = False   # an opponent moves inside `act` (self-play, evaluate --opponent)
+    mirror_symmetric = False  # the rules are left-right symmetric (dqn.mirror_augment)
+    keys: tuple[str, ...] = ()  # the env.* config keys it reads beyond name and the env counts
+
+    def accepts(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def canonical(self, name: str) -> str:
+        """The one spelling config.yaml keeps."""
+        return name
+
+    def allowed(self) -> str:
+        """Its names, for the message that refuses an unknown one."""
+        raise NotImplementedError
+
+    def known_names(self) -> tuple[str, ...]:
+        """Names to suggest for a misspelling (difflib)."""
+        return ()
+
+    def check(self, cfg) -> list[str]:
+        """One line per bad value of the family's own keys (cfg.env); run before any env is made."""
+        return []
+
+    def spaces(self, cfg) -> Spaces:
+        raise NotImplementedError
+
+    def make(self, cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
+        """`num_envs` envs in one batch object (the interface of mpippo/envs/__init__.py). render: a
+        video will be made (a family whose observations are no pictures renders one: `render()`)."""
+        raise NotImplementedError
+
+    def reshard(self, states: list, lo: int, hi: int, seed: int):
+        """Envs lo..hi-1 of the old ranks' env states joined in rank order, as one rank's env state
+        (a resume on another world size); only called when exact_resume."""
+        raise NotImplementedError
+
+    def check_state(self, v, path: str, cfg, n: int, schema) -> None:
+        """A checkpoint's env state of n envs, checked before any env sees it, with the checking
+        primitives of `schema` (mpippo.ckpt_schema, passed in: the envs are the bottom layer and
+        import nothing above them); the first problem raises schema.Bad."""
+        raise NotImplementedError
+
+
+class ArrayStateFamily(EnvFamily):
+    """A built-in numpy env of one name (toy-cue, connect4): its state is one array row per env
+    (the class's PER_ENV keys) and one RNG for all its envs."""
+    env_name = ""
+
+    def env_class(self):
+        raise NotImplementedError
+
+    def accepts(self, name: str) -> bool:
+        return name == self.env_name
+
+    def allowed(self) -> str:
+        return self.env_name
+
+    def known_names(self) -> tuple[str, ...]:
+        return (self.env_name,)
+
+    def make(self, cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
+        return self.env_class()(num_envs, seed=seed)
+
+    def reshard(self, states: list, lo: int, hi: int, seed: int):
+        """The rows continue; the one RNG of a rank's envs cannot be split: seeded anew from `seed`."""
+        import numpy as np
+        state = {k: take_rows([s[k] for s in states], lo, hi) for k in self.env_class().PER_ENV}
+        state["rng"] = np.random.default_rng(seed).bit_generator.state
+        return state

@@ -1,0 +1,235 @@
+"""`gym:<id>`: any Gymnasium environment, registered ids and the user's own.
+
+Each rank steps its batch in-process with Gymnasium's SyncVectorEnv (no subprocess: Open MPI does
+not survive a fork after its start, so an asynchronous vector env is not offered). The vector env
+resets an env in the step that ends its episode (autoreset mode SAME_STEP), which is the batch
+interface's `first` flag: the observation returned is the new episode's, the previous one ended.
+So no transition across an episode boundary exists to be trained on.
+
+A time limit (truncation) is not the end of the task: `truncated()` hands the runner the final
+observation of every env cut by one, and the runner bootstraps that step's reward with the value
+of it (rewards += gamma * V(final_obs)), as Stable-Baselines3 does; a termination gets no value.
+(CleanRL's PPO scripts treat both alike.)
+
+User code runs only when the config names it: `env.import` (a module that registers its ids, or
+`module:callable` that makes the env of `env.name`). Gymnasium's own `module:id` form of an id is
+refused for the same reason: a saved config.yaml alone must never import anything.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+
+import numpy as np
+
+from mpippo.envs.family import EnvFamily, Spaces
+from mpippo.usage import UsageError
+
+PREFIX = "gym:"
+MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+MAX_KWARGS_CHARS = 4096  # env.kwargs are a few settings, not data
+RESERVED = {"render_mode": "rgb_array for evaluate's videos, else none", "autoreset": "the vector env resets",
+            "disable_env_checker": "the checker runs in the tests, not in every env"}  # gym.make's, ours
+
+
+def env_id(name: str) -> str:
+    return name[len(PREFIX):]
+
+
+def _gym():
+    import gymnasium
+    return gymnasium
+
+
+def _user_import(spec: str, env_name: str) -> None:
+    """env.import: the module (its import registers ids), or module:callable registered under
+    env.name's id. One line on any failure: the user's module raised, or is not there."""
+    module, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 (the user's code may raise anything on import)
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e) else type(e).__name__
+        raise UsageError(f"env.import: importing '{module}' failed ({why})") from None
+    if not attr:
+        return
+    make = getattr(mod, attr, None)
+    if not callable(make):
+        raise UsageError(f"env.import: '{module}' has no callable '{attr}' (module:callable names a function or "
+                         f"class that returns a gymnasium.Env)")
+    gym, eid = _gym(), env_id(env_name)
+    known = gym.envs.registry.get(eid)
+    if known is not None and known.entry_point is not make:
+        raise UsageError(f"env.name: '{eid}' is already a registered Gymnasium id; give the env of "
+                         f"env.import '{spec}' a name of its own")
+    if known is None:
+        gym.register(id=eid, entry_point=make)
+
+
+def _check_syntax(cfg) -> list[str]:
+    e, errs = cfg.env, []
+    eid = env_id(e.name)
+    if not eid or ":" in eid or len(eid) > 200 or not eid.isprintable():
+        errs.append(f"env.name: '{e.name[:80]}' is not gym:<id> with a Gymnasium id such as gym:CartPole-v1 (a "
+                    f"module to import goes in env.import, not in the id)")
+    if e.imports is not None:
+        module, colon, attr = e.imports.partition(":")
+        if not MODULE.match(module) or (colon and not attr.isidentifier()):
+            errs.append(f"env.import: '{e.imports[:80]}' is not a module (mypackage.envs) or module:callable")
+    if not all(isinstance(k, str) and k.isidentifier() for k in e.kwargs):
+        errs.append(f"env.kwargs: keys must be keyword names, got {[k for k in e.kwargs if not str(k).isidentifier()][:3]}")
+    elif len(repr(e.kwargs)) > MAX_KWARGS_CHARS:
+        errs.append(f"env.kwargs: {len(repr(e.kwargs)):,} characters; allowed: up to {MAX_KWARGS_CHARS:,}")
+    for key in RESERVED:
+        if key in e.kwargs:
+            errs.append(f"env.kwargs.{key}: set by mpippo ({RESERVED[key]}); remove it")
+    return errs
+
+
+def _spaces_of(env) -> Spaces:
+    """The batch interface's spaces of a gymnasium env, or one line naming what is not supported."""
+    gym = _gym()
+    ob, ac = env.observation_space, env.action_space
+    if not isinstance(ac, gym.spaces.Discrete):
+        raise UsageError(f"env.name: the action space {_space(ac)} is not supported; allowed: Discrete")
+    if not isinstance(ob, gym.spaces.Box) or len(ob.shape) not in (1, 3) or 0 in ob.shape:
+        raise UsageError(f"env.name: the observation space {_space(ob)} is not supported; allowed: Box of shape (D,) "
+                         f"(a vector) or (H, W, C) of uint8 (an image)")
+    if len(ob.shape) == 3 and ob.dtype != np.uint8:
+        raise UsageError(f"env.name: the image observation space {_space(ob)} is not uint8; allowed: uint8 images "
+                         f"(H, W, C), or vectors (D,)")
+    return Spaces(tuple(int(d) for d in ob.shape), "uint8" if len(ob.shape) == 3 else "float32", int(ac.n))
+
+
+def _space(space) -> str:
+    return str(space)[:120]
+
+
+class GymFamily(EnvFamily):
+    name = "gymnasium"
+    exact_resume = False  # a Gymnasium env's state cannot be saved in general: episodes start fresh
+    static_spaces = False  # Gymnasium states spaces on a made env only
+    keys = ("kwargs", "import")
+
+    def __init__(self):
+        self._spaces: dict = {}
+
+    def accepts(self, name: str) -> bool:
+        return isinstance(name, str) and name.startswith(PREFIX)
+
+    def allowed(self) -> str:
+        return "gym:<id> (a Gymnasium id, e.g. gym:CartPole-v1)"
+
+    def check(self, cfg) -> list[str]:
+        errs = _check_syntax(cfg)
+        if errs:
+            return errs
+        try:
+            gym = _gym()
+        except ImportError as e:
+            return [f"env.name: '{cfg.env.name}' needs the gymnasium package, which does not import ({e})"]
+        try:
+            if cfg.env.imports is not None:
+                _user_import(cfg.env.imports, cfg.env.name)
+        except UsageError as e:
+            return e.errors
+        eid = env_id(cfg.env.name)
+        if eid not in gym.envs.registry:
+            import difflib
+            near = difflib.get_close_matches(eid, list(gym.envs.registry), n=1)
+            hint = f" (did you mean 'gym:{near[0]}'?)" if near else ""
+            return [f"env.name: '{eid}' is not a registered Gymnasium id{hint}; your own env: name its module in "
+                    f"env.import"]
+        try:
+            self.spaces(cfg)
+        except UsageError as e:
+            return e.errors
+        return []
+
+    def spaces(self, cfg) -> Spaces:
+        key = (cfg.env.name, repr(sorted(cfg.env.kwargs.items())))
+        if key not in self._spaces:  # Gymnasium states spaces on an env only: make one, once per process
+            env = _make_one(cfg)
+            try:
+                self._spaces[key] = _spaces_of(env)
+            finally:
+                env.close()
+        return self._spaces[key]
+
+    def make(self, cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
+        return GymVecEnv(cfg, num_envs, seed, self.spaces(cfg), render)
+
+    def check_state(self, v, path: str, cfg, n: int, schema) -> None:
+        need = schema.need
+        need(v is None, path, "expected none (a Gymnasium env's state is not saved)")
+
+
+def _make_one(cfg, render: bool = False):
+    """One env of the config, or one line naming what went wrong (the user's kwargs or code)."""
+    gym, kwargs = _gym(), dict(cfg.env.kwargs)
+    if render:
+        kwargs["render_mode"] = "rgb_array"
+    try:
+        return gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
+    except Exception as e:  # noqa: BLE001 (an env's constructor may raise anything)
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
+        raise UsageError(f"env.name: making '{env_id(cfg.env.name)}' with env.kwargs {_kw(cfg.env.kwargs)} "
+                         f"failed ({why})") from None
+
+
+def _kw(kwargs: dict) -> str:
+    text = repr(kwargs)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class GymVecEnv:
+    """num_envs Gymnasium envs behind the batch interface (observe/act, `first` flags), plus
+    `truncated()`: the envs a time limit cut at the last act, with their final observations."""
+
+    def __init__(self, cfg, num_envs: int, seed: int, spaces: Spaces, render: bool = False):
+        gym = _gym()
+        self.num_envs, self.obs_shape, self.num_actions = num_envs, spaces.obs_shape, spaces.num_actions
+        self.dtype = np.uint8 if spaces.obs_dtype == "uint8" else np.float32
+        first_env = _make_one(cfg, render)  # (one line if it fails; the rest are made alike)
+        fns = [lambda e=first_env: e] + [lambda: _make_one(cfg, render)] * (num_envs - 1)
+        self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.start = int(self.env.single_action_space.start)
+        obs, _ = self.env.reset(seed=[int(seed) + i for i in range(num_envs)])
+        self.env.single_action_space.seed(int(seed))
+        self.obs = self._cast(obs)
+        self.rew = np.zeros(num_envs, dtype=np.float32)
+        self.first = np.ones(num_envs, dtype=bool)
+        self.cut = (np.zeros(0, dtype=np.int64), np.zeros((0, *self.obs_shape), dtype=self.dtype))
+
+    def _cast(self, obs) -> np.ndarray:
+        return np.asarray(obs, dtype=self.dtype).reshape(self.num_envs, *self.obs_shape)
+
+    def observe(self):
+        return self.rew, self.obs, self.first
+
+    def act(self, actions: np.ndarray) -> None:
+        obs, rew, term, trunc, info = self.env.step(np.asarray(actions, dtype=np.int64) + self.start)
+        self.obs, self.rew = self._cast(obs), np.asarray(rew, dtype=np.float32)
+        self.first = np.logical_or(term, trunc)
+        cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
+        final = (np.stack([np.asarray(info["final_obs"][i], dtype=self.dtype).reshape(self.obs_shape) for i in cut])
+                 if len(cut) else np.zeros((0, *self.obs_shape), dtype=self.dtype))
+        self.cut = (cut, final)
+
+    def truncated(self) -> tuple[np.ndarray, np.ndarray]:
+        """(env indices, their final observations) of the episodes the last act cut by a time limit."""
+        return self.cut
+
+    def render(self) -> np.ndarray:
+        return self.env.envs[0].render()
+
+    def get_state(self):
+        return None  # not exact_resume: a resume starts fresh episodes
+
+    def set_state(self, state) -> None:
+        raise ValueError("a Gymnasium env's state cannot be restored")
+
+    def close(self) -> None:
+        self.env.close()
+
+
+FAMILY = GymFamily()
