@@ -124,8 +124,11 @@ def meta_network(state: dict, cfg: C.Config) -> torch.nn.Module:
         need(tuple(obs) == want, "model_spec.obs_shape", f"{list(obs)} is not the observation of {cfg.env.name} "
              f"{list(want)}")
     actions = int_(spec["num_actions"], "model_spec.num_actions", 1, 1024)
+    continuous = spec.get("continuous", False)
+    need(continuous in (True, False) and not (continuous and len(obs) == 3), "model_spec.continuous",
+         f"expected true or false (true with vector observations only), got {C.show(continuous)}")
     with torch.device("meta"):
-        return registry.get(state["algo"]).build_network(cfg, obs, actions)
+        return registry.get(state["algo"]).build_network(cfg, obs, actions, continuous=bool(continuous))
 
 
 def check_weights(sd, path: str, net: torch.nn.Module) -> None:
@@ -203,6 +206,13 @@ def check_sync_state(state: dict, cfg: C.Config) -> None:
     """The sync layout (runners/sync_ppo.py): the reward normalizer and every rank's state."""
     mapping(state, "checkpoint", ("ret_rms", "ranks"))
     check_ret_rms(state["ret_rms"])
+    if cfg.training.normalize_obs:  # (older checkpoints and runs without it have none)
+        obs_rms = mapping(state.get("obs_rms"), "obs_rms", ("mean", "var", "count"))
+        dim = (state["model_spec"]["obs_shape"][0],)  # (meta_network checked the spec)
+        array(obs_rms["mean"], "obs_rms.mean", "f", dim), array(obs_rms["var"], "obs_rms.var", "f", dim)
+        need(bool(np.isfinite(obs_rms["mean"]).all() and (obs_rms["var"] >= 0).all()), "obs_rms",
+             "non-finite mean or negative variance")
+        num(obs_rms["count"], "obs_rms.count", 0.0)
     ranks = seq(state["ranks"], "ranks")
     need(len(ranks) <= MAX_WORLD, "ranks", f"{len(ranks)} entries")
     obs_shape = tuple(state["model_spec"]["obs_shape"])

@@ -52,7 +52,7 @@ def file_key(section: str, name: str) -> str:
 
 @dataclass
 class EnvConfig:
-    name: str = _f("coinrun", "The env, by family (mpippo/envs/): a Procgen game (`coinrun` or `procgen-coinrun-v0`); the built-in test env `toy-cue`; `connect4` (two-player: against the random player, or a self-play pool with selfplay.enabled; actions masked to legal columns in DQN); `gym:<id>`, any Gymnasium id (`gym:CartPole-v1`), the user's own with env.import.")
+    name: str = _f(envs.DEFAULT_ENV, "The env, by family (mpippo/envs/): a Procgen game (`coinrun` or `procgen-coinrun-v0`); the built-in test env `toy-cue`; `connect4` (two-player: against the random player, or a self-play pool with selfplay.enabled; actions masked to legal columns in DQN); `gym:<id>`, any Gymnasium id (`gym:CartPole-v1`), the user's own with env.import.")
     kwargs: dict = _f({}, "gym:<id> only: keyword arguments of gymnasium.make (e.g. {max_episode_steps: 200}).")
     imports: Optional[str] = _f(None, "gym:<id> only (the key is `import`): the user's module to import first, which registers the id (`mypackage.envs`), or `module:callable` returning a gymnasium.Env, registered as env.name's id. Runs the user's code: only ever imported when a config or command line names it.")
     distribution_mode: str = _f("easy", "Procgen difficulty: easy | hard | extreme | memory | exploration (procgen's own default is hard).")
@@ -112,6 +112,8 @@ class TrainingConfig:
     normalize_reward: bool = _f(True, "Scale rewards by a running std of discounted returns, shared by all ranks (as the Procgen paper); how: reward_norm.")
     reward_norm: str = _f("step", "step: the running std is updated every env step with every rank's envs and each step's rewards are scaled by the statistics up to that step, as baselines' VecNormalize (one Allreduce of 3 x n_steps numbers per rollout) | rollout: updated once per rollout, which then is scaled as a whole.")
     reward_norm_gamma: Optional[float] = _f(None, "The discount of the returns whose running std scales the rewards; null = gamma. The Procgen paper's runs used 0.99 here while learning with 0.999 (baselines' VecNormalize keeps its own default, 0.99, unless given one).")
+    normalize_obs: bool = _f(False, "Vector observations (gym:<id>): normalize each dimension by the running mean and std of every rank's observations (updated once per rollout, one Allreduce), then clip to +-obs_clip, as the reference PPO for continuous control; saved in checkpoints and applied by evaluate.")
+    obs_clip: float = _f(10.0, "With normalize_obs: the bound of the normalized observations.")
     device: str = _f("cpu", "cpu | cuda | auto. cuda picks the GPU from the local rank.")
     deterministic: bool = _f(True, "On a GPU: deterministic cuDNN and cuBLAS kernels, so that a resumed run continues bit for bit (the default kernels sum in a varying order: measured on an H100, a resume drifted by 2e-3 within 4 updates); false: the fastest kernels. CPU runs are deterministic either way.")
     precision: str = _f("auto", "auto | fp32 | bf16. bf16 runs the network's forward and backward under autocast; parameters, optimizer and losses stay fp32. auto: bf16 where the hardware computes it natively (CPU flag avx512_bf16 or amx_bf16, GPU compute capability >= 8.0; for sync PPO on every rank), else fp32. The start-up line, config.yaml and benchmark_metrics.json say which ran and why.")
@@ -552,14 +554,23 @@ def _check_env(cfg: Config) -> list[str]:
     if fam is None:
         return [f"env.name: unknown environment {show(e.name)}{_closest(e.name, envs.known_env_names())}; "
                 f"allowed: {envs.allowed_env_names()}"]
-    errs = [f"env.{file_key('env', k)}: {show(getattr(e, k))} is read by the {fam.name} family only for "
-            f"{' '.join(f.name for f in envs.FAMILIES if k in f.keys)} envs; remove it"
-            for k in ("kwargs", "imports") if getattr(e, k) != getattr(EnvConfig(), k) and k not in fam.keys]
+    errs = [f"env.{file_key('env', k)}: {show(getattr(e, k))} is read by "
+            f"{', '.join(f.name for f in envs.FAMILIES if k in f.keys)} envs only, env.name {show(e.name)} is a "
+            f"{fam.name} env: remove it" for k in ("kwargs", "imports")
+            if getattr(e, k) != getattr(EnvConfig(), k) and k not in fam.keys]
     if not errs and fam.name == "gymnasium" and actor_learner(cfg) and cfg.training.algo in ALGOS:
         errs.append(f"training.algo: '{cfg.training.algo}' runs in the actor-learner layout, which does not take "
                     f"Gymnasium envs yet; allowed with {e.name}: "
                     f"{', '.join(a.name for a in registry.ALGORITHMS.values() if a.layout != registry.ACTOR_LEARNER)}")
-    return errs or fam.check(cfg)
+    if errs or (errs := fam.check(cfg)):
+        return errs
+    t = cfg.training
+    if not t.obs_clip > 0:
+        errs.append(f"training.obs_clip: must be > 0, got {show(t.obs_clip)}")
+    if t.normalize_obs and len(fam.spaces(cfg).obs_shape) != 1:
+        errs.append(f"training.normalize_obs: {e.name} has image observations; allowed: true for vector "
+                    f"observations only (images are scaled to [0, 1] by the network)")
+    return errs
 
 
 def wandb_missing() -> bool:

@@ -67,7 +67,8 @@ def build_policy(state: dict):
     errors: list[str] = []
     cfg = C.from_dict(state["config"], errors)  # (checked by ckpt_schema when the checkpoint was read)
     spec = state["model_spec"]
-    net = registry.get(state["algo"]).build_network(cfg, spec["obs_shape"], spec["num_actions"])
+    net = registry.get(state["algo"]).build_network(cfg, spec["obs_shape"], spec["num_actions"],
+                                                    continuous=bool(spec.get("continuous", False)))
     try:
         net.load_state_dict(state["model"])
     except RuntimeError as e:
@@ -82,13 +83,26 @@ def greedy(algo: str, deterministic: bool) -> bool:
     return deterministic or registry.get(algo).greedy_eval
 
 
-def make_actor(net, algo: str, deterministic: bool, generator):
+def make_actor(net, algo: str, deterministic: bool, generator, obs_rms: dict | None = None, obs_clip: float = 10.0):
+    """The policy as a function of a batch of observations; obs_rms: the run's observation
+    normalization (training.normalize_obs), applied as in training."""
     import torch
+    from mpippo.algos.buffers import ObsNormalizer
     q_values, argmax = registry.get(algo).network == "q", greedy(algo, deterministic)
+    norm = None
+    if obs_rms is not None:
+        norm = ObsNormalizer(len(obs_rms["mean"]), obs_clip)
+        norm.load_state_dict(obs_rms)
 
     @torch.inference_mode()
     def act(obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        out = net(torch.from_numpy(obs))
+        out = net(torch.from_numpy(obs if norm is None else norm(obs)))
+        if getattr(net, "continuous", False):  # the Gaussian's mean, or a draw (the env clips it)
+            mean = out[0].float()
+            if argmax:
+                return mean.numpy()
+            noise = torch.randn(mean.shape, generator=generator)
+            return (mean + net.logstd.float().exp() * noise).numpy()
         scores = out if q_values else out[0]  # Q-values, or (logits, value)
         if mask is not None:  # legal actions only (connect4)
             scores = scores.masked_fill(~torch.from_numpy(mask), float("-inf"))
@@ -114,6 +128,25 @@ def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:
     return cfg, notes
 
 
+def check_render(cfg: C.Config) -> None:
+    """--video of an env whose observations are no pictures: it must render one (Gymnasium's
+    rgb_array), tried once here, before any episode."""
+    env = None
+    try:
+        env = make_env(cfg, 1, seed=0, render=True)
+        frame = env.render() if hasattr(env, "render") else env.observe()[1][0]
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+            raise ValueError(f"its frame is {type(frame).__name__} {getattr(frame, 'shape', '')}, not (H, W, 3) uint8")
+    except C.UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 (an env's renderer may raise anything: a missing package, a display)
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e) else type(e).__name__
+        raise C.UsageError(f"--video: {cfg.env.name} cannot render a picture ({why})") from None
+    finally:
+        if env is not None:
+            env.close()
+
+
 def check_env(cfg: C.Config, state: dict, imports: str | None) -> None:
     """The checkpoint's env can be made here: its user module imported only when --import names it
     (a checkpoint alone never imports), its spaces those the network was trained on."""
@@ -128,7 +161,8 @@ def check_env(cfg: C.Config, state: dict, imports: str | None) -> None:
     if errors:
         raise C.UsageError(errors[0])
     sp, spec = fam.spaces(cfg), state["model_spec"]
-    if list(sp.obs_shape) != list(spec["obs_shape"]) or sp.num_actions != spec["num_actions"]:
+    if (list(sp.obs_shape) != list(spec["obs_shape"]) or sp.num_actions != spec["num_actions"]
+            or sp.continuous != bool(spec.get("continuous", False))):
         raise C.UsageError(f"--checkpoint: {cfg.env.name} here has observations {list(sp.obs_shape)} and "
                            f"{sp.num_actions} actions, the network was trained on {list(spec['obs_shape'])} and "
                            f"{spec['num_actions']}")
@@ -244,7 +278,10 @@ def memory_problem(state: dict, num_envs: int) -> str | None:
     """The envs' frames and the network's first activations for one batch, against this node."""
     cfg = state["config"]
     obs = tuple(state["model_spec"]["obs_shape"])
-    per_env = int(np.prod(obs)) * 2 + obs[0] * obs[1] * cfg["model"]["channels"][0] * 4
+    if len(obs) == 3:  # uint8 frames, the first conv's float32 output
+        per_env = int(np.prod(obs)) * 2 + obs[0] * obs[1] * cfg["model"]["channels"][0] * 4
+    else:  # float32 vectors, both MLPs' activations
+        per_env = int(np.prod(obs)) * 8 + 2 * sum(cfg["model"].get("mlp_sizes") or [64, 64]) * 4
     need, have = num_envs * per_env, C.memory_available(1)
     if need <= have:
         return None
@@ -270,6 +307,10 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     net = build_policy(state)
     cfg, notes = env_config(state, args.levels)
     check_env(cfg, state, args.imports)
+    if args.levels == "test" and "num_levels" not in envs.family(cfg).keys:
+        raise C.UsageError(f"--levels: '{cfg.env.name}' has no levels to hold out; allowed: train (the default)")
+    if args.video is not None:
+        check_render(cfg)
     two_player = envs.family(cfg).two_player
     if args.opponent is not None and not two_player:
         raise C.UsageError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
@@ -309,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     if two_player and args.opponent == "lookahead":
         from mpippo.envs.connect4 import lookahead_opponent
         env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
-    act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank))
+    act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),
+                     state.get("obs_rms"), state["config"]["training"].get("obs_clip", 10.0))
     t0 = time.perf_counter()
     returns, lengths = play(env, act, quota, args.max_steps, frames, args.video_episodes) if mine else ([], [])
     env.close()
@@ -328,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
            "deterministic": greedy(state["algo"], args.deterministic),
            "trained_timesteps": int(state["timesteps"]), "ranks": world.size,
            **summarize(returns, lengths), "seconds": time.perf_counter() - t0, "notes": notes}
+    if "num_levels" not in envs.family(cfg).keys:  # an env without levels (gym:<id>): none to report
+        res.update(distribution_mode=None, levels=None, num_levels=None, start_level=None)
     if two_player:  # +1 win, 0 draw, -1 loss
         r = np.asarray(returns)
         res.update(opponent=args.opponent or "random", wins=int((r > 0).sum()), draws=int((r == 0).sum()),
@@ -343,7 +387,8 @@ def write_outputs(args, res: dict, frames: list | None, two_player: bool) -> int
             if two_player:
                 from mpippo.envs.connect4 import rgb_frame
                 frames = [rgb_frame(f) for f in frames]
-            write_video(args.video, frames, scale=1 if two_player else VIDEO_SCALE)
+            small = frames[0].shape[0] < 128  # a 64x64 observation is scaled up; a rendered picture is not
+            write_video(args.video, frames, scale=VIDEO_SCALE if small and not two_player else 1)
             res["video"] = str(args.video)
             res["video_frames"] = len(frames)
     except OSError as e:
@@ -366,8 +411,9 @@ def print_table(res: dict) -> None:
         f"training levels ({res['num_levels']} from {res['start_level']})" if res["num_levels"] else "training levels (all)")
     if "wins" in res:  # a board game: no levels
         levels = f"against the {res['opponent']} player"
-    print(f"mpippo evaluate: {res['algo']} on {res['env']}"
-          f"{'' if 'wins' in res else ' (' + res['distribution_mode'] + ')'}, {levels}, "
+    mode = f" ({res['distribution_mode']})" if res["distribution_mode"] and "wins" not in res else ""
+    levels = "" if res["levels"] is None and "wins" not in res else f"{levels}, "
+    print(f"mpippo evaluate: {res['algo']} on {res['env']}{mode}, {levels}"
           f"{'greedy' if res['deterministic'] else 'sampled'} actions, trained {res['trained_timesteps']:,} steps")
     rows = [("episodes", f"{res['episodes']} over {res['ranks']} rank(s) in {res['seconds']:.1f} s"),
             ("return", f"{res['return_mean']:.2f} +- {res['return_std']:.2f} (median {res['return_median']:.2f}, "

@@ -26,7 +26,8 @@ from mpippo.envs import take_rows
 # (section, key, what it is called in the message)
 FIXED = (("training", "algo", "algorithm"), ("env", "name", "environment"),
          ("env", "distribution_mode", "distribution mode"), ("env", "num_levels", "level count"),
-         ("env", "start_level", "first level"), ("env", "kwargs", "env arguments"))
+         ("env", "start_level", "first level"), ("env", "kwargs", "env arguments"),
+         ("training", "normalize_obs", "observation normalization"))
 
 
 def _saved(saved: dict, section: str, key: str):

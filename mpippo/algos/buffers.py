@@ -6,10 +6,13 @@ import torch
 
 
 class RolloutBuffer:
-    def __init__(self, n_steps: int, num_envs: int, obs_shape, device: torch.device, obs_dtype=torch.uint8):
+    def __init__(self, n_steps: int, num_envs: int, obs_shape, device: torch.device, obs_dtype=torch.uint8,
+                 action_dim: int = 0):
+        """action_dim: the dimensions of continuous actions (float32 vectors); 0: discrete (int64)."""
         T, N = n_steps, num_envs
         self.obs = torch.zeros((T, N) + tuple(obs_shape), dtype=obs_dtype, device=device)
-        self.actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        self.actions = (torch.zeros((T, N, action_dim), device=device) if action_dim else
+                        torch.zeros((T, N), dtype=torch.long, device=device))
         self.logprobs = torch.zeros((T, N), device=device)
         self.rewards = torch.zeros((T, N), device=device)
         self.dones = torch.zeros((T, N), device=device)
@@ -23,7 +26,7 @@ class RolloutBuffer:
         T = self.obs.shape[0] if steps is None else steps
         return {
             "b_obs": self.obs[:T].reshape((-1,) + self.obs.shape[2:]),
-            "b_actions": self.actions[:T].reshape(-1),
+            "b_actions": self.actions[:T].reshape((-1,) + self.actions.shape[2:]),
             "b_logprobs": self.logprobs[:T].reshape(-1),
             "b_values": self.values[:T].reshape(-1),
             "b_advantages": advantages.reshape(-1),
@@ -59,3 +62,45 @@ class RunningMeanStd:
 
     def load_state_dict(self, d: dict) -> None:
         self.mean, self.var, self.count = float(d["mean"]), float(d["var"]), float(d["count"])
+
+
+class ObsNormalizer:
+    """Observation normalization for vector observations, as the reference PPO for continuous
+    control (Gymnasium's NormalizeObservation, then a clip): (obs - mean) / sqrt(var + 1e-8), clipped
+    to +-clip, per dimension. The running statistics are the job's, not a rank's: each rollout's raw
+    observations are summed on every rank (`add`), joined by one Allreduce (`moments` -> the runner's
+    collective) and folded in once per rollout (`update`), so every replica normalizes alike; a
+    rollout is normalized with the statistics as of its start. Saved in checkpoints, applied in
+    evaluation."""
+
+    def __init__(self, dim: int, clip: float):
+        self.mean, self.var, self.count, self.clip = np.zeros(dim), np.ones(dim), 1e-4, clip
+        self.sums = np.zeros(2 * dim + 1)  # this rollout's count, sum and sum of squares, per dimension
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        out = (obs - self.mean) / np.sqrt(self.var + 1e-8)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+    def add(self, obs: np.ndarray) -> None:
+        x = np.asarray(obs, dtype=np.float64)
+        d = x.shape[-1]
+        self.sums[0] += x.shape[0]
+        self.sums[1:d + 1] += x.sum(0)
+        self.sums[d + 1:] += (x * x).sum(0)
+
+    def update(self, sums: np.ndarray) -> None:
+        """Fold in every rank's rollout sums (Chan et al., per dimension); the sums start over."""
+        n, d = sums[0], len(self.mean)
+        if n > 0:
+            mean = sums[1:d + 1] / n
+            var = np.maximum(sums[d + 1:] / n - mean * mean, 0.0)
+            delta, total = mean - self.mean, self.count + n
+            m2 = self.var * self.count + var * n + delta * delta * self.count * n / total
+            self.mean, self.var, self.count = self.mean + delta * n / total, m2 / total, total
+        self.sums[:] = 0.0
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": float(self.count)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.mean, self.var, self.count = np.array(d["mean"], np.float64), np.array(d["var"], np.float64), float(d["count"])

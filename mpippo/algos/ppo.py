@@ -6,6 +6,7 @@ it is comm.collectives.GradAllreduce. Names follow CleanRL (b_ = batch, mb_ = mi
 """
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -50,7 +51,23 @@ def autocast(device: torch.device, precision: str, cache: bool = True):
     return nullcontext()
 
 
-def logprob_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_logprob(mean: torch.Tensor, logstd: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log N(actions; mean, exp(logstd)^2), summed over the action's dimensions (a diagonal Gaussian)."""
+    z = (actions - mean) * torch.exp(-logstd)
+    return (-0.5 * z * z - logstd - LOG_SQRT_2PI).sum(-1)
+
+
+def logprob_entropy(logits: torch.Tensor, actions: torch.Tensor,
+                    logstd: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of `actions` and the policy's entropy, per sample: a categorical over
+    logits, or with `logstd` a diagonal Gaussian whose means are `logits` (continuous actions)."""
+    if logstd is not None:
+        mean, logstd = logits.float(), logstd.float()
+        entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1).expand(mean.shape[0])
+        return gaussian_logprob(mean, logstd, actions), entropy
     logits = logits.float()  # the softmax and the losses in fp32 whatever the network ran in
     logp_all = F.log_softmax(logits, dim=-1)
     logprob = logp_all.gather(1, actions.long().unsqueeze(1)).squeeze(1)
@@ -105,6 +122,10 @@ class GumbelSampler:
         """Uniform noise for gumbel_max over logits shaped like `out`, drawn into `out`."""
         return torch.rand(out.shape, generator=self.generator, device=out.device, out=out)
 
+    def normal_(self, out: torch.Tensor) -> torch.Tensor:
+        """Standard normal noise for a Gaussian policy's draw (continuous actions), into `out`."""
+        return torch.randn(out.shape, generator=self.generator, device=out.device, out=out)
+
     def get_state(self) -> torch.Tensor:
         return self.generator.get_state()
 
@@ -134,6 +155,7 @@ class PolicyStep:
     def __init__(self, model: nn.Module, sampler: GumbelSampler, obs_shape, num_envs: int, num_actions: int,
                  device: torch.device, precision: str, graph: bool, warn=print, obs_dtype=torch.uint8):
         self.model, self.sampler, self.device, self.precision, self.warn = model, sampler, device, precision, warn
+        self.continuous = getattr(model, "continuous", False)  # a Gaussian policy (its logits are the means)
         self.noise = torch.zeros((num_envs, num_actions), device=device)
         self.wanted = graph and device.type == "cuda"
         self.mode = "graph" if self.wanted else "eager"  # what the next step will be
@@ -144,6 +166,10 @@ class PolicyStep:
         with autocast(self.device, self.precision, cache=self.mode == "eager"):
             logits, value = self.model(obs)
         logits = logits.float()  # the softmax in fp32 whatever the network ran in
+        if self.continuous:  # mean + std * N(0, 1): the draw the env gets clipped, its log-prob unclipped
+            logstd = self.model.logstd.float()
+            action = logits + torch.exp(logstd) * self.noise
+            return action, gaussian_logprob(logits, logstd, action), value.float()
         action = gumbel_max(logits, self.noise)
         logprob = torch.log_softmax(logits, dim=-1).gather(1, action.unsqueeze(1)).squeeze(1)
         return action, logprob, value.float()
@@ -151,7 +177,7 @@ class PolicyStep:
     def __call__(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action, log-prob, value) for a batch of observations on the policy's device. Graphed,
         they are the graph's own output tensors, overwritten by the next step: copy them out."""
-        self.sampler.uniform_(self.noise)
+        (self.sampler.normal_ if self.continuous else self.sampler.uniform_)(self.noise)
         if self.mode == "eager":
             return self._step(obs)
         self.obs.copy_(obs)
@@ -274,7 +300,7 @@ def ppo_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                 with autocast(batch["b_actions"].device, getattr(cfg, "precision", "fp32")):
                     logits, newvalue = model(batch["b_obs"][mb])
                 newvalue = newvalue.float()
-                newlogprob, entropy = logprob_entropy(logits, batch["b_actions"][mb])
+                newlogprob, entropy = logprob_entropy(logits, batch["b_actions"][mb], getattr(model, "logstd", None))
                 out = loss_fn(newlogprob, entropy, newvalue, batch["b_logprobs"][mb],
                                mb_advantages, batch["b_returns"][mb], batch["b_values"][mb],
                                cfg.clip_range, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef)

@@ -75,17 +75,18 @@ class Algorithm:
         """The algorithm's code: the class the runner builds (imports torch)."""
         return self.hook("impl")
 
-    def build_network(self, cfg, obs_shape, num_actions: int, device=None):
-        """Its network for `cfg` (a Config), through the one builder (models.build)."""
+    def build_network(self, cfg, obs_shape, num_actions: int, device=None, continuous: bool = False):
+        """Its network for `cfg` (a Config), through the one builder (models.build); continuous: a
+        Gaussian policy over num_actions dimensions."""
         from mpippo import models
         return models.build(self.network, tuple(obs_shape), int(num_actions), cfg.model, device=device,
-                            **self.network_options(cfg))
+                            continuous=continuous, **self.network_options(cfg))
 
 
 PPO_LOGS = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")
 # training keys of the sync PPO loop that the actor-learner algorithms replace by their own section's
 _SYNC_LOOP = ("training.n_steps", "training.n_epochs", "training.num_minibatches", "training.rollout_cutoff",
-              "training.rollout_min_fraction")
+              "training.rollout_min_fraction", "training.normalize_obs", "training.obs_clip")
 _PPO_LOSS = ("training.gae_lambda", "training.clip_range", "training.clip_vloss", "training.ent_coef",
              "training.vf_coef", "training.target_kl", "training.norm_adv", "training.adv_norm",
              "training.normalize_reward", "training.reward_norm", "training.reward_norm_gamma")

@@ -17,6 +17,8 @@ from __future__ import annotations
 from mpippo.envs import connect4, gym, procgen, toy
 from mpippo.envs.family import EnvFamily, Spaces, take_rows
 
+DEFAULT_ENV = "coinrun"  # env.name's default: the Procgen paper's first game
+
 # The env families, in the order a name is tried; each is one module (see envs/family.py).
 FAMILIES: tuple[EnvFamily, ...] = (procgen.FAMILY, toy.FAMILY, connect4.FAMILY, gym.FAMILY)
 
@@ -90,6 +92,6 @@ def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
     return int.from_bytes(digest, "little") % (2**31 - 1)
 
 
-__all__ = ["FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name", "family",
+__all__ = ["DEFAULT_ENV", "FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name", "family",
            "family_of", "known_env_names", "make_env", "mask_bits", "rank_seed", "resume_seed", "spaces_of",
            "take_rows"]

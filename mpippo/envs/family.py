@@ -15,10 +15,14 @@ class Spaces:
     """An env's observation and action spaces, as the networks and buffers need them.
 
     obs_shape: (H, W, C) for images (uint8, the CNNs), (D,) for vectors (float32, the MLP).
-    num_actions: the choices of a Discrete action space."""
+    num_actions: the policy's outputs: the choices of a Discrete action space, or the dimensions of
+    a Box one (continuous: a Gaussian's means; low/high: its bounds, the actions clipped to them)."""
     obs_shape: tuple[int, ...]
     obs_dtype: str  # "uint8" | "float32"
     num_actions: int
+    continuous: bool = False
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
 
     @property
     def image(self) -> bool:
@@ -48,7 +52,7 @@ class EnvFamily:
     static_spaces = True  # `spaces` answers without making an env (checkpoint checks compare with it)
     two_player = False   # an opponent moves inside `act` (self-play, evaluate --opponent)
     mirror_symmetric = False  # the rules are left-right symmetric (dqn.mirror_augment)
-    keys: tuple[str, ...] = ()  # the env.* config keys it reads beyond name and the env counts
+    keys: tuple[str, ...] = ()  # the EnvConfig fields it reads beyond name and the env counts
 
     def accepts(self, name: str) -> bool:
         raise NotImplementedError

@@ -89,15 +89,23 @@ def _spaces_of(env) -> Spaces:
     """The batch interface's spaces of a gymnasium env, or one line naming what is not supported."""
     gym = _gym()
     ob, ac = env.observation_space, env.action_space
-    if not isinstance(ac, gym.spaces.Discrete):
-        raise UsageError(f"env.name: the action space {_space(ac)} is not supported; allowed: Discrete")
+    box_actions = isinstance(ac, gym.spaces.Box) and len(ac.shape) == 1 and 0 < ac.shape[0] <= 1024
+    if not (isinstance(ac, gym.spaces.Discrete) or box_actions):
+        raise UsageError(f"env.name: the action space {_space(ac)} is not supported; allowed: Discrete, or Box of "
+                         f"shape (A,) (continuous)")
     if not isinstance(ob, gym.spaces.Box) or len(ob.shape) not in (1, 3) or 0 in ob.shape:
         raise UsageError(f"env.name: the observation space {_space(ob)} is not supported; allowed: Box of shape (D,) "
                          f"(a vector) or (H, W, C) of uint8 (an image)")
     if len(ob.shape) == 3 and ob.dtype != np.uint8:
         raise UsageError(f"env.name: the image observation space {_space(ob)} is not uint8; allowed: uint8 images "
                          f"(H, W, C), or vectors (D,)")
-    return Spaces(tuple(int(d) for d in ob.shape), "uint8" if len(ob.shape) == 3 else "float32", int(ac.n))
+    obs_shape, obs_dtype = tuple(int(d) for d in ob.shape), "uint8" if len(ob.shape) == 3 else "float32"
+    if not box_actions:
+        return Spaces(obs_shape, obs_dtype, int(ac.n))
+    if len(obs_shape) == 3:
+        raise UsageError(f"env.name: Box actions {_space(ac)} with image observations are not supported; allowed: "
+                         f"Box actions with vector observations (the MLP)")
+    return Spaces(obs_shape, obs_dtype, int(ac.shape[0]), True, tuple(map(float, ac.low)), tuple(map(float, ac.high)))
 
 
 def _space(space) -> str:
@@ -108,7 +116,7 @@ class GymFamily(EnvFamily):
     name = "gymnasium"
     exact_resume = False  # a Gymnasium env's state cannot be saved in general: episodes start fresh
     static_spaces = False  # Gymnasium states spaces on a made env only
-    keys = ("kwargs", "import")
+    keys = ("kwargs", "imports")
 
     def __init__(self):
         self._spaces: dict = {}
@@ -188,11 +196,14 @@ class GymVecEnv:
     def __init__(self, cfg, num_envs: int, seed: int, spaces: Spaces, render: bool = False):
         gym = _gym()
         self.num_envs, self.obs_shape, self.num_actions = num_envs, spaces.obs_shape, spaces.num_actions
+        self.spaces = spaces
         self.dtype = np.uint8 if spaces.obs_dtype == "uint8" else np.float32
         first_env = _make_one(cfg, render)  # (one line if it fails; the rest are made alike)
         fns = [lambda e=first_env: e] + [lambda: _make_one(cfg, render)] * (num_envs - 1)
         self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.start = int(self.env.single_action_space.start)
+        self.continuous = spaces.continuous
+        self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
+        self.low, self.high = np.array(spaces.low, np.float32), np.array(spaces.high, np.float32)
         obs, _ = self.env.reset(seed=[int(seed) + i for i in range(num_envs)])
         self.env.single_action_space.seed(int(seed))
         self.obs = self._cast(obs)
@@ -207,7 +218,11 @@ class GymVecEnv:
         return self.rew, self.obs, self.first
 
     def act(self, actions: np.ndarray) -> None:
-        obs, rew, term, trunc, info = self.env.step(np.asarray(actions, dtype=np.int64) + self.start)
+        if self.continuous:  # the Gaussian's draw, clipped to the bounds for the env only (its log-prob is the draw's)
+            actions = np.clip(np.asarray(actions, dtype=np.float32), self.low, self.high)
+        else:
+            actions = np.asarray(actions, dtype=np.int64) + self.start
+        obs, rew, term, trunc, info = self.env.step(actions)
         self.obs, self.rew = self._cast(obs), np.asarray(rew, dtype=np.float32)
         self.first = np.logical_or(term, trunc)
         cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))

@@ -25,12 +25,17 @@ def _tower(n_in: int, sizes, n_out: int, head_gain: float) -> nn.Sequential:
 
 
 class MLPPolicy(nn.Module):
-    """(B, D) float32 observations -> policy logits (B, A) and values (B,)."""
+    """(B, D) float32 observations -> policy outputs (B, A) and values (B,). The outputs are logits
+    of A choices, or with `continuous` the means of a diagonal Gaussian over A dimensions whose
+    log-std is one learned vector, the same in every state (`logstd`, starting at 0: std 1)."""
 
-    def __init__(self, obs_dim: int, num_actions: int, sizes=(64, 64)):
+    def __init__(self, obs_dim: int, num_actions: int, sizes=(64, 64), continuous: bool = False):
         super().__init__()
+        self.continuous = continuous
         self.policy = _tower(obs_dim, sizes, num_actions, 0.01)
         self.value = _tower(obs_dim, sizes, 1, 1.0)
+        if continuous:
+            self.logstd = nn.Parameter(torch.zeros(1, num_actions))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         obs = obs.float()

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from mpippo import resume
-from mpippo.algos.buffers import RolloutBuffer, RunningMeanStd
+from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
 from mpippo.algos.ppo import GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std, minibatch_shares
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
@@ -67,13 +67,16 @@ class SyncPPO:
         self.family = envs.family(cfg)
         self.env = make_env(cfg, self.num_envs, seed=seed, num_threads=self.env_threads)
         self.bootstraps = hasattr(self.env, "truncated")  # episodes a time limit cuts: bootstrapped
-        obs_dtype = torch.uint8 if len(self.env.obs_shape) == 3 else torch.float32
+        self.spaces = self.family.spaces(cfg)
+        obs_dtype = torch.uint8 if self.spaces.image else torch.float32
+        action_dim = self.spaces.num_actions if self.spaces.continuous else 0
         self.batch_size = cfg.env.num_envs * t.n_steps  # global: all ranks
 
         # the algorithm (its registry entry's code: optimizer, update) and its network
         self.entry = algorithm(cfg)
         self.algo = self.entry.load()(cfg)
-        self.model = self.entry.build_network(cfg, self.env.obs_shape, self.env.num_actions, self.device)
+        self.model = self.entry.build_network(cfg, self.env.obs_shape, self.env.num_actions, self.device,
+                                              self.spaces.continuous)
         self.sampler = GumbelSampler(self.device, seed + 2)  # actions, drawn on the policy's device
         self.policy_step = PolicyStep(self.model, self.sampler, self.env.obs_shape, self.num_envs,
                                       self.env.num_actions, self.device, t.precision, t.cuda_graph, warn, obs_dtype)
@@ -81,7 +84,8 @@ class SyncPPO:
         # on a GPU, observations and actions cross through fixed pinned host buffers
         pin = self.device.type == "cuda"
         self.obs_host = torch.zeros((self.num_envs, *self.env.obs_shape), dtype=obs_dtype, pin_memory=pin) if pin else None
-        self.act_host = torch.zeros(self.num_envs, dtype=torch.long, pin_memory=pin)
+        self.act_host = (torch.zeros((self.num_envs, action_dim), pin_memory=pin) if action_dim else
+                         torch.zeros(self.num_envs, dtype=torch.long, pin_memory=pin))
         self.grad_sync = GradAllreduce(world, num_params(self.model), self.device)
         # params and grads become views of two flat buffers; the grads' buffer is the MPI buffer.
         # the optimizer (PPO's Adam) over the one flat tensor: one fused update instead of one per layer.
@@ -89,6 +93,7 @@ class SyncPPO:
         self.optimizer = self.algo.optimizer([self.flat_params])
 
         self.ret_rms = RunningMeanStd()
+        self.obs_norm = ObsNormalizer(self.spaces.obs_shape[0], t.obs_clip) if t.normalize_obs else None
         self.global_step, self.iteration = 0, 0
         # the balanced cut-off: a rollout ends once enough ranks have their n_steps (off: None)
         self.cutoff = (RolloutCutoff(world, math.ceil(t.rollout_cutoff * world.size))
@@ -102,7 +107,7 @@ class SyncPPO:
         self.cut_log = np.zeros(4)  # iterations, iterations cut, sum and min of the share collected
         self.cut_log[3] = 1.0
         # per-rank running state (saved per rank in checkpoints for exact resume)
-        self.buf = RolloutBuffer(t.n_steps, self.num_envs, self.env.obs_shape, self.device, obs_dtype)
+        self.buf = RolloutBuffer(t.n_steps, self.num_envs, self.env.obs_shape, self.device, obs_dtype, action_dim)
         self.ret_tracker = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_ret = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
@@ -138,6 +143,8 @@ class SyncPPO:
                 "channels": list(self.cfg.model.channels), "hidden_size": self.cfg.model.hidden_size}
         if len(self.env.obs_shape) == 1:  # (image runs' specs stay as checkpoints before vectors had them)
             spec.update(obs_dtype="float32", mlp_sizes=list(self.cfg.model.mlp_sizes))
+        if self.spaces.continuous:
+            spec["continuous"] = True
         return spec
 
     def rank_state(self) -> dict:
@@ -158,6 +165,7 @@ class SyncPPO:
             "timesteps": self.global_step, "iteration": self.iteration, "config": self.cfg.to_dict(),
             "world_size": self.world.size, "model_spec": self.model_spec(),
             "ret_rms": self.ret_rms.state_dict(), "ranks": rank_states,
+            "obs_rms": self.obs_norm.state_dict() if self.obs_norm is not None else None,
         }
 
     def _load(self, state: dict) -> None:
@@ -175,6 +183,8 @@ class SyncPPO:
             raise UsageError(f"checkpoint: model or optimizer state does not fit ({str(e).splitlines()[0][:160]})") from None
         self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
         self.ret_rms.load_state_dict(state["ret_rms"])
+        if self.obs_norm is not None and state.get("obs_rms") is not None:  # (resume.check: normalize_obs is fixed)
+            self.obs_norm.load_state_dict(state["obs_rms"])
         ranks = state.get("ranks") or []
         how, was_envs, now_envs = resume.plan(state, self.cfg, self.world.size)
         lines = [f"warning: {n}" for n in notes]
@@ -267,10 +277,10 @@ class SyncPPO:
             with timer("inference"):
                 obs_t = buf.obs[step]
                 if self.device.type == "cuda":  # to the pinned staging buffer, then one asynchronous copy up
-                    self.obs_host.numpy()[:] = obs
+                    self.obs_host.numpy()[:] = self._policy_obs(obs)
                     obs_t.copy_(self.obs_host, non_blocking=True)
                 else:
-                    obs_t.copy_(torch.from_numpy(obs))
+                    obs_t.copy_(torch.from_numpy(self._policy_obs(obs)))
                 buf.dones[step].copy_(torch.from_numpy(first), non_blocking=True)
                 action, logprob, value = self.policy_step(obs_t)
                 buf.actions[step] = action
@@ -307,6 +317,15 @@ class SyncPPO:
         self.episodes_total += int(ep_count)
         return obs, first, (ep_ret_sum, ep_count, ep_len_sum)
 
+    def _policy_obs(self, obs: np.ndarray, count: bool = True) -> np.ndarray:
+        """Observations as the network sees them: normalized with training.normalize_obs (the
+        statistics as of the rollout's start; `count`: add them to this rollout's sums), else as is."""
+        if self.obs_norm is None:
+            return obs
+        if count:
+            self.obs_norm.add(obs)
+        return self.obs_norm(obs)
+
     def _bootstrap_truncated(self, step: int) -> None:
         """An episode a time limit cut at this step is not over: its reward gains gamma * V(its final
         observation), added after reward scaling (`advantages`: the value is in the scaled units); a
@@ -314,7 +333,7 @@ class SyncPPO:
         idx, final = self.env.truncated()
         if len(idx):
             with autocast(self.device, self.cfg.training.precision):
-                _, value = self.model(torch.from_numpy(final).to(self.device))
+                _, value = self.model(torch.from_numpy(self._policy_obs(final, count=False)).to(self.device))
             self.buf.trunc_values[step, torch.from_numpy(idx).to(self.device)] = self.cfg.training.gamma * value.float()
 
     def normalize_rewards(self) -> None:
@@ -341,7 +360,7 @@ class SyncPPO:
         if self.bootstraps:
             buf.rewards.add_(buf.trunc_values)
         with torch.inference_mode(), autocast(self.device, t.precision):
-            _, next_value = self.model(torch.from_numpy(next_obs).to(self.device))
+            _, next_value = self.model(torch.from_numpy(self._policy_obs(next_obs, count=False)).to(self.device))
         next_value = next_value.float()
         next_done = torch.from_numpy(next_first.astype(np.float32)).to(self.device)
         T = self.steps  # a rollout the cut-off ended early bootstraps from the observation it stopped at
@@ -363,6 +382,8 @@ class SyncPPO:
                 self._log_cut()
                 shares = minibatch_shares(self.counts * self.num_envs, self.world.rank, sync_minibatches(self.cfg)[1])
             adv, ret = self.advantages(self.obs, self.first)
+            if self.obs_norm is not None:  # the rollout's observations join the job's statistics: one Allreduce
+                self.obs_norm.update(self.world.allreduce_(self.obs_norm.sums.copy(), "sum", name="obs_moments"))
             batch = self.buf.flat_batch(adv, ret, self.steps)
             y, v = batch["b_returns"].double(), batch["b_values"].double()
             self.interval_ev += [y.numel(), float(y.sum()), float((y * y).sum()), float((y - v).sum()),

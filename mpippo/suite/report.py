@@ -17,21 +17,12 @@ import numpy as np
 
 from mpippo.checkpoint import atomic_write_bytes
 from mpippo.files import read_run_config
+from mpippo.envs import procgen
 from mpippo.suite import state
 from mpippo.suite.reference import REFERENCE, reference_curves
 from mpippo.suite.spec import Suite
 
-# (R_min, R_max) per game and mode, from the Procgen paper
-NORMALIZATION = {
-    "easy": {"bigfish": (1, 40), "bossfight": (0.5, 13), "caveflyer": (3.5, 12), "chaser": (0.5, 13),
-             "climber": (2, 12.6), "coinrun": (5, 10), "dodgeball": (1.5, 19), "fruitbot": (-1.5, 32.4),
-             "heist": (3.5, 10), "jumper": (3, 10), "leaper": (3, 10), "maze": (5, 10), "miner": (1.5, 13),
-             "ninja": (3.5, 10), "plunder": (4.5, 30), "starpilot": (2.5, 64)},
-    "hard": {"bigfish": (0, 40), "bossfight": (0.5, 13), "caveflyer": (2, 13.4), "chaser": (0.5, 14.2),
-             "climber": (1, 12.6), "coinrun": (5, 10), "dodgeball": (1.5, 19), "fruitbot": (-0.5, 27.2),
-             "heist": (2, 10), "jumper": (1, 10), "leaper": (1.5, 10), "maze": (4, 10), "miner": (1.5, 20),
-             "ninja": (2, 10), "plunder": (3, 30), "starpilot": (1.5, 35)},
-}
+NORMALIZATION = procgen.SCORE_RANGES  # (R_min, R_max) per mode and game
 
 
 def normalized(game: str, mode: str, value: float) -> float:

@@ -1,0 +1,27 @@
+"""Gymnasium envs through the real CLI: a run, its resume on the same and on another world size
+(envs that cannot save their state start fresh episodes, said in the start-up line; the rest is
+exact), and its evaluation."""
+from conftest import metrics, ok, trainer
+
+CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--set", "logging.tensorboard=false"]
+
+
+def test_a_gymnasium_run_resumes_with_fresh_episodes_and_says_so(tmp_path):
+    run_dir = tmp_path / "run"
+    ok(trainer(None, [*CARTPOLE, "--total-timesteps", "1024", "--output-dir", str(run_dir)]))
+    first = metrics(run_dir)
+    assert first["env"] == "gym:CartPole-v1" and first["total_timesteps"] == 1024
+    res = ok(trainer(None, [*CARTPOLE, "--resume", "--total-timesteps", "2048", "--output-dir", str(run_dir)]))
+    assert "gym:CartPole-v1's envs cannot save their state" in res.stdout and "restored exactly" in res.stdout
+    assert metrics(run_dir)["total_timesteps"] == 2048 and metrics(run_dir)["episodes"] > first["episodes"]
+    res = ok(trainer(2, [*CARTPOLE, "--resume", "--total-timesteps", "3072", "--output-dir", str(run_dir)]))
+    assert "the envs, whose states cannot be saved, start fresh episodes" in res.stdout
+    assert metrics(run_dir)["world_size"] == 2 and metrics(run_dir)["total_timesteps"] == 3072
+
+
+def test_another_env_argument_is_another_job(tmp_path):
+    run_dir = tmp_path / "run"
+    ok(trainer(None, [*CARTPOLE, "--total-timesteps", "512", "--output-dir", str(run_dir)]))
+    res = trainer(None, [*CARTPOLE, "--resume", "--total-timesteps", "1024", "--output-dir", str(run_dir),
+                         "--set", "env.kwargs={max_episode_steps: 50}"])
+    assert res.returncode == 2 and "checkpoint's env arguments is {}" in res.stderr, res.stderr[-800:]

@@ -1,0 +1,159 @@
+"""Hostile inputs to the env registry (mpippo/envs/): Gymnasium ids, env.kwargs, env.import and
+the spaces of a user's env, at the trainer, on resume and at evaluate. The same promise as every
+table (hostile.check): exit 2, one line naming the bad value and what is allowed, no traceback,
+nothing written before changed, nothing left behind; and a user's module is imported only when
+the command line or the config names it (a run folder or a checkpoint alone never imports)."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import hostile
+from conftest import ROOT, ok, run
+from hostile import Case
+
+USER_ENVS = str(ROOT / "tests" / "user_env")
+CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-timesteps", "512"]
+USER = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-timesteps", "512",
+        "--set", "env.import=mpippo_user_envs"]
+
+
+def train(*args, ranks=None, files: dict | None = None, path: str = USER_ENVS):
+    """A trainer case with `path` on PYTHONPATH (the user's env module), files written first and
+    TMP/ standing for the case folder."""
+    def setup(tmp, shared):
+        for name, data in (files or {}).items():
+            (tmp / name).write_text(data)
+        argv = [a.replace("TMP/", f"{tmp}/") for a in args]
+        if "--output-dir" not in argv and "--resume" not in argv:
+            argv += ["--output-dir", f"{tmp}/out"]
+        return ranks, ["run_mpi.py", *argv], {"PYTHONPATH": path.replace("TMP/", f"{tmp}/")}
+    return setup
+
+
+@pytest.fixture(scope="module")
+def user_run(tmp_path_factory):
+    """One short run of the user's env (env.import), for the resume and evaluate cases."""
+    folder = tmp_path_factory.mktemp("user-run") / "run"
+    ok(run([sys.executable, "run_mpi.py", *USER, "--set", "env.name=gym:mpippo-test/Target-v0", "--set",
+            "training.normalize_obs=true", "--output-dir", str(folder)], 180, env={"PYTHONPATH": USER_ENVS}))
+    return {"run": folder}
+
+
+def on_user_run(*argv, module: str = "run_mpi.py"):
+    def setup(tmp, shared):
+        args = [a.replace("RUN", str(shared["run"])) for a in argv]
+        return None, ([module] if module.endswith(".py") else ["-m", module]) + args, {"PYTHONPATH": USER_ENVS}
+    return setup
+
+
+def edited(edit, *argv):
+    """--resume (env.import named) of a copy of the user run whose latest.pt went through edit(state)."""
+    def setup(tmp, shared):
+        import shutil
+
+        import torch
+        run_dir = tmp / "run"
+        shutil.copytree(shared["run"], run_dir)
+        path = run_dir / "checkpoints" / "latest.pt"
+        state = torch.load(path, weights_only=False)
+        edit(state)
+        torch.save(state, path)
+        return None, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir), "--set",
+                      "env.import=mpippo_user_envs", *argv], {"PYTHONPATH": USER_ENVS}
+    return setup
+
+
+def set_(key, value):
+    return ["--set", f"{key}={value}"]
+
+
+CASES = [
+    Case("gym-unknown-id", train(*CARTPOLE, *set_("env.name", "gym:CartPol-v1"), ranks=2),
+         "'CartPol-v1' is not a registered Gymnasium id (did you mean 'gym:CartPole-v1'?)"),
+    Case("gym-empty-id", train("--config", "TMP/c.yaml", "--no-progress", files={"c.yaml": 'env: {name: "gym:"}\n'}),
+         "env.name: 'gym:' is not gym:<id> with a Gymnasium id"),
+    Case("gym-module-in-id", train(*CARTPOLE, *set_("env.name", "gym:os:system")),
+         "a module to import goes in env.import"),
+    Case("gym-kwargs-not-mapping", train(*CARTPOLE, *set_("env.kwargs", "[1, 2]")), "env.kwargs: expected mapping"),
+    Case("gym-kwargs-bad-key", train(*CARTPOLE, *set_("env.kwargs", "{1: 2}")), "env.kwargs: keys must be keyword"),
+    Case("gym-kwargs-refused-by-env", train(*CARTPOLE, *set_("env.kwargs", "{bogus: 1}"), ranks=2),
+         "making 'CartPole-v1' with env.kwargs {'bogus': 1} failed (TypeError"),
+    Case("gym-kwargs-reserved", train(*CARTPOLE, *set_("env.kwargs", "{render_mode: human}")),
+         "env.kwargs.render_mode: set by mpippo"),
+    Case("gym-kwargs-huge", train(*CARTPOLE, *set_("env.kwargs", "{a: " + "x" * 5000 + "}")),
+         "env.kwargs: 5,0"),
+    Case("gym-kwargs-on-procgen", train(*CARTPOLE, *set_("env.name", "coinrun"), *set_("env.kwargs", "{a: 1}")),
+         "env.kwargs: {'a': 1} is read by gymnasium envs only"),
+    Case("gym-import-missing", train(*CARTPOLE, *set_("env.import", "no_such_module_here")),
+         "env.import: importing 'no_such_module_here' failed (ModuleNotFoundError"),
+    Case("gym-import-raises", train(*CARTPOLE, *set_("env.import", "raising_module"), ranks=2,
+                                    files={"raising_module.py": "raise RuntimeError('boom at import')\n"}, path="TMP/"),
+         "env.import: importing 'raising_module' failed (RuntimeError: boom at import)"),
+    Case("gym-import-not-a-module", train(*CARTPOLE, *set_("env.import", "os;rm")), "'os;rm' is not a module"),
+    Case("gym-import-on-procgen", train(*CARTPOLE, *set_("env.name", "coinrun"), *set_("env.import", "json")),
+         "env.import: 'json' is read by gymnasium envs only"),
+    Case("gym-entry-not-callable", train(*USER, *set_("env.name", "gym:Mine-v0"),
+                                         *set_("env.import", "mpippo_user_envs:LIMIT")),
+         "has no callable 'LIMIT'"),
+    Case("gym-entry-clashes-with-an-id", train(*USER, *set_("env.import", "mpippo_user_envs:make_corridor")),
+         "'CartPole-v1' is already a registered Gymnasium id"),
+    Case("gym-multidiscrete-actions", train(*USER, *set_("env.name", "gym:mpippo-test/MultiAction-v0")),
+         "the action space MultiDiscrete([2 3]) is not supported; allowed: Discrete, or Box of shape (A,)"),
+    Case("gym-box-actions-with-images", train(*USER, *set_("env.name", "gym:mpippo-test/ImageBoxActions-v0")),
+         "with image observations are not supported; allowed: Box actions with vector observations"),
+    Case("gym-normalize-obs-on-images", train(*CARTPOLE, *set_("env.name", "coinrun"),
+                                              *set_("training.normalize_obs", "true")),
+         "training.normalize_obs: coinrun has image observations; allowed: true for vector observations only"),
+    Case("gym-obs-clip-zero", train(*CARTPOLE, *set_("training.obs_clip", "0")), "training.obs_clip: must be > 0"),
+    Case("gym-dict-observations", train(*USER, *set_("env.name", "gym:mpippo-test/DictObs-v0"), ranks=2),
+         "the observation space Dict('a': Discrete(3)) is not supported; allowed: Box of shape (D,)"),
+    Case("gym-float-image", train(*USER, *set_("env.name", "gym:mpippo-test/FloatImage-v0")),
+         "is not uint8; allowed: uint8 images"),
+    Case("gym-env-cannot-be-made", train(*USER, *set_("env.name", "gym:mpippo-test/Broken-v0")),
+         "failed (ValueError: this env cannot be made)"),
+    Case("gym-with-dqn", train(*CARTPOLE, *set_("training.algo", "dqn"), ranks=3),
+         "runs in the actor-learner layout, which does not take Gymnasium envs yet; allowed with gym:CartPole-v1: ppo"),
+    Case("resume-gym-import-unnamed", on_user_run("--resume", "--no-progress", "--output-dir", "RUN"),
+         "--resume: the run's config.yaml has env.import 'mpippo_user_envs'"),
+    Case("resume-gym-import-other", on_user_run("--resume", "--no-progress", "--output-dir", "RUN",
+                                                "--set", "env.import=json"),
+         "add --set env.import=mpippo_user_envs"),
+    Case("evaluate-gym-import-unnamed", on_user_run("--checkpoint", "RUN", "--num-episodes", "2",
+                                                    module="mpippo.evaluate"),
+         "--import: the checkpoint's env gym:mpippo-test/Target-v0 comes from the module 'mpippo_user_envs'"),
+    Case("evaluate-gym-import-other", on_user_run("--checkpoint", "RUN", "--num-episodes", "2", "--import", "json",
+                                                  module="mpippo.evaluate"),
+         "name it to allow it, --import mpippo_user_envs (got 'json')"),
+    Case("ckpt-gym-obs-stats-shape", edited(lambda s: s["obs_rms"].update(mean=np.zeros(5))),
+         "obs_rms.mean: expected a f array of shape (2,), got float64 (5,)"),
+    Case("ckpt-gym-obs-stats-nan", edited(lambda s: s["obs_rms"].update(var=np.full(2, np.nan))),
+         "obs_rms: non-finite mean or negative variance"),
+    Case("ckpt-gym-continuous-flag", edited(lambda s: s["model_spec"].update(continuous="yes")),
+         "model_spec.continuous: expected true or false"),
+    Case("ckpt-gym-env-state", edited(lambda s: s["ranks"][0].update(env=[b"x"] * 4)),
+         "ranks[0].env: expected none (a Gymnasium env's state is not saved)"),
+]
+for _c in CASES:
+    if _c.id.startswith(("resume-", "evaluate-", "ckpt-")):
+        _c.slow = True
+        _c.kept = lambda tmp, shared: [shared["run"]]
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory) -> dict:
+    return hostile.outcomes(request, tmp_path_factory, CASES, "test_hostile_env_input",
+                            lambda: request.getfixturevalue("user_run"))
+
+
+@pytest.mark.parametrize("case", hostile.params(CASES))
+def test_hostile_env_input(case: Case, outcomes):
+    hostile.check(case, outcomes[case.id].result())
+
+
+def test_every_class_of_env_input_is_covered():
+    for word in ("-id", "kwargs", "import", "entry", "actions", "observations", "obs-", "resume-", "evaluate-",
+                 "ckpt-"):
+        assert any(word in c.id for c in CASES), word

@@ -1,0 +1,166 @@
+"""The env registry (mpippo/envs/): every family answers what the rest of mpippo asks; no module
+outside mpippo/envs/ names an env; the Gymnasium family's episodes, time limits and user envs."""
+import ast
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mpippo import config as C
+from mpippo import envs
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_ENVS = str(ROOT / "tests" / "user_env")
+
+
+def _env_literal(value) -> bool:
+    return isinstance(value, str) and (value in envs.known_env_names() or bool(re.fullmatch(r"(gym:|procgen-)\S+", value)))
+
+
+def test_no_env_name_outside_mpippo_envs():
+    """`name == "connect4"`, a game's name, "gym:...": only the families know names; the rest asks
+    them (two_player, exact_resume, spaces...)."""
+    found = []
+    for path in sorted((ROOT / "mpippo").rglob("*.py")):
+        if "envs" in path.relative_to(ROOT / "mpippo").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and _env_literal(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert found == []
+
+
+def test_the_literal_finder_finds_one():
+    tree = ast.parse('if cfg.env.name == "connect4":\n    pass\nx = "gym:CartPole-v1"\n')
+    assert sorted(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and _env_literal(n.value)) == [
+        "connect4", "gym:CartPole-v1"]
+
+
+@pytest.mark.parametrize("name", ["coinrun", "procgen-coinrun-v0", "toy-cue", "connect4", "gym:CartPole-v1"])
+def test_every_name_has_one_family_that_answers(name):
+    fam = envs.family_of(name)
+    assert fam is not None and [f for f in envs.FAMILIES if f.accepts(name)] == [fam]
+    cfg = C.resolve(C.build({}, [("env", "name", name)], 1), 1)
+    sp = fam.spaces(cfg)
+    assert sp.num_actions >= 2 and len(sp.obs_shape) in (1, 3)
+    env = fam.make(cfg, 2, seed=1)
+    rew, obs, first = env.observe()
+    assert obs.shape == (2, *sp.obs_shape) and obs.dtype == np.dtype(sp.obs_dtype) and first.all()
+    env.act(np.zeros(2, dtype=np.int32))
+    assert env.observe()[1].shape == (2, *sp.obs_shape)
+    state = env.get_state()
+    assert (state is None) == (not fam.exact_resume)
+    env.close()
+
+
+def user_cfg(name, **env):
+    sys.path.insert(0, USER_ENVS) if USER_ENVS not in sys.path else None
+    over = [("env", "name", name), ("env", "import", "mpippo_user_envs"), ("env", "num_envs", 2),
+            ("training", "n_steps", 12), ("training", "gamma", 0.9), ("training", "normalize_reward", False),
+            ("training", "precision", "fp32"), *[("env", k, v) for k, v in env.items()]]
+    return C.resolve(C.build({}, over, 1), 1)
+
+
+def trainer_of(cfg, tmp_path):
+    from mpippo.comm import World
+    from mpippo.runners.sync_ppo import SyncPPO
+    return SyncPPO(cfg, World(), tmp_path, None)
+
+
+def test_a_time_limit_bootstraps_from_the_final_observation(tmp_path):
+    """Steady: cut by its 5-step limit, never ended: each cut step's reward gains gamma * V(final
+    obs); the steps before it and every other step gain nothing."""
+    ppo = trainer_of(user_cfg("gym:mpippo-test/Steady-v0"), tmp_path)
+    _, ppo.obs, ppo.first = ppo.env.observe()
+    ppo.collect_rollout(ppo.obs, ppo.first)
+    with torch.no_grad():
+        v_final = ppo.model(torch.tensor([[1.0, 0.0, -1.0]]))[1].item()
+    want = torch.zeros(12, 2)
+    want[[4, 9]] = 0.9 * v_final  # the 5th and 10th acts hit the limit
+    torch.testing.assert_close(ppo.buf.trunc_values, want)
+    assert ppo.buf.dones[[0, 5, 10]].eq(1).all() and ppo.buf.dones.sum() == 6  # (the first obs is a start too)
+    adv, ret = ppo.advantages(ppo.obs, ppo.first)
+    r = ppo.buf.rewards
+    assert torch.allclose(r[4], 1 + 0.9 * torch.tensor(v_final)) and torch.allclose(r[3], torch.ones(2))
+
+
+def test_a_termination_gets_no_value(tmp_path):
+    ppo = trainer_of(user_cfg("gym:mpippo-test/Ending-v0"), tmp_path)
+    _, ppo.obs, ppo.first = ppo.env.observe()
+    ppo.collect_rollout(ppo.obs, ppo.first)
+    assert ppo.buf.trunc_values.abs().sum() == 0 and ppo.buf.dones[[5, 10]].eq(1).all()
+
+
+def test_an_entry_point_registers_the_id_and_a_nonzero_start_is_shifted(tmp_path):
+    cfg = user_cfg("gym:mpippo-test/Corridor-v0", **{"import": "mpippo_user_envs:make_corridor",
+                                                     "kwargs": {"length": 4}})
+    env = envs.make_env(cfg, 3, seed=0)
+    assert env.obs_shape == (4,) and env.num_actions == 2
+    for _ in range(3):  # action 1 -> the env's 2 (right): the end after 3 steps
+        env.act(np.ones(3, dtype=np.int64))
+    rew, obs, first = env.observe()
+    assert first.all() and np.allclose(rew, 1.0) and (obs[:, 0] == 1).all()  # a new episode's first cell
+
+
+def test_the_gymnasium_family_imports_nothing_unnamed():
+    """Importing mpippo (config, envs) imports neither gymnasium nor a user's module."""
+    import subprocess
+    code = ("import sys, mpippo.config, mpippo.envs; "
+            "print('gymnasium' in sys.modules, 'mpippo_user_envs' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={"PYTHONPATH": USER_ENVS}, timeout=120)
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_a_gaussian_policy_draws_logs_and_scores_as_torch_normal():
+    """Continuous actions: PolicyStep draws mean + std * N(0, 1) from its sampler's stream, the
+    log-probability and entropy are a diagonal Normal's (summed over dimensions), and the update's
+    logprob_entropy gives the same numbers for the same actions."""
+    from mpippo.algos.ppo import GumbelSampler, PolicyStep, logprob_entropy
+    from mpippo.models.mlp import MLPPolicy
+    torch.manual_seed(0)
+    net = MLPPolicy(3, 2, (16,), continuous=True)
+    with torch.no_grad():
+        net.logstd.copy_(torch.tensor([[-0.5, 0.3]]))
+    step = PolicyStep(net, GumbelSampler(torch.device("cpu"), 7), (3,), 4096, 2, torch.device("cpu"), "fp32", False,
+                      obs_dtype=torch.float32)
+    obs = torch.randn(1, 3).expand(4096, 3).contiguous()
+    action, logprob, _ = step(obs)
+    mean = net(obs)[0]
+    dist = torch.distributions.Normal(mean, net.logstd.exp())
+    torch.testing.assert_close(logprob, dist.log_prob(action).sum(-1))
+    z = (action - mean) / net.logstd.exp()
+    assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05  # the draw is mean + std * N(0, 1)
+    lp, ent = logprob_entropy(mean, action, net.logstd)
+    torch.testing.assert_close(lp, logprob)
+    torch.testing.assert_close(ent, dist.entropy().sum(-1))
+
+
+def test_observation_statistics_are_the_jobs_whatever_the_split():
+    """ObsNormalizer: two ranks' rollouts summed and folded in once give the statistics of all their
+    observations together (as one process would compute them), then normalize and clip."""
+    from mpippo.algos.buffers import ObsNormalizer
+    rng = np.random.default_rng(0)
+    parts = [rng.normal([3.0, -1.0], [2.0, 0.5], size=(400, 2)) for _ in range(2)]
+    a, b = ObsNormalizer(2, 5.0), ObsNormalizer(2, 5.0)
+    a.add(parts[0]), b.add(parts[1])
+    joined = a.sums + b.sums
+    a.update(joined.copy())
+    everything = np.concatenate(parts)
+    np.testing.assert_allclose(a.mean, everything.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(a.var, everything.var(0), rtol=1e-3)
+    assert a.sums.sum() == 0  # the next rollout starts its own sums
+    out = a(np.array([[3.0, 100.0]]))
+    assert out.dtype == np.float32 and abs(out[0, 0]) < 0.1 and out[0, 1] == 5.0  # clipped
+
+
+def test_box_actions_are_clipped_for_the_env_only(tmp_path):
+    cfg = user_cfg("gym:mpippo-test/Target-v0")
+    env = envs.make_env(cfg, 2, seed=0)
+    assert env.spaces.continuous and env.num_actions == 1
+    target = env.observe()[1][:, 0].copy()
+    env.act(np.array([[9.0], [-9.0]], dtype=np.float32))  # far outside [-2, 2]: the env gets +-2
+    np.testing.assert_allclose(env.observe()[0], -(np.array([2.0, -2.0]) - target) ** 2, rtol=1e-5)

@@ -1,0 +1,126 @@
+"""A user's own Gymnasium envs, written as a user's package would write them, for the tests. Never
+imported by mpippo unless a config names it (env.import: mpippo_user_envs); importing it
+registers its ids, like a user's package would.
+
+- `mpippo-test/Steady-v0`: the observation never changes, every step earns 1, the episode never
+  ends by itself: a time limit (5 steps) cuts it. Its true value is 1 / (1 - gamma) everywhere.
+- `mpippo-test/Ending-v0`: the same, but the episode terminates after 5 steps (a real end).
+- `make_corridor`: an entry point (env.import: mpippo_user_envs:make_corridor) for a walk to the
+  right end of a corridor of 6 cells (Discrete(2) actions starting at 1: a non-zero start).
+"""
+import gymnasium as gym
+import numpy as np
+
+LIMIT = 5
+
+
+class Steady(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, ends: bool = False):
+        self.ends, self.t = ends, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([1.0, 0.0, -1.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([1.0, 0.0, -1.0], np.float32), 1.0, self.ends and self.t >= LIMIT, False, {}
+
+
+class Corridor(gym.Env):
+    observation_space = gym.spaces.Box(0.0, 1.0, (6,), np.float32)
+    action_space = gym.spaces.Discrete(2, start=1)  # 1 = left, 2 = right
+
+    def __init__(self, length: int = 6):
+        self.length, self.pos = length, 0
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (length,), np.float32)
+
+    def _obs(self):
+        obs = np.zeros(self.length, np.float32)
+        obs[self.pos] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        assert action in (1, 2), action
+        self.pos = min(max(self.pos + (1 if action == 2 else -1), 0), self.length - 1)
+        done = self.pos == self.length - 1
+        return self._obs(), 1.0 if done else -0.01, done, False, {}
+
+
+def make_corridor(**kwargs):
+    return Corridor(**kwargs)
+
+
+gym.register(id="mpippo-test/Steady-v0", entry_point=Steady, max_episode_steps=LIMIT)
+gym.register(id="mpippo-test/Ending-v0", entry_point=Steady, kwargs={"ends": True})
+
+
+class DictObs(Steady):
+    observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(3)})
+
+
+class FloatImage(Steady):
+    observation_space = gym.spaces.Box(0.0, 1.0, (8, 8, 3), np.float32)
+
+
+class Broken(Steady):
+    def __init__(self):
+        raise ValueError("this env cannot be made")
+
+
+gym.register(id="mpippo-test/DictObs-v0", entry_point=DictObs)
+gym.register(id="mpippo-test/FloatImage-v0", entry_point=FloatImage)
+gym.register(id="mpippo-test/Broken-v0", entry_point=Broken)
+
+
+class Target(gym.Env):
+    """Continuous control in one line: the observation is a target in [-1, 1] (with a constant 5 as
+    a second dimension, so observation normalization has a mean to remove), the action a point in
+    [-2, 2]; the reward is -(action - target)^2; 16 steps an episode, ended by a time limit. A
+    policy that ignores the target scores about -5.3 (the target's variance 1/3 x 16), a perfect one 0."""
+    observation_space = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 10.0], np.float32))
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = self.np_random.uniform(-1.0, 1.0)
+        return np.array([self.target, 5.0], np.float32), {}
+
+    def step(self, action):
+        reward = -float((float(np.asarray(action).reshape(-1)[0]) - self.target) ** 2)
+        self.target = self.np_random.uniform(-1.0, 1.0)
+        return np.array([self.target, 5.0], np.float32), reward, False, False, {}
+
+    def render(self):
+        frame = np.zeros((32, 64, 3), np.uint8)
+        frame[:, int((self.target + 1) * 31.5)] = 255
+        return frame
+
+
+gym.register(id="mpippo-test/Target-v0", entry_point=Target, max_episode_steps=16)
+
+
+class MultiAction(Steady):
+    action_space = gym.spaces.MultiDiscrete([2, 3])
+
+
+class ImageBoxActions(Steady):
+    observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+gym.register(id="mpippo-test/MultiAction-v0", entry_point=MultiAction)
+gym.register(id="mpippo-test/ImageBoxActions-v0", entry_point=ImageBoxActions)
