@@ -25,3 +25,14 @@ def test_another_env_argument_is_another_job(tmp_path):
     res = trainer(None, [*CARTPOLE, "--resume", "--total-timesteps", "1024", "--output-dir", str(run_dir),
                          "--set", "env.kwargs={max_episode_steps: 50}"])
     assert res.returncode == 2 and "checkpoint's env arguments is {}" in res.stderr, res.stderr[-800:]
+
+
+def test_a2c_trains_a_gymnasium_env_too(tmp_path):
+    """The sync layout's other algorithm on the same family (continuous actions: the loss's
+    log-probabilities are the Gaussian's, as PPO's)."""
+    run_dir = tmp_path / "run"
+    ok(trainer(None, ["--config", "configs/a2c_toy.yaml", "--no-progress", "--total-timesteps", "2048",
+                      "--set", "env.name=gym:Pendulum-v1", "--set", "logging.tensorboard=false",
+                      "--output-dir", str(run_dir)]))
+    m = metrics(run_dir)
+    assert m["algo"] == "a2c" and m["env"] == "gym:Pendulum-v1" and m["total_timesteps"] == 2048

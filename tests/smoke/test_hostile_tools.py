@@ -284,6 +284,27 @@ CASES = [
     Case("evaluate-out-json-is-config", evaluate("--json", "TMP/run/config.yaml", files=CKPT),
          "is one of the run's own files (config.yaml)"),
     Case("evaluate-out-json-is-video", evaluate("--json", "TMP/v.mp4", "--video", "TMP/v.mp4"), "both name"),
+    # ---- benchmarks/mujoco_parity.py and analysis/mujoco_parity.py (the MuJoCo side-by-side) ----
+    Case("mujoco-parity-steps", tool("benchmarks/mujoco_parity.py", "--steps", "5", "--runs", "TMP/r", "--out", "TMP/o"),
+         "--steps: 5 is out of range; allowed: 2,048 to"),
+    Case("mujoco-parity-env-not-an-id", tool("benchmarks/mujoco_parity.py", "--envs", "os;rm", "--runs", "TMP/r"),
+         "--envs: 'os;rm' is not a Gymnasium id such as HalfCheetah-v5"),
+    Case("mujoco-parity-seed", tool("benchmarks/mujoco_parity.py", "--seeds", "-1", "--runs", "TMP/r"),
+         "--seeds: -1 is out of range"),
+    Case("mujoco-analysis-no-data", tool("analysis/mujoco_parity.py", "--data", "TMP/none"),
+         "runs.json' (No such file or directory); run benchmarks/mujoco_parity.py first"),
+    Case("mujoco-analysis-not-runs", tool("analysis/mujoco_parity.py", "--data", "TMP/d", files={"d/runs.json": "[1, 2]"}),
+         "holds no runs (expected a mapping of run names)"),
+    Case("mujoco-analysis-bad-run", tool("analysis/mujoco_parity.py", "--data", "TMP/d",
+                                         files={"d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1}}}),
+         "run 'x': budget is None; expected int"),
+    Case("mujoco-analysis-bad-side", tool("analysis/mujoco_parity.py", "--data", "TMP/d",
+                                          files={"d/runs.json": {"x": {"who": "me"}}}),
+         "run 'x': who is 'me'; allowed: mpippo, cleanrl"),
+    Case("mujoco-analysis-bad-curve", tool("analysis/mujoco_parity.py", "--data", "TMP/d", files={
+        "d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0,
+                              "steps_per_s": 2}}, "d/x.csv": "env_steps,return_mean_100\nten,1\n"}),
+         "cannot read the curve"),
 ]
 
 

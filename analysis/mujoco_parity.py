@@ -1,0 +1,140 @@
+#!/usr/bin/env python
+"""mpippo beside CleanRL's ppo_continuous_action.py on MuJoCo: curves, a table, a verdict.
+
+    python analysis/mujoco_parity.py [--data analysis/data/mujoco_parity]
+
+Reads what benchmarks/mujoco_parity.py wrote (a CSV per run, runs.json) and writes to the same
+folder mujoco_parity.png (the mean return of the last 100 episodes over env steps: each seed thin,
+the seeds' mean thick), mujoco_parity.md and mujoco_parity.json: per env each side's final return
+per seed and mean, the peer's seed range, and whether mpippo's mean lies inside that range or above
+it; and each side's steps/s on this machine with their ratio.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
+from mpippo.toolcli import Parser, run, save_figure, shown, write_bytes, write_json  # noqa: E402
+from mpippo.usage import UsageError  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WINDOW = 100
+
+
+KEYS = {"who": str, "env": str, "seed": int, "budget": int, "final_return": float, "steps_per_s": (int, float, type(None))}
+
+
+def load_runs(data: Path) -> dict:
+    """runs.json as benchmarks/mujoco_parity.py writes it, or one line naming what is wrong."""
+    path = data / "runs.json"
+    try:
+        runs = json.loads(path.read_text())
+    except OSError as e:
+        raise UsageError(f"--data: cannot read '{shown(path)}' ({e.strerror or e}); run benchmarks/mujoco_parity.py "
+                         f"first") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"--data: '{shown(path)}' is not valid JSON ({str(e)[:80]})") from None
+    if not isinstance(runs, dict) or not runs:
+        raise UsageError(f"--data: '{shown(path)}' holds no runs (expected a mapping of run names)")
+    for name, r in runs.items():
+        where = f"--data: '{shown(path)}': run {name[:60]!r}"
+        if not isinstance(r, dict) or r.get("who") not in ("mpippo", "cleanrl"):
+            who = r.get("who") if isinstance(r, dict) else r
+            raise UsageError(f"{where}: who is {who!r:.60}; allowed: mpippo, cleanrl")
+        for key, kind in KEYS.items():
+            value = r.get(key)
+            ok = isinstance(value, kind) and not isinstance(value, bool) or (kind is float and type(value) is int)
+            if not ok:
+                raise UsageError(f"{where}: {key} is {value!r:.60}; expected "
+                                 f"{getattr(kind, '__name__', 'a number or null')}")
+    return runs
+
+
+def curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(env steps, mean return of the last 100 episodes) from one run's CSV: mpippo's is logged as
+    that mean; CleanRL's lists every episode, averaged here the same way."""
+    try:
+        with open(path) as f:
+            rows = list(csv.reader(f))
+        steps = np.array([int(r[0]) for r in rows[1:]])
+        values = np.array([float(r[1]) for r in rows[1:]])
+    except (OSError, ValueError, IndexError, UnicodeDecodeError) as e:
+        raise UsageError(f"--data: cannot read the curve '{shown(path)}' ({type(e).__name__}: {str(e)[:80]})") from None
+    if rows[0][1] == "episode_return":
+        values = np.array([values[max(0, i - WINDOW + 1):i + 1].mean() for i in range(len(values))])
+    return steps, values
+
+
+def table(runs: dict) -> tuple[list[dict], str]:
+    by_env = defaultdict(lambda: defaultdict(dict))
+    for r in runs.values():
+        by_env[r["env"]][r["who"]][r["seed"]] = r
+    rows, lines = [], ["| env | mpippo (seeds) | mean | CleanRL (seeds) | mean | inside or above the peer's range | "
+                       "steps/s mpippo / CleanRL |", "|---|---|---:|---|---:|---|---:|"]
+    for env, sides in sorted(by_env.items()):
+        ours, peer = sides.get("mpippo", {}), sides.get("cleanrl", {})
+        mine = [ours[s]["final_return"] for s in sorted(ours)]
+        theirs = [peer[s]["final_return"] for s in sorted(peer)]
+        ok = bool(mine and theirs and np.mean(mine) >= min(theirs))
+        rate = [float(np.mean(r)) if (r := [x["steps_per_s"] for x in side.values() if x["steps_per_s"]]) else np.nan
+                for side in (ours, peer)]
+        rows.append({"env": env, "mpippo": mine, "cleanrl": theirs, "inside_or_above": ok,
+                     "steps_per_s": {"mpippo": rate[0], "cleanrl": rate[1]}, "ratio": rate[0] / rate[1]})
+        def nums(xs):
+            return ", ".join(f"{x:.0f}" for x in xs) or "-"
+        verdict = ("yes" if ok else "no") if mine and theirs else "(a side has no runs)"
+        lines.append(f"| {env} | {nums(mine)} | {nums([np.mean(mine)] if mine else [])} | {nums(theirs)} | "
+                     f"{nums([np.mean(theirs)] if theirs else [])} | {verdict} | {rate[0]:.0f} / {rate[1]:.0f} "
+                     f"({rate[0] / rate[1]:.2f}x) |")
+    return rows, "\n".join(lines) + "\n"
+
+
+def figure(data: Path, runs: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    envs = sorted({r["env"] for r in runs.values()})
+    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        for who, color in (("mpippo", "tab:blue"), ("cleanrl", "tab:orange")):
+            names = [n for n, r in runs.items() if r["env"] == env and r["who"] == who]
+            grid = np.linspace(0, max(r["budget"] for r in runs.values()), 200)
+            ys = []
+            for n in names:
+                x, y = curve(data / f"{n}.csv")
+                if len(x):
+                    ax.plot(x, y, color=color, alpha=0.3 if len(names) > 1 else 1.0, lw=1,
+                            label=None if len(names) > 1 else f"{who} (1 seed)")
+                    ys.append(np.interp(grid, x, y, left=np.nan))
+            if len(ys) > 1:
+                ax.plot(grid, np.nanmean(ys, axis=0), color=color, lw=2, label=f"{who} ({len(ys)} seeds)")
+        ax.set(title=env, xlabel="env steps", ylabel="return (last 100 episodes)")
+        ax.legend()
+    save_figure(fig, out, "--data")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run("mujoco_parity", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="mujoco_parity.py", description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=HERE / "data" / "mujoco_parity")
+    args = p.parse_args(argv)
+    runs = load_runs(args.data)
+    rows, md = table(runs)
+    figure(args.data, runs, args.data / "mujoco_parity.png")
+    write_bytes(args.data / "mujoco_parity.md", md.encode(), "--data")
+    write_json(args.data / "mujoco_parity.json", rows, "--data")
+    print(md, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

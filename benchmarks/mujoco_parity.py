@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""mpippo beside CleanRL's ppo_continuous_action.py on Gymnasium MuJoCo, same machine, same budget.
+
+    python benchmarks/mujoco_parity.py [--envs HalfCheetah-v5 Hopper-v5] [--seeds 1 2]
+        [--steps 1000000] [--who mpippo cleanrl] [--runs runs/mujoco-parity] [--out analysis/data/mujoco_parity]
+
+Runs one after another (never two at once: the throughput of each is measured on the whole
+machine): mpippo as `python -m mpippo.launch -n 2 --config configs/ppo_mujoco.yaml` (2 envs x 1,024
+steps per update, 1 torch thread per rank), CleanRL's script as one process with torch's default
+threads (1 env x 2,048 steps, the same batch and hyperparameters). A run already finished in
+--runs is read, not run again; an mpippo run stopped early resumes.
+
+CleanRL's script is not stored here: it is downloaded at a pinned commit into .venv-peers/
+(offline: point MPIPPO_CLEANRL_CONTINUOUS at a copy), and two lines are adapted to Gymnasium 1.x,
+which this project pins (the script was written for 0.29): TransformObservation's observation
+space argument, and the episode statistics in the vector env's info (1.x reports them under
+`episode` with a `_episode` mask instead of `final_info`). Nothing else is changed; in particular it
+keeps Gymnasium's default autoreset mode and treats a time limit as a termination.
+
+Writes, per run, `<who>-<env>-s<seed>.csv` (env steps, episode return) and `runs.json` (steps/s,
+wall time, final return: the mean of the last 100 episodes) to --out; `analysis/mujoco_parity.py`
+draws and tabulates them.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # mpippo, without an install
+from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer  # noqa: E402
+
+PEERS = ROOT / ".venv-peers"
+CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, 2025 (as benchmarks/peers.py)
+CLEANRL_URL = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/ppo_continuous_action.py"
+TYRO = "tyro==1.0.17"
+# (what the script says, what Gymnasium 1.x needs): the two adaptations described above
+ADAPT = [
+    ("gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10))",
+     "gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)"),
+    ('''            if "final_info" in infos:
+                for info in infos["final_info"]:
+                    if info and "episode" in info:
+                        print(f"global_step={global_step}, episodic_return={info['episode']['r']}")''',
+     '''            if "episode" in infos:
+                ended = infos["_episode"]
+                for info in [{"episode": {"r": r, "l": n}} for r, n in zip(infos["episode"]["r"][ended],
+                                                                            infos["episode"]["l"][ended])]:
+                    if info and "episode" in info:
+                        print(f"global_step={global_step}, episodic_return={info['episode']['r']}")'''),
+]
+
+
+def gym_id(text: str) -> str:
+    """A Gymnasium id as both sides take it (name-vN); the trainer checks that it exists."""
+    if not re.fullmatch(r"[A-Za-z0-9_./-]{1,100}-v\d+", text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a Gymnasium id such as HalfCheetah-v5")
+    return text
+
+
+def cleanrl_script() -> Path:
+    script = PEERS / "cleanrl_ppo_continuous_action_gymnasium1.py"
+    if script.exists():
+        return script
+    PEERS.mkdir(exist_ok=True)
+    local = os.environ.get("MPIPPO_CLEANRL_CONTINUOUS")
+    if local:
+        text = Path(local).read_text()
+    else:
+        with urllib.request.urlopen(CLEANRL_URL, timeout=60) as r:
+            text = r.read().decode()
+    for old, new in ADAPT:
+        if old not in text:
+            raise SystemExit(f"mujoco_parity: CleanRL's script at {CLEANRL_COMMIT} lacks a line this tool adapts: {old[:60]}")
+        text = text.replace(old, new)
+    script.write_text(text)
+    return script
+
+
+def cleanrl_path() -> str:
+    site = PEERS / "site"
+    if not (site / "tyro").exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(site), TYRO], check=True)
+    return str(site)
+
+
+def run_mpippo(env: str, seed: int, steps: int, folder: Path) -> dict:
+    """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes."""
+    from mpippo.runs import read_curve
+    resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
+    argv = ["--config", "configs/ppo_mujoco.yaml", "--set", f"env.name=gym:{env}", "--seed", str(seed),
+            "--total-timesteps", str(steps), "--no-progress", *resume]
+    t0 = time.monotonic()
+    metrics = run_trainer(2, argv, folder, f"mpippo on {env}", timeout=6 * 3600)
+    steps_, returns, _ = read_curve(folder / "logs")
+    curve = [(int(a), float(b)) for a, b in zip(steps_, returns)]
+    return {"wall_s": time.monotonic() - t0, "steps_per_s": metrics["fps_steady"], "curve": curve,
+            "final_return": metrics["episode_return_mean"], "episodes": metrics["episodes"]}
+
+
+def run_cleanrl(env: str, seed: int, steps: int, folder: Path) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "stdout.txt"
+    if not log.exists() or "SPS:" not in log.read_text()[-2000:]:
+        cmd = [sys.executable, str(cleanrl_script()), "--env-id", env, "--seed", str(seed), "--total-timesteps",
+               str(steps), "--no-cuda"]
+        with open(log, "w") as out:
+            done = subprocess.run(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
+                                  env=os.environ | {"PYTHONPATH": cleanrl_path()})
+        if done.returncode != 0:
+            tail = log.read_text().strip().splitlines()[-1:] or [""]
+            raise ToolFailure(f"CleanRL on {env} failed (exit {done.returncode}): {tail[0][:300]}")
+    text = log.read_text()
+    pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?[\d.e+-]+)", text)]
+    sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
+    returns = [r for _, r in pairs]
+    return {"wall_s": steps / sps[-1] if sps else None, "steps_per_s": sps[-1] if sps else None, "curve": pairs,
+            "final_return": sum(returns[-100:]) / max(len(returns[-100:]), 1), "episodes": len(returns)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run("mujoco_parity", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="mujoco_parity.py", description=__doc__.splitlines()[0])
+    p.add_argument("--envs", nargs="+", type=gym_id, default=["HalfCheetah-v5", "Hopper-v5"])
+    p.add_argument("--seeds", nargs="+", type=count(0, 2**31 - 1), default=[1, 2])
+    p.add_argument("--steps", type=count(2048, 10**9), default=1_000_000, help="env steps per run")
+    p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "mujoco-parity")
+    p.add_argument("--out", type=Path, default=ROOT / "analysis" / "data" / "mujoco_parity")
+    p.add_argument("--fresh", action="store_true", help="run again what --runs already holds (a throughput row)")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary_path = args.out / "runs.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    who_runs = list(args.who)
+    if "cleanrl" in who_runs:
+        try:
+            cleanrl_script(), cleanrl_path()
+        except (OSError, subprocess.CalledProcessError) as e:  # no network and no copy: mpippo's side only
+            print(f"mujoco_parity: cannot set up CleanRL ({e}); its runs are skipped", file=sys.stderr)
+            who_runs.remove("cleanrl")
+    for env in args.envs:
+        for seed in args.seeds:
+            for who in who_runs:
+                name = f"{who}-{env}-s{seed}"
+                if args.fresh and (args.runs / name).exists():
+                    shutil.rmtree(args.runs / name)
+                print(f"mujoco_parity: {name} ({args.steps:,} steps)", flush=True)
+                res = (run_mpippo if who == "mpippo" else run_cleanrl)(env, seed, args.steps, args.runs / name)
+                # mpippo logs the mean of the last 100 episodes per iteration; CleanRL prints every episode
+                column = "return_mean_100" if who == "mpippo" else "episode_return"
+                with open(args.out / f"{name}.csv", "w", newline="") as f:
+                    csv.writer(f).writerows([("env_steps", column), *res.pop("curve")])
+                summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res}
+                summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+                print(f"mujoco_parity: {name}: return {res['final_return']:.1f}, {res['steps_per_s']} steps/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
