@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 
 import numpy as np
 
@@ -171,9 +172,26 @@ class GymFamily(EnvFamily):
         need(v is None, path, "expected none (a Gymnasium env's state is not saved)")
 
 
+def _mujoco_warnings_to_stderr(eid: str) -> None:
+    """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory (a file left in the
+    user's folder by every run): for a MuJoCo env they go to stderr instead, each message once."""
+    spec = _gym().envs.registry.get(eid)
+    if spec is None or "mujoco" not in str(spec.entry_point):
+        return
+    import mujoco
+    seen: set[str] = set()
+
+    def warn(message: str) -> None:
+        if message not in seen:
+            seen.add(message)
+            print(f"mpippo: warning: MuJoCo: {message.strip()}", file=sys.stderr, flush=True)
+    mujoco.set_mju_user_warning(warn)
+
+
 def _make_one(cfg, render: bool = False):
     """One env of the config, or one line naming what went wrong (the user's kwargs or code)."""
     gym, kwargs = _gym(), dict(cfg.env.kwargs)
+    _mujoco_warnings_to_stderr(env_id(cfg.env.name))
     if render:
         kwargs["render_mode"] = "rgb_array"
     try:

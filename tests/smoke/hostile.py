@@ -154,3 +154,24 @@ def stop_case_processes(tag: str, sig=signal.SIGKILL) -> None:
             p.send_signal(sig)
         except psutil.Error:
             pass
+
+
+def uncovered(cases: list[Case], words) -> list[str]:
+    """The words (classes of input a table promises to cover) that no case's id contains."""
+    return [w for w in words if not any(w in c.id for c in cases)]
+
+
+def table(cases: list[Case], test_name: str, shared_fixture: str | None = None):
+    """A table module's fixture and test, as `outcomes, <test_name> = hostile.table(...)`: the
+    fixture runs the selected cases two at a time (`outcomes`), the test checks each (`check`);
+    shared_fixture: the module fixture whose value the slow cases build on."""
+    @pytest.fixture(scope="module")
+    def fixture(request, tmp_path_factory) -> dict:
+        return outcomes(request, tmp_path_factory, cases, test_name,
+                        lambda: request.getfixturevalue(shared_fixture) if shared_fixture else {})
+
+    @pytest.mark.parametrize("case", params(cases))
+    def test(case: Case, outcomes):
+        check(case, outcomes[case.id].result())
+    test.__name__ = test_name
+    return fixture, test

@@ -142,18 +142,9 @@ for _c in CASES:
         _c.kept = lambda tmp, shared: [shared["run"]]
 
 
-@pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory) -> dict:
-    return hostile.outcomes(request, tmp_path_factory, CASES, "test_hostile_env_input",
-                            lambda: request.getfixturevalue("user_run"))
-
-
-@pytest.mark.parametrize("case", hostile.params(CASES))
-def test_hostile_env_input(case: Case, outcomes):
-    hostile.check(case, outcomes[case.id].result())
+outcomes, test_hostile_env_input = hostile.table(CASES, "test_hostile_env_input", "user_run")
 
 
 def test_every_class_of_env_input_is_covered():
-    for word in ("-id", "kwargs", "import", "entry", "actions", "observations", "obs-", "resume-", "evaluate-",
-                 "ckpt-"):
-        assert any(word in c.id for c in CASES), word
+    classes = ("-id", "kwargs", "import", "entry", "actions", "observations", "obs-", "resume-", "evaluate-", "ckpt-")
+    assert hostile.uncovered(CASES, classes) == []
