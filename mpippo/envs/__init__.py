@@ -14,13 +14,13 @@ Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 """
 from __future__ import annotations
 
-from mpippo.envs import connect4, gym, procgen, toy
+from mpippo.envs import connect4, gym, pettingzoo, procgen, toy
 from mpippo.envs.family import EnvFamily, Spaces, take_rows
 
 DEFAULT_ENV = "coinrun"  # env.name's default: the Procgen paper's first game
 
 # The env families, in the order a name is tried; each is one module (see envs/family.py).
-FAMILIES: tuple[EnvFamily, ...] = (procgen.FAMILY, toy.FAMILY, connect4.FAMILY, gym.FAMILY)
+FAMILIES: tuple[EnvFamily, ...] = (procgen.FAMILY, toy.FAMILY, connect4.FAMILY, gym.FAMILY, pettingzoo.FAMILY)
 
 
 def family_of(name) -> EnvFamily | None:

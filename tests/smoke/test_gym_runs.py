@@ -1,6 +1,6 @@
-"""Gymnasium envs through the real CLI: a run, its resume on the same and on another world size
-(envs that cannot save their state start fresh episodes, said in the start-up line; the rest is
-exact), and its evaluation."""
+"""Gymnasium and PettingZoo envs through the real CLI: a run, its resume on the same and on another
+world size (envs that cannot save their state start fresh episodes, said in the start-up line; the
+rest is exact), A2C, and self-play on a PettingZoo game."""
 from conftest import metrics, ok, trainer
 
 CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--set", "logging.tensorboard=false"]
@@ -36,3 +36,15 @@ def test_a2c_trains_a_gymnasium_env_too(tmp_path):
                       "--output-dir", str(run_dir)]))
     m = metrics(run_dir)
     assert m["algo"] == "a2c" and m["env"] == "gym:Pendulum-v1" and m["total_timesteps"] == 2048
+
+
+def test_selfplay_dqn_runs_on_pettingzoo_connect_four(tmp_path):
+    """The two-player family in the actor-learner layout: the pool's opponents, the action masks,
+    the mirror and the rating games against the heuristic players, as on the built-in game."""
+    run_dir = tmp_path / "run"
+    res = ok(trainer(3, ["--config", "configs/dqn_selfplay.yaml", "--no-progress", "--total-timesteps", "4000",
+                         "--set", "env.name=pz:connect_four_v3", "--set", "dqn.learning_starts=500",
+                         "--set", "logging.tensorboard=false", "--output-dir", str(run_dir)], timeout=300))
+    assert "dqn on pz:connect_four_v3" in res.stdout and "greedy win rate vs random" in res.stdout
+    m = metrics(run_dir)
+    assert m["env"] == "pz:connect_four_v3" and m["transitions_sent"] == m["transitions_received"] > 0

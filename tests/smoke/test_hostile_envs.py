@@ -114,6 +114,10 @@ CASES = [
          "is not uint8; allowed: uint8 images"),
     Case("gym-env-cannot-be-made", train(*USER, *set_("env.name", "gym:mpippo-test/Broken-v0")),
          "failed (ValueError: this env cannot be made)"),
+    Case("pz-unknown-game", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v2")),
+         "unknown environment 'pz:connect_four_v2' (did you mean 'pz:connect_four_v3'?); allowed:"),
+    Case("pz-kwargs", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v3"), *set_("env.kwargs", "{a: 1}")),
+         "env.kwargs: {'a': 1} is read by gymnasium envs only, env.name 'pz:connect_four_v3' is a pettingzoo env"),
     Case("gym-with-dqn", train(*CARTPOLE, *set_("training.algo", "dqn"), ranks=3),
          "runs in the actor-learner layout, which does not take Gymnasium envs yet; allowed with gym:CartPole-v1: ppo"),
     Case("resume-gym-import-unnamed", on_user_run("--resume", "--no-progress", "--output-dir", "RUN"),
@@ -146,5 +150,6 @@ outcomes, test_hostile_env_input = hostile.table(CASES, "test_hostile_env_input"
 
 
 def test_every_class_of_env_input_is_covered():
-    classes = ("-id", "kwargs", "import", "entry", "actions", "observations", "obs-", "resume-", "evaluate-", "ckpt-")
+    classes = ("-id", "kwargs", "import", "entry", "actions", "observations", "obs-", "resume-", "evaluate-", "ckpt-",
+               "pz-")
     assert hostile.uncovered(CASES, classes) == []

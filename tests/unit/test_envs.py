@@ -39,7 +39,8 @@ def test_the_literal_finder_finds_one():
         "connect4", "gym:CartPole-v1"]
 
 
-@pytest.mark.parametrize("name", ["coinrun", "procgen-coinrun-v0", "toy-cue", "connect4", "gym:CartPole-v1"])
+@pytest.mark.parametrize("name", ["coinrun", "procgen-coinrun-v0", "toy-cue", "connect4", "gym:CartPole-v1",
+                                  "pz:connect_four_v3"])
 def test_every_name_has_one_family_that_answers(name):
     fam = envs.family_of(name)
     assert fam is not None and [f for f in envs.FAMILIES if f.accepts(name)] == [fam]
@@ -164,3 +165,52 @@ def test_box_actions_are_clipped_for_the_env_only(tmp_path):
     target = env.observe()[1][:, 0].copy()
     env.act(np.array([[9.0], [-9.0]], dtype=np.float32))  # far outside [-2, 2]: the env gets +-2
     np.testing.assert_allclose(env.observe()[0], -(np.array([2.0, -2.0]) - target) ** 2, rtol=1e-5)
+
+
+class Recorder:
+    """A per-env opponent (the self-play cache's protocol) that plays the leftmost legal column and
+    records what the env tells it."""
+    per_env = True
+
+    def __init__(self):
+        self.started, self.ended = [], []
+
+    def __call__(self, obs, mask, envs):
+        return mask.argmax(1)
+
+    def games_started(self, envs):
+        self.started += list(envs)
+
+    def games_ended(self, envs, rewards):
+        self.ended += list(zip(envs, rewards))
+
+
+def test_pettingzoo_connect_four_plays_as_the_built_in_game():
+    """pz:connect_four_v3 behind the batch interface: the learner's seat alternates, the opponent
+    (the pool's per-env protocol) moves inside act and hears of every game's start and end, an
+    illegal move loses the game (PettingZoo's rule) and is counted, rewards are the learner's."""
+    from mpippo.envs.pettingzoo import PettingZooVecEnv
+    env = PettingZooVecEnv("connect_four_v3", 2, seed=0)
+    rec = Recorder()
+    env.set_opponent(rec)
+    assert sorted(rec.started) == [0, 1]
+    first_seats = env.agent_first.copy()
+    _, obs, first = env.observe()
+    assert obs.shape == (2, 6, 7, 2) and obs.dtype == np.uint8 and first.all()
+    stones = (obs > 0).sum(axis=(1, 2, 3))
+    assert list(stones) == [0 if f else 1 for f in first_seats]  # the opponent opened where it starts
+    ends = {}  # the learner stacks column 6, the opponent column 0: who started wins on its 4th stone
+    for step in range(1, 5):
+        env.act(np.array([6, 6]))
+        rew, _, first = env.observe()
+        ends.update({i: (step, rew[i]) for i in np.flatnonzero(first) if i not in ends})
+    assert ends == {i: (4, 1.0) if f else (3, -1.0) for i, f in enumerate(first_seats)}
+    assert sorted((int(i), float(r)) for i, r in rec.ended) == sorted((i, r) for i, (_, r) in ends.items())
+    assert list(env.agent_first) == list(~first_seats)  # the next games swap who starts
+    before = env.illegal_moves
+    for _ in range(4):  # column 0 fills (both play it); the learner's next stone there is illegal
+        env.act(np.where(env.action_mask()[:, 0], 0, env.action_mask().argmax(1)))
+    assert not env.action_mask()[:, 0].any()  # (alternating stones: no one won in that column)
+    env.act(np.zeros(2, dtype=np.int64))
+    rew, _, first = env.observe()
+    assert env.illegal_moves == before + 2 and list(rew) == [-1.0, -1.0] and first.all()
