@@ -7,8 +7,8 @@
 Runs one after another (never two at once: the throughput of each is measured on the whole
 machine): mpippo as `python -m mpippo.launch -n 2 --config configs/ppo_mujoco.yaml` (2 envs x 1,024
 steps per update, 1 torch thread per rank), CleanRL's script as one process with torch's default
-threads (1 env x 2,048 steps, the same batch and hyperparameters). A run already finished in
---runs is read, not run again; an mpippo run stopped early resumes.
+threads (1 env x 2,048 steps, the same batch and hyperparameters). A run --out already records
+at this budget is not run again; an mpippo run stopped early resumes.
 
 CleanRL's script is not stored here: it is downloaded at a pinned commit into .venv-peers/
 (offline: point MPIPPO_CLEANRL_CONTINUOUS at a copy), and two lines are adapted to Gymnasium 1.x,
@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer  # noqa: E402
+from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer, shown  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"
 CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, 2025 (as benchmarks/peers.py)
@@ -97,6 +97,8 @@ def run_mpippo(env: str, seed: int, steps: int, folder: Path) -> dict:
     """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes."""
     from mpippo.runs import read_curve
     resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
+    if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
+        shutil.rmtree(folder)
     argv = ["--config", "configs/ppo_mujoco.yaml", "--set", f"env.name=gym:{env}", "--seed", str(seed),
             "--total-timesteps", str(steps), "--no-progress", *resume]
     t0 = time.monotonic()
@@ -157,6 +159,9 @@ def _main(argv: list[str] | None) -> int:
                 name = f"{who}-{env}-s{seed}"
                 if args.fresh and (args.runs / name).exists():
                     shutil.rmtree(args.runs / name)
+                elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
+                    print(f"mujoco_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
+                    continue
                 print(f"mujoco_parity: {name} ({args.steps:,} steps)", flush=True)
                 res = (run_mpippo if who == "mpippo" else run_cleanrl)(env, seed, args.steps, args.runs / name)
                 # mpippo logs the mean of the last 100 episodes per iteration; CleanRL prints every episode
