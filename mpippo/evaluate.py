@@ -281,7 +281,7 @@ def memory_problem(state: dict, num_envs: int) -> str | None:
     if len(obs) == 3:  # uint8 frames, the first conv's float32 output
         per_env = int(np.prod(obs)) * 2 + obs[0] * obs[1] * cfg["model"]["channels"][0] * 4
     else:  # float32 vectors, both MLPs' activations
-        per_env = int(np.prod(obs)) * 8 + 2 * sum(cfg["model"].get("mlp_sizes") or [64, 64]) * 4
+        per_env = int(np.prod(obs)) * 8 + 2 * sum(cfg["model"].get("mlp_sizes") or C.ModelConfig().mlp_sizes) * 4
     need, have = num_envs * per_env, C.memory_available(1)
     if need <= have:
         return None

@@ -64,17 +64,18 @@ class RunningMeanStd:
         self.mean, self.var, self.count = float(d["mean"]), float(d["var"]), float(d["count"])
 
 
-class ObsNormalizer:
+class ObsNormalizer(RunningMeanStd):
     """Observation normalization for vector observations, as the reference PPO for continuous
     control (Gymnasium's NormalizeObservation, then a clip): (obs - mean) / sqrt(var + 1e-8), clipped
-    to +-clip, per dimension. The running statistics are the job's, not a rank's: each rollout's raw
-    observations are summed on every rank (`add`), joined by one Allreduce (`moments` -> the runner's
-    collective) and folded in once per rollout (`update`), so every replica normalizes alike; a
-    rollout is normalized with the statistics as of its start. Saved in checkpoints, applied in
-    evaluation."""
+    to +-clip, per dimension: RunningMeanStd's statistics with one entry per dimension. They are the
+    job's, not a rank's: each rollout's raw observations are summed on every rank (`add`), the sums
+    joined by one Allreduce (the runner's collective) and folded in once per rollout (`update`), so
+    every replica normalizes alike; a rollout is normalized with the statistics as of its start.
+    Saved in checkpoints, applied in evaluation."""
 
     def __init__(self, dim: int, clip: float):
-        self.mean, self.var, self.count, self.clip = np.zeros(dim), np.ones(dim), 1e-4, clip
+        super().__init__()
+        self.mean, self.var, self.clip = np.zeros(dim), np.ones(dim), clip
         self.sums = np.zeros(2 * dim + 1)  # this rollout's count, sum and sum of squares, per dimension
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
@@ -89,14 +90,10 @@ class ObsNormalizer:
         self.sums[d + 1:] += (x * x).sum(0)
 
     def update(self, sums: np.ndarray) -> None:
-        """Fold in every rank's rollout sums (Chan et al., per dimension); the sums start over."""
+        """Fold in every rank's rollout sums; this rank's sums start over."""
         n, d = sums[0], len(self.mean)
-        if n > 0:
-            mean = sums[1:d + 1] / n
-            var = np.maximum(sums[d + 1:] / n - mean * mean, 0.0)
-            delta, total = mean - self.mean, self.count + n
-            m2 = self.var * self.count + var * n + delta * delta * self.count * n / total
-            self.mean, self.var, self.count = self.mean + delta * n / total, m2 / total, total
+        mean = sums[1:d + 1] / max(n, 1.0)
+        self.update_from_moments(n, mean, np.maximum(sums[d + 1:] / max(n, 1.0) - mean * mean, 0.0))
         self.sums[:] = 0.0
 
     def state_dict(self) -> dict:

@@ -172,14 +172,19 @@ class GymFamily(EnvFamily):
         need(v is None, path, "expected none (a Gymnasium env's state is not saved)")
 
 
+_MUJOCO_SEEN: set[str] | None = None  # MuJoCo's warnings said so far (None: its handler is not set yet)
+
+
 def _mujoco_warnings_to_stderr(eid: str) -> None:
     """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory (a file left in the
-    user's folder by every run): for a MuJoCo env they go to stderr instead, each message once."""
+    user's folder by every run): for a MuJoCo env they go to stderr instead, each message once per
+    process (the handler is set once)."""
+    global _MUJOCO_SEEN
     spec = _gym().envs.registry.get(eid)
-    if spec is None or "mujoco" not in str(spec.entry_point):
+    if _MUJOCO_SEEN is not None or spec is None or "mujoco" not in str(spec.entry_point):
         return
     import mujoco
-    seen: set[str] = set()
+    _MUJOCO_SEEN = seen = set()
 
     def warn(message: str) -> None:
         if message not in seen:

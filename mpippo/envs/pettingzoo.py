@@ -36,7 +36,10 @@ class PettingZooVecEnv:
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
         self.illegal_moves = 0
+        self.obs = np.zeros((num_envs, *self.obs_shape), dtype=np.uint8)  # the learner's view, after each act
+        self.mask = np.ones((num_envs, self.num_actions), dtype=bool)
         self._start(np.arange(num_envs))
+        self._refresh()
 
     def set_opponent(self, opponent) -> None:
         """Play `opponent` from now on; the games in progress are abandoned (uncounted) and start anew."""
@@ -44,6 +47,12 @@ class PettingZooVecEnv:
         self.rew[:] = 0.0
         self.first[:] = True
         self._start(np.arange(self.num_envs))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Every game's view for the learner (its turn in all of them), read once per act."""
+        for i in range(self.num_envs):
+            self.obs[i], self.mask[i] = self._view(i)
 
     def _view(self, i: int):
         seen = self.games[i].observe(self.games[i].agent_selection)
@@ -77,16 +86,14 @@ class PettingZooVecEnv:
         return any(game.terminations.values()) or any(game.truncations.values())
 
     def observe(self):
-        views = [self._view(i) for i in range(self.num_envs)]
-        return self.rew.copy(), np.stack([v[0] for v in views]), self.first.copy()
+        return self.rew.copy(), self.obs.copy(), self.first.copy()
 
     def action_mask(self) -> np.ndarray:
-        return np.stack([self._view(i)[1] for i in range(self.num_envs)])
+        return self.mask.copy()
 
     def act(self, actions: np.ndarray) -> None:
         actions = np.asarray(actions, dtype=np.int64)
-        mask = self.action_mask()
-        self.illegal_moves += int((~mask[np.arange(self.num_envs), actions]).sum())
+        self.illegal_moves += int((~self.mask[np.arange(self.num_envs), actions]).sum())
         for i, a in enumerate(actions):
             self.games[i].step(int(a))
         self._opponents_move(np.asarray([i for i in range(self.num_envs) if not self._over(i)], dtype=np.int64))
@@ -98,6 +105,7 @@ class PettingZooVecEnv:
             if getattr(self.opponent, "per_env", False):
                 self.opponent.games_ended(np.flatnonzero(ended), self.rew[ended])
             self._start(np.flatnonzero(ended))
+        self._refresh()
 
     def get_state(self):
         return None  # not exact_resume: a resume starts fresh games

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from mpippo.checkpoint import atomic_write_json
+from mpippo.files import read_metrics
+from mpippo.usage import UsageError
 from mpippo import hostmem
 from mpippo.metrics.sinks import Sinks
 from mpippo.metrics.timers import PHASES, SUMMARY_LEN, StragglerStats
@@ -154,6 +156,14 @@ class Reporter:
         return m
 
     def write_benchmark(self, done: bool, stop_reason: str | None = None) -> dict:
+        """benchmark_metrics.json from what this job logged. A job that logged nothing (a resume of a
+        run already at its budget: no iteration runs) keeps the run's earlier file, which holds its
+        figures, and returns it; only a missing or unreadable one is written anew."""
+        if not self.last:
+            try:
+                return read_metrics(self.run_dir)
+            except UsageError:
+                pass
         cfg, m = self.cfg, self.last
         rss = m.get("peak_rss_mb_per_rank", [peak_rss_mb()])
         cpu = m.get("cpu_percent_per_rank", [0.0])

@@ -119,6 +119,19 @@ def test_resume_continues_counters(tmp_path):
     assert ckpt["iteration"] == 4
 
 
+def test_a_resume_of_a_finished_run_keeps_its_metrics(tmp_path):
+    """No iteration runs (the budget is reached): benchmark_metrics.json keeps the run's figures
+    instead of being rewritten without its episodes."""
+    run_dir = tmp_path / "run"
+    ok(trainer(None, ["--config", "configs/toy_cue.yaml", "--total-timesteps", "2048", "--no-progress",
+                      "--output-dir", str(run_dir)]))
+    before = (run_dir / "benchmark_metrics.json").read_bytes()
+    assert metrics(run_dir)["episode_return_mean"] is not None
+    res = ok(trainer(None, ["--resume", "--output-dir", str(run_dir), "--no-progress"]))
+    assert "resuming at 2,048 steps" in res.stdout
+    assert (run_dir / "benchmark_metrics.json").read_bytes() == before
+
+
 def test_envs_that_do_not_divide_round_up_and_say_so(tmp_path):
     """The default job on any core count: 63 envs over 2 ranks run as 2 x 32 (bad input is in
     test_hostile.py)."""

@@ -58,7 +58,8 @@ def test_every_name_has_one_family_that_answers(name):
 
 
 def user_cfg(name, **env):
-    sys.path.insert(0, USER_ENVS) if USER_ENVS not in sys.path else None
+    if USER_ENVS not in sys.path:
+        sys.path.insert(0, USER_ENVS)
     over = [("env", "name", name), ("env", "import", "mpippo_user_envs"), ("env", "num_envs", 2),
             ("training", "n_steps", 12), ("training", "gamma", 0.9), ("training", "normalize_reward", False),
             ("training", "precision", "fp32"), *[("env", k, v) for k, v in env.items()]]
