@@ -127,7 +127,7 @@ class TrainingConfig:
 @dataclass
 class DQNConfig:
     num_agents: int = _f(1, "Independent agents in one job: COMM_WORLD is split into this many groups, each with its own learner (its own GPU).")
-    buffer_size: int = _f(100_000, "Replay capacity in transitions (uint8 frames; the learner prints the memory it takes).")
+    buffer_size: int = _f(100_000, "Replay capacity in transitions (uint8 frames or float32 vectors; the learner prints the memory it takes).")
     batch_size: int = _f(64, "Transitions per learner update.")
     n_step: int = _f(3, "n-step returns, computed on the actors.")
     learning_starts: int = _f(5000, "Transitions in replay before the learner starts updating.")
@@ -558,13 +558,12 @@ def _check_env(cfg: Config) -> list[str]:
             f"{', '.join(f.name for f in envs.FAMILIES if k in f.keys)} envs only, env.name {show(e.name)} is a "
             f"{fam.name} env: remove it" for k in ("kwargs", "imports")
             if getattr(e, k) != getattr(EnvConfig(), k) and k not in fam.keys]
-    if not errs and fam.name == "gymnasium" and actor_learner(cfg) and cfg.training.algo in ALGOS:
-        errs.append(f"training.algo: '{cfg.training.algo}' runs in the actor-learner layout, which does not take "
-                    f"Gymnasium envs yet; allowed with {e.name}: "
-                    f"{', '.join(a.name for a in registry.ALGORITHMS.values() if a.layout != registry.ACTOR_LEARNER)}")
     if errs or (errs := fam.check(cfg)):
         return errs
     t = cfg.training
+    if t.algo in ALGOS and not algorithm(cfg).continuous and fam.spaces(cfg).continuous:
+        return [f"training.algo: '{t.algo}' takes discrete actions, {e.name} has continuous (Box) ones; allowed "
+                f"with {e.name}: {', '.join(a.name for a in registry.ALGORITHMS.values() if a.continuous)}"]
     if not t.obs_clip > 0:
         errs.append(f"training.obs_clip: must be > 0, got {show(t.obs_clip)}")
     if t.normalize_obs and len(fam.spaces(cfg).obs_shape) != 1:
@@ -926,16 +925,24 @@ def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15,
     return n + (c * h * w + 1) * hidden_size + (hidden_size + 1) * (num_actions + 1)
 
 
-def mlp_params(obs_dim: int, sizes, num_actions: int) -> int:
-    """Parameters of the actor-critic MLP (models/mlp.py): a policy and a value network of `sizes`."""
+def mlp_params(obs_dim: int, sizes, num_actions: int, kind: str = "actor_critic") -> int:
+    """Parameters of an MLP of models/mlp.py: the actor-critic's policy and value networks of `sizes`,
+    or (kind q) the Q-network's one stack and its dueling head."""
     def layers(widths):
         return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+    if kind == "q":
+        return layers([obs_dim, *sizes, num_actions + 1])
     return layers([obs_dim, *sizes, num_actions]) + layers([obs_dim, *sizes, 1])
 
 
 def obs_shape_of(cfg: Config) -> tuple:
     """The observation shape of the config's env, from its family (no env made where it knows it)."""
     return envs.spaces_of(cfg).obs_shape
+
+
+def frame_bytes(obs_shape) -> int:
+    """Bytes of one observation as it is stored and sent (envs.obs_dtype: uint8 images, float32 vectors)."""
+    return math.prod(obs_shape) * (1 if envs.obs_dtype(obs_shape) == "uint8" else 4)
 
 
 def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
@@ -956,7 +963,7 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     else:
         params = mlp_params(sp.obs_shape[0], m.mlp_sizes, sp.num_actions)
         first_act = 2 * sum(m.mlp_sizes) * 4  # both networks' hidden activations
-    obs_bytes = math.prod(sp.obs_shape) * (1 if sp.obs_dtype == "uint8" else 4)
+    obs_bytes = frame_bytes(sp.obs_shape)
     # observations + six float32/int64 fields per step; one minibatch's first activations
     steps = t.n_steps
     rollout, minibatch = steps * n_envs * (obs_bytes + 32), max(steps * n_envs // sync_minibatches(cfg)[1], 1)
@@ -971,8 +978,8 @@ def _aligned(n: int) -> int:
 
 def segment_bytes(frame: int, T: int) -> int:
     """One APPO segment (algos/appo.segment_fields): T+1 frames and first-flags, T actions, log-probs,
-    rewards and discounted returns, the version."""
-    return (T + 1) * (frame + 1) + T * (8 + 4 + 4 + 4) + 8
+    rewards, discounted returns and bootstrap values, the version."""
+    return (T + 1) * (frame + 1) + T * (8 + 4 + 4 + 4 + 4) + 8
 
 
 def chunk_bytes(cfg: Config, world_size: int) -> int:
@@ -991,21 +998,21 @@ def _selfplay_rows(cfg: Config) -> bool:
 
 def dqn_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
     """DQN's message: (episode-return slots, bytes of chunk_size transitions of two frames)."""
-    C, frame = cfg.dqn.chunk_size, math.prod(obs_shape_of(cfg))
+    C, frame = cfg.dqn.chunk_size, frame_bytes(obs_shape_of(cfg))
     return max(C, local_num_envs(cfg, world_size)), 2 * _aligned(8 * C) + 2 * _aligned(4 * C) + 2 * _aligned(C * frame)
 
 
 def appo_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
     """APPO's message: (episode-return slots, bytes of chunk_size segments of T+1 frames)."""
-    C, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, math.prod(obs_shape_of(cfg))
-    return C * T, (_aligned(C * (T + 1) * frame) + _aligned(8 * C * T) + 3 * _aligned(4 * C * T)
+    C, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, frame_bytes(obs_shape_of(cfg))
+    return C * T, (_aligned(C * (T + 1) * frame) + _aligned(8 * C * T) + 4 * _aligned(4 * C * T)
                    + _aligned(C * (T + 1)) + 8 * C)
 
 
 @dataclass(frozen=True)
 class LayoutSizes:
     """What every actor-learner memory model is made of: a frame, one sample's forward pass, the
-    network's parameters and an actor's envs (bytes, counts)."""
+    network's parameters and an actor's envs (bytes, counts); the keys that size the network."""
     frame: int
     fwd: int
     params: int
@@ -1021,18 +1028,23 @@ def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
     m, sp, section = cfg.model, cfg.selfplay, algorithm(cfg).section
     sec = layout_section(cfg)
     obs_shape = obs_shape_of(cfg)
-    frame, (h, w, _) = math.prod(obs_shape), obs_shape
-    fwd = 4 * frame + h * w * m.channels[0] * 4  # per sample: the float input and the first conv's output
-    params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
+    frame, elems = frame_bytes(obs_shape), math.prod(obs_shape)
+    if len(obs_shape) == 3:  # per sample: the float input and the first conv's output
+        h, w, _ = obs_shape
+        fwd, net_keys = 4 * elems + h * w * m.channels[0] * 4, "model.hidden_size, model.channels"
+        params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
+    else:  # vectors: the input and the MLPs' hidden activations (an actor-critic's two towers at most)
+        fwd, net_keys = 4 * elems + 2 * sum(m.mlp_sizes) * 4, "model.mlp_sizes"
+        params = mlp_params(elems, m.mlp_sizes, envs.spaces_of(cfg).num_actions, algorithm(cfg).network)
     actors, n_envs = world_size // sec.num_agents - 1, local_num_envs(cfg, world_size)
     rows = 32 * (sp.pool_size + 4) if _selfplay_rows(cfg) else 0  # self-play's game results, per message
     chunk = chunk_bytes(cfg, world_size) - rows
     chunk_keys = f"{section}.chunk_size, {section}.max_inflight"
-    sizes = LayoutSizes(frame, fwd, params, n_envs)
+    sizes = LayoutSizes(frame, fwd, params, n_envs, net_keys)
     learner = [(actors * sec.max_inflight * chunk, f"{actors} actor(s) x {sec.max_inflight:,} messages in flight x "
                 f"{chunk:,} bytes", chunk_keys)]
     actor = [(8 * params, f"network {params:,} parameters x 2 (the copy it acts with, the weights received)",
-              sizes.net_keys),
+              net_keys),
              (sec.max_inflight * chunk, f"{sec.max_inflight:,} messages in flight x {chunk:,} bytes", chunk_keys),
              (n_envs * fwd, f"{n_envs:,} envs' forward pass", "env.num_envs")]
     if rows:

@@ -27,7 +27,7 @@ from mpippo.algos.adam import Adam
 from mpippo.algos.dqn import (NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half_device,
                               replay_device)
 from mpippo.algos.ppo import autocast
-from mpippo.envs import bits_to_mask, mask_bits
+from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
 from mpippo.errors import NonFiniteError
 
 REPLAY_FILE = "replay.npz"
@@ -35,9 +35,9 @@ REPLAY_FILE = "replay.npz"
 
 def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
     """What one transition carries in a chunk: (name, dtype, shape of one item)."""
-    obs_shape = tuple(obs_shape)
+    obs_shape, dtype = tuple(obs_shape), np.dtype(obs_dtype(obs_shape))
     return [("actions", np.int64, ()), ("returns", np.float32, ()), ("discounts", np.float32, ()),
-            ("next_legal", np.int64, ()), ("obs", np.uint8, obs_shape), ("next_obs", np.uint8, obs_shape)]
+            ("next_legal", np.int64, ()), ("obs", dtype, obs_shape), ("next_obs", dtype, obs_shape)]
 
 
 def flat_view(params) -> torch.Tensor | None:
@@ -437,9 +437,10 @@ class ApeXActing:
             randoms = (self.rng.random(mask.shape) + mask).argmax(1)
         return np.where(self.rng.random(self.num_envs) < self.eps, randoms, greedy)
 
-    def transitions(self, obs, actions, rew, first, next_obs, next_mask) -> dict | None:
-        """The n-step transitions this step completes, as chunk fields (None while warming up)."""
-        out = self.acc.push(obs, actions, rew, first, next_obs)
+    def transitions(self, obs, actions, rew, first, next_obs, next_mask, cut=None) -> dict | None:
+        """The n-step transitions this step completes, as chunk fields (None while warming up); `cut`:
+        the episodes a time limit ended at this step (env.truncated()), bootstrapped from their final obs."""
+        out = self.acc.push(obs, actions, rew, first, next_obs, cut)
         if out is None:
             return None
         o, a, r, disc, nxt = out

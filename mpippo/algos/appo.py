@@ -20,8 +20,9 @@ import torch
 
 from mpippo import ckpt_schema as schema
 from mpippo.algos.adam import Adam
-from mpippo.algos.ppo import PPOLoss, ppo_loss
+from mpippo.algos.ppo import PPOLoss, autocast, ppo_loss
 from mpippo.algos.vtrace import vtrace
+from mpippo.envs import obs_dtype
 from mpippo.errors import NonFiniteError
 
 
@@ -175,12 +176,14 @@ def minibatch_steps(model, adam, guard, b: dict, a, t, generator: torch.Generato
 
 def segment_fields(obs_shape, T: int) -> list[tuple[str, type, tuple]]:
     """What one segment (one env, T steps) carries in a chunk: (name, dtype, shape of one item).
-    `disc_returns` are the actor's running discounted returns (the learner's reward statistics),
-    `version` the weights version the segment started under."""
-    obs_shape = tuple(obs_shape)
-    return [("obs", np.uint8, (T + 1, *obs_shape)), ("actions", np.int64, (T,)), ("logp", np.float32, (T,)),
-            ("rewards", np.float32, (T,)), ("disc_returns", np.float32, (T,)), ("firsts", np.uint8, (T + 1,)),
-            ("version", np.int64, ())]
+    Observations as envs.obs_dtype (uint8 images, float32 vectors). `disc_returns` are the actor's
+    running discounted returns (the learner's reward statistics); `bootstrap` is gamma * V(final
+    observation) at a step whose episode a time limit cut (else 0), the learner adds it to the scaled
+    reward (as the synchronous PPO does); `version` the weights version the segment started under."""
+    obs_shape, dtype = tuple(obs_shape), np.dtype(obs_dtype(obs_shape))
+    return [("obs", dtype, (T + 1, *obs_shape)), ("actions", np.int64, (T,)), ("logp", np.float32, (T,)),
+            ("rewards", np.float32, (T,)), ("disc_returns", np.float32, (T,)), ("bootstrap", np.float32, (T,)),
+            ("firsts", np.uint8, (T + 1,)), ("version", np.int64, ())]
 
 
 class SegmentBatch:
@@ -279,8 +282,9 @@ class APPOActing:
     eps = None  # (Ape-X actors report their epsilon; sampling from the policy has none)
 
     def __init__(self, net: torch.nn.Module, num_envs: int, T: int, obs_shape, gamma: float, precision: str,
-                 generator: torch.Generator):
+                 generator: torch.Generator, discount: float | None = None):
         self.net, self.num_envs, self.T, self.gamma = net, num_envs, T, gamma
+        self.discount = gamma if discount is None else discount  # training.gamma (gamma: the normalizer's)
         self.precision, self.generator, self.version = precision, generator, -1
         self.seg = {name: np.zeros((num_envs, *shape), dtype) for name, dtype, shape in segment_fields(obs_shape, T)}
         self.t, self.ret_tracker = 0, np.zeros(num_envs)
@@ -297,7 +301,6 @@ class APPOActing:
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mask=None) -> np.ndarray:
-        from mpippo.algos.ppo import autocast
         with autocast(torch.device("cpu"), self.precision):
             logits, _ = self.net(torch.from_numpy(obs))
         logp_all = torch.log_softmax(logits.float(), dim=-1)  # once: sampling and the behaviour log-prob
@@ -310,11 +313,21 @@ class APPOActing:
         self.logp = logp_all.gather(1, actions).squeeze(1).numpy()
         return actions.squeeze(1).numpy()
 
-    def transitions(self, obs, actions, rew, first, next_obs, next_mask=None) -> dict | None:
-        """Record one step; every T steps, the envs' segments as chunk items (else None)."""
+    @torch.inference_mode()
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        with autocast(torch.device("cpu"), self.precision):
+            _, v = self.net(torch.from_numpy(obs))
+        return v.float().numpy()
+
+    def transitions(self, obs, actions, rew, first, next_obs, next_mask=None, cut=None) -> dict | None:
+        """Record one step; every T steps, the envs' segments as chunk items (else None). `cut`: the
+        episodes a time limit ended at this step (env.truncated()), bootstrapped from their final obs."""
         s, t = self.seg, self.t
         if t == 0:
             s["version"][:] = self.version
+        s["bootstrap"][:, t] = 0.0
+        if cut is not None and len(cut[0]):
+            s["bootstrap"][cut[0], t] = self.discount * self.value(cut[1])
         s["obs"][:, t], s["firsts"][:, t] = obs, self.first
         s["actions"][:, t], s["logp"][:, t], s["rewards"][:, t] = actions, self.logp, rew
         self.ret_tracker = self.ret_tracker * self.gamma + rew
@@ -370,7 +383,7 @@ class APPOLearning:
         seg = self.batch.take(self.device, self.version)
         if self.t.normalize_reward:
             seg["rewards"] = normalize_rewards(seg, self.ret_rms, returns)
-        seg["rewards"] = seg["rewards"].float()
+        seg["rewards"] = seg["rewards"].float() + seg["bootstrap"]  # (episodes a time limit cut: after scaling)
         try:  # steps with a non-finite loss or gradient are skipped; too many in a row end the agent
             self.last_stats = appo_update(self.model, self.opt, seg, self.a, self.t, self.generator,
                                           self.nonfinite_streak, self.max_nonfinite, adam=self.adam)
@@ -450,11 +463,12 @@ class APPO(APPOLearning):
     def actor(self, index: int, net: torch.nn.Module, num_envs: int, rng: np.random.Generator) -> APPOActing:
         generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
         return APPOActing(net, num_envs, self.a.rollout_length, self.obs_shape, self.t.norm_gamma(), self.t.precision,
-                          generator)
+                          generator, discount=self.t.gamma)
 
     def learner_bytes(self) -> int:
         """One batch and at most one batch of kept segments."""
-        return 2 * self.a.batch_segments * (self.a.rollout_length + 1) * int(np.prod(self.obs_shape))
+        frame = int(np.prod(self.obs_shape)) * np.dtype(obs_dtype(self.obs_shape)).itemsize
+        return 2 * self.a.batch_segments * (self.a.rollout_length + 1) * frame
 
     def learner_bytes_key(self) -> str:
         """The settings that size learner_bytes, for a refusal."""

@@ -2,8 +2,9 @@
 sampled on the learner's device, n-step returns computed on the actors, the Ape-X epsilon
 ladder, and the double-DQN loss with importance weights.
 
-Transition layout everywhere: obs (uint8 HWC), action, n-step return R, discount
-(gamma^n, or 0 when the episode ended inside the n steps), next_obs (obs n steps later).
+Transition layout everywhere: obs (uint8 HWC images or float32 vectors: envs.obs_dtype), action,
+n-step return R, discount (gamma^n; gamma^k when a time limit cut the episode after k steps, next_obs
+then its final observation; 0 when it terminated inside the n steps), next_obs (obs n steps later).
 Target: R + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a)).
 """
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from mpippo.envs import obs_dtype
 
 
 def apex_epsilons(num_actors: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -61,6 +64,10 @@ class SumTree:
 GiB = 1 << 30
 
 
+def torch_obs_dtype(obs_shape) -> torch.dtype:
+    return torch.uint8 if obs_dtype(obs_shape) == "uint8" else torch.float32
+
+
 def replay_device(learner_device, nbytes: int, reserve_fraction: float = 0.2, reserve_min: int = 4 * GiB) -> torch.device:
     """Where a replay of `nbytes` keeps its storage: on the learner's GPU when it fits in the GPU's free
     memory with room to spare (a fifth of the GPU, at least 4 GiB, for the networks, their activations
@@ -105,7 +112,8 @@ def write_npz(f, arrays: dict, chunk_bytes: int = 64 << 20) -> None:
 
 
 class PrioritizedReplay:
-    """Proportional prioritized replay (Schaul et al. 2016) over uint8 frames, stored as torch tensors
+    """Proportional prioritized replay (Schaul et al. 2016) over observations (uint8 frames or float32
+    vectors, by their shape: envs.obs_dtype), stored as torch tensors
     on one device (`device`: the learner's GPU when the buffer fits there, see replay_device; else the
     host), and sampled there by torch ops: nothing of a sample or of a priority update passes through
     the host when the storage is on the learner's device. A host buffer feeding a GPU gathers each
@@ -127,9 +135,9 @@ class PrioritizedReplay:
                  device=None):
         self.capacity, self.alpha, self.eps = capacity, alpha, eps
         self.device = torch.device(device if device is not None else "cpu")
-        shape = (capacity,) + tuple(obs_shape)
-        self.obs = self._zeros(shape, torch.uint8)
-        self.next_obs = self._zeros(shape, torch.uint8)
+        shape, dtype = (capacity,) + tuple(obs_shape), torch_obs_dtype(obs_shape)
+        self.obs = self._zeros(shape, dtype)
+        self.next_obs = self._zeros(shape, dtype)
         self.actions = self._zeros((capacity,), torch.int64)
         self.returns = self._zeros((capacity,), torch.float32)
         self.discounts = self._zeros((capacity,), torch.float32)
@@ -156,7 +164,7 @@ class PrioritizedReplay:
     @staticmethod
     def nbytes(capacity: int, obs_shape) -> int:
         """Memory the buffer will take (an upper bound), to check before allocating."""
-        frame = int(np.prod(obs_shape))
+        frame = int(np.prod(obs_shape)) * np.dtype(obs_dtype(obs_shape)).itemsize
         return capacity * (2 * frame + 8 + 4 + 4 + 8) + 2 * (1 << max(int(capacity - 1).bit_length(), 0)) * 8
 
     def _rows(self, dst: torch.Tensor, src, start: int, first: int) -> None:
@@ -217,7 +225,7 @@ class PrioritizedReplay:
         weights = (n * (prio[idx] / total)) ** (-beta)
         weights = (weights / weights.max()).float()
         staged = out != dev and dev.type == "cpu" and out.type == "cuda"  # a host buffer feeding a GPU learner
-        frames = torch.empty((2 * batch_size,) + tuple(self.obs.shape[1:]), dtype=torch.uint8, device=dev,
+        frames = torch.empty((2 * batch_size,) + tuple(self.obs.shape[1:]), dtype=self.obs.dtype, device=dev,
                              pin_memory=staged and torch.cuda.is_available())
         torch.index_select(self.obs, 0, idx, out=frames[:batch_size])
         torch.index_select(self.next_obs, 0, idx, out=frames[batch_size:])
@@ -264,6 +272,8 @@ class PrioritizedReplay:
                 if int(z["capacity"]) != self.capacity or z["obs"].shape[1:] != tuple(self.obs.shape[1:]):
                     return (f"it holds {int(z['capacity'])} transitions of shape {z['obs'].shape[1:]}, this buffer "
                             f"{self.capacity} of {tuple(self.obs.shape[1:])}")
+                if z["obs"].dtype != np.dtype(obs_dtype(self.obs.shape[1:])):
+                    return f"its observations are {z['obs'].dtype}, this buffer's {obs_dtype(self.obs.shape[1:])}"
                 n, pos = int(z["size"]), int(z["pos"])
                 if not (0 <= n <= self.capacity and 0 <= pos < self.capacity):
                     return f"its size {n} or position {pos} does not fit a buffer of {self.capacity}"
@@ -286,35 +296,52 @@ class PrioritizedReplay:
 class NStepAccumulator:
     """Turns a vectorized env's step stream into n-step transitions, on the actor.
 
-    Call `push(obs, actions, rewards, dones, next_obs)` every step (dones[i]: the episode of
-    env i ended with this step). Once n steps are held it returns, for every env, the
-    transition that started n steps ago: R = sum_k gamma^k r_k up to the first done,
-    discount = gamma^n (0 if a done came first), next_obs = the obs after the n-th step.
+    Call `push(obs, actions, rewards, dones, next_obs, cut)` every step (dones[i]: the episode of
+    env i ended with this step; cut: (env indices, final observations) of the ones a time limit
+    ended, or None). Once n steps are held it returns, for every env, the transition that started
+    n steps ago: R = sum_k gamma^k r_k up to the first done; discount = gamma^n and next_obs the obs
+    after the n-th step, or, when an episode ended at its k-th step, gamma^k and that episode's
+    final observation if a time limit cut it (the task goes on: bootstrap), 0 if it terminated.
     """
 
     def __init__(self, n: int, gamma: float, num_envs: int, obs_shape):
         self.n, self.gamma = n, gamma
-        self.obs = np.zeros((n, num_envs) + tuple(obs_shape), dtype=np.uint8)
+        dtype = obs_dtype(obs_shape)
+        self.obs = np.zeros((n, num_envs) + tuple(obs_shape), dtype=dtype)
+        self.final = np.zeros((n, num_envs) + tuple(obs_shape), dtype=dtype)  # a cut episode's last obs
         self.actions = np.zeros((n, num_envs), dtype=np.int64)
         self.rewards = np.zeros((n, num_envs), dtype=np.float32)
         self.dones = np.zeros((n, num_envs), dtype=bool)
+        self.cuts = np.zeros((n, num_envs), dtype=bool)
         self.count = 0
 
-    def push(self, obs, actions, rewards, dones, next_obs):
+    def push(self, obs, actions, rewards, dones, next_obs, cut=None):
         k = self.count % self.n  # ring slot of this step
         self.obs[k], self.actions[k], self.rewards[k], self.dones[k] = obs, actions, rewards, dones
+        self.cuts[k] = False
+        if cut is not None and len(cut[0]):
+            self.cuts[k, cut[0]], self.final[k, cut[0]] = True, cut[1]
         self.count += 1
         if self.count < self.n:
             return None
         first = self.count % self.n  # oldest slot
         order = (first + np.arange(self.n)) % self.n
-        ret = np.zeros(self.obs.shape[1], dtype=np.float32)
-        alive = np.ones(self.obs.shape[1], dtype=bool)
+        E = self.obs.shape[1]
+        ret = np.zeros(E, dtype=np.float32)
+        alive = np.ones(E, dtype=bool)
         for j, slot in enumerate(order):
             ret += alive * (self.gamma ** j) * self.rewards[slot]
             alive &= ~self.dones[slot]
-        discount = np.where(alive, self.gamma ** self.n, 0.0).astype(np.float32)
-        return self.obs[first].copy(), self.actions[first].copy(), ret, discount, next_obs
+        ended = self.dones[order]  # (n, E), oldest step first
+        j = ended.argmax(0)  # the step each env's episode ended at (when it did)
+        slot, envs = order[j], np.arange(E)
+        cut_here = ~alive & self.cuts[slot, envs]
+        discount = np.where(alive, self.gamma ** self.n, np.where(cut_here, self.gamma ** (j + 1.0), 0.0))
+        nxt = next_obs
+        if cut_here.any():
+            nxt = np.array(next_obs, copy=True)
+            nxt[cut_here] = self.final[slot[cut_here], envs[cut_here]]
+        return self.obs[first].copy(), self.actions[first].copy(), ret, discount.astype(np.float32), nxt
 
 
 def double_dqn_loss(q_online, q_next_online, q_next_target, actions, returns, discounts, weights,

@@ -58,6 +58,7 @@ class Algorithm:
     network: str = "actor_critic"      # models.build's kind: actor_critic (logits, value) | q (Q-values)
     network_options: Callable = no_options  # (cfg) -> models.build's keyword arguments
     greedy_eval: bool = False          # evaluation always takes the argmax (Q-values); else the policy samples
+    continuous: bool = False           # it acts on Box actions too (a Gaussian policy); else Discrete only
     selfplay: bool = False             # selfplay.enabled is allowed (two-player games in its learner)
     logs: tuple = ()                   # the losses and statistics it logs (losses/<name>)
     minibatches_key: str = "training.num_minibatches"  # sync: the key that splits each rank's batch
@@ -93,7 +94,7 @@ _PPO_LOSS = ("training.gae_lambda", "training.clip_range", "training.clip_vloss"
 
 BUILT_IN = (
     Algorithm("ppo", SYNC, "ppo (synchronous, every rank steps envs and learns)",
-              impl="mpippo.algos.ppo:PPO", check="mpippo.config:check_sync", logs=PPO_LOGS),
+              impl="mpippo.algos.ppo:PPO", check="mpippo.config:check_sync", logs=PPO_LOGS, continuous=True),
     Algorithm("appo", ACTOR_LEARNER, "appo (asynchronous PPO with V-trace: actor ranks and a learner rank, "
               "section appo)", impl="mpippo.algos.appo:APPO", check="mpippo.config:check_appo", section="appo",
               logs=PPO_LOGS + ("policy_lag",), memory="mpippo.config:appo_memory",

@@ -15,7 +15,7 @@ Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 from __future__ import annotations
 
 from mpippo.envs import connect4, gym, pettingzoo, procgen, toy
-from mpippo.envs.family import EnvFamily, Spaces, take_rows
+from mpippo.envs.family import EnvFamily, Spaces, obs_dtype, take_rows
 
 DEFAULT_ENV = "coinrun"  # env.name's default: the Procgen paper's first game
 
@@ -94,4 +94,4 @@ def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
 
 __all__ = ["DEFAULT_ENV", "FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name", "family",
            "family_of", "known_env_names", "make_env", "mask_bits", "rank_seed", "resume_seed", "spaces_of",
-           "take_rows"]
+           "obs_dtype", "take_rows"]

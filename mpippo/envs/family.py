@@ -29,6 +29,12 @@ class Spaces:
         return len(self.obs_shape) == 3
 
 
+def obs_dtype(obs_shape) -> str:
+    """The dtype observations of this shape are stored and sent in: uint8 images (the CNNs scale
+    them), float32 vectors (the MLPs)."""
+    return "uint8" if len(obs_shape) == 3 else "float32"
+
+
 def take_rows(parts: list, lo: int, hi: int):
     """Rows lo..hi-1 of `parts` (arrays or lists, one per old rank) joined in order, copying only
     the parts that hold them (a job of many ranks takes a few rows each)."""

@@ -56,6 +56,7 @@ class Actor:
     def run(self, signals: SignalFlags) -> dict:
         self.wait_for_weights()
         masked = hasattr(self.env, "action_mask")  # legal actions only (connect4)
+        truncates = hasattr(self.env, "truncated")  # episodes a time limit cuts are bootstrapped (gym)
         _, obs, _ = self.env.observe()
         mask = self.env.action_mask() if masked else None
         ep_ret, ep_len = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
@@ -78,7 +79,8 @@ class Actor:
                 self.episode_returns += ep_ret[first].tolist()
                 self.episode_lengths += ep_len[first].tolist()
                 ep_ret[first], ep_len[first] = 0.0, 0
-            items = self.acting.transitions(obs, actions, rew, first, next_obs, next_mask)
+            items = self.acting.transitions(obs, actions, rew, first, next_obs, next_mask,
+                                            cut=self.env.truncated() if truncates else None)
             obs, mask = next_obs, next_mask
             if items is not None:
                 self.pack(items, steps_done)

@@ -166,7 +166,7 @@ class Learner:
                  "timesteps": self.env_steps(final), "iteration": c["updates"],
                  "counters": dict(c, transitions=self.transitions), "ret_window": list(self.window.returns),
                  "resumes": a.resumes, "config": self.cfg.to_dict(), "world_size": a.world_size,
-                 "model_spec": {"obs_shape": list(a.obs_shape), "num_actions": a.num_actions},
+                 "model_spec": a.model_spec,
                  **({"selfplay": self.hook.state_dict()} if self.hook is not None else {})}
         try:
             self.algo.save_side_files(a.ckpt_dir, c["updates"], atomic_write_with)

@@ -1,6 +1,8 @@
-"""The actor-critic for vector observations (CleanRL's `ppo.py` and `ppo_continuous_action.py`):
-separate policy and value networks, each a stack of tanh layers, orthogonal weights (gain sqrt 2,
-the policy head 0.01 so the first policy is near uniform, the value head 1) and zero biases."""
+"""The networks for vector observations. The actor-critic is CleanRL's (`ppo.py`,
+`ppo_continuous_action.py`): separate policy and value networks, each a stack of tanh layers,
+orthogonal weights (gain sqrt 2, the policy head 0.01 so the first policy is near uniform, the value
+head 1) and zero biases. The Q-network is DQN's usual MLP: ReLU layers, torch's default init, and
+the dueling head of the image Q-network."""
 from __future__ import annotations
 
 import math
@@ -40,3 +42,25 @@ class MLPPolicy(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         obs = obs.float()
         return self.policy(obs), self.value(obs).squeeze(-1)
+
+
+class MLPQNetwork(nn.Module):
+    """(B, D) float32 observations -> Q-values (B, A): ReLU layers of `sizes`, then a dueling head
+    (Q = V + A - mean A, as models.impala_cnn.DuelingQNetwork) or, without `dueling`, A alone."""
+
+    def __init__(self, obs_dim: int, num_actions: int, sizes=(64, 64), dueling: bool = True):
+        super().__init__()
+        layers, width = [], obs_dim
+        for size in sizes:
+            layers += [nn.Linear(width, size), nn.ReLU()]
+            width = size
+        self.trunk = nn.Sequential(*layers)
+        self.advantage = nn.Linear(width, num_actions)
+        self.value = nn.Linear(width, 1) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.trunk(obs.float())
+        adv = self.advantage(x)
+        if self.value is None:
+            return adv
+        return self.value(x) + adv - adv.mean(dim=1, keepdim=True)

@@ -27,7 +27,7 @@ import numpy as np
 import psutil
 import torch
 
-from mpippo import resume
+from mpippo import models, resume
 from mpippo.algos.ppo import autocast
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
@@ -64,6 +64,11 @@ class Agent:
     @property
     def ckpt_dir(self) -> Path:
         return self.run_dir / "checkpoints"
+
+    @property
+    def model_spec(self) -> dict:
+        """The checkpoint's model_spec (models.spec): what a resume and evaluate rebuild the network from."""
+        return models.spec(self.obs_shape, self.num_actions, self.cfg.model)
 
     @property
     def section(self):
@@ -145,7 +150,7 @@ class ActorLearnerRun:
         if self.cfg.selfplay.enabled and "selfplay" not in state:
             raise UsageError("checkpoint: it has no opponent pool (trained without self-play); "
                               "resume it with selfplay.enabled=false")
-        spec = {"obs_shape": list(self.agent.obs_shape), "num_actions": self.agent.num_actions}
+        spec = self.agent.model_spec
         if state["model_spec"] != spec or state["agent"] != self.agent.index:
             raise UsageError(f"checkpoint: network {state['model_spec']} of agent {state['agent']} does not match "
                               f"this config's {spec} for agent {self.agent.index}")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mpippo import resume
+from mpippo import models, resume
 from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
 from mpippo.algos.ppo import GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std, minibatch_shares
 from mpippo.checkpoint import save_checkpoint
@@ -139,13 +139,8 @@ class SyncPPO:
         return why
 
     def model_spec(self) -> dict:
-        spec = {"obs_shape": list(self.env.obs_shape), "num_actions": int(self.env.num_actions),
+        return {**models.spec(self.env.obs_shape, self.env.num_actions, self.cfg.model, self.spaces.continuous),
                 "channels": list(self.cfg.model.channels), "hidden_size": self.cfg.model.hidden_size}
-        if len(self.env.obs_shape) == 1:  # (image runs' specs stay as checkpoints before vectors had them)
-            spec.update(obs_dtype="float32", mlp_sizes=list(self.cfg.model.mlp_sizes))
-        if self.spaces.continuous:
-            spec["continuous"] = True
-        return spec
 
     def rank_state(self) -> dict:
         """What differs between ranks: RNG streams, env states, episode statistics."""

@@ -1,7 +1,9 @@
 """Gymnasium and PettingZoo envs through the real CLI: a run, its resume on the same and on another
 world size (envs that cannot save their state start fresh episodes, said in the start-up line; the
-rest is exact), A2C, and self-play on a PettingZoo game."""
-from conftest import metrics, ok, trainer
+rest is exact), A2C, DQN and APPO, and self-play on a PettingZoo game."""
+import sys
+
+from conftest import metrics, ok, run, trainer
 
 CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--set", "logging.tensorboard=false"]
 
@@ -48,3 +50,24 @@ def test_selfplay_dqn_runs_on_pettingzoo_connect_four(tmp_path):
     assert "dqn on pz:connect_four_v3" in res.stdout and "greedy win rate vs random" in res.stdout
     m = metrics(run_dir)
     assert m["env"] == "pz:connect_four_v3" and m["transitions_sent"] == m["transitions_received"] > 0
+
+
+def test_dqn_and_appo_train_a_gymnasium_env_in_the_actor_learner_layout(tmp_path):
+    """Vector observations through the actor-learner layout (float32 in the messages, the replay and
+    the segments; the MLPs): a DQN run, its resume and evaluate's greedy episodes; an APPO run."""
+    run_dir = tmp_path / "dqn"
+    args = ["--config", "configs/dqn_cartpole.yaml", "--no-progress", "--set", "logging.tensorboard=false",
+            "--set", "dqn.learning_starts=500", "--output-dir", str(run_dir)]
+    res = ok(trainer(3, [*args, "--total-timesteps", "2000"], timeout=300))
+    assert "dqn on gym:CartPole-v1, learner on cpu in fp32" in res.stdout
+    m = metrics(run_dir)
+    assert m["transitions_sent"] == m["transitions_received"] > 1500 and m["updates"] > 0
+    ok(trainer(3, [*args, "--resume", "--total-timesteps", "4000"], timeout=300))
+    assert metrics(run_dir)["total_timesteps"] >= 4000 and metrics(run_dir)["updates"] > m["updates"]
+    res = ok(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "4"], 120))
+    assert "gym:CartPole-v1" in res.stdout and "greedy" in res.stdout, res.stdout
+    run_dir = tmp_path / "appo"
+    res = ok(trainer(3, ["--config", "configs/appo_cartpole.yaml", "--no-progress", "--total-timesteps", "4096",
+                         "--set", "logging.tensorboard=false", "--output-dir", str(run_dir)], timeout=300))
+    m = metrics(run_dir)
+    assert m["algo"] == "appo" and m["transitions_sent"] == m["transitions_received"] == 4096

@@ -117,7 +117,7 @@ def fake_segments(n, T, version, seed=0):
     return {"obs": rng.integers(0, 255, (n, T + 1, 8, 8, 3), dtype=np.uint8),
             "actions": rng.integers(0, 4, (n, T)), "logp": np.full((n, T), np.log(0.25), np.float32),
             "rewards": rng.normal(size=(n, T)).astype(np.float32),
-            "disc_returns": rng.normal(size=(n, T)).astype(np.float32),
+            "disc_returns": rng.normal(size=(n, T)).astype(np.float32), "bootstrap": np.zeros((n, T), np.float32),
             "firsts": (rng.random((n, T + 1)) < 0.1).astype(np.uint8), "version": np.asarray(version)}
 
 
@@ -181,6 +181,25 @@ def test_actor_cuts_each_env_stream_into_segments_with_the_behaviour_log_probs()
         o, a, _, lp = seen[0]
         logits, _ = net(torch.from_numpy(o))
         assert np.allclose(logprob_entropy(logits, torch.from_numpy(a))[0].numpy(), lp, atol=1e-6)
+
+
+def test_a_segment_carries_the_bootstrap_of_an_episode_a_time_limit_cut():
+    """Vector observations travel as float32; a step whose episode a time limit ended carries
+    training.gamma * V(final obs) for the learner to add after reward scaling; other steps 0."""
+    from mpippo.models.mlp import MLPPolicy
+    torch.manual_seed(0)
+    net = MLPPolicy(3, 2)
+    acting = appo.APPOActing(net, 2, T=2, obs_shape=(3,), gamma=0.5, precision="fp32",
+                             generator=torch.Generator().manual_seed(0), discount=0.9)
+    obs, final = np.full((2, 3), 0.5, np.float32), np.full((1, 3), 2.0, np.float32)
+    first = np.array([False, True])
+    assert acting.transitions(obs, acting.act(obs), np.ones(2, np.float32), first, obs, cut=(np.array([1]), final)) is None
+    items = acting.transitions(obs, acting.act(obs), np.ones(2, np.float32), first * 0, obs, cut=None)
+    assert items["obs"].dtype == np.float32 and items["bootstrap"].shape == (2, 2)
+    with torch.no_grad():
+        v = net(torch.from_numpy(final))[1].item()
+    np.testing.assert_allclose(items["bootstrap"], [[0.0, 0.0], [0.9 * v, 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(items["disc_returns"][:, 1], [1.5, 1.0])  # the normalizer's returns restart as before
 
 
 def settings(**kw):

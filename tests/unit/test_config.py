@@ -264,8 +264,10 @@ def test_chunk_bytes_is_the_message_layout():
     from mpippo.algos.apex import chunk_fields
     from mpippo.algos.appo import segment_fields
     from mpippo.comm.p2p import ChunkLayout
-    for name, ranks in (("dqn_toy.yaml", 3), ("dqn_selfplay.yaml", 3), ("appo_toy.yaml", 3)):
-        cfg = C.resolve(C.build(C.load_yaml(CONFIGS / name), [], ranks), ranks)
+    gym = [("env", "name", "gym:CartPole-v1")]  # vector observations: float32
+    for name, ranks, sets in (("dqn_toy.yaml", 3, []), ("dqn_selfplay.yaml", 3, []), ("appo_toy.yaml", 3, []),
+                              ("dqn_cartpole.yaml", 3, []), ("appo_toy.yaml", 3, gym)):
+        cfg = C.resolve(C.build(C.load_yaml(CONFIGS / name), sets, ranks), ranks)
         shape, sec = C.obs_shape_of(cfg), C.layout_section(cfg)
         if cfg.training.algo == "dqn":
             fields, capacity = chunk_fields(shape), max(sec.chunk_size, cfg.env.num_envs_per_rank)
@@ -285,6 +287,14 @@ def test_the_learner_memory_floor_counts_the_replay_and_network_copies():
     params = C.network_params(C.obs_shape_of(cfg), [8, 16], 64)
     assert any(b == 24 * params and "target" in what for b, what, _ in learner)
     assert C.memory_floor(cfg, 3)[0] == sum(b for b, _, _ in actor)  # memory_floor: one env-stepping rank
+    cfg = C.resolve(C.build(C.load_yaml(CONFIGS / "dqn_cartpole.yaml"), [], 3), 3)  # vectors: the Q-network's MLP
+    learner, _ = C.layout_memory(cfg, 3)
+    replay = next(b for b, what, _ in learner if what.startswith("replay"))
+    assert replay == PrioritizedReplay.nbytes(50000, (4,))
+    from mpippo.models.mlp import MLPQNetwork
+    params = sum(p.numel() for p in MLPQNetwork(4, 2, (128, 128)).parameters())
+    assert C.mlp_params(4, [128, 128], 2, "q") == params
+    assert any(b == 24 * params and "target" in what for b, what, _ in learner)
 
 
 @pytest.mark.parametrize("name,key,value,lower", [

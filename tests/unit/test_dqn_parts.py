@@ -244,6 +244,50 @@ def test_n_step_returns_truncate_at_episode_end():
     np.testing.assert_allclose(disc, [0.125, 0.0])
 
 
+def test_n_step_returns_bootstrap_from_the_final_observation_of_a_time_limit():
+    """A time limit (env.truncated()) is not the end of the task: the transition keeps the discount of
+    the steps up to the cut and takes the episode's final observation as next_obs; a termination in the
+    same step of another env still gets 0. Vector observations stay float32."""
+    gamma = 0.5
+    acc = NStepAccumulator(3, gamma, num_envs=3, obs_shape=(2,))
+    obs = lambda t: np.full((3, 2), t + 0.25, np.float32)  # noqa: E731
+    dones = [np.array([False, False, False]), np.array([True, True, False]), np.array([False, False, False])]
+    final = np.full((1, 2), 99.5, np.float32)  # env 0's last observation before the reset
+    cuts = [None, (np.array([0]), final), None]
+    out = [acc.push(obs(t), np.zeros(3, np.int64), np.ones(3, np.float32), dones[t], obs(t + 1), cuts[t])
+           for t in range(3)]
+    o, a, R, disc, nxt = out[2]  # the transitions of step 0
+    assert o.dtype == np.float32 and nxt.dtype == np.float32
+    np.testing.assert_allclose(R, [1.5, 1.5, 1.75])
+    np.testing.assert_allclose(disc, [gamma ** 2, 0.0, gamma ** 3])  # cut after 2 steps; terminated; running
+    np.testing.assert_allclose(nxt[0], [99.5, 99.5])
+    np.testing.assert_allclose(nxt[2], [3.25, 3.25])
+    out = acc.push(obs(3), np.zeros(3, np.int64), np.ones(3, np.float32), dones[0], obs(4))  # step 1's
+    np.testing.assert_allclose(out[3], [gamma, 0.0, gamma ** 3])
+    np.testing.assert_allclose(out[4][0], [99.5, 99.5])
+    out = acc.push(obs(4), np.zeros(3, np.int64), np.ones(3, np.float32), dones[0], obs(5))  # step 2's: no cut left
+    np.testing.assert_allclose(out[3], [gamma ** 3] * 3)
+    np.testing.assert_allclose(out[4][0], [5.25, 5.25])
+
+
+def test_the_replay_keeps_vector_observations_as_float32_and_refuses_a_file_of_frames(tmp_path):
+    rep = PrioritizedReplay(8, (3,), seed=0)
+    obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    rep.add(obs, np.arange(4), np.ones(4, np.float32), np.ones(4, np.float32), obs + 0.5)
+    _, batch, _ = rep.sample(4, 0.4)
+    assert batch["obs"].dtype == torch.float32 and batch["frames"].shape == (8, 3)
+    assert set(map(tuple, batch["obs"].numpy().round(5))) <= set(map(tuple, obs.round(5)))  # not rounded to bytes
+    assert PrioritizedReplay.nbytes(8, (3,)) > PrioritizedReplay.nbytes(8, (3, 1, 1))  # 4 bytes a number
+    with open(tmp_path / "r.npz", "wb") as f:
+        rep.save(f, 7)
+    back = PrioritizedReplay(8, (3,), seed=0)
+    assert back.load(tmp_path / "r.npz", 7) is None and torch.equal(back.obs[:4], rep.obs[:4])
+    z = dict(np.load(tmp_path / "r.npz"))  # the same file with byte observations (a frames run's)
+    z["obs"], z["next_obs"] = z["obs"].astype(np.uint8), z["next_obs"].astype(np.uint8)
+    np.savez(tmp_path / "bytes.npz", **z)
+    assert "uint8" in back.load(tmp_path / "bytes.npz", 7)
+
+
 def test_apex_epsilon_ladder():
     eps = apex_epsilons(8, 0.4, 7.0)
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
