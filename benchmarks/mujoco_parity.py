@@ -3,6 +3,7 @@
 
     python benchmarks/mujoco_parity.py [--envs HalfCheetah-v5 Hopper-v5] [--seeds 1 2]
         [--steps 1000000] [--who mpippo cleanrl] [--runs runs/mujoco-parity] [--out analysis/data/mujoco_parity]
+        [--precision bf16]
 
 Runs one after another (never two at once: the throughput of each is measured on the whole
 machine): mpippo as `python -m mpippo.launch -n 2 --config configs/ppo_mujoco.yaml` (2 envs x 1,024
@@ -19,7 +20,9 @@ keeps Gymnasium's default autoreset mode and treats a time limit as a terminatio
 
 Writes, per run, `<who>-<env>-s<seed>.csv` (env steps, episode return) and `runs.json` (steps/s,
 wall time, final return: the mean of the last 100 episodes) to --out; `analysis/mujoco_parity.py`
-draws and tabulates them.
+draws and tabulates them. `--precision bf16` runs mpippo's side in bf16 instead of the config's fp32
+(its runs named `mpippo-<env>-s<seed>-bf16`): `make bench` puts the two side by side, the measurement
+behind `precision: auto` taking fp32 for the MLPs.
 """
 from __future__ import annotations
 
@@ -93,14 +96,15 @@ def cleanrl_path() -> str:
     return str(site)
 
 
-def run_mpippo(env: str, seed: int, steps: int, folder: Path) -> dict:
+def run_mpippo(env: str, seed: int, steps: int, folder: Path, precision: str | None = None) -> dict:
     """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes."""
     from mpippo.runs import read_curve
     resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
     if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
         shutil.rmtree(folder)
     argv = ["--config", "configs/ppo_mujoco.yaml", "--set", f"env.name=gym:{env}", "--seed", str(seed),
-            "--total-timesteps", str(steps), "--no-progress", *resume]
+            "--total-timesteps", str(steps), "--no-progress", *resume,
+            *(["--set", f"training.precision={precision}"] if precision else [])]
     t0 = time.monotonic()
     metrics = run_trainer(2, argv, folder, f"mpippo on {env}", timeout=6 * 3600)
     steps_, returns, _ = read_curve(folder / "logs")
@@ -141,6 +145,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "mujoco-parity")
     p.add_argument("--out", type=Path, default=ROOT / "analysis" / "data" / "mujoco_parity")
+    p.add_argument("--precision", choices=("fp32", "bf16"), help="mpippo's training.precision (default: the "
+                   "config's, fp32); runs of another one are named -<precision>")
     p.add_argument("--fresh", action="store_true", help="run again what --runs already holds (a throughput row)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -156,19 +162,22 @@ def _main(argv: list[str] | None) -> int:
     for env in args.envs:
         for seed in args.seeds:
             for who in who_runs:
-                name = f"{who}-{env}-s{seed}"
+                tag = f"-{args.precision}" if who == "mpippo" and args.precision not in (None, "fp32") else ""
+                name = f"{who}-{env}-s{seed}{tag}"
                 if args.fresh and (args.runs / name).exists():
                     shutil.rmtree(args.runs / name)
                 elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
                     print(f"mujoco_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
                     continue
                 print(f"mujoco_parity: {name} ({args.steps:,} steps)", flush=True)
-                res = (run_mpippo if who == "mpippo" else run_cleanrl)(env, seed, args.steps, args.runs / name)
+                res = (run_mpippo(env, seed, args.steps, args.runs / name, args.precision) if who == "mpippo" else
+                       run_cleanrl(env, seed, args.steps, args.runs / name))
                 # mpippo logs the mean of the last 100 episodes per iteration; CleanRL prints every episode
                 column = "return_mean_100" if who == "mpippo" else "episode_return"
                 with open(args.out / f"{name}.csv", "w", newline="") as f:
                     csv.writer(f).writerows([("env_steps", column), *res.pop("curve")])
-                summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res}
+                summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res,
+                                 **({"precision": args.precision or "fp32"} if who == "mpippo" else {})}
                 summary_path.write_text(json.dumps(summary, indent=1) + "\n")
                 print(f"mujoco_parity: {name}: return {res['final_return']:.1f}, {res['steps_per_s']} steps/s", flush=True)
     return 0

@@ -118,7 +118,8 @@ class ActorLearnerRun:
         learner on a GPU and actors on CPUs may differ; nothing requires them to compute alike."""
         t = self.cfg.training
         native, evidence = bf16_native(getattr(self, "device", None) or torch.device("cpu"))
-        t.precision, why, warning = resolve_precision(t.precision, native, evidence)
+        t.precision, why, warning = resolve_precision(t.precision, native, evidence,
+                                                      mlp=len(self.agent.obs_shape) == 1)
         if warning and self.world.is_root:
             print(warning, flush=True)
         return why

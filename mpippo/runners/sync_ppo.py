@@ -133,7 +133,8 @@ class SyncPPO:
         lacking = int(self.world.agree([0 if native else 1])[0])  # a rank without it vetoes auto
         if lacking and native:
             evidence += ", but not on every rank"
-        t.precision, why, warning = resolve_precision(t.precision, native and not lacking, evidence)
+        t.precision, why, warning = resolve_precision(t.precision, native and not lacking, evidence,
+                                                      mlp=not envs.spaces_of(self.cfg).image)
         if warning:
             warn(warning)
         return why

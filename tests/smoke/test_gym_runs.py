@@ -38,6 +38,7 @@ def test_a2c_trains_a_gymnasium_env_too(tmp_path):
                       "--output-dir", str(run_dir)]))
     m = metrics(run_dir)
     assert m["algo"] == "a2c" and m["env"] == "gym:Pendulum-v1" and m["total_timesteps"] == 2048
+    assert m["precision"] == "fp32" and "vector observations" in m["precision_why"]  # auto, on any CPU
 
 
 def test_selfplay_dqn_runs_on_pettingzoo_connect_four(tmp_path):

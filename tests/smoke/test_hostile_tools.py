@@ -291,6 +291,8 @@ CASES = [
          "--envs: 'os;rm' is not a Gymnasium id such as HalfCheetah-v5"),
     Case("mujoco-parity-seed", tool("benchmarks/mujoco_parity.py", "--seeds", "-1", "--runs", "TMP/r"),
          "--seeds: -1 is out of range"),
+    Case("mujoco-parity-precision", tool("benchmarks/mujoco_parity.py", "--precision", "fp16", "--runs", "TMP/r"),
+         "argument --precision: invalid choice: 'fp16' (choose from 'fp32', 'bf16')"),
     Case("mujoco-analysis-no-data", tool("analysis/mujoco_parity.py", "--data", "TMP/none"),
          "runs.json' (No such file or directory); run benchmarks/mujoco_parity.py first"),
     Case("mujoco-analysis-not-runs", tool("analysis/mujoco_parity.py", "--data", "TMP/d", files={"d/runs.json": "[1, 2]"}),

@@ -179,6 +179,9 @@ def test_a_onednn_ceiling_below_bf16_makes_the_cpu_count_as_without_it():
 def test_precision_auto_follows_the_hardware_and_explicit_values_are_honoured():
     assert runctl.resolve_precision("auto", True, "CPU flag amx_bf16") == ("bf16", "auto: CPU flag amx_bf16", None)
     assert runctl.resolve_precision("auto", False, "no flag") == ("fp32", "auto: no flag", None)
+    for native in (True, False):  # the MLPs of vector observations: fp32 whatever the hardware
+        assert runctl.resolve_precision("auto", native, "x", mlp=True) == ("fp32", runctl.MLP_FP32_WHY, None)
+    assert runctl.resolve_precision("bf16", True, "x", mlp=True)[0] == "bf16"  # an explicit value is honoured
     assert runctl.resolve_precision("fp32", True, "x") == ("fp32", "set in the config", None)
     prec, _, warning = runctl.resolve_precision("bf16", False, "no avx512_bf16/amx_bf16 CPU flag")
     assert prec == "bf16" and "slower than fp32" in warning and "no avx512_bf16" in warning
