@@ -4,7 +4,8 @@ probability of improvement between variants). Writes report.md, report.json and 
 each atomically; a partial suite is reported on what is done, and report.md lists what is missing.
 
 Normalized score = (R - R_min) / (R_max - R_min) with the Procgen paper's per-game constants
-(Cobbe et al. 2020, table of normalization constants; easy and hard differ).
+(Cobbe et al. 2020, table of normalization constants; easy and hard differ). A game with no such
+constants (a Gymnasium env) has none: its returns are reported, the aggregates leave it out.
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from mpippo.suite.spec import Suite
 NORMALIZATION = procgen.SCORE_RANGES  # (R_min, R_max) per mode and game
 
 
-def normalized(game: str, mode: str, value: float) -> float:
+def normalized(game: str, mode: str, value: float) -> float | None:
+    if game not in NORMALIZATION[mode]:
+        return None  # no published range (not a Procgen game)
     lo, hi = NORMALIZATION[mode][game]
     return (value - lo) / (hi - lo)
 
@@ -103,7 +106,8 @@ def per_game(rows: list[dict], ref: dict, reps: int = 2000) -> list[dict]:
         out.append({"variant": variant, "game": game, "seeds": len(rs), "step": step, "mean": float(vals.mean()),
                     "std": float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
                     "per_seed": {str(r["seed"]): r["return"] for r in rs}, "ci": seed_mean_ci(vals, reps),
-                    "normalized": float(np.mean([r["normalized"] for r in rs])), "paper_mean": p_mean,
+                    "normalized": None if rs[0]["normalized"] is None else float(np.mean([r["normalized"] for r in rs])),
+                    "paper_mean": p_mean,
                     "paper_std": p_std, "tolerance": None if p_std is None else tolerance(p_std), "inside": inside})
     return out
 
@@ -153,7 +157,8 @@ def score_matrices(rows: list[dict]) -> tuple[dict, list[str]]:
     the same number of seeds (rliable needs a rectangle), and those games."""
     by = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        by[r["variant"]][r["game"]].append(r["normalized"])
+        if r["normalized"] is not None:  # (games without a published range are not aggregated)
+            by[r["variant"]][r["game"]].append(r["normalized"])
     variants = sorted(by)
     games = sorted(set.intersection(*(set(by[v]) for v in variants))) if variants else []
     seeds = {v: min((len(by[v][g]) for g in games), default=0) for v in variants}
@@ -219,7 +224,7 @@ def markdown(suite: Suite, r: dict) -> str:
         seeds = ", ".join(f"{k}: {v:.2f}" for k, v in g["per_seed"].items())
         within = "-" if g["inside"] is None else ("yes" if g["inside"] else f"**no** (+- {g['tolerance']:.2f})")
         f.write(f"| {g['variant']} | {g['game']} | {seeds} | {g['mean']:.2f} [{g['ci'][0]:.2f}, {g['ci'][1]:.2f}] | "
-                f"{paper} | {within} | {g['normalized']:.3f} |\n")
+                f"{paper} | {within} | {'-' if g['normalized'] is None else format(g['normalized'], '.3f')} |\n")
     f.write("\n" + "".join(f"- **{v}**: " + ("every game within the paper's tolerance\n" if d["every_game_inside"] else
                                           f"outside on {', '.join(d['outside'])}\n") for v, d in r["verdicts"].items()))
     marked = [m for m in r["members"] if m["differs"]]

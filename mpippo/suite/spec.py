@@ -2,7 +2,7 @@
 
     name: procgen_easy_16
     base_config: configs/ppo_procgen.yaml
-    games: [bigfish, bossfight, ...]
+    games: [bigfish, bossfight, ...]   # any env.name: Procgen games, gym:<id>, ...
     seeds: [1, 2, 3]
     budget: 25000000          # env steps per member
     ranks: 8                  # MPI ranks per member (one array element)
@@ -15,7 +15,8 @@
       bf16: [training.precision=bf16]
 
 Member i's folder: <root>/suites/<name>/<variant>/<game>/seed_<s>, its console log beside it
-(seed_<s>.log). Everything is checked when the file is read, the variants' overrides against
+(seed_<s>.log); a game's folder name keeps letters, digits, '_', '.', '-' (gym:Hopper-v5 -> gym_Hopper-v5).
+`distribution_mode` is passed to the games whose family reads it (Procgen). Everything is checked when the file is read, the variants' overrides against
 the config schema too, so a bad suite is one line before anything is submitted.
 """
 from __future__ import annotations
@@ -26,10 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpippo import config as C
-from mpippo import files
-from mpippo.envs import procgen
-
-PROCGEN_GAMES = procgen.GAMES
+from mpippo import envs, files
 KEYS = {"name": str, "base_config": str, "games": list, "seeds": list, "budget": int, "ranks": int,
         "cpus_per_rank": int, "gpus_per_rank": int, "time": str, "distribution_mode": str, "variants": dict}
 DEFAULTS = {"cpus_per_rank": 1, "gpus_per_rank": 0, "time": "24:00:00", "distribution_mode": "easy",
@@ -90,12 +88,22 @@ class Suite:
         for variant, overrides in self.variants.items():
             for game in self.games:
                 for seed in self.seeds:
-                    folder = self.folder / variant / game / f"seed_{seed}"
-                    args = ("--config", self.base_config, "--set", f"env.name={game}",
-                            "--set", f"env.distribution_mode={self.distribution_mode}", "--seed", str(seed),
+                    folder = self.folder / variant / game_folder(game) / f"seed_{seed}"
+                    mode = ("--set", f"env.distribution_mode={self.distribution_mode}") if reads_mode(game) else ()
+                    args = ("--config", self.base_config, "--set", f"env.name={game}", *mode, "--seed", str(seed),
                             "--total-timesteps", str(self.budget), *[a for o in overrides for a in ("--set", o)])
                     out.append(Member(len(out), variant, game, seed, folder, args))
         return out
+
+
+def game_folder(game: str) -> str:
+    """A game's folder name: env names such as gym:mypackage/Env-v0 hold ':' and '/'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", game)
+
+
+def reads_mode(game: str) -> bool:
+    """Whether the game's env family takes env.distribution_mode (Procgen's)."""
+    return "distribution_mode" in envs.family_of(game).keys
 
 
 def load(path: str | Path, root: str | Path = "runs") -> Suite:
@@ -116,7 +124,8 @@ def load(path: str | Path, root: str | Path = "runs") -> Suite:
             raise SuiteError(f"suite '{path}': '{key}' is missing")
         if not isinstance(data[key], kind) or isinstance(data[key], bool):
             raise SuiteError(f"suite '{path}': {key}: expected {kind.__name__}, got {C.show(data[key])}")
-    suite = Suite(path, data["name"], data["base_config"], tuple(data["games"]), tuple(data["seeds"]), data["budget"],
+    games = tuple(envs.canonical_env_name(g) if isinstance(g, str) else g for g in data["games"])  # as runs name them
+    suite = Suite(path, data["name"], data["base_config"], games, tuple(data["seeds"]), data["budget"],
                   data["ranks"], data["cpus_per_rank"], data["gpus_per_rank"], data["time"],
                   data["distribution_mode"], dict(data["variants"]), Path(root).resolve())
     _check(suite)
@@ -142,10 +151,11 @@ def _check(s: Suite) -> None:
     if not SLUG.fullmatch(s.name):
         raise SuiteError(f"{where}: name: {C.show(s.name)} must be letters, digits, '_', '.', '-' (a folder name)")
     for g in s.games:
-        if not isinstance(g, str) or g not in PROCGEN_GAMES:
-            raise SuiteError(f"{where}: games: {C.show(g)} is not a Procgen game ({', '.join(PROCGEN_GAMES)})")
-    if not s.games or len(set(s.games)) != len(s.games):
-        raise SuiteError(f"{where}: games: give each game once, at least one")
+        if not isinstance(g, str) or envs.family_of(g) is None:
+            raise SuiteError(f"{where}: games: {C.show(g)} is not an env name (allowed: {envs.allowed_env_names()})")
+    if not s.games or len({game_folder(g) for g in s.games}) != len(s.games):
+        raise SuiteError(f"{where}: games: give each game once, at least one (and no two that differ only in "
+                         f"characters a folder name cannot hold)")
     if not s.seeds or not all(type(x) is int and 0 <= x < 2**31 for x in s.seeds) or len(set(s.seeds)) != len(s.seeds):
         raise SuiteError(f"{where}: seeds: distinct integers in [0, 2^31), at least one; got {C.show(list(s.seeds))}")
     members = len(s.games) * len(s.seeds) * max(len(s.variants), 1)
@@ -185,9 +195,11 @@ def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
             if (section, key) in SUITE_OWNED:
                 raise SuiteError(f"suite '{s.path}': variants.{name}: {section}.{key} is the suite's to set "
                                  f"(games, distribution_mode, budget, seeds), not a variant's")
-        sets += [("env", "name", s.games[0]), ("env", "distribution_mode", s.distribution_mode),
-                 ("training", "total_timesteps", s.budget)]
-        cfg = C.build(C.load_yaml(s.base_config), sets, s.ranks)
+        firsts = {envs.family_of(g).name: g for g in reversed(s.games)}  # each family's first game
+        for game in firsts.values():
+            mode = [("env", "distribution_mode", s.distribution_mode)] if reads_mode(game) else []
+            cfg = C.build(C.load_yaml(s.base_config), sets + [("env", "name", game), *mode,
+                                                              ("training", "total_timesteps", s.budget)], s.ranks)
     except SuiteError:
         raise
     except C.UsageError as e:

@@ -1,9 +1,12 @@
 """Gymnasium and PettingZoo envs through the real CLI: a run, its resume on the same and on another
 world size (envs that cannot save their state start fresh episodes, said in the start-up line; the
 rest is exact), A2C, DQN and APPO, and self-play on a PettingZoo game."""
+import json
 import sys
 
-from conftest import metrics, ok, run, trainer
+import yaml
+
+from conftest import ROOT, metrics, ok, run, trainer
 
 CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--set", "logging.tensorboard=false"]
 
@@ -72,3 +75,22 @@ def test_dqn_and_appo_train_a_gymnasium_env_in_the_actor_learner_layout(tmp_path
                          "--set", "logging.tensorboard=false", "--output-dir", str(run_dir)], timeout=300))
     m = metrics(run_dir)
     assert m["algo"] == "appo" and m["transitions_sent"] == m["transitions_received"] == 4096
+
+
+def test_a_suite_runs_and_reports_a_gymnasium_member_beside_a_procgen_game(tmp_path):
+    """A suite's games are any env names: the Gymnasium member gets no distribution_mode and a folder
+    name without ':'; the report gives its return and leaves it out of the normalized aggregate
+    (no published score range), which the Procgen game still has."""
+    data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
+    data.update(games=["starpilot", "gym:CartPole-v1"], seeds=[1], variants={"default": []}, budget=512,
+                base_config="configs/ppo_cartpole.yaml")
+    suite = tmp_path / "mixed.yaml"
+    suite.write_text(yaml.safe_dump(data))
+    ok(run([sys.executable, "-m", "mpippo.suite", "run", str(suite), "--root", str(tmp_path), "--local"], 300))
+    member = tmp_path / "suites" / "tiny" / "default" / "gym_CartPole-v1" / "seed_1"
+    assert metrics(member)["env"] == "gym:CartPole-v1" and metrics(member)["finished"]
+    ok(run([sys.executable, "-m", "mpippo.suite", "report", str(suite), "--root", str(tmp_path), "--reps", "50"], 300))
+    r = json.loads((tmp_path / "suites" / "tiny" / "report" / "report.json").read_text())
+    rows = {g["game"]: g for g in r["games"]}
+    assert rows["gym:CartPole-v1"]["normalized"] is None and rows["gym:CartPole-v1"]["mean"] > 0
+    assert rows["starpilot"]["normalized"] is not None and r["aggregate_games"] == ["starpilot"]

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from mpippo.usage import UsageError
+from mpippo.envs import procgen
 from mpippo.suite import report, spec, state, submit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ def write_suite(tmp_path, **changes) -> Path:
 
 def test_shipped_suites_load_and_the_paper_suite_is_16_games_by_3_seeds():
     big = spec.load(ROOT / "configs/suites/procgen_easy_16.yaml")
-    assert sorted(big.games) == sorted(spec.PROCGEN_GAMES) and big.seeds == (1, 2, 3) and big.budget == 25_000_000
+    assert sorted(big.games) == sorted(procgen.GAMES) and big.seeds == (1, 2, 3) and big.budget == 25_000_000
     assert len(big.members()) == 48
     tiny = spec.load("tiny", ROOT / "runs")  # a name under configs/suites/
     assert len(tiny.members()) == 2 * 2 * 2 and len(spec.load(ROOT / "configs/suites/mini.yaml").members()) == 3 * 2 * 2
@@ -62,7 +63,8 @@ def test_members_have_stable_indices_folders_and_options(tmp_path):
 
 
 @pytest.mark.parametrize("change, needle", [
-    ({"games": ["starpilot", "pong"]}, "'pong' is not a Procgen game"),
+    ({"games": ["starpilot", "pong"]}, "'pong' is not an env name (allowed: bigfish, bossfight"),
+    ({"games": ["starpilot", "procgen-starpilot-v0"]}, "give each game once"),
     ({"games": ["starpilot", "starpilot"]}, "give each game once"),
     ({"seeds": [1, 1]}, "seeds: distinct integers"),
     ({"seeds": [1, "two"]}, "seeds: distinct integers"),
@@ -88,7 +90,7 @@ def test_members_have_stable_indices_folders_and_options(tmp_path):
     ({"variants": {"hard": ["env.distribution_mode=hard"]}}, "env.distribution_mode is the suite's to set"),
     ({"variants": {"x": ["env.name=coinrun"]}}, "env.name is the suite's to set"),
     ({"seeds": [[1]]}, "seeds: distinct integers"),
-    ({"games": [["starpilot"]]}, "is not a Procgen game"),
+    ({"games": [["starpilot"]]}, "is not an env name"),
     ({"name": "tiny\n"}, "a folder name"),
 ])
 def test_bad_suite_is_one_line_and_exit_2_before_anything_runs(tmp_path, change, needle):
