@@ -19,6 +19,7 @@ from mpippo.errors import CheckpointError, NonFiniteError
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.metrics.sinks import Sinks
+from mpippo.metrics.timers import LEARNER_PHASES, Stopwatch
 from mpippo.preemption import SignalFlags
 from mpippo.runctl import STOP_REASONS, Deadline, EpisodeWindow, urgency
 from mpippo.layout.actor import signal_reason
@@ -46,6 +47,8 @@ class Learner:
         self.writer, self.loss = None, float("nan")
         self.first_log: tuple[float, int] | None = None  # (time, env steps) at the first log: fps_steady
         self.interval = [0.0, 0]  # return sum and count of the episodes finished since the last log
+        self.timer = Stopwatch(LEARNER_PHASES)  # where the learner's time goes (metrics/timers.py)
+        self.logged_phases = [0.0] * len(LEARNER_PHASES)  # the timer's vector at the last log
 
     @property
     def transitions(self) -> int:
@@ -79,12 +82,14 @@ class Learner:
             self.hook.start(self.ch.send_snapshot, self.weights(), self.c["updates"], self.transitions)
         self.ch.send_weights(self.c["updates"], self.weights(), self.table())
         while not self.ch.all_done():
-            self.ingest()
+            with self.timer("ingest"):
+                self.ingest()
             self.decide_stop(signals)
             if not self.behind():  # caught up, warming up, or stopping: let the actors send (their last) chunks
-                self.ch.grant()
-                self.ch.check()
-                time.sleep(0.0002)
+                with self.timer("wait"):
+                    self.ch.grant()
+                    self.ch.check()
+                    time.sleep(0.0002)
                 continue
             self.step()
         return self.finish()
@@ -133,24 +138,28 @@ class Learner:
         whose steps kept failing (non-finite loss) stops the agent with one line, exit 1, as a failed
         checkpoint does: the actors are told to stop and drained, nothing of the diverged state is saved."""
         try:
-            self.loss = self.algo.update(self.c["updates"], self.progress())
+            with self.timer("update"):
+                self.loss = self.algo.update(self.c["updates"], self.progress())
         except NonFiniteError as e:
             self.error = f"agent {self.a.index}: {e}"
             return
         self.c["updates"] += 1
         updates = self.c["updates"]
         maybe_inject(self.a.job_rank, updates - self.updates0)  # tests only: counted in this segment's updates
-        if self.hook is not None:
-            self.hook.after_update(updates, self.transitions, self.ch.send_snapshot, self.weights)
-        if updates % self.d.weight_sync_period == 0:
-            self.ch.send_weights(updates, self.weights(), self.table())
+        with self.timer("send"):
+            if self.hook is not None:
+                self.hook.after_update(updates, self.transitions, self.ch.send_snapshot, self.weights)
+            if updates % self.d.weight_sync_period == 0:
+                self.ch.send_weights(updates, self.weights(), self.table())
         every_s = self.cfg.checkpoint.interval_minutes * 60
         if (self.d.checkpoint_interval_updates and updates % self.d.checkpoint_interval_updates == 0) or (
                 every_s > 0 and time.monotonic() - self.last_ckpt >= every_s):
-            self.checkpoint(final=False)
+            with self.timer("checkpoint"):
+                self.checkpoint(final=False)
             self.last_ckpt = time.monotonic()
         if time.perf_counter() - self.last_log > LOG_EVERY_S or (self.log_every and updates % self.log_every == 0):
-            self.log()
+            with self.timer("log"):
+                self.log()
         self.ch.check()
 
     # ---- checkpoints ----
@@ -197,6 +206,7 @@ class Learner:
             w.add_scalar("charts/steps_per_s", (self.received - self.last["received"]) * self.algo.steps_per_item / dt, x)
             w.add_scalar("learner/weight_lag", self.c["lag_sum"] / max(self.c["lag_n"], 1), x)
             self.algo.log(w, x, self.loss)
+            self.log_phases(now)
             if self.interval[1]:  # as PPO: the episodes of this interval, and the last-100 window
                 w.add_scalar("charts/episode_return", self.interval[0] / self.interval[1], x)
             if mean is not None:
@@ -208,9 +218,20 @@ class Learner:
         if now - self.last_print < LOG_EVERY_S * self.cfg.logging.print_interval:
             return
         self.last_print = now
+        sec = self.timer.seconds
+        busy = 100 * sec["update"] / max(now - self.t0, 1e-9)
         print(f"agent {self.a.index} | {x:>10,} transitions | {updates:>8,} updates | return "
-              f"{float('nan') if mean is None else mean:6.2f} | {self.algo.console()}"
+              f"{float('nan') if mean is None else mean:6.2f} | update {busy:.0f}% wait "
+              f"{100 * sec['wait'] / max(now - self.t0, 1e-9):.0f}% | {self.algo.console()}"
               f"{self.hook.console() if self.hook is not None else ''}", flush=True)
+
+    def log_phases(self, now: float) -> None:
+        """TensorBoard: each phase's seconds since the last log (as sync PPO's time/<phase>_s)."""
+        self.timer.add_other(now - self.t0)
+        phases = self.timer.vector()
+        for p, sec, before in zip(LEARNER_PHASES, phases, self.logged_phases):
+            self.writer.add_scalar(f"time/learner_{p}_s", sec - before, self.transitions)
+        self.logged_phases = phases
 
     # ---- the end ----
     def finish(self) -> dict:
@@ -229,6 +250,7 @@ class Learner:
                 self.writer.add_scalar("charts/episode_return_mean", self.window.mean(), self.transitions)
             if self.interval[1]:
                 self.writer.add_scalar("charts/episode_return", self.interval[0] / self.interval[1], self.transitions)
+            self.log_phases(time.perf_counter())
             self.writer.close()
         if self.error is None:
             try:
@@ -256,7 +278,7 @@ class Learner:
             "learner_samples_per_s": updates * self.algo.samples_per_update / elapsed,
             "learner_device": str(self.algo.device), "updates": c["updates"],
             "weight_lag": c["lag_sum"] / max(c["lag_n"], 1), **self.algo.summary(c["updates"], self.transitions),
-            "longest_credit_hold_s": self.ch.longest_hold_s,
+            "longest_credit_hold_s": self.ch.longest_hold_s, **self.phase_metrics(elapsed),
             "transitions_sent": sum(sent.values()) * self.algo.steps_per_item,
             "transitions_received": self.received * self.algo.steps_per_item,
             "episode_return_mean": self.window.mean(), "episodes": c["episodes"],
@@ -266,6 +288,12 @@ class Learner:
         if self.hook is not None:
             out["selfplay"] = self.hook.summary()
         return out
+
+    def phase_metrics(self, elapsed: float) -> dict:
+        """`phase_seconds` (LEARNER_PHASES, the whole segment: they add up to duration_s) and each one's share."""
+        self.timer.add_other(elapsed)
+        sec = dict(self.timer.seconds)
+        return {"phase_seconds": sec, "phase_share": {p: v / max(elapsed, 1e-9) for p, v in sec.items()}}
 
     def common(self) -> dict:
         """The keys every run's metrics hold (metrics/keys.py) as this agent knows them."""

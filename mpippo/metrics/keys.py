@@ -59,6 +59,19 @@ SYNC_PPO = {
                                 "(a rank's steps over n_steps)"),
 }
 
+# The actor-learner layout's learner (mpippo/layout/learner.py), per agent.
+ACTOR_LEARNER = {
+    "phase_seconds": ("dict", "the learner's seconds per phase over the segment: ingest (chunks into the "
+                              "algorithm's buffers), wait (no data to train on: credit granted, polling), update, "
+                              "send (weights, pool members), checkpoint, log, other (mpippo/metrics/timers.py)"),
+    "phase_share": ("dict", "each phase's share of duration_s (wait near 0: the learner holds the actors back)"),
+    "learner_updates_per_s": ("number", "learner updates per second"),
+    "learner_samples_per_s": ("number", "samples trained per second (updates x batch)"),
+    "weight_lag": ("number", "mean learner updates between the weights an item was collected under and its arrival"),
+    "transitions_sent": ("int", "env steps the actors sent"),
+    "transitions_received": ("int", "env steps the learner received (equal at the end)"),
+}
+
 _TYPES = {"str": str, "int": int, "number": (int, float), "bool": bool, "list": list, "dict": dict}
 
 

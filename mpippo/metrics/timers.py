@@ -20,6 +20,12 @@ last waits (nearly) nothing, so per iteration the smallest collective time over 
 taken as transfer and each rank's excess over it as its wait. The last arriver changes from one
 collective to the next, so the minimum of the sums is at least the true transfer: the wait is a
 lower bound.
+
+The actor-learner layout's learner has its own phases (LEARNER_PHASES, a Stopwatch): ingest (chunks
+out of MPI into the algorithm's buffers), wait (nothing to train on yet: credit granted, polling),
+update (the algorithm's update: sample, loss, backward, optimizer), send (weights and pool members
+out), checkpoint, log, other. Its `wait` share is what Sample Factory's learner reports as waiting
+for data: a learner that waits is faster than its actors, one that never waits holds them back.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from contextlib import contextmanager
 import numpy as np
 
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
+LEARNER_PHASES = ("ingest", "wait", "update", "send", "checkpoint", "log", "other")
 PARTS = {"rollout": ("env_step", "inference"), "update": ("backward", "optimizer"),
          "collective": ("gae", "allreduce"), "wall": PHASES}
 RING = 32  # iterations kept between two reports (log_interval <= RING: none is lost)
@@ -46,12 +53,12 @@ def split_phases(delta) -> np.ndarray:
     return np.array([d[c].sum() for c in _COLS])
 
 
-class PhaseTimer:
-    def __init__(self, ring: int = RING):
-        self.seconds = {p: 0.0 for p in PHASES}
-        self.ring = np.zeros((ring, len(PARTS)))
-        self.iterations = 0  # iterations ended on this timer
-        self._mark = np.zeros(len(PHASES))  # cumulative seconds at the last end_iteration
+class Stopwatch:
+    """Cumulative seconds per phase (`with timer("update"): ...`); the rest of the wall time is 'other'."""
+
+    def __init__(self, phases=PHASES):
+        self.phases = tuple(phases)
+        self.seconds = {p: 0.0 for p in self.phases}
 
     @contextmanager
     def __call__(self, phase: str):
@@ -67,7 +74,17 @@ class PhaseTimer:
         self.seconds["other"] = max(wall - known, 0.0)
 
     def vector(self):
-        return [self.seconds[p] for p in PHASES]
+        return [self.seconds[p] for p in self.phases]
+
+
+class PhaseTimer(Stopwatch):
+    """Sync PPO's phases, and the ring of its iterations' parts (rollout, update, collective, wall)."""
+
+    def __init__(self, ring: int = RING):
+        super().__init__(PHASES)
+        self.ring = np.zeros((ring, len(PARTS)))
+        self.iterations = 0  # iterations ended on this timer
+        self._mark = np.zeros(len(PHASES))  # cumulative seconds at the last end_iteration
 
     def end_iteration(self) -> None:
         """Store the iteration's phase deltas (after add_other, so that `wall` is whole). The report

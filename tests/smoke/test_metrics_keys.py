@@ -26,6 +26,15 @@ def test_every_layout_writes_every_common_key(algo, tmp_path):
     assert keys.problems(m) == []
     if algo == "ppo":  # and the keys only sync PPO writes (the straggler statistics)
         assert keys.problems(m, keys.SYNC_PPO) == [] and m["straggler_iterations"] == m["iterations"]
+    else:  # the learner's: its phases add up to its time, and it did update
+        assert keys.problems(m, keys.ACTOR_LEARNER) == []
+        assert set(m["phase_seconds"]) == {"ingest", "wait", "update", "send", "checkpoint", "log", "other"}
+        assert sum(m["phase_seconds"].values()) == pytest.approx(m["duration_s"], rel=0.02)
+        assert m["phase_seconds"]["update"] > 0 and sum(m["phase_share"].values()) == pytest.approx(1.0, rel=0.02)
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        acc = EventAccumulator(str(tmp_path / "run" / "logs"))
+        acc.Reload()
+        assert {f"time/learner_{p}_s" for p in m["phase_seconds"]} <= set(acc.Tags()["scalars"])
     assert m["algo"] == algo and m["finished"] is True and m["stop_reason"] == "done"
     assert len(m["peak_rss_mb_per_rank"]) == (ranks or 1) and all(x > 50 for x in m["peak_rss_mb_per_rank"])
     assert m["peak_rss_mb_total"] == pytest.approx(sum(m["peak_rss_mb_per_rank"]))
