@@ -29,6 +29,7 @@ from mpippo.algos.dqn import (NStepAccumulator, PrioritizedReplay, apex_epsilons
 from mpippo.algos.ppo import autocast
 from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
 from mpippo.errors import NonFiniteError
+from mpippo.metrics import tags
 
 REPLAY_FILE = "replay.npz"
 
@@ -336,10 +337,10 @@ class ApeX:
     def log(self, writer, x: int, loss) -> None:
         """TensorBoard: the replay's size and the mean TD loss of the steps taken since the last log (the
         last loss when none was)."""
-        writer.add_scalar("learner/replay_size", self.replay.size, x)
+        writer.add_scalar(tags.learner("replay_size"), self.replay.size, x)
         total, n = self.loss_stats.tolist()
         self.loss_stats.zero_()
-        writer.add_scalar("losses/td_loss", total / n if n else float(loss), x)
+        writer.add_scalar(tags.loss("td_loss"), total / n if n else float(loss), x)
 
     def console(self) -> str:
         return f"replay {self.replay.size:,}"

@@ -24,6 +24,7 @@ from mpippo.algos.ppo import PPOLoss, autocast, ppo_loss
 from mpippo.algos.vtrace import vtrace
 from mpippo.envs import obs_dtype
 from mpippo.errors import NonFiniteError
+from mpippo.metrics import tags
 
 
 def discounts(firsts: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -493,15 +494,15 @@ class APPO(APPOLearning):
     # ------------------------------------------------ what the learner logs and reports
     def log(self, writer, x: int, loss: float) -> None:
         lag = self.batch.lag
-        for k, v in self.last_stats.items():
-            if k != "updates":
-                writer.add_scalar(f"losses/{k}", v, x)
-        writer.add_scalar("learner/policy_lag_mean", lag.mean(), x)
-        writer.add_scalar("learner/segments_dropped", lag.dropped, x)
+        for k in STATS:  # (the registry entry's logs: policy_loss, value_loss, ...)
+            if k in self.last_stats:
+                writer.add_scalar(tags.loss(k), self.last_stats[k], x)
+        writer.add_scalar(tags.learner("policy_lag_mean"), lag.mean(), x)
+        writer.add_scalar(tags.learner("segments_dropped"), lag.dropped, x)
         counts, self.hist_logged = lag.hist - self.hist_logged, lag.hist.copy()
         if counts.sum():  # this interval's lags (the last bucket: lag >= bins)
             values = np.arange(len(counts), dtype=np.float64)
-            writer.add_histogram_raw("learner/policy_lag", min=float(values[counts > 0][0]),
+            writer.add_histogram_raw(tags.learner("policy_lag"), min=float(values[counts > 0][0]),
                                      max=float(values[counts > 0][-1]), num=int(counts.sum()),
                                      sum=float((values * counts).sum()), sum_squares=float((values ** 2 * counts).sum()),
                                      bucket_limits=(values + 0.5).tolist(), bucket_counts=counts.tolist(), global_step=x)

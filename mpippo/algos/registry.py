@@ -60,7 +60,7 @@ class Algorithm:
     greedy_eval: bool = False          # evaluation always takes the argmax (Q-values); else the policy samples
     continuous: bool = False           # it acts on Box actions too (a Gaussian policy); else Discrete only
     selfplay: bool = False             # selfplay.enabled is allowed (two-player games in its learner)
-    logs: tuple = ()                   # the losses and statistics it logs (losses/<name>)
+    logs: tuple = ()                   # the losses it logs: quantities of metrics/tags.LOSSES (their writers read it)
     minibatches_key: str = "training.num_minibatches"  # sync: the key that splits each rank's batch
     memory: Optional[str] = None       # actor-learner: "module:function"(cfg, world_size, learner, actor, ...)
     chunk_items: Optional[str] = None  # actor-learner: "module:function"(cfg, world_size) -> (capacity, bytes)
@@ -84,7 +84,7 @@ class Algorithm:
                             continuous=continuous, **self.network_options(cfg))
 
 
-PPO_LOGS = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac")
+PPO_LOGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 # training keys of the sync PPO loop that the actor-learner algorithms replace by their own section's
 _SYNC_LOOP = ("training.n_steps", "training.n_epochs", "training.num_minibatches", "training.rollout_cutoff",
               "training.rollout_min_fraction", "training.normalize_obs", "training.obs_clip")
@@ -94,17 +94,17 @@ _PPO_LOSS = ("training.gae_lambda", "training.clip_range", "training.clip_vloss"
 
 BUILT_IN = (
     Algorithm("ppo", SYNC, "ppo (synchronous, every rank steps envs and learns)",
-              impl="mpippo.algos.ppo:PPO", check="mpippo.config:check_sync", logs=PPO_LOGS, continuous=True),
+              impl="mpippo.algos.ppo:PPO", check="mpippo.config:check_sync", logs=PPO_LOGS + ("explained_variance",), continuous=True),
     Algorithm("appo", ACTOR_LEARNER, "appo (asynchronous PPO with V-trace: actor ranks and a learner rank, "
               "section appo)", impl="mpippo.algos.appo:APPO", check="mpippo.config:check_appo", section="appo",
-              logs=PPO_LOGS + ("policy_lag",), memory="mpippo.config:appo_memory",
+              logs=PPO_LOGS, memory="mpippo.config:appo_memory",
               chunk_items="mpippo.config:appo_chunk_items",
               ignores=_SYNC_LOOP + ("training.clip_vloss", "training.target_kl", "training.adv_norm",
                                     "training.reward_norm")),
     Algorithm("dqn", ACTOR_LEARNER, "dqn (Ape-X: actor ranks and a learner rank with replay, section dqn)",
               impl="mpippo.algos.apex:ApeX", check="mpippo.config:check_dqn", section="dqn", network="q",
               network_options=lambda cfg: {"dueling": cfg.dqn.dueling}, greedy_eval=True, selfplay=True,
-              logs=("td_loss", "q_mean"), memory="mpippo.config:dqn_memory",
+              logs=("td_loss",), memory="mpippo.config:dqn_memory",
               chunk_items="mpippo.config:dqn_chunk_items", ignores=_SYNC_LOOP + _PPO_LOSS),
 )
 

@@ -18,6 +18,7 @@ from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
+from mpippo.metrics import tags
 from mpippo.metrics.sinks import Sinks
 from mpippo.metrics.timers import LEARNER_PHASES, Stopwatch
 from mpippo.preemption import SignalFlags
@@ -201,16 +202,16 @@ class Learner:
         w, mean = self.writer, self.window.mean()
         if w is not None:
             done = updates - self.last["updates"]
-            w.add_scalar("learner/updates_per_s", done / dt, x)
-            w.add_scalar("learner/samples_per_s", done * self.algo.samples_per_update / dt, x)
-            w.add_scalar("charts/steps_per_s", (self.received - self.last["received"]) * self.algo.steps_per_item / dt, x)
-            w.add_scalar("learner/weight_lag", self.c["lag_sum"] / max(self.c["lag_n"], 1), x)
+            w.add_scalar(tags.learner("updates_per_s"), done / dt, x)
+            w.add_scalar(tags.learner("samples_per_s"), done * self.algo.samples_per_update / dt, x)
+            w.add_scalar(tags.chart("steps_per_s"), (self.received - self.last["received"]) * self.algo.steps_per_item / dt, x)
+            w.add_scalar(tags.learner("weight_lag"), self.c["lag_sum"] / max(self.c["lag_n"], 1), x)
             self.algo.log(w, x, self.loss)
             self.log_phases(now)
             if self.interval[1]:  # as PPO: the episodes of this interval, and the last-100 window
-                w.add_scalar("charts/episode_return", self.interval[0] / self.interval[1], x)
+                w.add_scalar(tags.chart("episode_return"), self.interval[0] / self.interval[1], x)
             if mean is not None:
-                w.add_scalar("charts/episode_return_mean", mean, x)
+                w.add_scalar(tags.chart("episode_return_mean"), mean, x)
             if self.hook is not None:
                 self.hook.log(x)
         self.last, self.last_log = {"received": self.received, "updates": updates}, now
@@ -230,7 +231,7 @@ class Learner:
         self.timer.add_other(now - self.t0)
         phases = self.timer.vector()
         for p, sec, before in zip(LEARNER_PHASES, phases, self.logged_phases):
-            self.writer.add_scalar(f"time/learner_{p}_s", sec - before, self.transitions)
+            self.writer.add_scalar(tags.learner_phase(p), sec - before, self.transitions)
         self.logged_phases = phases
 
     # ---- the end ----
@@ -247,9 +248,11 @@ class Learner:
             self.hook.finish(self.c["updates"], self.transitions)
         if self.writer is not None:
             if len(self.window):
-                self.writer.add_scalar("charts/episode_return_mean", self.window.mean(), self.transitions)
+                self.writer.add_scalar(tags.chart("episode_return_mean"), self.window.mean(), self.transitions)
             if self.interval[1]:
-                self.writer.add_scalar("charts/episode_return", self.interval[0] / self.interval[1], self.transitions)
+                self.writer.add_scalar(tags.chart("episode_return"), self.interval[0] / self.interval[1], self.transitions)
+            if self.c["updates"] > self.updates0:  # the losses' last point (a short run may have logged none)
+                self.algo.log(self.writer, self.transitions, self.loss)
             self.log_phases(time.perf_counter())
             self.writer.close()
         if self.error is None:

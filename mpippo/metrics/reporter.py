@@ -18,6 +18,7 @@ from mpippo.checkpoint import atomic_write_json
 from mpippo.files import read_metrics
 from mpippo.usage import UsageError
 from mpippo import hostmem
+from mpippo.metrics import tags
 from mpippo.metrics.sinks import Sinks
 from mpippo.metrics.timers import PHASES, SUMMARY_LEN, StragglerStats
 
@@ -60,6 +61,8 @@ class Reporter:
     def __init__(self, cfg, run_dir: Path, world_size: int, hosts: list[tuple[str, str]], start_step: int,
                  start_iteration: int, total_timesteps: int, progress: bool, wandb_run=None):
         self.cfg, self.run_dir, self.world_size = cfg, run_dir, world_size
+        from mpippo.algos import registry  # (the algorithm's entry: the losses it logs)
+        self.losses = registry.get(cfg.training.algo).logs
         self.hostnames, self.nodes = [h for h, _ in hosts], [n for _, n in hosts]
         self.total = total_timesteps
         self.start_step, self.t0 = start_step, time.perf_counter()
@@ -131,15 +134,15 @@ class Reporter:
             w, s = self.writer, global_step
             for key in ("episode_return", "episode_length", "episode_return_mean"):
                 if m[key] is not None:
-                    w.add_scalar(f"charts/{key}", m[key], s)
-            for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
-                w.add_scalar(f"losses/{key}", m[key], s)
-            w.add_scalar("charts/learning_rate", lr, s)
-            w.add_scalar("charts/skipped_steps", m["skipped_steps"], s)
-            w.add_scalar("charts/steps_per_s", interval_fps, s)
-            w.add_scalar("charts/peak_rss_mb_max_rank", max(m["peak_rss_mb_per_rank"]), s)
+                    w.add_scalar(tags.chart(key), m[key], s)
+            for key in self.losses:
+                w.add_scalar(tags.loss(key), m[key], s)
+            w.add_scalar(tags.chart("learning_rate"), lr, s)
+            w.add_scalar(tags.chart("skipped_steps"), m["skipped_steps"], s)
+            w.add_scalar(tags.chart("steps_per_s"), interval_fps, s)
+            w.add_scalar(tags.chart("peak_rss_mb_max_rank"), max(m["peak_rss_mb_per_rank"]), s)
             for p, sec in m["interval_phase_seconds"].items():
-                w.add_scalar(f"time/{p}_s", sec, s)
+                w.add_scalar(tags.phase(p), sec, s)
         if self.bar is not None:
             ret = m["episode_return_mean"]
             self.bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)

@@ -8,10 +8,11 @@ import sys
 import pytest
 
 from conftest import ROOT, fake_wandb, metrics, ok, run, trainer
-from mpippo.metrics import keys
+from mpippo.metrics import keys, tags
 
 RUNS = {
     "ppo": (None, ["--config", "configs/toy_cue.yaml", "--total-timesteps", "1024"]),
+    "a2c": (None, ["--config", "configs/a2c_toy.yaml", "--total-timesteps", "1024"]),
     "dqn": (3, ["--config", "configs/dqn_toy.yaml", "--total-timesteps", "3000", "--set", "dqn.learning_starts=500"]),
     "appo": (3, ["--config", "configs/appo_toy.yaml", "--total-timesteps", "2048"]),
 }
@@ -24,17 +25,23 @@ def test_every_layout_writes_every_common_key(algo, tmp_path):
     ok(trainer(ranks, [*args, "--no-progress", "--output-dir", str(tmp_path / "run")]))
     m = metrics(tmp_path / "run")
     assert keys.problems(m) == []
-    if algo == "ppo":  # and the keys only sync PPO writes (the straggler statistics)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(tmp_path / "run" / "logs"))
+    acc.Reload()
+    written = set(acc.Tags()["scalars"])
+    from mpippo.algos import registry
+    # every tag is the vocabulary's; the losses are exactly the ones the registry entry names
+    assert {t for t in written if t.startswith("losses/")} == {tags.loss(q) for q in registry.get(algo).logs}
+    known = {t for table in (tags.CHARTS, tags.LOSSES, tags.LEARNER) for t, _ in table.values()}
+    assert {t for t in written if not t.startswith(("time/", "selfplay/"))} <= known, written - known
+    if algo in ("ppo", "a2c"):  # and the keys only sync PPO writes (the straggler statistics)
         assert keys.problems(m, keys.SYNC_PPO) == [] and m["straggler_iterations"] == m["iterations"]
     else:  # the learner's: its phases add up to its time, and it did update
         assert keys.problems(m, keys.ACTOR_LEARNER) == []
         assert set(m["phase_seconds"]) == {"ingest", "wait", "update", "send", "checkpoint", "log", "other"}
         assert sum(m["phase_seconds"].values()) == pytest.approx(m["duration_s"], rel=0.02)
         assert m["phase_seconds"]["update"] > 0 and sum(m["phase_share"].values()) == pytest.approx(1.0, rel=0.02)
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-        acc = EventAccumulator(str(tmp_path / "run" / "logs"))
-        acc.Reload()
-        assert {f"time/learner_{p}_s" for p in m["phase_seconds"]} <= set(acc.Tags()["scalars"])
+        assert {tags.learner_phase(p) for p in m["phase_seconds"]} <= written
     assert m["algo"] == algo and m["finished"] is True and m["stop_reason"] == "done"
     assert len(m["peak_rss_mb_per_rank"]) == (ranks or 1) and all(x > 50 for x in m["peak_rss_mb_per_rank"])
     assert m["peak_rss_mb_total"] == pytest.approx(sum(m["peak_rss_mb_per_rank"]))

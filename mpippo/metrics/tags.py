@@ -1,0 +1,72 @@
+"""The TensorBoard (and W&B) tags: one vocabulary for every algorithm and layout, so the same
+quantity has the same tag whether PPO, A2C, APPO or DQN wrote it, and PPO's and APPO's curves plot on
+one chart. The losses keep CleanRL's names (losses/policy_loss, losses/value_loss, ...); every writer
+takes its tags from here, and `doc()` is the docs' table of them.
+
+An algorithm names the losses it logs in its registry entry (`logs`: quantities of LOSSES); an
+update's statistics use the short names of the code (pg_loss, v_loss), which `loss` maps."""
+from __future__ import annotations
+
+# quantity -> (tag, meaning)
+LOSSES = {
+    "policy_loss": ("losses/policy_loss", "the clipped surrogate (PPO, APPO) or policy-gradient loss (A2C)"),
+    "value_loss": ("losses/value_loss", "the value loss"),
+    "entropy": ("losses/entropy", "the policy's entropy"),
+    "approx_kl": ("losses/approx_kl", "the approximate KL divergence from the acting policy"),
+    "clipfrac": ("losses/clipfrac", "the fraction of samples whose ratio was clipped"),
+    "explained_variance": ("losses/explained_variance", "how much of the returns' variance the value explains"),
+    "td_loss": ("losses/td_loss", "the mean prioritized double-DQN TD loss of the updates since the last point"),
+}
+STAT_NAMES = {"pg_loss": "policy_loss", "v_loss": "value_loss"}  # the code's short names
+
+CHARTS = {
+    "episode_return": ("charts/episode_return", "mean return of the episodes finished since the last point"),
+    "episode_length": ("charts/episode_length", "their mean length (sync layout)"),
+    "episode_return_mean": ("charts/episode_return_mean", "mean return of the last 100 episodes"),
+    "learning_rate": ("charts/learning_rate", "the learning rate (sync layout)"),
+    "skipped_steps": ("charts/skipped_steps", "optimizer steps skipped for a non-finite loss (sync layout)"),
+    "steps_per_s": ("charts/steps_per_s", "env steps per second since the last point"),
+    "peak_rss_mb_max_rank": ("charts/peak_rss_mb_max_rank", "the largest rank's peak memory, MB (sync layout)"),
+}
+
+LEARNER = {
+    "updates_per_s": ("learner/updates_per_s", "learner updates per second (actor-learner layout)"),
+    "samples_per_s": ("learner/samples_per_s", "samples trained per second"),
+    "weight_lag": ("learner/weight_lag", "mean updates between an item's weights and its arrival"),
+    "replay_size": ("learner/replay_size", "transitions in the replay (DQN)"),
+    "policy_lag_mean": ("learner/policy_lag_mean", "mean policy lag of the admitted segments (APPO)"),
+    "segments_dropped": ("learner/segments_dropped", "segments dropped as too old, so far (APPO)"),
+    "policy_lag": ("learner/policy_lag", "histogram of the policy lags of the interval (APPO)"),
+}
+
+
+def loss(stat: str) -> str:
+    """The tag of a loss quantity, by its name or the code's short name (pg_loss, v_loss)."""
+    return LOSSES[STAT_NAMES.get(stat, stat)][0]
+
+
+def chart(name: str) -> str:
+    return CHARTS[name][0]
+
+
+def learner(name: str) -> str:
+    return LEARNER[name][0]
+
+
+def phase(name: str) -> str:
+    """Seconds of a sync phase (metrics/timers.PHASES) since the last point."""
+    return f"time/{name}_s"
+
+
+def learner_phase(name: str) -> str:
+    """Seconds of a learner phase (metrics/timers.LEARNER_PHASES) since the last point."""
+    return f"time/learner_{name}_s"
+
+
+def doc() -> str:
+    """The docs' table of the tags (self-play's selfplay/ tags are listed with self-play)."""
+    from mpippo.metrics.timers import LEARNER_PHASES, PHASES
+    rows = [(tag, meaning) for table in (CHARTS, LOSSES, LEARNER) for tag, meaning in table.values()]
+    rows += [(phase("<phase>"), f"seconds of each sync phase ({', '.join(PHASES)}) since the last point"),
+             (learner_phase("<phase>"), f"seconds of each learner phase ({', '.join(LEARNER_PHASES)})")]
+    return "| tag | what |\n|---|---|\n" + "".join(f"| `{t}` | {m} |\n" for t, m in rows)
