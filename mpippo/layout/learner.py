@@ -13,12 +13,12 @@ import time
 import numpy as np
 
 from mpippo import hostmem
-from mpippo.checkpoint import atomic_write_json, atomic_write_with, save_checkpoint
+from mpippo.checkpoint import atomic_write_with, save_checkpoint
 from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
-from mpippo.metrics import tags
+from mpippo.metrics import keys, tags
 from mpippo.metrics.sinks import Sinks
 from mpippo.metrics.timers import LEARNER_PHASES, Stopwatch
 from mpippo.preemption import SignalFlags
@@ -261,7 +261,7 @@ class Learner:
             except CheckpointError:
                 pass
         summary = self.summary(sent)
-        atomic_write_json(self.a.run_dir / "benchmark_metrics.json", summary)
+        keys.write(self.a.run_dir, summary, keys.ACTOR_LEARNER)
         self.closing_lines(summary)
         return summary
 

@@ -1,6 +1,7 @@
 """The keys every run's benchmark_metrics.json holds, whatever its algorithm and layout: one list,
 documented here and in README (Outputs; `make_doc` writes that table), and tested against both
-layouts' files. Layouts add their own keys beside these (PPO: phases; actor-learner: the learner's
+layouts' files. `write` is the file's one writer: both layouts hand it their values, it checks
+them against these tables and writes the file atomically. Layouts add their own keys beside these (PPO: phases; actor-learner: the learner's
 rates and the actors' counts); those a test or a tool relies on are listed here per layout
 (SYNC_PPO), in the same form, and README lists them with `make_doc(SYNC_PPO)`."""
 from __future__ import annotations
@@ -88,6 +89,23 @@ def problems(metrics: dict, table: dict = COMMON) -> list[str]:
         if not isinstance(v, _TYPES[base]) or (base in ("int", "number") and isinstance(v, bool)):
             out.append(f"{key}: expected {kind}, got {v!r}")
     return out
+
+
+def write(run_dir, values: dict, layout: dict) -> dict:
+    """benchmark_metrics.json in `run_dir`, atomically: `values` must hold every key of COMMON and of
+    the layout's table (SYNC_PPO, ACTOR_LEARNER) with its type. A value that does not is a bug, said on
+    stderr in one line; the file is still written (it holds the run's figures)."""
+    import sys
+    from pathlib import Path
+
+    from mpippo.checkpoint import atomic_write_json  # (its module loads the config: not at this import)
+    from mpippo.files import METRICS
+    bad = problems(values) + problems(values, layout)
+    if bad:
+        print(f"mpippo: warning: benchmark_metrics.json: {'; '.join(bad)[:300]}", file=sys.stderr, flush=True)
+    atomic_write_json(Path(run_dir) / METRICS, values)
+    return values
+
 
 
 def make_doc(table: dict = COMMON) -> str:

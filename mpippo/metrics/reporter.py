@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mpippo.checkpoint import atomic_write_json
 from mpippo.files import read_metrics
 from mpippo.usage import UsageError
 from mpippo import hostmem
-from mpippo.metrics import tags
+from mpippo.metrics import keys, tags
 from mpippo.metrics.sinks import Sinks
 from mpippo.metrics.timers import PHASES, SUMMARY_LEN, StragglerStats
 
@@ -188,8 +187,7 @@ class Reporter:
             "threads_per_rank": cfg.parallel.threads_per_rank, "host_allocator": hostmem.current(),
             **self.stragglers.metrics(), **self.extra,
         }
-        atomic_write_json(self.run_dir / "benchmark_metrics.json", out)
-        return out
+        return keys.write(self.run_dir, out, keys.SYNC_PPO)
 
     def close(self) -> None:
         if self.bar is not None:
