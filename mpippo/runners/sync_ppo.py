@@ -21,6 +21,7 @@ import torch
 
 from mpippo import models, resume
 from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
+from mpippo.algos.contracts import REPORTED_STATS
 from mpippo.algos.ppo import GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std, minibatch_shares
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
@@ -441,7 +442,7 @@ class SyncPPO:
         stats_vec[IDX["win_ret_sum"]] = sum(self.win_returns.returns)
         stats_vec[IDX["win_count"]] = len(self.win_returns)
         stats_vec[IDX["episodes_total"]] = self.episodes_total
-        for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "updates", "skipped"):
+        for key in REPORTED_STATS:  # (algos/contracts.py: what every sync algorithm's update returns)
             stats_vec[IDX[key]] = update_stats[key]
         stats_vec[IDX["ev_n"]:IDX["ev_sum_r2"] + 1] = self.interval_ev
         stats_vec[IDX["peak_rss_mb"]] = peak_rss_mb()

@@ -47,6 +47,40 @@ def test_every_entry_is_complete(name):
     assert (out.shape if a.network == "q" else out[0].shape) == (2, 4)
 
 
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_every_entry_satisfies_its_layouts_protocol(name):
+    """algos/contracts.py: the members its runner uses, on a real instance (vector observations),
+    and for the actor-learner layout its actor's half too."""
+    import numpy as np
+
+    from mpippo.algos import contracts
+    a = registry.get(name)
+    cfg = C.Config()
+    cfg.training.algo = name
+    protocol = contracts.protocol_of(a.layout)
+    if a.layout == registry.SYNC:
+        algo = a.load()(cfg)
+        assert contracts.missing(algo, protocol) == [] and isinstance(algo, protocol)
+        return
+    algo = a.load()(cfg, (4,), 2, num_actors=2)
+    assert contracts.missing(algo, protocol) == [] and isinstance(algo, protocol)
+    acting = algo.actor(0, algo.new_net(), 3, np.random.default_rng(0))
+    assert contracts.missing(acting, contracts.Acting) == [] and isinstance(acting, contracts.Acting)
+
+
+def test_the_contract_check_names_what_is_missing():
+    from mpippo.algos import contracts
+
+    class Half:
+        gae_lambda = 0.95
+
+        def optimizer(self, params):
+            return None
+    assert contracts.missing(Half(), contracts.SyncAlgorithm) == ["allreduces_per_iteration", "check_checkpoint",
+                                                                  "update"]
+    assert not isinstance(Half(), contracts.SyncAlgorithm)
+
+
 def test_a_module_that_declares_an_algorithm_is_found(tmp_path):
     """Discovery reads a module's top level without running it: an ALGORITHM assignment is what counts."""
     (tmp_path / "mine.py").write_text("import torch\nALGORITHM = None\n")
