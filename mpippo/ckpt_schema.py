@@ -10,6 +10,11 @@ Shapes come from the checkpoint's own config: the network is built on torch's me
 This module holds the checking primitives and the parts every checkpoint of a layout has; what an
 algorithm adds is checked by its own `check_checkpoint`, beside the code that writes it, found
 through the registry (mpippo/algos/registry.py).
+
+Format: every checkpoint says which one it is (`format`, FORMAT today; the files written before the
+key existed are format 1). `upgrade` brings an older file to today's by one step per format (UPGRADES),
+before it is checked, so the readers only ever see today's keys; tests/data/checkpoints/format1/ holds
+files of format 1 that must keep loading. A file of a newer format is refused in one line.
 """
 from __future__ import annotations
 
@@ -238,10 +243,40 @@ def torch_generator(v, path: str) -> None:
     restores(path, "torch generator", lambda: torch.Generator().set_state(v))
 
 
+FORMAT = 2  # what today's writers write (`top_level`)
+
+
+def _from_1(state: dict) -> dict:
+    """Format 1 -> 2: the `format` key itself is new; nothing else moved."""
+    return {**state, "format": 2}
+
+
+UPGRADES = {1: _from_1}  # format n -> n + 1
+
+
+def top_level(algo: str, model: dict, optimizer: dict, timesteps: int, iteration: int, config: dict,
+              world_size: int, model_spec: dict) -> dict:
+    """The keys every checkpoint has, whatever its layout (the layouts add theirs beside them)."""
+    return {"format": FORMAT, "algo": algo, "model": model, "optimizer": optimizer, "timesteps": timesteps,
+            "iteration": iteration, "config": config, "world_size": world_size, "model_spec": model_spec}
+
+
+def upgrade(state: dict) -> dict:
+    """An older checkpoint brought to FORMAT, step by step (Bad for a format this code does not know)."""
+    fmt = state.get("format", 1)
+    need(is_int(fmt) and 1 <= fmt, "format", f"expected an integer >= 1, got {show(fmt)}")
+    need(fmt <= FORMAT, "format", f"{fmt} is newer than this mpippo reads (1 to {FORMAT}): use a newer mpippo")
+    while fmt < FORMAT:
+        state, fmt = UPGRADES[fmt](state), fmt + 1
+    return state
+
+
 def validate(state, where: str, algo: str | None = None) -> dict:
-    """`state` if it is a complete mpippo checkpoint (of `algo`, when given), else UsageError
-    naming the first problem."""
+    """`state` (brought to today's format) if it is a complete mpippo checkpoint (of `algo`, when
+    given), else UsageError naming the first problem."""
     try:
+        mapping(state, "checkpoint")
+        state = upgrade(state)
         mapping(state, "checkpoint", ("algo", "model", "optimizer", "timesteps", "iteration", "config",
                                       "world_size", "model_spec"))
         need(state["algo"] in C.ALGOS, "algo", f"expected one of {', '.join(C.ALGOS)}, got {C.show(state['algo'])}")

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from mpippo import ckpt_schema as schema
 from mpippo import hostmem
 from mpippo.checkpoint import atomic_write_with, save_checkpoint
 from mpippo.comm.p2p import LearnerChannel
@@ -172,11 +173,12 @@ class Learner:
     def checkpoint(self, final: bool) -> None:
         """Write the checkpoint (its side files first); a failure stops the agent with one line, exit 1."""
         a, c = self.a, self.c
-        state = {"algo": self.algo.name, "agent": a.index, "model": self.algo.model.state_dict(), **self.algo.state_dict(),
-                 "timesteps": self.env_steps(final), "iteration": c["updates"],
+        algo_state = self.algo.state_dict()  # (its optimizer's state among it)
+        state = {**schema.top_level(self.algo.name, self.algo.model.state_dict(), algo_state.pop("optimizer"),
+                                    self.env_steps(final), c["updates"], self.cfg.to_dict(), a.world_size, a.model_spec),
+                 **algo_state, "agent": a.index,
                  "counters": dict(c, transitions=self.transitions), "ret_window": list(self.window.returns),
-                 "resumes": a.resumes, "config": self.cfg.to_dict(), "world_size": a.world_size,
-                 "model_spec": a.model_spec,
+                 "resumes": a.resumes,
                  **({"selfplay": self.hook.state_dict()} if self.hook is not None else {})}
         try:
             self.algo.save_side_files(a.ckpt_dir, c["updates"], atomic_write_with)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mpippo import ckpt_schema as schema
 from mpippo import models, resume
 from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
 from mpippo.algos.contracts import REPORTED_STATS
@@ -158,9 +159,8 @@ class SyncPPO:
 
     def state_dict(self, rank_states: list) -> dict:
         return {
-            "algo": self.entry.name, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "timesteps": self.global_step, "iteration": self.iteration, "config": self.cfg.to_dict(),
-            "world_size": self.world.size, "model_spec": self.model_spec(),
+            **schema.top_level(self.entry.name, self.model.state_dict(), self.optimizer.state_dict(), self.global_step,
+                               self.iteration, self.cfg.to_dict(), self.world.size, self.model_spec()),
             "ret_rms": self.ret_rms.state_dict(), "ranks": rank_states,
             "obs_rms": self.obs_norm.state_dict() if self.obs_norm is not None else None,
         }
