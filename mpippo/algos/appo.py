@@ -7,7 +7,7 @@ for that lag (mpippo/algos/vtrace.py); segments older than `max_policy_lag` are 
 
 An update reads the device once: the batch of segments goes to the learner's device in one copy
 (from pinned buffers on a GPU), the targets, the advantages' normalization, the skip of a step whose
-gradient is not finite (apex.DeviceAdam, apex.NonFiniteGuard) and the statistics stay there, and
+gradient is not finite (learner_parts.DeviceAdam, learner_parts.NonFiniteGuard) and the statistics stay there, and
 the statistics and the guard's counters come back together at the end.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 
 from mpippo import ckpt_schema as schema
 from mpippo.algos.adam import Adam
+from mpippo.algos.learner_parts import DeviceAdam, NonFiniteGuard, flat_parameters, nonfinite_message
 from mpippo.algos.ppo import PPOLoss, autocast, ppo_loss
 from mpippo.algos.vtrace import vtrace
 from mpippo.envs import obs_dtype
@@ -116,10 +117,9 @@ def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | 
     minibatch size is (segments x T) / a.num_minibatches, which must divide (as sync PPO's).
     `nonfinite_streak`: steps skipped in a row before this batch (the count goes on over epochs and
     batches; NonFiniteError once it reaches max_nonfinite_streak, and no step is taken after that);
-    the stats carry it on. `adam`: the learner's apex.DeviceAdam over the model and `optimizer` (made
+    the stats carry it on. `adam`: the learner's learner_parts.DeviceAdam over the model and `optimizer` (made
     here for this call when not given: the model's parameters become views of one flat buffer).
     The device is read once, at the end."""
-    from mpippo.algos.apex import DeviceAdam, NonFiniteGuard, flat_parameters
     if a.loss not in LOSSES:
         raise ValueError(f"appo loss '{a.loss}' is not one of {', '.join(LOSSES)}")
     own = adam is None
@@ -359,7 +359,6 @@ class APPOLearning:
         self.skipped = self.nonfinite_streak = 0
 
     def setup_learner(self, model: torch.nn.Module, device, seed: int) -> None:
-        from mpippo.algos.apex import DeviceAdam, flat_parameters
         self.model, self.device = model, torch.device(device)
         flat_parameters(model)  # (the runner's model already is one flat buffer)
         # the state's holder: DeviceAdam takes the steps (its own kernels), not this one
@@ -389,7 +388,6 @@ class APPOLearning:
             self.last_stats = appo_update(self.model, self.opt, seg, self.a, self.t, self.generator,
                                           self.nonfinite_streak, self.max_nonfinite, adam=self.adam)
         except NonFiniteError:
-            from mpippo.algos.apex import nonfinite_message
             self.skipped += self.max_nonfinite - self.nonfinite_streak  # this batch's, up to the guard
             self.nonfinite_streak = self.max_nonfinite
             raise NonFiniteError(nonfinite_message("the APPO loss", self.max_nonfinite, self.max_nonfinite,

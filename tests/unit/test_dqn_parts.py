@@ -192,7 +192,7 @@ def test_mirroring_on_the_device_matches_the_numpy_mirroring():
 
 def test_device_adam_steps_as_torch_adam_and_a_refused_step_moves_nothing():
     from mpippo.algos.adam import Adam
-    from mpippo.algos.apex import DeviceAdam, flat_parameters
+    from mpippo.algos.learner_parts import DeviceAdam, flat_parameters
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
     ref = copy.deepcopy(net)
