@@ -101,5 +101,11 @@ selfplay: venv
 	$(BIN)/python -m mpippo.evaluate --checkpoint $(SELFPLAY_DIR) --num-episodes 400 --opponent lookahead
 	$(BIN)/python analysis/selfplay_curve.py $(SELFPLAY_DIR)
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor, or a page
+# missing from the nav, fails the build (tests/unit/test_docs.py runs the same build in make test)
+.PHONY: docs
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
 	rm -rf $(VENV) .pytest_cache

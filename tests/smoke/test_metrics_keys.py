@@ -1,6 +1,6 @@
 """One vocabulary of metrics: both layouts (sync PPO; the actor-learner layout with DQN and APPO)
 write every key of mpippo/metrics/keys.py into benchmark_metrics.json, with its documented type, and
-README lists exactly those keys."""
+the docs (docs/outputs.md) list exactly those keys."""
 from __future__ import annotations
 
 import sys
@@ -56,8 +56,8 @@ def test_problems_names_what_is_missing_or_mistyped():
     assert keys.problems(bad) == ["env: missing", "world_size: expected int, got True", "fps: expected number, got 'fast'"]
 
 
-def test_readme_documents_exactly_these_keys():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_document_exactly_these_keys():
+    readme = (ROOT / "docs" / "outputs.md").read_text()
     assert keys.make_doc() in readme and keys.make_doc(keys.SYNC_PPO) in readme
 
 
