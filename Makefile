@@ -13,7 +13,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 # ... and its btl/ofi sleeps 1 s in every MPI_Init where there is no fabric: make's targets run on
 # one node, where the sm and self BTLs carry everything (a cluster's Slurm scripts leave it be)
 export OMPI_MCA_btl ?= ^ofi
-# the launcher relays SIGTERM/Ctrl-C so the ranks checkpoint before stopping (see README)
+# the launcher relays SIGTERM/Ctrl-C so the ranks checkpoint before stopping (see docs/failures.md)
 # (each rank bound to its share of the cores; more ranks than cores run unbound: mpippo/launch.py)
 LAUNCH  := $(BIN)/python -m mpippo.launch
 
@@ -37,6 +37,7 @@ help:
 	@echo "make compare [RUNS='runs/a runs/b']   table + comparison.png of runs (default: the two newest)"
 	@echo "make scaling [RANKS='1 2 4 8'] [MODE=weak|strong]   scaling sweep -> analysis/data/, then analysis/scaling.ipynb"
 	@echo "make selfplay   self-play DQN on Connect Four (3 ranks, about 75 s), then its rating games and win-rate curve"
+	@echo "make docs       the documentation site (MkDocs, --strict: a broken link or page fails) -> site/"
 
 venv: $(STAMP)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Synchronous PPO against APPO on the same cores for the same wall-clock budget (README, "Which
+"""Synchronous PPO against APPO on the same cores for the same wall-clock budget (docs/algorithms.md, "Which
 algorithm?"): the default configs on one Procgen game, one run after the other, then
 analysis/compare_results.py on both and a cost model of a 48-core node with one GPU.
 

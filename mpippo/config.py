@@ -82,7 +82,7 @@ class ModelConfig:
     hidden_size: int = _f(256, "Width of the dense layer after the conv stack.")
     downsample: bool = _f(True, "Max-pool by 2 in every conv stage (IMPALA); false keeps full resolution, for small boards (connect4). DQN only.")
     mlp_sizes: list = _f([64, 64], "Hidden layers of the MLP used for vector observations (gym:<id> envs whose observation is a Box of shape (D,)): separate policy and value networks of this shape with tanh, as CleanRL's.")
-    init: str = _f("glorot", "Initial weights of the conv stack and the dense layer: glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had; chosen on the mini suite: README, 'Learning like the reference PPO') | torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases). The policy and value heads are orthogonal either way.")
+    init: str = _f("glorot", "Initial weights of the conv stack and the dense layer: glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had; chosen on the mini suite: docs/parity.md) | torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases). The policy and value heads are orthogonal either way.")
 
 
 @dataclass
@@ -896,7 +896,7 @@ def ignored_note(cfg: Config) -> str | None:
     if not unread:
         return None
     return (f"training.algo {entry.name} does not read {', '.join(unread)}: these settings have no effect "
-            f"(see README's config table for the keys each algorithm reads)")
+            f"(docs/config.md lists the keys each algorithm reads)")
 
 
 def resolve(cfg: Config, world_size: int) -> Config:
@@ -947,7 +947,7 @@ def frame_bytes(obs_shape) -> int:
 
 def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     """A lower bound of one env-stepping rank's memory in bytes, and what it is made of. A lower
-    bound (the real peak is several times larger: README, Performance), so it never refuses a job
+    bound (the real peak is several times larger: docs/performance.md), so it never refuses a job
     that would fit; it catches the sizes that would only end in an allocation failure. In the
     actor-learner layout (dqn, appo) this is an actor; `layout_memory` has the learner too."""
     m, t = cfg.model, cfg.training
@@ -1189,7 +1189,7 @@ def _yaml_value(v) -> str:
 
 
 def describe(markdown: bool = False) -> str:
-    """Every key with its default and help: YAML-like text, or a Markdown table (README)."""
+    """Every key with its default and help: YAML-like text, or a Markdown table (docs/config.md)."""
     lines = ["| key | default | meaning |", "|---|---|---|"] if markdown else []
     for sec_name, cls in _section_classes().items():
         if not markdown:

@@ -13,7 +13,7 @@ The resident size then stays at its high-water mark, 0.4-0.7 GB per rank above t
 malloc as it is, flat over the run: torch asks for 64-byte-aligned blocks (posix_memalign), and
 the hole a freed block leaves is a few bytes short of the next request of the same size, so the
 heap grows by a few such blocks (about four steps) before the holes fit.
-Measured in `make bench` (README, Performance).
+Measured in `make bench` (docs/performance.md).
 
 Set MPIPPO_HOST_ALLOCATOR=system to leave malloc as it is (for a comparison, or where memory
 is tighter than time). With jemalloc, tcmalloc or mimalloc in LD_PRELOAD nothing is changed

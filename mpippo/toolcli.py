@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, con
 EXIT_FAILURE, EXIT_USAGE, EXIT_STOPPED = 1, 2, 4
 SEED_MAX = INT64_MAX  # seeds end up in int64 arrays and torch's 64-bit generator
 # a rank's interpreter with numpy, torch and procgen loaded, before it allocates anything of its own
-# (README: about 350 MB per procgen process); the trainer's own floor comes on top
+# (docs/cluster.md: about 350 MB per procgen process); the trainer's own floor comes on top
 RANK_BASE_BYTES = 300 << 20
 MAX_RANKS = 4096
 

@@ -12,7 +12,7 @@
 # credit. With appo.num_agents=6, COMM_WORLD is split into 6 groups of 8 consecutive ranks:
 # agent k's learner is rank 8k on GPU k, and it writes runs/slurm-<job id>/agent_<k>/ (seeds or
 # variants at one submission; --total-timesteps is over all agents). Which layout to pick, and
-# when APPO beats the synchronous PPO of slurm/ppo_6gpu.sh: README, "Which algorithm?".
+# when APPO beats the synchronous PPO of slurm/ppo_6gpu.sh: docs/algorithms.md, "Which algorithm?".
 # Run it from the repository root. For your site, edit the --partition / --account lines and the
 # ENVIRONMENT block in slurm/common.sh. Options after the script name go to run_mpi.py.
 # On a node whose CUDA is not usable the learner falls back to the CPU with one warning.

@@ -13,7 +13,7 @@
 # a requeued job takes whatever the range gives it then; it resumes on that many ranks. With the
 # total env count fixed (env.num_envs, passed again on every requeue; 576 divides over 96, 144 and
 # 192 ranks) every env's state moves to its new rank and the episodes in progress go on; with
-# --num-envs-per-rank the total changes with the ranks and the envs start fresh (README: Preemption).
+# --num-envs-per-rank the total changes with the ranks and the envs start fresh (docs/failures.md).
 #
 # Run it from the repository root. For your site, edit the --partition / --account lines and the
 # ENVIRONMENT block in slurm/common.sh. Over TCP-only networks pip's Open MPI may need

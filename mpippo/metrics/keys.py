@@ -1,9 +1,9 @@
 """The keys every run's benchmark_metrics.json holds, whatever its algorithm and layout: one list,
-documented here and in README (Outputs; `make_doc` writes that table), and tested against both
+documented here and in docs/outputs.md (`make_doc` writes that list), and tested against both
 layouts' files. `write` is the file's one writer: both layouts hand it their values, it checks
 them against these tables and writes the file atomically. Layouts add their own keys beside these (PPO: phases; actor-learner: the learner's
 rates and the actors' counts); those a test or a tool relies on are listed here per layout
-(SYNC_PPO), in the same form, and README lists them with `make_doc(SYNC_PPO)`."""
+(SYNC_PPO), in the same form, and docs/outputs.md lists them with `make_doc(SYNC_PPO)`."""
 from __future__ import annotations
 
 # key: (type, meaning). "number" is an int or float; "?" allows null.
@@ -109,5 +109,5 @@ def write(run_dir, values: dict, layout: dict) -> dict:
 
 
 def make_doc(table: dict = COMMON) -> str:
-    """The README's list of the keys."""
+    """docs/outputs.md's list of the keys."""
     return "; ".join(f"`{k}` ({meaning})" for k, (_, meaning) in table.items())
