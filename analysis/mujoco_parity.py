@@ -112,8 +112,10 @@ def figure(data: Path, runs: dict, out: Path) -> None:
                     ax.plot(x, y, color=color, alpha=0.3 if len(names) > 1 else 1.0, lw=1,
                             label=None if len(names) > 1 else f"{who} (1 seed)")
                     ys.append(np.interp(grid, x, y, left=np.nan))
-            if len(ys) > 1:
-                ax.plot(grid, np.nanmean(ys, axis=0), color=color, lw=2, label=f"{who} ({len(ys)} seeds)")
+            if len(ys) > 1:  # (before any seed's first episode the mean is empty: left out, not warned about)
+                ys = np.array(ys)
+                some = ~np.isnan(ys).all(0)
+                ax.plot(grid[some], np.nanmean(ys[:, some], axis=0), color=color, lw=2, label=f"{who} ({len(ys)} seeds)")
         ax.set(title=env, xlabel="env steps", ylabel="return (last 100 episodes)")
         ax.legend()
     save_figure(fig, out, "--data")
