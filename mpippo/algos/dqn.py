@@ -65,7 +65,7 @@ GiB = 1 << 30
 
 
 def torch_obs_dtype(obs_shape) -> torch.dtype:
-    return torch.uint8 if obs_dtype(obs_shape) == "uint8" else torch.float32
+    return getattr(torch, obs_dtype(obs_shape))  # ("uint8" and "float32" are torch's names too)
 
 
 def replay_device(learner_device, nbytes: int, reserve_fraction: float = 0.2, reserve_min: int = 4 * GiB) -> torch.device:
@@ -306,9 +306,8 @@ class NStepAccumulator:
 
     def __init__(self, n: int, gamma: float, num_envs: int, obs_shape):
         self.n, self.gamma = n, gamma
-        dtype = obs_dtype(obs_shape)
-        self.obs = np.zeros((n, num_envs) + tuple(obs_shape), dtype=dtype)
-        self.final = np.zeros((n, num_envs) + tuple(obs_shape), dtype=dtype)  # a cut episode's last obs
+        self.obs = np.zeros((n, num_envs) + tuple(obs_shape), dtype=obs_dtype(obs_shape))
+        self.final = None  # a cut episode's last obs per slot: made at the first cut (most envs never cut)
         self.actions = np.zeros((n, num_envs), dtype=np.int64)
         self.rewards = np.zeros((n, num_envs), dtype=np.float32)
         self.dones = np.zeros((n, num_envs), dtype=bool)
@@ -320,6 +319,8 @@ class NStepAccumulator:
         self.obs[k], self.actions[k], self.rewards[k], self.dones[k] = obs, actions, rewards, dones
         self.cuts[k] = False
         if cut is not None and len(cut[0]):
+            if self.final is None:
+                self.final = np.zeros_like(self.obs)
             self.cuts[k, cut[0]], self.final[k, cut[0]] = True, cut[1]
         self.count += 1
         if self.count < self.n:
@@ -332,16 +333,17 @@ class NStepAccumulator:
         for j, slot in enumerate(order):
             ret += alive * (self.gamma ** j) * self.rewards[slot]
             alive &= ~self.dones[slot]
-        ended = self.dones[order]  # (n, E), oldest step first
-        j = ended.argmax(0)  # the step each env's episode ended at (when it did)
-        slot, envs = order[j], np.arange(E)
-        cut_here = ~alive & self.cuts[slot, envs]
-        discount = np.where(alive, self.gamma ** self.n, np.where(cut_here, self.gamma ** (j + 1.0), 0.0))
+        discount = np.where(alive, self.gamma ** self.n, 0.0).astype(np.float32)
         nxt = next_obs
-        if cut_here.any():
-            nxt = np.array(next_obs, copy=True)
-            nxt[cut_here] = self.final[slot[cut_here], envs[cut_here]]
-        return self.obs[first].copy(), self.actions[first].copy(), ret, discount.astype(np.float32), nxt
+        if self.cuts.any():  # a time limit inside the window: those transitions bootstrap from the final obs
+            j = self.dones[order].argmax(0)  # the step each env's episode ended at (when it did)
+            slot, envs = order[j], np.arange(E)
+            cut_here = ~alive & self.cuts[slot, envs]
+            discount[cut_here] = (self.gamma ** (j[cut_here] + 1.0)).astype(np.float32)
+            if cut_here.any():
+                nxt = np.array(next_obs, copy=True)
+                nxt[cut_here] = self.final[slot[cut_here], envs[cut_here]]
+        return self.obs[first].copy(), self.actions[first].copy(), ret, discount, nxt
 
 
 def double_dqn_loss(q_online, q_next_online, q_next_target, actions, returns, discounts, weights,

@@ -221,11 +221,10 @@ class Learner:
         if now - self.last_print < LOG_EVERY_S * self.cfg.logging.print_interval:
             return
         self.last_print = now
-        sec = self.timer.seconds
-        busy = 100 * sec["update"] / max(now - self.t0, 1e-9)
+        share = {p: 100 * s / max(now - self.t0, 1e-9) for p, s in self.timer.seconds.items()}
         print(f"agent {self.a.index} | {x:>10,} transitions | {updates:>8,} updates | return "
-              f"{float('nan') if mean is None else mean:6.2f} | update {busy:.0f}% wait "
-              f"{100 * sec['wait'] / max(now - self.t0, 1e-9):.0f}% | {self.algo.console()}"
+              f"{float('nan') if mean is None else mean:6.2f} | update {share['update']:.0f}% wait "
+              f"{share['wait']:.0f}% | {self.algo.console()}"
               f"{self.hook.console() if self.hook is not None else ''}", flush=True)
 
     def log_phases(self, now: float) -> None:

@@ -6,6 +6,9 @@ rates and the actors' counts); those a test or a tool relies on are listed here 
 (SYNC_PPO), in the same form, and docs/outputs.md lists them with `make_doc(SYNC_PPO)`."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 # key: (type, meaning). "number" is an int or float; "?" allows null.
 COMMON = {
     "algo": ("str", "the algorithm (training.algo: ppo, a2c, appo, dqn)"),
@@ -95,9 +98,6 @@ def write(run_dir, values: dict, layout: dict) -> dict:
     """benchmark_metrics.json in `run_dir`, atomically: `values` must hold every key of COMMON and of
     the layout's table (SYNC_PPO, ACTOR_LEARNER) with its type. A value that does not is a bug, said on
     stderr in one line; the file is still written (it holds the run's figures)."""
-    import sys
-    from pathlib import Path
-
     from mpippo.checkpoint import atomic_write_json  # (its module loads the config: not at this import)
     from mpippo.files import METRICS
     bad = problems(values) + problems(values, layout)
@@ -105,7 +105,6 @@ def write(run_dir, values: dict, layout: dict) -> dict:
         print(f"mpippo: warning: benchmark_metrics.json: {'; '.join(bad)[:300]}", file=sys.stderr, flush=True)
     atomic_write_json(Path(run_dir) / METRICS, values)
     return values
-
 
 
 def make_doc(table: dict = COMMON) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from mpippo.files import read_metrics
 from mpippo.usage import UsageError
 from mpippo import hostmem
+from mpippo.algos import registry
 from mpippo.metrics import keys, tags
 from mpippo.metrics.sinks import Sinks
 from mpippo.metrics.timers import PHASES, SUMMARY_LEN, StragglerStats
@@ -60,8 +61,7 @@ class Reporter:
     def __init__(self, cfg, run_dir: Path, world_size: int, hosts: list[tuple[str, str]], start_step: int,
                  start_iteration: int, total_timesteps: int, progress: bool, wandb_run=None):
         self.cfg, self.run_dir, self.world_size = cfg, run_dir, world_size
-        from mpippo.algos import registry  # (the algorithm's entry: the losses it logs)
-        self.losses = registry.get(cfg.training.algo).logs
+        self.losses = registry.get(cfg.training.algo).logs  # (the losses its algorithm logs)
         self.hostnames, self.nodes = [h for h, _ in hosts], [n for _, n in hosts]
         self.total = total_timesteps
         self.start_step, self.t0 = start_step, time.perf_counter()
