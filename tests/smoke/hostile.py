@@ -75,6 +75,30 @@ def marked_processes(tag: str) -> list[psutil.Process]:
     return out
 
 
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # ended between the listing and the look
+        return False
+
+
+def survivors(tag: str, timeout: float) -> list[str]:
+    """The case's processes still alive (zombies aside) after waiting up to `timeout` seconds for
+    them to end, as 'pid command'; those are killed. The wait is for a loaded machine (CI's two
+    cores), where a rank can still be in MPI_Finalize for a moment after mpirun returned."""
+    deadline = time.monotonic() + timeout
+    while (alive := [p for p in marked_processes(tag) if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = []
+    for p in alive:
+        try:
+            left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            p.kill()
+        except psutil.Error:
+            pass
+    return left
+
+
 def run_marked(cmd: list[str], tag: str, timeout: float = 90, env: dict | None = None) -> tuple:
     """Run cmd with the case marker; returns (CompletedProcess, processes of the case still alive
     shortly after it ended, as 'pid name'), and kills those."""
@@ -88,17 +112,7 @@ def run_marked(cmd: list[str], tag: str, timeout: float = 90, env: dict | None =
             p.kill()
         out, err = proc.communicate()
         pytest.fail(f"timed out after {timeout} s (a hang): {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
-    left = []
-    deadline = time.monotonic() + 3.0  # mpirun's last ranks may take a moment to be reaped
-    while (alive := [p for p in marked_processes(tag) if p.status() != psutil.STATUS_ZOMBIE]) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for p in alive:
-        try:
-            left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
-            p.kill()
-        except psutil.Error:
-            pass
+    left = survivors(tag, timeout=3.0)  # mpirun's last ranks may take a moment to be reaped
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), left
 
 

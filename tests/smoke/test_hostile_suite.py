@@ -347,22 +347,6 @@ def _end(tag: str) -> None:
             pass
 
 
-def _nothing_left(tag: str, timeout: float = 60.0) -> list[str]:
-    """The case's processes still alive after `timeout` seconds (killed then), as 'pid command'."""
-    deadline = time.monotonic() + timeout
-    while (alive := [p for p in hostile.marked_processes(tag) if p.status() != psutil.STATUS_ZOMBIE]) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = []
-    for p in alive:
-        try:
-            left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
-        except psutil.Error:
-            pass
-    _end(tag)
-    return left
-
-
 def _stopped_with_a_checkpoint(member: Path) -> dict:
     m = json.loads((member / "benchmark_metrics.json").read_text())
     assert m["stop_reason"] == "stopped" and 0 < m["total_timesteps"] < 1_000_000, m
@@ -394,7 +378,7 @@ def test_sigterm_to_a_local_suite_any_number_of_times_stops_its_member_with_a_ch
     assert proc.returncode == 4, out[-3000:]
     assert "Traceback" not in out and "resumes it" in out.splitlines()[-1], out[-3000:]
     assert out.count("mpippo.launch: SIGTERM received") == 1, out[-3000:]  # relayed once
-    assert not _nothing_left(tag, timeout=10)
+    assert not hostile.survivors(tag, timeout=10)
     _stopped_with_a_checkpoint(member)
     assert "stopped with a checkpoint (exit 4)" in member.with_name("seed_1.log").read_text()
     status = subprocess.run([*suite, "status", *where], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -413,6 +397,6 @@ def test_a_local_suite_killed_outright_still_stops_its_member_with_a_checkpoint(
     launcher_alive = any("mpippo.launch" in " ".join(p.cmdline()) for p in hostile.marked_processes(tag)
                          if p.status() != psutil.STATUS_ZOMBIE)
     assert held or not launcher_alive  # the launcher, alive after the check, held the suite's lock during it
-    assert not _nothing_left(tag, timeout=60)
+    assert not hostile.survivors(tag, timeout=60)
     _stopped_with_a_checkpoint(member)
     assert runlock.holder(suite_folder) is None
