@@ -176,18 +176,18 @@ def test_the_balanced_cutoff_leaves_a_slow_rank_behind_and_still_learns_toy_cue(
     assert m["episode_return_mean"] >= 12.0, m["episode_return_mean"]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_two_rank_ppo_learns_gymnasium_cartpole(tmp_path, seed):
+def test_two_rank_ppo_learns_gymnasium_cartpole(tmp_path):
     """A Gymnasium env through the registry (gym:CartPole-v1, the MLP; the RL Zoo's tuned settings,
-    configs/ppo_cartpole_zoo.yaml, 150k steps) on 2 ranks: the mean of the last 100 episodes
-    reaches 475 of 500 (a uniform policy scores about 22; seeds 1-3 ended at 500 here, about 80 s
-    each). Each seed on its own: a miss names it."""
+    configs/ppo_cartpole_zoo.yaml, 100k steps) on 2 ranks: the mean of the last 100 episodes
+    reaches 475 of 500 (a uniform policy scores about 22). Seeds 1-3 ended at 500, 490 and 500
+    here (about 65 s each on 2 idle cores); one seed runs, as a second proved nothing the first
+    did not and cost a tenth of the suite's learning time."""
     run_dir = tmp_path / "run"
     ok(trainer(2, ["--config", "configs/ppo_cartpole_zoo.yaml", "--output-dir", str(run_dir), "--no-progress",
-                   "--seed", str(seed), "--set", "logging.tensorboard=false"], timeout=600))
+                   "--seed", "2", "--set", "logging.tensorboard=false"], timeout=600))
     m = metrics(run_dir)
-    assert m["env"] == "gym:CartPole-v1" and m["world_size"] == 2 and m["total_timesteps"] >= 150_000
-    assert m["episode_return_mean"] >= 475.0, (seed, m["episode_return_mean"])
+    assert m["env"] == "gym:CartPole-v1" and m["world_size"] == 2 and m["total_timesteps"] >= 100_000
+    assert m["episode_return_mean"] >= 475.0, m["episode_return_mean"]
 
 
 @pytest.mark.parametrize("config,threshold", [("dqn_cartpole.yaml", 120.0), ("appo_cartpole.yaml", 150.0)])
