@@ -78,13 +78,14 @@ EAGER_ROW = "ppo bf16, 1 rank, deterministic, eager policy step"
 # the default config (64 envs x 256 steps = 16,384 per rank and iteration) on the GPU; smoke-sized on the CPU
 REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384,
         "dqn_actors": 7, "dqn_steps": 40_000, "dqn_batch": 512, "appo_actors": 7, "appo": [], "appo_batch": (64, 64),
-        "appo_steps": 24 * 4096, "learner": []}
+        "appo_steps": 24 * 4096, "learner": [], "dqn": []}
 # (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them;
 # a tiny network, as a CPU without native bf16 runs the bf16 rows in software: 20 s a row with smoke's, 5 s so)
 DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--set", "model.channels=[4]",
                "--set", "model.hidden_size=16"], "envs_per_rank": 8,
-       "n_steps": 32, "resume_half": 256,
+       "n_steps": 16, "resume_half": 256,
        "dqn_actors": 2, "dqn_steps": 1200, "dqn_batch": 32, "appo_actors": 3,
+       "dqn": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"],
        "appo": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"], "appo_batch": (8, 8),
        "appo_steps": 1024, "learner": ["--dry-run"]}
 TARGETS = {  # name: (row, field, target, what)
@@ -229,7 +230,7 @@ def dqn_row(budget: dict, device: str, tmp: Path) -> dict:
     args = ["--config", "configs/dqn_procgen.yaml", "--total-timesteps", str(budget["dqn_steps"]),
             "--set", "dqn.learning_starts=800", "--set", f"dqn.batch_size={budget['dqn_batch']}",
             "--set", "dqn.replay_ratio=8",
-            "--set", "dqn.buffer_size=20000", "--num-envs-per-rank", "8"]
+            "--set", "dqn.buffer_size=20000", "--num-envs-per-rank", "8", *budget["dqn"]]
     m = trainer(n + 1, args, tmp / "dqn", device)
     return {"check": f"dqn learner + {n} actors (end to end)", "batch": budget["dqn_batch"],
             "device": m["learner_device"],

@@ -294,7 +294,8 @@ def profile_report(prof, cfg, trainer, dev, plain_s: float, profiled_s: float, p
 
 
 DRY_DQN = {"batch": 32, "prefill": 600, "seconds": 0.3, "warmup": 2}
-DRY_APPO = ["--set", "model.channels=[4]", "--set", "model.hidden_size=16", "--set", "appo.batch_segments=8",
+DRY_MODEL = ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"]  # the plumbing, not the network
+DRY_APPO = [*DRY_MODEL, "--set", "appo.batch_segments=8",
             "--set", "appo.rollout_length=8"]
 DRY_PPO = ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--num-envs-per-rank", "4",
            "--n-steps", "16"]
@@ -349,7 +350,7 @@ def _main(argv) -> int:
             if what == "dqn":
                 sizes = DRY_DQN if args.dry_run else {"batch": args.dqn_batch, "prefill": args.dqn_prefill,
                                                       "seconds": args.seconds}
-                result["dqn"] = dqn_learner(device, extra=extra, **sizes)
+                result["dqn"] = dqn_learner(device, extra=[*(DRY_MODEL if args.dry_run else []), *extra], **sizes)
             elif what == "appo":
                 result["appo"] = appo_learner(device, 0.3 if args.dry_run else args.seconds,
                                               extra=[*(DRY_APPO if args.dry_run else []), *extra])
