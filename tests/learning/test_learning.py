@@ -11,9 +11,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_two_rank_ppo_learns_toy_cue(tmp_path, precision):
+    """Both precisions on every machine (a CPU without native bf16 runs bf16 in software, 4x slower),
+    on one IMPALA stack of 8 channels: seeds 1-4 ended at 15.8-16.0 of 16 in each precision, as
+    the config's two stacks do, at about half the cost (AVX2-emulated bf16: 30 s against 52)."""
     run_dir = tmp_path / "run"
     ok(trainer(2, ["--config", "configs/toy_cue.yaml", "--output-dir", str(run_dir), "--no-progress",
-                   "--set", f"training.precision={precision}"], timeout=300))
+                   "--set", f"training.precision={precision}", "--set", "model.channels=[8]"], timeout=300))
     m = metrics(run_dir)
     assert m["precision"] == precision
     assert m["world_size"] == 2 and m["total_timesteps"] == 40960
