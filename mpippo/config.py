@@ -52,8 +52,8 @@ def file_key(section: str, name: str) -> str:
 
 @dataclass
 class EnvConfig:
-    name: str = _f(envs.DEFAULT_ENV, "The env, by family (mpippo/envs/): a Procgen game (`coinrun` or `procgen-coinrun-v0`); the built-in test env `toy-cue`; `connect4` (two-player: against the random player, or a self-play pool with selfplay.enabled; actions masked to legal columns in DQN); `gym:<id>`, any Gymnasium id (`gym:CartPole-v1`), the user's own with env.import; `pz:connect_four_v3`, PettingZoo's Connect Four (two-player, as connect4).")
-    kwargs: dict = _f({}, "gym:<id> only: keyword arguments of gymnasium.make (e.g. {max_episode_steps: 200}).")
+    name: str = _f(envs.DEFAULT_ENV, "The env, by family (mpippo/envs/): a Procgen game (`coinrun` or `procgen-coinrun-v0`); the built-in test env `toy-cue`; `connect4` (two-player: against the random player, or a self-play pool with selfplay.enabled; actions masked to legal columns in DQN); `gym:<id>`, any Gymnasium id (`gym:CartPole-v1`), the user's own with env.import; `pz:connect_four_v3`, PettingZoo's Connect Four (two-player, as connect4); `atari:<Game>`, an ALE game (`atari:Breakout`) with the standard preprocessing.")
+    kwargs: dict = _f({}, "gym:<id>: keyword arguments of gymnasium.make (e.g. {max_episode_steps: 200}); atari:<Game>: repeat_action_probability (0.0), full_action_space (false), noop_max (30), max_episode_steps (27000), episodic_life (true), reward_clip (true).")
     imports: Optional[str] = _f(None, "gym:<id> only (the key is `import`): the user's module to import first, which registers the id (`mypackage.envs`), or `module:callable` returning a gymnasium.Env, registered as env.name's id. Runs the user's code: only ever imported when a config or command line names it.")
     distribution_mode: str = _f("easy", "Procgen difficulty: easy | hard | extreme | memory | exploration (procgen's own default is hard).")
     num_levels: int = _f(0, "Number of distinct training levels; 0 = unlimited.")

@@ -184,12 +184,12 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
         rew, obs, first = env.observe()
         ep_ret += rew
         ep_len += 1
-        for i in np.flatnonzero(first):
+        for i, ret, length in zip(*envs.ended_episodes(env, first, ep_ret, ep_len)):
             if done_count[i] < quota[i]:
-                returns.append(float(ep_ret[i]))
-                lengths.append(int(ep_len[i]))
+                returns.append(float(ret))
+                lengths.append(int(length))
             done_count[i] += 1
-            ep_ret[i], ep_len[i] = 0.0, 0
+        ep_ret[first], ep_len[first] = 0.0, 0
     return returns, lengths
 
 

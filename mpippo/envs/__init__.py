@@ -6,7 +6,10 @@
         without exact_resume);  env.set_state(that)
     env.action_mask() -> (N, A) bool: legal actions; only envs that have illegal ones (connect4)
     env.truncated() -> (indices, final observations) of the episodes the last act cut by a time
-        limit; only envs that have such limits (gym): the runner bootstraps them
+        limit; only envs that have such limits (gym, atari): the runner bootstraps them
+    env.episodes() -> (indices, returns, lengths) of the real episodes the last act ended, where training's
+        episodes are not the real ones (atari: a lost life ends one, rewards clipped): what is
+        reported instead of the sums of the training rewards between `first` flags
 
 Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 
@@ -14,13 +17,14 @@ Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 """
 from __future__ import annotations
 
-from mpippo.envs import connect4, gym, pettingzoo, procgen, toy
+from mpippo.envs import atari, connect4, gym, pettingzoo, procgen, toy
 from mpippo.envs.family import EnvFamily, Spaces, obs_dtype, take_rows
 
 DEFAULT_ENV = "coinrun"  # env.name's default: the Procgen paper's first game
 
 # The env families, in the order a name is tried; each is one module (see envs/family.py).
-FAMILIES: tuple[EnvFamily, ...] = (procgen.FAMILY, toy.FAMILY, connect4.FAMILY, gym.FAMILY, pettingzoo.FAMILY)
+FAMILIES: tuple[EnvFamily, ...] = (procgen.FAMILY, toy.FAMILY, connect4.FAMILY, gym.FAMILY, pettingzoo.FAMILY,
+                                    atari.FAMILY)
 
 
 def family_of(name) -> EnvFamily | None:
@@ -62,6 +66,17 @@ def make_env(cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool =
     return family(cfg).make(cfg, num_envs, seed, num_threads, render)
 
 
+def ended_episodes(env, first, ep_ret, ep_len):
+    """(env indices, returns, lengths) of the episodes the last act ended, as reported: the env's
+    real ones where training's episodes are not (env.episodes(): atari), else the sums of the
+    rewards since the last `first` flag (`ep_ret`, `ep_len`, which the caller then zeroes)."""
+    if hasattr(env, "episodes"):
+        return env.episodes()
+    import numpy as np
+    idx = np.flatnonzero(first)
+    return idx, ep_ret[idx], ep_len[idx]
+
+
 def mask_bits(mask):
     """Legal actions (N, A) bool -> one int64 bitmask per env (bit a = action a legal), for a
     fixed-layout message field (<= 63 actions); -1 stands for "all legal"."""
@@ -92,6 +107,7 @@ def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
     return int.from_bytes(digest, "little") % (2**31 - 1)
 
 
-__all__ = ["DEFAULT_ENV", "FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name", "family",
+__all__ = ["DEFAULT_ENV", "FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name",
+           "ended_episodes", "family",
            "family_of", "known_env_names", "make_env", "mask_bits", "rank_seed", "resume_seed", "spaces_of",
            "obs_dtype", "take_rows"]

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import torch
 
+from mpippo import envs
 from mpippo.comm.p2p import ActorChannel
 from mpippo.faults import maybe_inject
 from mpippo.metrics.reporter import peak_rss_mb
@@ -76,8 +77,9 @@ class Actor:
             ep_ret += rew
             ep_len += 1
             if first.any():
-                self.episode_returns += ep_ret[first].tolist()
-                self.episode_lengths += ep_len[first].tolist()
+                _, done_ret, done_len = envs.ended_episodes(self.env, first, ep_ret, ep_len)
+                self.episode_returns += done_ret.tolist()
+                self.episode_lengths += done_len.tolist()
                 ep_ret[first], ep_len[first] = 0.0, 0
             items = self.acting.transitions(obs, actions, rew, first, next_obs, next_mask,
                                             cut=self.env.truncated() if truncates else None)

@@ -298,7 +298,7 @@ class SyncPPO:
             buf.disc_returns[step] = self.ret_tracker
             buf.rewards[step].copy_(torch.from_numpy(rew))
             if first.any():
-                done_ret, done_len = self.ep_ret[first], self.ep_len[first]
+                _, done_ret, done_len = envs.ended_episodes(env, first, self.ep_ret, self.ep_len)
                 ep_ret_sum += done_ret.sum()
                 ep_len_sum += done_len.sum()
                 ep_count += len(done_ret)

@@ -1,0 +1,78 @@
+"""The atari:<Game> family (mpippo/envs/atari.py) on ale-py's vector env: names, options, and the
+two episode notions (training's: a lost life; the reported: the real game, unclipped)."""
+import numpy as np
+import pytest
+
+from mpippo import config as C
+from mpippo import envs
+from mpippo.usage import UsageError
+
+
+def cfg_of(name: str, **kwargs):
+    over = [("env", "name", name)] + ([("env", "kwargs", kwargs)] if kwargs else [])
+    return C.build({}, over, 1)
+
+
+def test_names_spaces_and_one_line_refusals():
+    assert envs.canonical_env_name("atari:ms_pacman") == "atari:MsPacman" == envs.canonical_env_name("atari:MsPacman")
+    assert envs.spaces_of(cfg_of("atari:Breakout")) == envs.Spaces((84, 84, 4), "uint8", 4)
+    assert envs.spaces_of(cfg_of("atari:Breakout", full_action_space=True)).num_actions == 18
+    bad = [("atari:Breakot", {}, "env.name: 'Breakot' is not an ALE game (did you mean 'atari:Breakout'?)"),
+           ("atari:", {}, "env.name: 'atari:' is not atari:<Game>"),
+           ("atari:Pong", {"noop_max": -1}, "env.kwargs.noop_max: -1 is not an integer in [0, 1000]"),
+           ("atari:Pong", {"sticky": 1}, "env.kwargs.sticky: not an option of atari envs; allowed: repeat_action"),
+           ("atari:Pong", {"episodic_life": "yes"}, "env.kwargs.episodic_life: 'yes' is not true or false")]
+    for name, kwargs, line in bad:
+        with pytest.raises(UsageError) as e:
+            cfg_of(name, **kwargs)
+        assert len(e.value.errors) == 1 and e.value.errors[0].startswith(line), e.value.errors
+
+
+def play(env, steps: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    ep_ret, ep_len = np.zeros(env.num_envs), np.zeros(env.num_envs, dtype=np.int64)
+    firsts, rewards, games = 0, set(), []
+    for _ in range(steps):
+        env.act(rng.integers(0, env.num_actions, env.num_envs))
+        rew, obs, first = env.observe()
+        assert obs.shape == (env.num_envs, 84, 84, 4) and obs.dtype == np.uint8 and obs.flags.c_contiguous
+        ep_ret += rew
+        ep_len += 1
+        firsts += int(first.sum())
+        rewards |= set(np.unique(rew).tolist())
+        games += list(zip(*envs.ended_episodes(env, first, ep_ret, ep_len)))
+        ep_ret[first], ep_len[first] = 0.0, 0
+    return firsts, rewards, games
+
+
+def test_a_lost_life_ends_a_training_episode_and_the_real_game_is_reported_unclipped():
+    """Breakout at random: 5 lives a game, so training sees about 5 `first` flags per reported
+    game; rewards train clipped to their sign (a brick scores up to 7) and are reported raw."""
+    env = envs.make_env(cfg_of("atari:Breakout"), 2, seed=1)
+    firsts, rewards, games = play(env, 1500)
+    assert len(games) >= 4 and firsts >= 4 * len(games), (firsts, len(games))
+    assert rewards <= {0.0, 1.0}
+    assert all(i in (0, 1) and ret >= 0 and 100 < length < 1500 for i, ret, length in games)
+    env.close()
+    raw = envs.make_env(cfg_of("atari:Breakout", episodic_life=False, reward_clip=False), 2, seed=1)
+    firsts, _, games = play(raw, 1500)
+    assert firsts == len(games) >= 4  # one episode per game: every first is a game's end
+
+
+def test_the_time_limit_truncates_with_the_final_frames_to_bootstrap_from():
+    env = envs.make_env(cfg_of("atari:Pong", max_episode_steps=50), 3, seed=2)
+    rng = np.random.default_rng(1)
+    seen = 0
+    for step in range(1, 121):
+        env.act(rng.integers(0, env.num_actions, 3))
+        idx, final = env.truncated()
+        _, _, first = env.observe()
+        if step % 50 == 0:  # every game cut at once; Pong's first point takes longer than 50 steps
+            assert list(idx) == [0, 1, 2] and final.shape == (3, 84, 84, 4) and first.all()
+            ended = envs.ended_episodes(env, first, None, None)
+            assert list(ended[0]) == [0, 1, 2] and list(ended[2]) == [50, 50, 50]
+            seen += 1
+        else:
+            assert len(idx) == 0 and not first.any()
+    assert seen == 2
+    env.close()
