@@ -78,11 +78,12 @@ class GuardsConfig:
 
 @dataclass
 class ModelConfig:
+    arch: str = _f("impala", "The network for image observations: impala (the IMPALA-CNN of model.channels, the Procgen paper's) | nature (the Nature DQN's three convolutions and a dense layer of model.hidden_size: the Atari network of CleanRL and Ape-X; model.channels and model.downsample are the IMPALA-CNN's only).")
     channels: list = _f([16, 32, 32], "IMPALA-CNN conv channels, one entry per stage.")
     hidden_size: int = _f(256, "Width of the dense layer after the conv stack.")
     downsample: bool = _f(True, "Max-pool by 2 in every conv stage (IMPALA); false keeps full resolution, for small boards (connect4). DQN only.")
     mlp_sizes: list = _f([64, 64], "Hidden layers of the MLP used for vector observations (gym:<id> envs whose observation is a Box of shape (D,)): separate policy and value networks of this shape with tanh, as CleanRL's.")
-    init: str = _f("glorot", "Initial weights of the conv stack and the dense layer: glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had; chosen on the mini suite: docs/parity.md) | torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases). The policy and value heads are orthogonal either way.")
+    init: str = _f("glorot", "Initial weights of the conv stack and the dense layer: glorot (Glorot-uniform weights, zero biases: TensorFlow's defaults, which the Procgen paper's IMPALA-CNN had; chosen on the mini suite: docs/parity.md) | torch (PyTorch's defaults: Kaiming-uniform weights, small uniform biases) | orthogonal (gain sqrt(2), zero biases: CleanRL's, its Atari network's). The policy and value heads are orthogonal either way.")
 
 
 @dataclass
@@ -539,8 +540,14 @@ def _check_choices(cfg: Config) -> list[str]:
         errs.append(f"training.reward_norm: '{t.reward_norm}' is not one of step, rollout")
     if t.device not in ("cpu", "cuda", "auto"):
         errs.append(f"training.device: '{t.device}' is not one of cpu, cuda, auto")
-    if cfg.model.init not in ("torch", "glorot"):
-        errs.append(f"model.init: '{cfg.model.init}' is not one of torch, glorot")
+    if cfg.model.init not in INITS:
+        errs.append(f"model.init: {show(cfg.model.init)} is not one of {', '.join(INITS)}")
+    if cfg.model.arch not in ARCHS:
+        errs.append(f"model.arch: {show(cfg.model.arch)} is not one of {', '.join(ARCHS)}")
+    elif cfg.model.arch == "nature":
+        errs += [f"model.{k}: {show(getattr(cfg.model, k))} is read by model.arch impala only (nature is a fixed "
+                 f"stack of convolutions): remove it" for k in ("channels", "downsample")
+                 if getattr(cfg.model, k) != getattr(ModelConfig(), k)]
     errs += _check_wandb(cfg.logging)
 
     return errs
@@ -569,6 +576,10 @@ def _check_env(cfg: Config) -> list[str]:
     if t.normalize_obs and len(fam.spaces(cfg).obs_shape) != 1:
         errs.append(f"training.normalize_obs: {e.name} has image observations; allowed: true for vector "
                     f"observations only (images are scaled to [0, 1] by the network)")
+    shape = fam.spaces(cfg).obs_shape
+    if cfg.model.arch == "nature" and (len(shape) != 3 or min(shape[:2]) < 36):
+        errs.append(f"model.arch: nature takes frames of at least 36x36 (its 8x8/4, 4x4/2 and 3x3 convolutions); "
+                    f"{e.name} observes {'x'.join(map(str, shape))}; allowed there: impala")
     return errs
 
 
@@ -912,10 +923,22 @@ def resolve(cfg: Config, world_size: int) -> Config:
     return cfg
 
 
-def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15, downsample: bool = True) -> int:
-    """Parameters of the IMPALA-CNN (models/impala_cnn.py), by arithmetic: per stage a conv and two
-    residual blocks of two 3x3 convs, then the dense layer and two heads. 626,256 for the default."""
+INITS = ("glorot", "torch", "orthogonal")
+ARCHS = ("impala", "nature")
+NATURE_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # models/nature_cnn.py's (channels, kernel, stride)
+
+
+def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15, downsample: bool = True,
+                   arch: str = "impala") -> int:
+    """Parameters of the image network, by arithmetic. impala (models/impala_cnn.py): per stage a
+    conv and two residual blocks of two 3x3 convs, then the dense layer and two heads (626,256 for
+    the default); nature (models/nature_cnn.py): three convs, the dense layer, two heads."""
     h, w, c = obs_shape
+    if arch == "nature":
+        n = 0
+        for ch, k, st in NATURE_LAYERS:
+            n, c, h, w = n + k * k * c * ch + ch, ch, (h - k) // st + 1, (w - k) // st + 1
+        return n + (c * h * w + 1) * hidden_size + (hidden_size + 1) * (num_actions + 1)
     n = 0
     for ch in channels:
         n += 9 * c * ch + ch + 4 * (9 * ch * ch + ch)
@@ -923,6 +946,15 @@ def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15,
         if downsample:
             h, w = (h + 1) // 2, (w + 1) // 2
     return n + (c * h * w + 1) * hidden_size + (hidden_size + 1) * (num_actions + 1)
+
+
+def first_conv_bytes(obs_shape, m) -> int:
+    """Bytes of the first conv's float32 output per sample (kept for backward): the memory models'."""
+    h, w, _ = obs_shape
+    if m.arch == "nature":
+        ch, k, st = NATURE_LAYERS[0]
+        return ((h - k) // st + 1) * ((w - k) // st + 1) * ch * 4
+    return h * w * m.channels[0] * 4
 
 
 def mlp_params(obs_dim: int, sizes, num_actions: int, kind: str = "actor_critic") -> int:
@@ -957,9 +989,8 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     sp = envs.spaces_of(cfg)
     n_envs = local_num_envs(cfg, world_size)
     if sp.image:
-        params = network_params(sp.obs_shape, m.channels, m.hidden_size, sp.num_actions, m.downsample)
-        h, w, _ = sp.obs_shape
-        first_act = h * w * m.channels[0] * 4  # float32 output of the first conv, kept for backward
+        params = network_params(sp.obs_shape, m.channels, m.hidden_size, sp.num_actions, m.downsample, m.arch)
+        first_act = first_conv_bytes(sp.obs_shape, m)  # float32 output of the first conv, kept for backward
     else:
         params = mlp_params(sp.obs_shape[0], m.mlp_sizes, sp.num_actions)
         first_act = 2 * sum(m.mlp_sizes) * 4  # both networks' hidden activations
@@ -1030,9 +1061,8 @@ def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
     obs_shape = obs_shape_of(cfg)
     frame, elems = frame_bytes(obs_shape), math.prod(obs_shape)
     if len(obs_shape) == 3:  # per sample: the float input and the first conv's output
-        h, w, _ = obs_shape
-        fwd, net_keys = 4 * elems + h * w * m.channels[0] * 4, "model.hidden_size, model.channels"
-        params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample)
+        fwd, net_keys = 4 * elems + first_conv_bytes(obs_shape, m), "model.hidden_size, model.channels"
+        params = network_params(obs_shape, m.channels, m.hidden_size, downsample=m.downsample, arch=m.arch)
     else:  # vectors: the input and the MLPs' hidden activations (an actor-critic's two towers at most)
         fwd, net_keys = 4 * elems + 2 * sum(m.mlp_sizes) * 4, "model.mlp_sizes"
         params = mlp_params(elems, m.mlp_sizes, envs.spaces_of(cfg).num_actions, algorithm(cfg).network)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mpippo.models.heads import DuelingQHead, PolicyValueHeads
+
 
 class ResidualBlock(nn.Module):
     def __init__(self, channels: int):
@@ -52,10 +54,13 @@ class ImpalaTrunk(nn.Module):
         """`model.init`: torch keeps PyTorch's defaults (nothing drawn: runs stay as they were);
         glorot redraws the conv and dense weights Glorot-uniform with zero biases, TensorFlow's
         defaults, which the Procgen paper's IMPALA-CNN (tf.layers) started from."""
-        if scheme == "glorot":
+        if scheme in ("glorot", "orthogonal"):  # (orthogonal: CleanRL's gain sqrt(2), as for the Nature CNN)
             for layer in [*self.stages.modules(), self.fc]:
                 if isinstance(layer, (nn.Conv2d, nn.Linear)):
-                    nn.init.xavier_uniform_(layer.weight)
+                    if scheme == "glorot":
+                        nn.init.xavier_uniform_(layer.weight)
+                    else:
+                        nn.init.orthogonal_(layer.weight, gain=2 ** 0.5)
                     nn.init.zeros_(layer.bias)
         return self
 
@@ -66,38 +71,19 @@ class ImpalaTrunk(nn.Module):
         return torch.relu(self.fc(torch.relu(torch.flatten(x, 1))))
 
 
-class ImpalaCNNPolicy(ImpalaTrunk):
+class ImpalaCNNPolicy(PolicyValueHeads, ImpalaTrunk):
     """Actor-critic for PPO: policy logits and a state value."""
 
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int,
                  channels=(16, 32, 32), hidden_size: int = 256):
-        super().__init__(obs_shape, channels, hidden_size)
-        self.policy = nn.Linear(hidden_size, num_actions)
-        self.value = nn.Linear(hidden_size, 1)
-        # Small policy init -> near-uniform first policy; unit value init (as CleanRL/baselines).
-        nn.init.orthogonal_(self.policy.weight, gain=0.01)
-        nn.init.zeros_(self.policy.bias)
-        nn.init.orthogonal_(self.value.weight, gain=1.0)
-        nn.init.zeros_(self.value.bias)
-
-    def forward(self, obs_u8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.features(obs_u8)
-        return self.policy(x), self.value(x).squeeze(-1)
+        ImpalaTrunk.__init__(self, obs_shape, channels, hidden_size)
+        self.add_heads(hidden_size, num_actions)
 
 
-class DuelingQNetwork(ImpalaTrunk):
+class DuelingQNetwork(DuelingQHead, ImpalaTrunk):
     """Q-values for DQN with a dueling head (Wang et al. 2016): Q = V + A - mean(A)."""
 
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int,
                  channels=(16, 32, 32), hidden_size: int = 256, dueling: bool = True, downsample: bool = True):
-        super().__init__(obs_shape, channels, hidden_size, downsample)
-        self.dueling = dueling
-        self.advantage = nn.Linear(hidden_size, num_actions)
-        self.value = nn.Linear(hidden_size, 1) if dueling else None
-
-    def forward(self, obs_u8: torch.Tensor) -> torch.Tensor:
-        x = self.features(obs_u8)
-        adv = self.advantage(x)
-        if not self.dueling:
-            return adv
-        return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
+        ImpalaTrunk.__init__(self, obs_shape, channels, hidden_size, downsample)
+        self.add_head(hidden_size, num_actions, dueling)

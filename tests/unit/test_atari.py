@@ -76,3 +76,24 @@ def test_the_time_limit_truncates_with_the_final_frames_to_bootstrap_from():
             assert len(idx) == 0 and not first.any()
     assert seen == 2
     env.close()
+
+
+def test_the_nature_cnn_is_built_counted_and_refused_where_it_cannot_go():
+    """model.arch nature: the network the configs build, its parameters as the memory model counts
+    them, and one line for frames too small or IMPALA-only keys set beside it."""
+    from mpippo import models
+    cfg = C.build(C.load_yaml("configs/ppo_atari.yaml"), [("env", "name", "atari:Pong")], 2)
+    net = models.build("actor_critic", (84, 84, 4), 6, cfg.model)
+    q = models.build("q", (84, 84, 4), 6, C.build(C.load_yaml("configs/dqn_atari.yaml"), [], 2).model)
+    counted = C.network_params((84, 84, 4), cfg.model.channels, 512, 6, arch="nature")
+    assert sum(p.numel() for p in net.parameters()) == counted == sum(p.numel() for p in q.parameters())
+    import torch
+    logits, value = net(torch.zeros((3, 84, 84, 4), dtype=torch.uint8))
+    assert logits.shape == (3, 6) and value.shape == (3,)
+    bad = [([("env", "name", "toy-cue"), ("model", "arch", "nature")], "model.arch: nature takes frames of at least 36x36"),
+           ([("model", "arch", "nature"), ("model", "channels", [8])], "model.channels: [8] is read by model.arch impala"),
+           ([("model", "arch", "resnet")], "model.arch: 'resnet' is not one of impala, nature")]
+    for over, line in bad:
+        with pytest.raises(UsageError) as e:
+            C.build({}, over, 1)
+        assert len(e.value.errors) == 1 and e.value.errors[0].startswith(line), e.value.errors
