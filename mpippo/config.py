@@ -562,8 +562,8 @@ def _check_env(cfg: Config) -> list[str]:
         return [f"env.name: unknown environment {show(e.name)}{_closest(e.name, envs.known_env_names())}; "
                 f"allowed: {envs.allowed_env_names()}"]
     errs = [f"env.{file_key('env', k)}: {show(getattr(e, k))} is read by "
-            f"{', '.join(f.name for f in envs.FAMILIES if k in f.keys)} envs only, env.name {show(e.name)} is a "
-            f"{fam.name} env: remove it" for k in ("kwargs", "imports")
+            f"{', '.join(f.name for f in envs.FAMILIES if k in f.keys)} envs only; env.name {show(e.name)} is of "
+            f"the {fam.name} family: remove it" for k in ("kwargs", "imports")
             if getattr(e, k) != getattr(EnvConfig(), k) and k not in fam.keys]
     if errs or (errs := fam.check(cfg)):
         return errs

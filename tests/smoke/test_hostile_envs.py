@@ -16,6 +16,7 @@ from hostile import Case
 
 USER_ENVS = str(ROOT / "tests" / "user_env")
 CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-timesteps", "512"]
+ATARI = ["--config", "configs/ppo_atari.yaml", "--no-progress", "--total-timesteps", "512", "--set", "env.name=atari:Pong"]
 USER = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-timesteps", "512",
         "--set", "env.import=mpippo_user_envs"]
 
@@ -86,7 +87,7 @@ CASES = [
     Case("gym-kwargs-huge", train(*CARTPOLE, *set_("env.kwargs", "{a: " + "x" * 5000 + "}")),
          "env.kwargs: 5,0"),
     Case("gym-kwargs-on-procgen", train(*CARTPOLE, *set_("env.name", "coinrun"), *set_("env.kwargs", "{a: 1}")),
-         "env.kwargs: {'a': 1} is read by gymnasium envs only"),
+         "env.kwargs: {'a': 1} is read by gymnasium, atari envs only; env.name 'coinrun' is of the procgen family"),
     Case("gym-import-missing", train(*CARTPOLE, *set_("env.import", "no_such_module_here")),
          "env.import: importing 'no_such_module_here' failed (ModuleNotFoundError"),
     Case("gym-import-raises", train(*CARTPOLE, *set_("env.import", "raising_module"), ranks=2,
@@ -117,7 +118,7 @@ CASES = [
     Case("pz-unknown-game", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v2")),
          "unknown environment 'pz:connect_four_v2' (did you mean 'pz:connect_four_v3'?); allowed:"),
     Case("pz-kwargs", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v3"), *set_("env.kwargs", "{a: 1}")),
-         "env.kwargs: {'a': 1} is read by gymnasium envs only, env.name 'pz:connect_four_v3' is a pettingzoo env"),
+         "env.kwargs: {'a': 1} is read by gymnasium, atari envs only; env.name 'pz:connect_four_v3' is of the pettingzoo"),
     Case("gym-box-actions-with-dqn", train(*CARTPOLE, *set_("training.algo", "dqn"), *set_("env.name", "gym:Pendulum-v1"),
                                            ranks=3),
          "training.algo: 'dqn' takes discrete actions, gym:Pendulum-v1 has continuous (Box) ones; allowed with "
@@ -144,6 +145,25 @@ CASES = [
          "model_spec.continuous: expected true or false"),
     Case("ckpt-gym-env-state", edited(lambda s: s["ranks"][0].update(env=[b"x"] * 4)),
          "ranks[0].env: expected none (a Gymnasium env's state is not saved)"),
+    # atari:<Game> (ale-py) and the Nature CNN
+    Case("atari-unknown-game", train(*ATARI, *set_("env.name", "atari:Pongg"), ranks=2),
+         "env.name: 'Pongg' is not an ALE game (did you mean 'atari:Pong'?)"),
+    Case("atari-game-path", train(*ATARI, *set_("env.name", "atari:../../etc/passwd")),
+         "env.name: 'atari:../../etc/passwd' is not atari:<Game>"),
+    Case("atari-kwargs-unknown", train(*ATARI, *set_("env.kwargs", "{frameskip: 2}")),
+         "env.kwargs.frameskip: not an option of atari envs; allowed: repeat_action_probability"),
+    Case("atari-kwargs-sticky-range", train(*ATARI, *set_("env.kwargs", "{repeat_action_probability: 1.5}")),
+         "env.kwargs.repeat_action_probability: 1.5 is not a number in [0, 1]"),
+    Case("atari-kwargs-steps-bool", train(*ATARI, *set_("env.kwargs", "{max_episode_steps: true}")),
+         "env.kwargs.max_episode_steps: True is not an integer in [1, 10000000]"),
+    Case("atari-import", train(*ATARI, *set_("env.import", "os")),
+         "env.import: 'os' is read by gymnasium envs only; env.name 'atari:Pong' is of the atari family: remove it"),
+    Case("atari-nature-small-frames", train(*ATARI, *set_("env.name", "toy-cue")),
+         "model.arch: nature takes frames of at least 36x36"),
+    Case("atari-nature-channels", train(*ATARI, *set_("model.channels", "[8, 16]")),
+         "model.channels: [8, 16] is read by model.arch impala only"),
+    Case("atari-arch-unknown", train(*ATARI, *set_("model.arch", "resnet50")),
+         "model.arch: 'resnet50' is not one of impala, nature"),
 ]
 for _c in CASES:
     if _c.id.startswith(("resume-", "evaluate-", "ckpt-")):
@@ -156,5 +176,5 @@ outcomes, test_hostile_env_input = hostile.table(CASES, "test_hostile_env_input"
 
 def test_every_class_of_env_input_is_covered():
     classes = ("-id", "kwargs", "import", "entry", "actions", "observations", "obs-", "resume-", "evaluate-", "ckpt-",
-               "pz-")
+               "pz-", "atari-")
     assert hostile.uncovered(CASES, classes) == []
