@@ -95,6 +95,7 @@ bench: venv
 		--runs runs/mujoco-throughput --fresh --out benchmarks/results/mujoco-throughput
 	$(BIN)/python benchmarks/mujoco_parity.py --envs HalfCheetah-v5 --seeds 1 --steps 40960 --who mpippo \
 		--precision bf16 --runs runs/mujoco-throughput --fresh --out benchmarks/results/mujoco-throughput
+	$(BIN)/python benchmarks/atari_throughput.py --game Pong --steps 40960
 
 selfplay: venv
 	$(LAUNCH) -n 3 --config configs/dqn_selfplay.yaml --output-dir $(SELFPLAY_DIR) $(ARGS)

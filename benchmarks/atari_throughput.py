@@ -1,0 +1,151 @@
+#!/usr/bin/env python
+"""mpippo beside CleanRL's ppo_atari_envpool.py on one Atari game: steps/s on this machine, one run
+after the other (each has the whole machine), the same settings (configs/ppo_atari.yaml is that
+script's: 8 envs x 128 steps per update, 4 minibatches x 4 epochs, the Nature CNN).
+
+    python benchmarks/atari_throughput.py [--game Pong] [--steps 40960] [--who mpippo cleanrl]
+        [--precision fp32] [--out benchmarks/results/atari-throughput]
+
+mpippo runs as `python -m mpippo.launch -n 2 --config configs/ppo_atari.yaml` (ale-py's vector env,
+one thread per rank, each rank bound to its core); CleanRL's script as one process with torch's
+default threads and EnvPool's default threads (as its users run it). Both report their steady rate:
+mpippo's fps_steady (after its first iteration), CleanRL's last `SPS:` line (from its start: its
+first iteration's set-up is in it, so --steps should be many iterations).
+
+CleanRL's script is not stored here: it is read at a pinned commit (MPIPPO_CLEANRL_ATARI: a copy of
+cleanrl/ppo_atari_envpool.py at CLEANRL_COMMIT, or downloaded) into .venv-peers/, with the edits
+EnvPool 1.2.5 and Gymnasium 1.x need and nothing else (ADAPT: gymnasium for gym, the 5-tuple step,
+reset's (obs, info), the per-env spaces set on the wrapper, not on the pool,
+whose properties they are now). EnvPool itself (about 930 MB with its
+dependencies, mostly MuJoCo assets) is installed with pip --target into .venv-peers/envpool, never
+into the project's environment.
+
+Writes --out/atari-throughput.json (both rates, the ratio, the machine) and prints one table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # mpippo, without an install
+from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer  # noqa: E402
+
+PEERS = ROOT / ".venv-peers"
+CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, as benchmarks/peers.py and mujoco_parity.py
+CLEANRL_URL = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/ppo_atari_envpool.py"
+ENVPOOL = ["envpool==1.2.5", "numpy==1.26.4", "gymnasium==1.4.0"]
+TYRO = "tyro==1.0.17"
+ADAPT = [  # (the script's text, what EnvPool 1.2.5 / Gymnasium 1.x need)
+    ("import gym\n", "import gymnasium as gym\n"),
+    ("        observations, rewards, dones, infos = super().step(action)\n",
+     "        observations, rewards, terminated, truncated, infos = super().step(action)\n"
+     "        dones = terminated | truncated\n"),
+    ("    envs.num_envs = args.num_envs\n    envs.single_action_space = envs.action_space\n"
+     "    envs.single_observation_space = envs.observation_space\n    envs = RecordEpisodeStatistics(envs)\n",
+     "    envs = RecordEpisodeStatistics(envs)\n    envs.single_action_space = envs.action_space\n"
+     "    envs.single_observation_space = envs.observation_space\n"),
+    ("    next_obs = torch.Tensor(envs.reset()).to(device)\n", "    next_obs = torch.Tensor(envs.reset()[0]).to(device)\n"),
+]
+
+
+def cleanrl_script() -> Path:
+    script = PEERS / "cleanrl_ppo_atari_envpool_gymnasium1.py"
+    if script.exists():
+        return script
+    PEERS.mkdir(exist_ok=True)
+    local = os.environ.get("MPIPPO_CLEANRL_ATARI")
+    if local:
+        text = Path(local).read_text()
+    else:
+        with urllib.request.urlopen(CLEANRL_URL, timeout=60) as r:
+            text = r.read().decode()
+    for old, new in ADAPT:
+        if old not in text:
+            raise ToolFailure(f"CleanRL's script at {CLEANRL_COMMIT} lacks a line this tool adapts: {old.strip()[:60]}")
+        text = text.replace(old, new)
+    script.write_text(text)
+    return script
+
+
+def peer_path() -> str:
+    """tyro (the script's CLI) and EnvPool, each in its own --target folder under .venv-peers/."""
+    site, pool = PEERS / "site", PEERS / "envpool"
+    if not (site / "tyro").exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(site), TYRO], check=True)
+    if not (pool / "envpool").exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(pool), *ENVPOOL], check=True)
+    return os.pathsep.join([str(site), str(pool)])
+
+
+def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "stdout.txt"
+    cmd = [sys.executable, str(cleanrl_script()), "--env-id", f"{game}-v5", "--total-timesteps", str(steps),
+           "--no-cuda", "--no-track"]
+    t0 = time.monotonic()
+    with open(log, "w") as out:
+        done = subprocess.run(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
+                              env=os.environ | {"PYTHONPATH": peer_path()})
+    text = log.read_text()
+    if done.returncode != 0:
+        tail = text.strip().splitlines()[-1:] or [""]
+        raise ToolFailure(f"CleanRL on {game} failed (exit {done.returncode}): {tail[0][:300]}")
+    sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
+    return {"who": "cleanrl ppo_atari_envpool.py (EnvPool)", "steps_per_s": sps[-1] if sps else None,
+            "wall_s": time.monotonic() - t0}
+
+
+def run_mpippo(game: str, steps: int, folder: Path, precision: str | None) -> dict:
+    argv = ["--config", "configs/ppo_atari.yaml", "--set", f"env.name=atari:{game}", "--total-timesteps", str(steps),
+            "--no-progress", "--set", "logging.tensorboard=false",
+            *(["--set", f"training.precision={precision}"] if precision else [])]
+    t0 = time.monotonic()
+    m = run_trainer(2, argv, folder, f"mpippo on atari:{game}", timeout=3 * 3600)
+    return {"who": "mpippo, 2 ranks (ale-py)", "steps_per_s": m["fps_steady"], "wall_s": time.monotonic() - t0,
+            "precision": m.get("precision"), "phase_seconds": m.get("phase_seconds")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run("atari_throughput", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="atari_throughput.py", description=__doc__.splitlines()[0])
+    p.add_argument("--game", default="Pong", type=lambda s: s if re.fullmatch(r"[A-Z][A-Za-z0-9]{1,40}", s) else
+                   p.error(f"--game: {s[:60]!r} is not an ALE game name in CamelCase such as Pong"))
+    p.add_argument("--steps", type=count(1024, 10**8), default=40960, help="env steps per run (a multiple of 1,024)")
+    p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])
+    p.add_argument("--precision", choices=("fp32", "bf16"), default=None, help="mpippo's (default: auto)")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "atari-throughput")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "atari-throughput")
+    args = p.parse_args(argv)
+    from mpippo.machine import describe
+    rows = {}
+    for who in args.who:  # one after the other: each measured on the whole machine
+        folder = args.runs / f"{who}-{args.game}-{time.strftime('%Y%m%d-%H%M%S')}"
+        print(f"atari_throughput: {who} on {args.game}, {args.steps:,} steps", flush=True)
+        rows[who] = (run_mpippo(args.game, args.steps, folder, args.precision) if who == "mpippo"
+                     else run_cleanrl(args.game, args.steps, folder))
+        print(f"atari_throughput: {who}: {rows[who]['steps_per_s']:,.0f} steps/s", flush=True)
+    ratio = (rows["mpippo"]["steps_per_s"] / rows["cleanrl"]["steps_per_s"]
+             if {"mpippo", "cleanrl"} <= set(rows) and rows["cleanrl"]["steps_per_s"] else None)
+    result = {"game": args.game, "steps": args.steps, "machine": describe(), "rows": rows, "mpippo_over_cleanrl": ratio,
+              "cleanrl_commit": CLEANRL_COMMIT, "date": time.strftime("%Y-%m-%d")}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "atari-throughput.json").write_text(json.dumps(result, indent=1))
+    for who, r in rows.items():
+        print(f"{r['who']:<44} {r['steps_per_s']:>10,.0f} steps/s")
+    if ratio:
+        print(f"mpippo / CleanRL: {ratio:.2f}x (target >= 2x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
