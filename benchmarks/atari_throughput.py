@@ -24,6 +24,7 @@ Writes --out/atari-throughput.json (both rates, the ratio, the machine) and prin
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -53,6 +54,13 @@ ADAPT = [  # (the script's text, what EnvPool 1.2.5 / Gymnasium 1.x need)
      "    envs.single_observation_space = envs.observation_space\n"),
     ("    next_obs = torch.Tensor(envs.reset()).to(device)\n", "    next_obs = torch.Tensor(envs.reset()[0]).to(device)\n"),
 ]
+
+
+def game_name(text: str) -> str:
+    """A game as both sides name it (EnvPool's '<Game>-v5', mpippo's 'atari:<Game>')."""
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]{1,40}", text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not an ALE game in CamelCase such as Pong or MsPacman")
+    return text
 
 
 def cleanrl_script() -> Path:
@@ -118,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     p = Parser(prog="atari_throughput.py", description=__doc__.splitlines()[0])
-    p.add_argument("--game", default="Pong", type=lambda s: s if re.fullmatch(r"[A-Z][A-Za-z0-9]{1,40}", s) else
-                   p.error(f"--game: {s[:60]!r} is not an ALE game name in CamelCase such as Pong"))
+    p.add_argument("--game", default="Pong", type=game_name, help="an ALE game in CamelCase (Pong, Breakout)")
     p.add_argument("--steps", type=count(1024, 10**8), default=40960, help="env steps per run (a multiple of 1,024)")
     p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])
     p.add_argument("--precision", choices=("fp32", "bf16"), default=None, help="mpippo's (default: auto)")

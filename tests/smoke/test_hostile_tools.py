@@ -284,6 +284,13 @@ CASES = [
     Case("evaluate-out-json-is-config", evaluate("--json", "TMP/run/config.yaml", files=CKPT),
          "is one of the run's own files (config.yaml)"),
     Case("evaluate-out-json-is-video", evaluate("--json", "TMP/v.mp4", "--video", "TMP/v.mp4"), "both name"),
+    # ---- benchmarks/atari_throughput.py (beside CleanRL's ppo_atari_envpool.py) ----
+    Case("atari-throughput-steps", tool("benchmarks/atari_throughput.py", "--steps", "100", "--runs", "TMP/r",
+                                        "--out", "TMP/o"), "--steps: 100 is out of range; allowed: 1,024 to"),
+    Case("atari-throughput-game", tool("benchmarks/atari_throughput.py", "--game", "../etc", "--runs", "TMP/r"),
+         "--game: '../etc' is not an ALE game in CamelCase such as Pong"),
+    Case("atari-throughput-who", tool("benchmarks/atari_throughput.py", "--who", "rllib", "--runs", "TMP/r"),
+         "argument --who: invalid choice: 'rllib'"),
     # ---- benchmarks/mujoco_parity.py and analysis/mujoco_parity.py (the MuJoCo side-by-side) ----
     Case("mujoco-parity-steps", tool("benchmarks/mujoco_parity.py", "--steps", "5", "--runs", "TMP/r", "--out", "TMP/o"),
          "--steps: 5 is out of range; allowed: 2,048 to"),
