@@ -117,6 +117,11 @@ class AtariFamily(EnvFamily):
     def make(self, cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
         return AtariVecEnv(cfg, num_envs, seed, num_threads)
 
+    def score_range(self, name: str, mode: str) -> tuple[float, float] | None:
+        """(random, human): the human-normalized score (mpippo/envs/atari_scores.py; the 57 games)."""
+        from mpippo.envs.atari_scores import SCORES
+        return SCORES.get(rom_id(name[len(PREFIX):]))
+
     def check_state(self, v, path: str, cfg, n: int, schema) -> None:
         schema.need(v is None, path, "expected none (an Atari game's state is not saved)")
 

@@ -92,6 +92,12 @@ class EnvFamily:
         (a resume on another world size); only called when exact_resume."""
         raise NotImplementedError
 
+    def score_range(self, name: str, mode: str) -> tuple[float, float] | None:
+        """(low, high) of the published scale a suite normalizes the env's returns on, (R - low) /
+        (high - low); None: no published scale (its returns are reported, not aggregated). mode:
+        the suite's distribution_mode (Procgen's constants differ by mode)."""
+        return None
+
     def check_state(self, v, path: str, cfg, n: int, schema) -> None:
         """A checkpoint's env state of n envs, checked before any env sees it, with the checking
         primitives of `schema` (mpippo.ckpt_schema, passed in: the envs are the bottom layer and

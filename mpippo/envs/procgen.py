@@ -106,6 +106,10 @@ class ProcgenFamily(EnvFamily):
         return ProcgenVecEnv(self.canonical(e.name), num_envs, seed=seed, distribution_mode=e.distribution_mode,
                              num_levels=e.num_levels, start_level=e.start_level, num_threads=num_threads)
 
+    def score_range(self, name: str, mode: str) -> tuple[float, float] | None:
+        """The Procgen paper's (R_min, R_max) of the game in this mode (easy and hard only)."""
+        return SCORE_RANGES.get(mode, {}).get(self.canonical(name))
+
     def reshard(self, states: list, lo: int, hi: int, seed: int):
         """A procgen state is one serialized game per env, its RNGs inside: the games continue exactly."""
         return take_rows(states, lo, hi)

@@ -3,9 +3,10 @@ suite-level statistics of rliable (IQM and mean with stratified-bootstrap 95% in
 probability of improvement between variants). Writes report.md, report.json and PNG figures,
 each atomically; a partial suite is reported on what is done, and report.md lists what is missing.
 
-Normalized score = (R - R_min) / (R_max - R_min) with the Procgen paper's per-game constants
-(Cobbe et al. 2020, table of normalization constants; easy and hard differ). A game with no such
-constants (a Gymnasium env) has none: its returns are reported, the aggregates leave it out.
+Normalized score = (R - R_min) / (R_max - R_min) on the env family's published scale: the Procgen
+paper's per-game constants (Cobbe et al. 2020; easy and hard differ), Atari's random and human
+scores (human-normalized). An env with no such scale (a Gymnasium env) has none: its returns are
+reported, the aggregates leave it out.
 """
 from __future__ import annotations
 
@@ -18,18 +19,18 @@ import numpy as np
 
 from mpippo.checkpoint import atomic_write_bytes
 from mpippo.files import read_run_config
-from mpippo.envs import procgen
+from mpippo import envs
 from mpippo.suite import state
 from mpippo.suite.reference import REFERENCE, reference_curves
 from mpippo.suite.spec import Suite
 
-NORMALIZATION = procgen.SCORE_RANGES  # (R_min, R_max) per mode and game
-
-
 def normalized(game: str, mode: str, value: float) -> float | None:
-    if game not in NORMALIZATION[mode]:
-        return None  # no published range (not a Procgen game)
-    lo, hi = NORMALIZATION[mode][game]
+    """The return on its family's published scale (envs/family.py: score_range); None without one."""
+    family = envs.family_of(game)
+    scale = family.score_range(game, mode) if family is not None else None
+    if scale is None:
+        return None  # no published scale (a Gymnasium env)
+    lo, hi = scale
     return (value - lo) / (hi - lo)
 
 

@@ -97,3 +97,18 @@ def test_the_nature_cnn_is_built_counted_and_refused_where_it_cannot_go():
         with pytest.raises(UsageError) as e:
             C.build({}, over, 1)
         assert len(e.value.errors) == 1 and e.value.errors[0].startswith(line), e.value.errors
+
+
+def test_a_suite_scores_atari_games_human_normalized():
+    """The report's scale comes from the env's family: Atari's random (0) and human (1) scores,
+    Procgen's paper constants as before, none for a Gymnasium env."""
+    from mpippo.envs.atari_scores import SCORES
+    from mpippo.envs.procgen import SCORE_RANGES
+    from mpippo.suite.report import normalized
+    random, human = SCORES["pong"]
+    assert normalized("atari:Pong", "easy", random) == 0.0 and normalized("atari:Pong", "hard", human) == 1.0
+    assert normalized("atari:MsPacman", "easy", SCORES["ms_pacman"][1]) == pytest.approx(1.0)
+    lo, hi = SCORE_RANGES["easy"]["coinrun"]
+    assert normalized("coinrun", "easy", hi) == 1.0 and normalized("procgen-coinrun-v0", "easy", lo) == 0.0
+    assert normalized("gym:CartPole-v1", "easy", 500.0) is None and normalized("atari:Adventure", "easy", 1.0) is None
+    assert len(SCORES) == 57
