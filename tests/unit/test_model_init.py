@@ -45,4 +45,20 @@ def test_the_dqn_network_takes_it_too_and_a_wrong_name_is_one_line():
     torch.manual_seed(0)
     q = DuelingQNetwork((64, 64, 3), 15, (16, 32, 32), 256, True, True).init_trunk_("glorot")
     assert all(torch.count_nonzero(layer.bias) == 0 for layer in _trunk_layers(q))
-    assert errors_of({"model.init": "xavier"}) == ["model.init: 'xavier' is not one of torch, glorot"]
+    assert errors_of({"model.init": "xavier"}) == ["model.init: 'xavier' is not one of glorot, torch, orthogonal"]
+
+
+def test_orthogonal_draws_gain_sqrt2_orthogonal_weights_and_zero_biases_in_both_trunks():
+    """model.init orthogonal (CleanRL's): every conv and dense weight, flattened to (out, in), has
+    orthogonal rows (or columns) of norm sqrt(2), for the IMPALA-CNN and the Nature CNN alike."""
+    from mpippo.models.nature_cnn import NatureQNetwork
+    torch.manual_seed(0)
+    nets = [DuelingQNetwork((64, 64, 3), 15, (16, 32, 32), 256, True, True).init_trunk_("orthogonal"),
+            NatureQNetwork((84, 84, 4), 6, 512).init_trunk_("orthogonal")]
+    for net in nets:
+        layers = [m for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+                  and m not in (net.advantage, net.value)]
+        for layer in layers:
+            w = layer.weight.detach().flatten(1)
+            gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            assert torch.allclose(gram, 2 * torch.eye(len(gram)), atol=1e-4) and torch.count_nonzero(layer.bias) == 0
