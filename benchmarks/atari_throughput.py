@@ -8,9 +8,9 @@ script's: 8 envs x 128 steps per update, 4 minibatches x 4 epochs, the Nature CN
 
 mpippo runs as `python -m mpippo.launch -n 2 --config configs/ppo_atari.yaml` (ale-py's vector env,
 one thread per rank, each rank bound to its core); CleanRL's script as one process with torch's
-default threads and EnvPool's default threads (as its users run it). Both report their steady rate:
-mpippo's fps_steady (after its first iteration), CleanRL's last `SPS:` line (from its start: its
-first iteration's set-up is in it, so --steps should be many iterations).
+default threads and EnvPool's default threads (as its users run it). Both report their steady rate,
+the first iteration (set-up, warm-up) left out: mpippo's fps_steady, and CleanRL's from its
+cumulative `SPS:` lines as bench.py computes it (peers.steady_sps; the rate from its start is kept too).
 
 CleanRL's script is not stored here: it is read at a pinned commit (MPIPPO_CLEANRL_ATARI: a copy of
 cleanrl/ppo_atari_envpool.py at CLEANRL_COMMIT, or downloaded) into .venv-peers/, with the edits
@@ -31,16 +31,14 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer  # noqa: E402
+from peers import CLEANRL_COMMIT, adapted_script, steady_sps, target_install  # noqa: E402 (the peers' set-up)
 
-PEERS = ROOT / ".venv-peers"
-CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, as benchmarks/peers.py and mujoco_parity.py
-CLEANRL_URL = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/ppo_atari_envpool.py"
+CLEANRL_BATCH = 8 * 128  # its envs x steps: one "SPS:" line per iteration of this many steps
 ENVPOOL = ["envpool==1.2.5", "numpy==1.26.4", "gymnasium==1.4.0"]
 TYRO = "tyro==1.0.17"
 ADAPT = [  # (the script's text, what EnvPool 1.2.5 / Gymnasium 1.x need)
@@ -64,32 +62,15 @@ def game_name(text: str) -> str:
 
 
 def cleanrl_script() -> Path:
-    script = PEERS / "cleanrl_ppo_atari_envpool_gymnasium1.py"
-    if script.exists():
-        return script
-    PEERS.mkdir(exist_ok=True)
-    local = os.environ.get("MPIPPO_CLEANRL_ATARI")
-    if local:
-        text = Path(local).read_text()
-    else:
-        with urllib.request.urlopen(CLEANRL_URL, timeout=60) as r:
-            text = r.read().decode()
-    for old, new in ADAPT:
-        if old not in text:
-            raise ToolFailure(f"CleanRL's script at {CLEANRL_COMMIT} lacks a line this tool adapts: {old.strip()[:60]}")
-        text = text.replace(old, new)
-    script.write_text(text)
-    return script
+    try:
+        return adapted_script("ppo_atari_envpool.py", "MPIPPO_CLEANRL_ATARI", ADAPT, "cleanrl_ppo_atari_envpool_gymnasium1.py")
+    except ValueError as e:
+        raise ToolFailure(str(e)) from None
 
 
 def peer_path() -> str:
     """tyro (the script's CLI) and EnvPool, each in its own --target folder under .venv-peers/."""
-    site, pool = PEERS / "site", PEERS / "envpool"
-    if not (site / "tyro").exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(site), TYRO], check=True)
-    if not (pool / "envpool").exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(pool), *ENVPOOL], check=True)
-    return os.pathsep.join([str(site), str(pool)])
+    return os.pathsep.join([target_install("site", "tyro", [TYRO]), target_install("envpool", "envpool", ENVPOOL)])
 
 
 def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
@@ -105,8 +86,10 @@ def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
     if done.returncode != 0:
         tail = text.strip().splitlines()[-1:] or [""]
         raise ToolFailure(f"CleanRL on {game} failed (exit {done.returncode}): {tail[0][:300]}")
-    sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
-    return {"who": "cleanrl ppo_atari_envpool.py (EnvPool)", "steps_per_s": sps[-1] if sps else None,
+    if "SPS:" not in text:
+        raise ToolFailure(f"CleanRL on {game} printed no rate (its log: {log})")
+    steady, overall = steady_sps(text.splitlines(), CLEANRL_BATCH)
+    return {"who": "cleanrl ppo_atari_envpool.py (EnvPool)", "steps_per_s": steady, "steps_per_s_from_start": overall,
             "wall_s": time.monotonic() - t0}
 
 

@@ -35,16 +35,13 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer, shown  # noqa: E402
+from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
 
-PEERS = ROOT / ".venv-peers"
-CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, 2025 (as benchmarks/peers.py)
-CLEANRL_URL = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/ppo_continuous_action.py"
 TYRO = "tyro==1.0.17"
 # (what the script says, what Gymnasium 1.x needs): the two adaptations described above
 ADAPT = [
@@ -71,29 +68,15 @@ def gym_id(text: str) -> str:
 
 
 def cleanrl_script() -> Path:
-    script = PEERS / "cleanrl_ppo_continuous_action_gymnasium1.py"
-    if script.exists():
-        return script
-    PEERS.mkdir(exist_ok=True)
-    local = os.environ.get("MPIPPO_CLEANRL_CONTINUOUS")
-    if local:
-        text = Path(local).read_text()
-    else:
-        with urllib.request.urlopen(CLEANRL_URL, timeout=60) as r:
-            text = r.read().decode()
-    for old, new in ADAPT:
-        if old not in text:
-            raise SystemExit(f"mujoco_parity: CleanRL's script at {CLEANRL_COMMIT} lacks a line this tool adapts: {old[:60]}")
-        text = text.replace(old, new)
-    script.write_text(text)
-    return script
+    try:
+        return adapted_script("ppo_continuous_action.py", "MPIPPO_CLEANRL_CONTINUOUS", ADAPT,
+                              "cleanrl_ppo_continuous_action_gymnasium1.py")
+    except ValueError as e:
+        raise SystemExit(f"mujoco_parity: {e}") from None
 
 
 def cleanrl_path() -> str:
-    site = PEERS / "site"
-    if not (site / "tyro").exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(site), TYRO], check=True)
-    return str(site)
+    return target_install("site", "tyro", [TYRO])
 
 
 def run_mpippo(env: str, seed: int, steps: int, folder: Path, precision: str | None = None) -> dict:

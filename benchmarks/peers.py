@@ -45,6 +45,38 @@ def setup() -> Path:
     return script
 
 
+def adapted_script(file: str, local_var: str, adapt: list[tuple[str, str]], saved_as: str) -> Path:
+    """CleanRL's cleanrl/<file> at CLEANRL_COMMIT in .venv-peers/<saved_as>, with each (old, new) of
+    `adapt` applied and nothing else; read from $<local_var> (a copy at that commit) or downloaded.
+    A line to adapt that is not there raises ValueError (the commit is not the one pinned)."""
+    script = PEERS / saved_as
+    if script.exists():
+        return script
+    PEERS.mkdir(exist_ok=True)
+    local = os.environ.get(local_var)
+    if local:
+        text = Path(local).read_text()
+    else:
+        url = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/{file}"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            text = r.read().decode()
+    for old, new in adapt:
+        if old not in text:
+            raise ValueError(f"CleanRL's {file} at {CLEANRL_COMMIT} lacks a line to adapt: {old.strip()[:60]}")
+        text = text.replace(old, new)
+    script.write_text(text)
+    return script
+
+
+def target_install(folder: str, probe: str, packages: list[str]) -> str:
+    """`packages` installed with pip --target into .venv-peers/<folder> (once: `probe` is a module
+    folder they make), never into the project's environment; returns the folder, for PYTHONPATH."""
+    path = PEERS / folder
+    if not (path / probe).exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(path), *packages], check=True)
+    return str(path)
+
+
 def steady_sps(lines: list[str], batch: int) -> tuple[float, float]:
     """(steady, overall) steps/s from CleanRL's cumulative 'SPS: n' prints, one per iteration."""
     sps = [int(line.split()[1]) for line in lines if line.startswith("SPS:")]

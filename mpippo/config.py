@@ -21,6 +21,7 @@ import yaml
 from mpippo.algos import registry
 from mpippo import envs
 from mpippo.envs import canonical_env_name  # noqa: F401 (a name of config)
+from mpippo.netshape import NATURE_LAYERS, nature_out
 from mpippo.usage import UsageError
 
 ALGOS = registry.NAMES  # training.algo: one registry entry each (mpippo/algos/registry.py)
@@ -573,11 +574,11 @@ def _check_env(cfg: Config) -> list[str]:
                 f"with {e.name}: {', '.join(a.name for a in registry.ALGORITHMS.values() if a.continuous)}"]
     if not t.obs_clip > 0:
         errs.append(f"training.obs_clip: must be > 0, got {show(t.obs_clip)}")
-    if t.normalize_obs and len(fam.spaces(cfg).obs_shape) != 1:
+    shape = fam.spaces(cfg).obs_shape
+    if t.normalize_obs and len(shape) != 1:
         errs.append(f"training.normalize_obs: {e.name} has image observations; allowed: true for vector "
                     f"observations only (images are scaled to [0, 1] by the network)")
-    shape = fam.spaces(cfg).obs_shape
-    if cfg.model.arch == "nature" and (len(shape) != 3 or min(shape[:2]) < 36):
+    if cfg.model.arch == "nature" and (len(shape) != 3 or min(nature_out(*shape[:2])) < 1):
         errs.append(f"model.arch: nature takes frames of at least 36x36 (its 8x8/4, 4x4/2 and 3x3 convolutions); "
                     f"{e.name} observes {'x'.join(map(str, shape))}; allowed there: impala")
     return errs
@@ -925,7 +926,6 @@ def resolve(cfg: Config, world_size: int) -> Config:
 
 INITS = ("glorot", "torch", "orthogonal")
 ARCHS = ("impala", "nature")
-NATURE_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # models/nature_cnn.py's (channels, kernel, stride)
 
 
 def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15, downsample: bool = True,
@@ -936,9 +936,10 @@ def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15,
     h, w, c = obs_shape
     if arch == "nature":
         n = 0
-        for ch, k, st in NATURE_LAYERS:
-            n, c, h, w = n + k * k * c * ch + ch, ch, (h - k) // st + 1, (w - k) // st + 1
-        return n + (c * h * w + 1) * hidden_size + (hidden_size + 1) * (num_actions + 1)
+        for ch, k, _ in NATURE_LAYERS:
+            n, c = n + k * k * c * ch + ch, ch
+        oh, ow = nature_out(h, w)
+        return n + (c * oh * ow + 1) * hidden_size + (hidden_size + 1) * (num_actions + 1)
     n = 0
     for ch in channels:
         n += 9 * c * ch + ch + 4 * (9 * ch * ch + ch)

@@ -1,7 +1,7 @@
 """`atari:<Game>`: the Arcade Learning Environment's games through ale-py's own C++ vector env.
 
-ale-py rather than EnvPool: an 8.5 MB wheel with its 108 ROMs inside (EnvPool brings about 740 MB,
-mostly MuJoCo assets), Farama's reference emulator, as fast at one thread per rank (about 1,100
+ale-py rather than EnvPool: an 8.5 MB wheel with its 108 ROMs inside (EnvPool installs about 930 MB
+with its dependencies, mostly MuJoCo assets), Farama's reference emulator, as fast at one thread per rank (about 1,100
 steps/s for Pong on one core of a loaded 2-core machine, EnvPool about 1,000), and both autoreset
 modes. Each rank steps its batch on `num_threads` worker threads of its own (1 unless the rank
 was given more cores: ALE's default, one thread per core of the machine, would oversubscribe a
@@ -156,7 +156,8 @@ class AtariVecEnv:
         self.game_return = np.zeros(num_envs, dtype=np.float64)
         self.game_length = np.zeros(num_envs, dtype=np.int64)
         self.ended = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
-        self.cut = (np.zeros(0, dtype=np.int64), np.zeros((0, *self.obs_shape), dtype=np.uint8))
+        self.no_cut = (np.zeros(0, dtype=np.int64), np.zeros((0, *self.obs_shape), dtype=np.uint8))
+        self.cut = self.no_cut
 
     @staticmethod
     def _frames_last(obs: np.ndarray) -> np.ndarray:
@@ -178,9 +179,8 @@ class AtariVecEnv:
         self.rew = np.sign(raw) if self.clip else raw
         self.first = np.logical_or(term, trunc)
         cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
-        final = (np.stack([np.asarray(info["final_obs"][i]).transpose(1, 2, 0) for i in cut]) if len(cut)
-                 else np.zeros((0, *self.obs_shape), dtype=np.uint8))
-        self.cut = (cut, final)
+        self.cut = ((cut, np.stack([np.asarray(info["final_obs"][i]).transpose(1, 2, 0) for i in cut]))
+                    if len(cut) else self.no_cut)
 
     def truncated(self) -> tuple[np.ndarray, np.ndarray]:
         """(env indices, final observations) of the games the time limit cut at the last act."""

@@ -14,15 +14,7 @@ import torch
 from torch import nn
 
 from mpippo.models.heads import DuelingQHead, PolicyValueHeads
-
-LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (channels, kernel, stride)
-
-
-def conv_out(h: int, w: int) -> tuple[int, int]:
-    """The last conv's spatial size for (h, w) frames (no padding)."""
-    for _, k, s in LAYERS:
-        h, w = (h - k) // s + 1, (w - k) // s + 1
-    return h, w
+from mpippo.netshape import NATURE_LAYERS, nature_out
 
 
 class NatureTrunk(nn.Module):
@@ -32,11 +24,11 @@ class NatureTrunk(nn.Module):
         super().__init__()
         h, w, c = obs_shape
         layers, in_ch = [], c
-        for out_ch, k, s in LAYERS:
+        for out_ch, k, s in NATURE_LAYERS:
             layers += [nn.Conv2d(in_ch, out_ch, k, s), nn.ReLU()]
             in_ch = out_ch
         self.convs = nn.Sequential(*layers)
-        oh, ow = conv_out(h, w)
+        oh, ow = nature_out(h, w)
         self.fc = nn.Linear(in_ch * oh * ow, hidden_size)
 
     def init_trunk_(self, scheme: str) -> "NatureTrunk":
