@@ -23,7 +23,7 @@ from typing import Callable
 import psutil
 import pytest
 
-from conftest import MPIRUN, ROOT, mpi_env
+from conftest import MPIRUN, ROOT, mpi_env, relaunched
 
 MARK = "MPIPPO_HOSTILE_CASE"
 
@@ -102,6 +102,15 @@ def survivors(tag: str, timeout: float) -> list[str]:
 def run_marked(cmd: list[str], tag: str, timeout: float = 90, env: dict | None = None) -> tuple:
     """Run cmd with the case marker; returns (CompletedProcess, processes of the case still alive
     shortly after it ended, as 'pid name'), and kills those."""
+    left: list = []
+
+    def once() -> subprocess.CompletedProcess:
+        res, left[:] = _run_marked_once(cmd, tag, timeout, env)
+        return res
+    return relaunched(once), left
+
+
+def _run_marked_once(cmd: list[str], tag: str, timeout: float, env: dict | None) -> tuple:
     full_env = mpi_env() | {MARK: tag} | (env or {})
     proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
