@@ -135,3 +135,34 @@ def ok(res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 def metrics(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "benchmark_metrics.json").read_text())
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The machine's kind last, beside the times: CI's log is read from its tail, and the suite's time
+    depends on it (native bf16 or not, AVX-512 or AVX2 kernels)."""
+    if not hasattr(terminalreporter.config, "workerinput"):  # the controller only, not each xdist worker
+        from mpippo.machine import describe
+        terminalreporter.write_line(describe())
+
+
+# MPIPPO_TEST_CPU=<file>: each test's wall time and the CPU seconds of the processes it started and
+# waited for (RUSAGE_CHILDREN: a job's ranks included, a Slurm job's not), a JSON line per test, to
+# see where `make test`'s CPU goes (two workers on two cores: wall time follows CPU work, not the
+# test's own duration, which depends on what the other worker runs beside it).
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get("MPIPPO_TEST_CPU")
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+    c0, t0 = cpu(), time.monotonic()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "cpu_s": round(cpu() - c0, 2),
+                            "wall_s": round(time.monotonic() - t0, 2)}) + "\n")
