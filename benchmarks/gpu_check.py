@@ -18,6 +18,10 @@ Rows, in the order they run (a row that fails is recorded as failed and the next
     one's (and their inference phases side by side);
   - PPO on 2 ranks sharing the one GPU, fp32, 64 envs per rank (weak scaling: each rank does what the
     1-rank run does, so its phases compare with the 1-rank row's);
+  - PPO on Atari on 1 rank, bf16, fast kernels: configs/ppo_atari.yaml (the Nature CNN on 84x84x4
+    frames, ale-py's threaded vector env), 32 envs x 128 steps per iteration: the rate of one GPU rank
+    on the field's second benchmark (on the CPU, benchmarks/atari_throughput.py measures it against
+    CleanRL's ppo_atari_envpool.py);
   - the 6-GPU node, MODELED from those rows (nothing runs):
       six independent runs (the suite's layout, one 1-rank run per GPU, 8 cores each)
           = 6 x one rank's steps/s measured here with 8 cores: the node's 48 cores feed six ranks
@@ -74,9 +78,13 @@ PHASE_GROUPS = {"env_step": ("env_step",), "inference": ("inference",), "update"
 PLACEMENT = ("affinity_cores", "cpu_share", "threads_per_rank", "env_threads", "device_used", "precision",
              "deterministic", "policy_step")
 EAGER_ROW = "ppo bf16, 1 rank, deterministic, eager policy step"
+ATARI_ROW = "ppo bf16 on Atari (Nature CNN), 1 rank, fast kernels"
 
 # the default config (64 envs x 256 steps = 16,384 per rank and iteration) on the GPU; smoke-sized on the CPU
+# (Atari: configs/ppo_atari.yaml, its network and game, 32 envs per rank: a GPU rank steps them on its cores)
 REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384,
+        "atari": ["--config", "configs/ppo_atari.yaml"], "atari_envs_per_rank": 32,
+        "atari_n_steps": 128,
         "dqn_actors": 7, "dqn_steps": 40_000, "dqn_batch": 512, "appo_actors": 7, "appo": [], "appo_batch": (64, 64),
         "appo_steps": 24 * 4096, "learner": [], "dqn": []}
 # (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them;
@@ -84,6 +92,9 @@ REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384
 DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--set", "model.channels=[4]",
                "--set", "model.hidden_size=16"], "envs_per_rank": 8,
        "n_steps": 16, "resume_half": 256,
+       "atari": ["--config", "configs/ppo_atari.yaml", "--set", "parallel.threads_per_rank=1", "--set",
+                 "model.hidden_size=16"], "atari_envs_per_rank": 2,
+       "atari_n_steps": 16,
        "dqn_actors": 2, "dqn_steps": 1200, "dqn_batch": 32, "appo_actors": 3,
        "dqn": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"],
        "appo": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"], "appo_batch": (8, 8),
@@ -122,13 +133,16 @@ def phases(m: dict) -> dict:
 
 
 def ppo_row(budget: dict, device: str, tmp: Path, iterations: int, ranks: int, precision: str,
-            deterministic: bool, graph: bool = True) -> dict:
-    name = (f"ppo {precision}, {ranks} rank{'s' if ranks > 1 else ''}"
+            deterministic: bool, graph: bool = True, atari: bool = False) -> dict:
+    """A PPO row; atari: the Atari config (the Nature CNN on ale-py's games) instead of procgen's."""
+    name = (f"ppo {precision}" + (" on Atari (Nature CNN)" if atari else "")
+            + f", {ranks} rank{'s' if ranks > 1 else ''}"
             + (" on one device" if ranks > 1 else "") + (", deterministic" if deterministic else ", fast kernels")
             + ("" if graph else ", eager policy step"))
-    per_rank = budget["envs_per_rank"]
-    batch = per_rank * budget["n_steps"]  # per rank and iteration
-    args = [*budget["ppo"], "--num-envs-per-rank", str(per_rank),
+    per_rank = budget["atari_envs_per_rank"] if atari else budget["envs_per_rank"]
+    n_steps = budget["atari_n_steps"] if atari else budget["n_steps"]
+    batch = per_rank * n_steps  # per rank and iteration
+    args = [*(budget["atari"] if atari else budget["ppo"]), "--num-envs-per-rank", str(per_rank), "--n-steps", str(n_steps),
             "--total-timesteps", str(ranks * batch * (iterations + 1)),
             "--set", f"training.precision={precision}", "--set", f"training.deterministic={str(deterministic).lower()}",
             "--set", f"training.cuda_graph={str(graph).lower()}"]
@@ -337,6 +351,7 @@ def _main(argv) -> int:
         step(lambda: ppo_row(budget, device, tmp, iterations, 1, "bf16", True, graph=False), EAGER_ROW)
         step(lambda: ppo_row(budget, device, tmp, iterations, 2, "fp32", True),
              "ppo fp32, 2 ranks on one device, deterministic")
+        step(lambda: ppo_row(budget, device, tmp, iterations, 1, "bf16", False, atari=True), ATARI_ROW)
         by = {r["check"]: r for r in rows}
         step(lambda: node_rows(by, budget["envs_per_rank"] * budget["n_steps"]), "6-GPU node (modeled)")
         step(lambda: learner_rows(budget, device, tmp, profile_out, args.learner_seconds),

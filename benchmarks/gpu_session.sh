@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One lent GPU machine, one call (at most 600 s): what a session with an H100/H200 (16 cores, no
 # network) runs first, from the repository's root.
-#   a. installs the wheels carried in .devwheels/ (procgen, gym3, Open MPI, mpi4py for its Python:
+#   a. installs the wheels carried in .devwheels/ (procgen, gym3, Open MPI, mpi4py, ale-py and Gymnasium for its Python:
 #      `make devwheels` makes them) into the machine's Python, which holds torch with CUDA, and the
 #      carried GL libraries procgen's libenv.so misses (.gl/);
 #   b. the suite's missing members (issue 29; GPU_SESSION_SUITE, default mini) side by side on the one

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow  # 40-50 s on an idle 2-core machine (95 s with bo
 
 PPO = ["ppo fp32, 1 rank, deterministic", "ppo fp32, 1 rank, fast kernels", "ppo bf16, 1 rank, deterministic",
        "ppo bf16, 1 rank, fast kernels", "ppo bf16, 1 rank, deterministic, eager policy step",
-       "ppo fp32, 2 ranks on one device, deterministic"]
+       "ppo fp32, 2 ranks on one device, deterministic", "ppo bf16 on Atari (Nature CNN), 1 rank, fast kernels"]
 NODE = ["6-GPU node: six independent 1-rank runs (modeled)", "6-GPU node: one synchronous 6-rank run (modeled)"]
 ALONE = ["dqn learner alone (prefilled replay, no actors)", "appo learner alone (prefilled segments, no actors)",
          "ppo iteration profile (torch.profiler)"]
