@@ -179,17 +179,18 @@ def test_the_balanced_cutoff_leaves_a_slow_rank_behind_and_still_learns_toy_cue(
     assert m["episode_return_mean"] >= 12.0, m["episode_return_mean"]
 
 
-def test_two_rank_ppo_learns_gymnasium_cartpole(tmp_path):
+def test_ppo_learns_gymnasium_cartpole(tmp_path):
     """A Gymnasium env through the registry (gym:CartPole-v1, the MLP; the RL Zoo's tuned settings,
-    configs/ppo_cartpole_zoo.yaml, 100k steps) on 2 ranks: the mean of the last 100 episodes
-    reaches 475 of 500 (a uniform policy scores about 22). Seeds 1-3 ended at 500, 490 and 500
-    here (about 65 s each on 2 idle cores); one seed runs, as a second proved nothing the first
-    did not and cost a tenth of the suite's learning time."""
+    configs/ppo_cartpole_zoo.yaml, 100k steps): the mean of the last 100 episodes reaches 475 of 500
+    (a uniform policy scores about 22). One rank, as plain `python run_mpi.py`: the config's batch is
+    over all ranks, so it is the same run as on 2, at less than half the CPU (a 64-wide MLP's steps
+    cost their calls, not their arithmetic: 2 ranks took 130-200 s of CPU, 1 takes about 55), while
+    the toy-cue tests learn across ranks. Seeds 1-3 ended at 500 on 1 rank (and 500, 490, 500 on 2)."""
     run_dir = tmp_path / "run"
-    ok(trainer(2, ["--config", "configs/ppo_cartpole_zoo.yaml", "--output-dir", str(run_dir), "--no-progress",
-                   "--seed", "2", "--set", "logging.tensorboard=false"], timeout=600))
+    ok(trainer(None, ["--config", "configs/ppo_cartpole_zoo.yaml", "--output-dir", str(run_dir), "--no-progress",
+                      "--seed", "2", "--set", "logging.tensorboard=false"], timeout=600))
     m = metrics(run_dir)
-    assert m["env"] == "gym:CartPole-v1" and m["world_size"] == 2 and m["total_timesteps"] >= 100_000
+    assert m["env"] == "gym:CartPole-v1" and m["world_size"] == 1 and m["total_timesteps"] >= 100_000
     assert m["episode_return_mean"] >= 475.0, m["episode_return_mean"]
 
 
