@@ -83,8 +83,7 @@ ATARI_ROW = "ppo bf16 on Atari (Nature CNN), 1 rank, fast kernels"
 # the default config (64 envs x 256 steps = 16,384 per rank and iteration) on the GPU; smoke-sized on the CPU
 # (Atari: configs/ppo_atari.yaml, its network and game, 32 envs per rank: a GPU rank steps them on its cores)
 REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384,
-        "atari": ["--config", "configs/ppo_atari.yaml"], "atari_envs_per_rank": 32,
-        "atari_n_steps": 128,
+        "atari": {"ppo": ["--config", "configs/ppo_atari.yaml"], "envs_per_rank": 32, "n_steps": 128},
         "dqn_actors": 7, "dqn_steps": 40_000, "dqn_batch": 512, "appo_actors": 7, "appo": [], "appo_batch": (64, 64),
         "appo_steps": 24 * 4096, "learner": [], "dqn": []}
 # (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them;
@@ -92,9 +91,8 @@ REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384
 DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--set", "model.channels=[4]",
                "--set", "model.hidden_size=16"], "envs_per_rank": 8,
        "n_steps": 16, "resume_half": 256,
-       "atari": ["--config", "configs/ppo_atari.yaml", "--set", "parallel.threads_per_rank=1", "--set",
-                 "model.hidden_size=16"], "atari_envs_per_rank": 2,
-       "atari_n_steps": 16,
+       "atari": {"ppo": ["--config", "configs/ppo_atari.yaml", "--set", "parallel.threads_per_rank=1", "--set",
+                         "model.hidden_size=16"], "envs_per_rank": 2, "n_steps": 16},
        "dqn_actors": 2, "dqn_steps": 1200, "dqn_batch": 32, "appo_actors": 3,
        "dqn": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"],
        "appo": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"], "appo_batch": (8, 8),
@@ -134,15 +132,15 @@ def phases(m: dict) -> dict:
 
 def ppo_row(budget: dict, device: str, tmp: Path, iterations: int, ranks: int, precision: str,
             deterministic: bool, graph: bool = True, atari: bool = False) -> dict:
-    """A PPO row; atari: the Atari config (the Nature CNN on ale-py's games) instead of procgen's."""
+    """A PPO row; atari: budget["atari"]'s config and sizes (the Nature CNN on ale-py's games), not procgen's."""
     name = (f"ppo {precision}" + (" on Atari (Nature CNN)" if atari else "")
             + f", {ranks} rank{'s' if ranks > 1 else ''}"
             + (" on one device" if ranks > 1 else "") + (", deterministic" if deterministic else ", fast kernels")
             + ("" if graph else ", eager policy step"))
-    per_rank = budget["atari_envs_per_rank"] if atari else budget["envs_per_rank"]
-    n_steps = budget["atari_n_steps"] if atari else budget["n_steps"]
+    work = budget["atari"] if atari else budget
+    per_rank, n_steps = work["envs_per_rank"], work["n_steps"]
     batch = per_rank * n_steps  # per rank and iteration
-    args = [*(budget["atari"] if atari else budget["ppo"]), "--num-envs-per-rank", str(per_rank), "--n-steps", str(n_steps),
+    args = [*work["ppo"], "--num-envs-per-rank", str(per_rank), "--n-steps", str(n_steps),
             "--total-timesteps", str(ranks * batch * (iterations + 1)),
             "--set", f"training.precision={precision}", "--set", f"training.deterministic={str(deterministic).lower()}",
             "--set", f"training.cuda_graph={str(graph).lower()}"]

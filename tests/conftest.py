@@ -4,17 +4,20 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from mpippo.launch import SHM_VAR, owned_prefix, sweep_leftovers
+from mpippo.machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -141,7 +144,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
     """The machine's kind last, beside the times: CI's log is read from its tail, and the suite's time
     depends on it (native bf16 or not, AVX-512 or AVX2 kernels)."""
     if not hasattr(terminalreporter.config, "workerinput"):  # the controller only, not each xdist worker
-        from mpippo.machine import describe
         terminalreporter.write_line(describe())
 
 
@@ -155,8 +157,6 @@ def pytest_runtest_protocol(item, nextitem):
     if not path:
         yield
         return
-    import resource
-    import time
 
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
