@@ -2,7 +2,7 @@
 """Every CUDA path of mpippo in one go (make gpu-check), measured against the GPU issue's targets.
 
     make gpu-check                      # on a machine with a GPU: about 5-8 minutes
-    make gpu-check ARGS=--dry-run       # the same steps on the CPU with tiny budgets (make test runs it)
+    make gpu-check ARGS=--dry-run       # the same steps on the CPU, tiny budgets on toy-cue (make test runs it)
 
 Rows, in the order they run (a row that fails is recorded as failed and the next one runs):
   - PPO on 1 rank, fp32 and bf16, each with training.deterministic true (the default) and false (the
@@ -87,15 +87,16 @@ REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384
         "dqn_actors": 7, "dqn_steps": 40_000, "dqn_batch": 512, "appo_actors": 7, "appo": [], "appo_batch": (64, 64),
         "appo_steps": 24 * 4096, "learner": [], "dqn": []}
 # (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them;
-# a tiny network, as a CPU without native bf16 runs the bf16 rows in software: 20 s a row with smoke's, 5 s so)
-DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--set", "model.channels=[4]",
-               "--set", "model.hidden_size=16"], "envs_per_rank": 8,
+# a tiny network, as a CPU without native bf16 runs the bf16 rows in software: 20 s a row with smoke's, 5 s so;
+# toy-cue for procgen's games, whose assets cost each process about 4 s of CPU to load: the dry run proves
+# the steps, which step no differently on a toy game)
+TOY = ["--set", "env.name=toy-cue", "--set", "model.channels=[4]", "--set", "model.hidden_size=16"]
+DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", *TOY], "envs_per_rank": 8,
        "n_steps": 16, "resume_half": 256,
        "atari": {"ppo": ["--config", "configs/ppo_atari.yaml", "--set", "parallel.threads_per_rank=1", "--set",
                          "model.hidden_size=16"], "envs_per_rank": 2, "n_steps": 16},
        "dqn_actors": 2, "dqn_steps": 1200, "dqn_batch": 32, "appo_actors": 3,
-       "dqn": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"],
-       "appo": ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"], "appo_batch": (8, 8),
+       "dqn": TOY, "appo": TOY, "appo_batch": (8, 8),
        "appo_steps": 1024, "learner": ["--dry-run"]}
 TARGETS = {  # name: (row, field, target, what)
     "one_rank_bf16_steps_per_s": ("ppo bf16, 1 rank, deterministic", "steps_per_s", 25_000, "env steps/s"),
@@ -295,7 +296,8 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     p = Parser(prog="gpu_check.py", description=__doc__.splitlines()[0])
-    p.add_argument("--dry-run", action="store_true", help="the same steps on the CPU with tiny budgets")
+    p.add_argument("--dry-run", action="store_true",
+                   help="the same steps on the CPU with tiny budgets, on toy-cue instead of procgen")
     p.add_argument("--out", type=Path, default=None,
                    help="the result file (default benchmarks/results/<date>-gpu.json)")
     p.add_argument("--ppo-iterations", type=count(1, MAX_PPO_ITERATIONS), default=6,

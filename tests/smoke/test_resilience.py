@@ -16,6 +16,9 @@ pytestmark = pytest.mark.slow
 
 FAST = ["--config", "configs/smoke.yaml", "--set", "env.name=starpilot", "--no-progress"]
 K_STEPS = 8 * 256  # 8 iterations of 2 ranks x 4 envs x 32 steps
+# the same iterations on toy-cue, where the game is not the point (signals, faults, damaged files): a
+# procgen process spends about 4 s of CPU loading every game's assets before its first step
+PLUMBING = ["--config", "configs/smoke.yaml", "--set", "env.name=toy-cue", "--no-progress"]
 
 
 def load(run_dir):
@@ -113,7 +116,7 @@ def test_sigusr1_mid_iteration_checkpoints_requeues_and_resumes_exactly(referenc
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_through_the_launcher_checkpoints_and_stops(tmp_path, sig):
     run_dir = tmp_path / "run"
-    proc = start([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *FAST,
+    proc = start([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *PLUMBING,
                   "--total-timesteps", "100000", "--output-dir", str(run_dir), "--set", "logging.print_interval=1",
                   "--set", "checkpoint.interval_iterations=0"])
     wait_for_line(proc, "iter     1")
@@ -126,7 +129,7 @@ def test_sigterm_or_ctrl_c_through_the_launcher_checkpoints_and_stops(tmp_path, 
 
 def test_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start([MPIRUN, "-n", "2", sys.executable, "run_mpi.py", *FAST, "--total-timesteps", "100000",
+    proc = start([MPIRUN, "-n", "2", sys.executable, "run_mpi.py", *PLUMBING, "--total-timesteps", "100000",
                   "--output-dir", str(run_dir), "--set", "logging.print_interval=1"])
     wait_for_line(proc, "iter     1")
     ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
@@ -143,7 +146,7 @@ def test_fault_on_one_rank_ends_the_job_within_30s_and_latest_loads(tmp_path, mo
     monkeypatch.setenv("MPIPPO_FAULT", f"rank=1,iteration=3,kind={kind}")
     run_dir = tmp_path / "run"
     t0 = time.monotonic()
-    res = trainer(2, FAST + ["--total-timesteps", "100000", "--output-dir", str(run_dir),
+    res = trainer(2, PLUMBING + ["--total-timesteps", "100000", "--output-dir", str(run_dir),
                              "--set", "guards.collective_timeout_s=5"], timeout=90)
     elapsed = time.monotonic() - t0
     assert res.returncode not in (0, 2, 3, 4), res.returncode
@@ -160,12 +163,13 @@ def test_fault_on_one_rank_ends_the_job_within_30s_and_latest_loads(tmp_path, mo
 def test_one_nan_step_is_skipped_and_k_in_a_row_abort(tmp_path, monkeypatch):
     monkeypatch.setenv("MPIPPO_FAULT", "rank=1,iteration=2,kind=nan,count=1")
     run_dir = tmp_path / "one"
-    ok(trainer(2, FAST + ["--total-timesteps", "1024", "--output-dir", str(run_dir)]))  # replicas checked each update
+    # replicas checked each update
+    ok(trainer(2, PLUMBING + ["--total-timesteps", "1024", "--output-dir", str(run_dir)]))
     assert [v for _, v in scalars(run_dir, "charts/skipped_steps")] == [0.0, 1.0, 0.0, 0.0]
 
     monkeypatch.setenv("MPIPPO_FAULT", "rank=1,iteration=2,kind=nan,count=3")
     run_dir = tmp_path / "three"
-    res = trainer(2, FAST + ["--total-timesteps", "1024", "--output-dir", str(run_dir),
+    res = trainer(2, PLUMBING + ["--total-timesteps", "1024", "--output-dir", str(run_dir),
                              "--set", "guards.max_nonfinite_skips=3"])
     assert res.returncode == 1
     errors = error_lines(res.stderr)
@@ -177,7 +181,7 @@ def test_one_nan_step_is_skipped_and_k_in_a_row_abort(tmp_path, monkeypatch):
 def test_killed_during_checkpoint_write_leaves_previous_latest_loadable(tmp_path, monkeypatch):
     monkeypatch.setenv("MPIPPO_FAULT", "rank=0,iteration=3,kind=kill_in_save")
     run_dir = tmp_path / "run"
-    res = trainer(2, FAST + ["--total-timesteps", "100000", "--output-dir", str(run_dir)], timeout=90)
+    res = trainer(2, PLUMBING + ["--total-timesteps", "100000", "--output-dir", str(run_dir)], timeout=90)
     assert res.returncode != 0
     assert list((run_dir / "checkpoints").glob(".ckpt_0000003.pt.*.tmp"))  # the torn write is really there
     assert load(run_dir)["iteration"] == 2
@@ -189,7 +193,7 @@ def test_killed_during_checkpoint_write_leaves_previous_latest_loadable(tmp_path
 def test_disk_full_during_checkpoint_is_one_line_and_keeps_previous(tmp_path, monkeypatch):
     monkeypatch.setenv("MPIPPO_FAULT", "rank=0,iteration=3,kind=enospc")
     run_dir = tmp_path / "run"
-    res = trainer(2, FAST + ["--total-timesteps", "100000", "--output-dir", str(run_dir)], timeout=90)
+    res = trainer(2, PLUMBING + ["--total-timesteps", "100000", "--output-dir", str(run_dir)], timeout=90)
     assert res.returncode == 1
     errors = error_lines(res.stderr)
     assert len(errors) == 1 and "No space left on device" in errors[0] and "previous checkpoint is intact" in errors[0]
@@ -207,7 +211,7 @@ def _bad_resume(run_dir, extra=()):
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("small") / "run"
-    ok(trainer(2, FAST + ["--total-timesteps", "512", "--output-dir", str(run_dir)]))
+    ok(trainer(2, PLUMBING + ["--total-timesteps", "512", "--output-dir", str(run_dir)]))
     return run_dir
 
 
@@ -242,7 +246,7 @@ def test_damaged_or_foreign_checkpoints_are_refused(small_run, tmp_path):
 def test_unwritable_output_dir(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    res = trainer(2, FAST + ["--output-dir", str(blocker / "run")], timeout=60)
+    res = trainer(2, PLUMBING + ["--output-dir", str(blocker / "run")], timeout=60)
     assert res.returncode == 2 and "cannot write to" in res.stderr
 
 
