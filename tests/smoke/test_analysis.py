@@ -113,7 +113,7 @@ def test_scaling_sweep_then_the_scaling_notebook_runs_and_writes_figures(tmp_pat
     sweep_dir, figures = tmp_path / "sweep", tmp_path / "figures"
     res = ok(run([sys.executable, "analysis/scaling_sweep.py", "--ranks", "1", "2", "--mode", "weak",
                   "--envs-per-rank", "4", "--n-steps", "32", "--total-timesteps", "256", "--out", str(sweep_dir),
-                  "--", "--set", "env.name=starpilot", "--set", "training.num_minibatches=2"], 300))
+                  "--", "--set", "env.name=toy-cue", "--set", "training.num_minibatches=2"], 300))
     sweep = json.loads((sweep_dir / "sweep.json").read_text())
     assert [m["world_size"] for m in sweep["runs"]] == [1, 2]
     assert all(m["total_timesteps"] == 256 * m["world_size"] for m in sweep["runs"])  # weak: budget per rank

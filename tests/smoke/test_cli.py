@@ -8,6 +8,8 @@ from conftest import metrics, ok, trainer
 from mpippo import runctl
 
 SMOKE = ["--config", "configs/smoke.yaml", "--no-progress"]
+# smoke's iterations on toy-cue: for what is no game's (a procgen process spends ~4 s of CPU on its assets)
+TOY_SMOKE = SMOKE + ["--set", "env.name=toy-cue"]
 BENCH_KEYS = {"algo", "env", "world_size", "num_envs_per_rank", "total_timesteps", "duration_s", "fps",
               "phase_seconds", "phase_seconds_per_rank", "peak_rss_mb_per_rank", "peak_rss_mb_total",
               "cpu_percent", "episode_return_mean", "episodes", "hostnames", "git_commit"}
@@ -18,7 +20,7 @@ TB_TAGS = {"losses/policy_loss", "losses/value_loss",
            "charts/learning_rate", "charts/steps_per_s", "time/allreduce_s"}
 
 
-def check_outputs(run_dir, world_size, envs_per_rank, timesteps):
+def check_outputs(run_dir, world_size, envs_per_rank, timesteps, env="coinrun"):
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert cfg["env"]["num_envs_per_rank"] == envs_per_rank
     assert cfg["env"]["num_envs"] == envs_per_rank * world_size
@@ -46,7 +48,7 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps):
     for key in ("model", "optimizer", "timesteps", "iteration", "config", "world_size"):
         assert key in ckpt
     assert ckpt["timesteps"] == timesteps and ckpt["world_size"] == world_size
-    assert ckpt["config"]["env"]["name"] == "coinrun"
+    assert ckpt["config"]["env"]["name"] == env
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(str(run_dir / "logs"))
@@ -94,15 +96,15 @@ def test_two_ranks_write_every_output(tmp_path, monkeypatch):
 
 def test_plain_python_is_the_sequential_mode(tmp_path):
     run_dir = tmp_path / "run"
-    res = ok(trainer(None, SMOKE + ["--output-dir", str(run_dir)]))
+    res = ok(trainer(None, TOY_SMOKE + ["--output-dir", str(run_dir)]))
     assert "1 rank(s) x 8 envs" in res.stdout
-    check_outputs(run_dir, world_size=1, envs_per_rank=8, timesteps=512)
+    check_outputs(run_dir, world_size=1, envs_per_rank=8, timesteps=512, env="toy-cue")
 
 
 def test_progress_lines_show_rate_and_eta(tmp_path):
     # Without a terminal (mpirun, batch logs) the bar stays off and these lines carry progress.
-    res = ok(trainer(2, ["--config", "configs/smoke.yaml", "--output-dir", str(tmp_path / "r"),
-                         "--set", "logging.print_interval=1"]))
+    res = ok(trainer(2, ["--config", "configs/smoke.yaml", "--set", "env.name=toy-cue", "--output-dir",
+                         str(tmp_path / "r"), "--set", "logging.print_interval=1"]))
     lines = [line for line in res.stdout.splitlines() if line.startswith("iter ")]
     assert len(lines) == 2 and all("steps/s" in line and "ETA" in line for line in lines)
     assert "512 steps" in lines[-1]
@@ -110,7 +112,7 @@ def test_progress_lines_show_rate_and_eta(tmp_path):
 
 def test_resume_continues_counters(tmp_path):
     run_dir = tmp_path / "run"
-    ok(trainer(2, SMOKE + ["--output-dir", str(run_dir)]))
+    ok(trainer(2, TOY_SMOKE + ["--output-dir", str(run_dir)]))
     res = ok(trainer(2, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "1024", "--no-progress"]))
     assert "resuming at 512 steps" in res.stdout
     m = metrics(run_dir)

@@ -12,6 +12,8 @@ import yaml
 
 from conftest import ROOT, mpi_env
 
+# coinrun: its iterations are slow enough for the bar (redrawn once a second) to be seen moving; the suites
+# below run toy-cue, a member being no game's (a procgen process spends ~4 s of CPU on its assets first)
 SMOKE = ["--config", "configs/smoke.yaml", "--total-timesteps", "768"]
 
 
@@ -49,16 +51,16 @@ def test_launcher_shows_a_live_bar_on_a_terminal_and_none_on_a_pipe(tmp_path):
 
 def test_local_suite_runs_its_members_with_the_bar_and_a_second_run_finds_nothing_to_do(tmp_path):
     data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
-    data.update(games=["starpilot"], seeds=[1, 2], variants={"default": []}, budget=512)
+    data.update(games=["toy-cue"], seeds=[1, 2], variants={"default": []}, budget=512)
     suite = tmp_path / "small.yaml"
     suite.write_text(yaml.safe_dump(data))
     cmd = [sys.executable, "-m", "mpippo.suite", "run", str(suite), "--root", str(tmp_path), "--local"]
     rc, out = on_terminal(cmd)
     assert rc == 0, out[-3000:]
-    assert "member 1/2: default/starpilot/seed_1" in out and "member 2/2: default/starpilot/seed_2" in out
+    assert "member 1/2: default/toy-cue/seed_1" in out and "member 2/2: default/toy-cue/seed_2" in out
     assert any("step/s" in seg and "|" in seg for seg in out.split("\r"))  # the bar came through
-    log = (tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_2.log").read_text()
-    assert "run finished" in log and "mpippo: member default/starpilot/seed_2 finished" in log
+    log = (tmp_path / "suites" / "tiny" / "default" / "toy-cue" / "seed_2.log").read_text()
+    assert "run finished" in log and "mpippo: member default/toy-cue/seed_2 finished" in log
     assert "step/s]" not in log  # the bar's redraws stay out of the log
     again = subprocess.run(cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "2 of 2 members done or queued; 0 to run here" in again.stdout
@@ -112,7 +114,7 @@ def test_a_finished_appo_member_is_done_though_it_ends_a_few_segments_short(tmp_
     23 rounds = 2,944 of 3,000 steps. Done all the same (also in a metrics file without `finished`, as earlier
     versions wrote it): status says so, a second run finds nothing to do, the report scores it."""
     data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
-    data.update(base_config="configs/appo_procgen.yaml", games=["starpilot"], seeds=[1], budget=3000, ranks=3,
+    data.update(base_config="configs/appo_procgen.yaml", games=["toy-cue"], seeds=[1], budget=3000, ranks=3,
                 variants={"default": ["model.channels=[8]", "model.hidden_size=32", "env.num_envs=8",
                                       "appo.rollout_length=16", "appo.batch_segments=8", "parallel.threads_per_rank=1"]})
     suite = tmp_path / "appo.yaml"
@@ -122,7 +124,7 @@ def test_a_finished_appo_member_is_done_though_it_ends_a_few_segments_short(tmp_
     first = subprocess.run([*cmd, "run", *where, "--local"], cwd=ROOT, env=mpi_env(), capture_output=True, text=True,
                            timeout=300)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
-    member = tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_1"
+    member = tmp_path / "suites" / "tiny" / "default" / "toy-cue" / "seed_1"
     m = yaml.safe_load((member / "benchmark_metrics.json").read_text())
     assert m["algo"] == "appo" and m["stop_reason"] == "done" and m["finished"] is True and m["total_timesteps"] < 3000
     status = subprocess.run([*cmd, "status", *where], cwd=ROOT, capture_output=True, text=True, timeout=60)
