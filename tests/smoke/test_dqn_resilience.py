@@ -15,7 +15,7 @@ from test_resilience import finish, start, wait_for_line
 pytestmark = pytest.mark.slow
 
 DQN = ["--config", "configs/dqn_toy.yaml", "--no-progress"]
-TOTAL = 60000  # 2 actors x 8 envs: budgets are whole actor steps of 16 env steps
+TOTAL = 30000  # 2 actors x 8 envs: budgets are whole actor steps of 16 env steps (learns toy-cue by 24,000)
 
 
 def load(run_dir):
@@ -47,7 +47,7 @@ def test_sigusr1_checkpoints_replay_requeues_and_resume_finishes_the_budget(tmp_
     assert TOTAL - 16 < final["total_timesteps"] <= TOTAL  # the budget counts both segments
     assert final["transitions_sent"] == final["transitions_received"] == final["total_timesteps"] - first["total_timesteps"]
     assert final["updates"] > first["updates"] and load(run_dir)["iteration"] == final["updates"]
-    assert final["episode_return_mean"] >= 10.0  # still learns toy-cue across the restart
+    assert final["episode_return_mean"] >= 10.0, final["episode_return_mean"]  # still learns across the restart
 
 
 def test_sigterm_to_one_actor_stops_the_whole_agent_with_a_checkpoint(tmp_path):
