@@ -59,7 +59,8 @@ def test_a_slow_learner_does_not_make_segments_staler(tmp_path):
 
 
 def test_sigusr1_checkpoints_requeues_and_resume_finishes_the_budget_exactly(tmp_path):
-    run_dir, total = tmp_path / "run", 40960 * 2  # the signal lands after about 25k steps (the first log line)
+    # the PPO test's budget and a fifth (the signal lands at the first log line: 17-25k steps); was twice it
+    run_dir, total = tmp_path / "run", 49152
     proc = start([MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", *APPO, "--total-timesteps",
                   str(total), "--output-dir", str(run_dir)])
     wait_for_line(proc, "agent 0 |")  # learning has started
