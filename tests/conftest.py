@@ -21,6 +21,10 @@ from mpippo.machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# the jobs' PYTHONPATH: the repository, and with MPIPPO_TEST_PROCS set the per-process exit record first
+# (tests/procstats/sitecustomize.py; the table at the end of the run)
+PROCS = os.environ.get("MPIPPO_TEST_PROCS")
+PYTHONPATH = f"{ROOT / 'tests' / 'procstats'}:{ROOT}" if PROCS else str(ROOT)
 MPIRUN = str(BIN / "mpirun") if (BIN / "mpirun").exists() else "mpirun"
 # pip Open MPI's btl/ofi sleeps 1 s in every MPI_Init on a machine without a fabric (strace: after
 # its network scan); the tests run on one node, where the sm and self BTLs carry everything. Set
@@ -53,7 +57,7 @@ def mpi_env() -> dict:
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PRTE_MCA_hwloc_default_binding_policy="none",
-               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+               PYTHONPATH=PYTHONPATH, PYTHONUNBUFFERED="1")
     if _SHM_PARENT:
         env[SHM_VAR] = tempfile.mkdtemp(dir=_SHM_PARENT)
     return env
@@ -64,7 +68,7 @@ def fake_wandb(folder: Path, body: str) -> dict:
     failures on demand, and no test ever reaches for its servers. Returns the environment to add."""
     (folder / "fake" / "wandb").mkdir(parents=True, exist_ok=True)
     (folder / "fake" / "wandb" / "__init__.py").write_text(body)
-    return {"PYTHONPATH": f"{folder / 'fake'}:{ROOT}"}
+    return {"PYTHONPATH": f"{folder / 'fake'}:{PYTHONPATH}"}
 
 
 # the real wandb with no login and, should it try anyway, a server address that refuses at once
@@ -144,7 +148,30 @@ def pytest_terminal_summary(terminalreporter) -> None:
     """The machine's kind last, beside the times: CI's log is read from its tail, and the suite's time
     depends on it (native bf16 or not, AVX-512 or AVX2 kernels)."""
     if not hasattr(terminalreporter.config, "workerinput"):  # the controller only, not each xdist worker
+        if PROCS and os.path.exists(PROCS):
+            for line in process_table(PROCS):
+                terminalreporter.write_line(line)
         terminalreporter.write_line(describe())
+
+
+def process_table(path: str, rows: int = 15) -> list[str]:
+    """MPIPPO_TEST_PROCS's records summed by test file, most CPU first: where the suite's CPU goes by the
+    processes it starts (torch's import and procgen's assets cost seconds in each)."""
+    files: dict[str, list[float]] = {}
+    for line in Path(path).read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a full disk
+        f = files.setdefault(r["test"].split("::")[0] or "(no test)", [0, 0.0, 0, 0])
+        f[0], f[1], f[2], f[3] = f[0] + 1, f[1] + r["cpu_s"], f[2] + r["torch"], f[3] + r["procgen"]
+    total = [sum(v[i] for v in files.values()) for i in range(4)]
+    out = [f"processes started: {total[0]:,}, {total[1]:,.0f} s of CPU; {total[2]:,} imported torch, "
+           f"{total[3]:,} made a procgen env (MPIPPO_TEST_PROCS={path})",
+           f"{'cpu s':>8} {'procs':>6} {'torch':>6} {'procgen':>8}  test file"]
+    for name, (n, cpu_s, torch_n, procgen_n) in sorted(files.items(), key=lambda kv: -kv[1][1])[:rows]:
+        out.append(f"{cpu_s:8.0f} {n:6d} {torch_n:6d} {procgen_n:8d}  {name}")
+    return out
 
 
 # MPIPPO_TEST_CPU=<file>: each test's wall time and the CPU seconds of the processes it started and

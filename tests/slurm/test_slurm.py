@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, metrics, ok, trainer
+from conftest import PYTHONPATH, ROOT, metrics, ok, trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "local_cluster.sh"
@@ -47,7 +47,7 @@ def cluster():
 def job_env(run_dir: Path, **extra) -> dict:
     env = dict(os.environ)
     env.update(MPIPPO_ROOT=str(ROOT), MPIPPO_PYTHON=sys.executable, MPIPPO_RUN_DIR=str(run_dir),
-               PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PYTHONPATH=PYTHONPATH, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                # the node claims 48 CPUs on a small machine: binding ranks to cores would stack them
                PRTE_MCA_hwloc_default_binding_policy="none")
     env.update(extra)

@@ -1,4 +1,5 @@
 """The test harness's own promise: a job Open MPI failed to start is started again, nothing else is."""
+import json
 import subprocess
 
 from conftest import LAUNCH_FAILED, relaunched
@@ -29,3 +30,18 @@ def test_relaunching_stops_after_three_starts():
     failed = (213, LAUNCH_FAILED)
     launch, calls = _launches(failed, failed, failed, (0, ""))
     assert relaunched(launch).returncode == 213 and len(calls) == 3
+
+
+def test_the_process_table_sums_each_files_processes(tmp_path):
+    """MPIPPO_TEST_PROCS's records, as tests/procstats/sitecustomize.py writes them, summed by file."""
+    from conftest import process_table
+    rec = lambda test, cpu, torch, procgen: json.dumps(  # noqa: E731
+        {"test": test, "argv": ["run_mpi.py"], "cpu_s": cpu, "wall_s": 1.0, "torch": torch, "procgen": procgen})
+    path = tmp_path / "procs.jsonl"
+    path.write_text("\n".join([rec("tests/a.py::t1", 2.5, True, False),
+                               rec("tests/b.py::t", 9.0, True, True), rec("tests/a.py::t2", 3.0, True, True),
+                               rec("", 0.5, False, False)]) + "\n{\"cut\n")
+    lines = process_table(str(path))
+    assert lines[0].startswith("processes started: 4, 15 s of CPU; 3 imported torch, 2 made a procgen env")
+    assert [line.split()[-1] for line in lines[2:]] == ["tests/b.py", "tests/a.py", "test)"]
+    assert lines[3].split()[:4] == ["6", "2", "2", "1"]  # a.py: 5.5 s rounded, 2 processes, 2 torch, 1 procgen
