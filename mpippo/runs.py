@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo.usage import UsageError
-from mpippo.metrics.tags import chart
+from mpippo.metrics.tags import chart, readable
 from mpippo.files import METRICS, read_metrics, read_run_config
 from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown
 
@@ -111,7 +111,8 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     except (OSError, OpError) as e:
         raise NotARun(f"logs '{shown(logs)}': cannot read its event files ({getattr(e, 'strerror', None) or e})") from None
     tags = acc.Tags().get("scalars", [])
-    tag = next((t for t in (chart("episode_return_mean"), chart("episode_return")) if t in tags), None)
+    tag = next((t for t in (*readable(chart("episode_return_mean")), *readable(chart("episode_return"))) if t in tags),
+               None)
     if tag is None:
         return np.zeros(0), np.zeros(0), np.zeros(0)
     ev = sorted(acc.Scalars(tag), key=lambda e: e.step)

@@ -20,8 +20,8 @@ LOSSES = {
 STAT_NAMES = {"pg_loss": "policy_loss", "v_loss": "value_loss"}  # the code's short names
 
 CHARTS = {
-    "episode_return": ("charts/episode_return", "mean return of the episodes finished since the last point"),
-    "episode_length": ("charts/episode_length", "their mean length (sync layout)"),
+    "episode_return": ("charts/episodic_return", "mean return of the episodes finished since the last point"),
+    "episode_length": ("charts/episodic_length", "their mean length (sync layout)"),
     "episode_return_mean": ("charts/episode_return_mean", "mean return of the last 100 episodes"),
     "learning_rate": ("charts/learning_rate", "the learning rate (sync layout)"),
     "skipped_steps": ("charts/skipped_steps", "optimizer steps skipped for a non-finite loss (sync layout)"),
@@ -38,6 +38,16 @@ LEARNER = {
     "segments_dropped": ("learner/segments_dropped", "segments dropped as too old, so far (APPO)"),
     "policy_lag": ("learner/policy_lag", "histogram of the policy lags of the interval (APPO)"),
 }
+
+
+# what versions before 2026-11-29 wrote for today's tags (CleanRL's names since): readers of a run's logs try
+# both, so runs written earlier still plot and compare
+FORMER = {"charts/episodic_return": "charts/episode_return", "charts/episodic_length": "charts/episode_length"}
+
+
+def readable(tag: str) -> tuple[str, ...]:
+    """The tag, then what earlier versions wrote for it: the names a reader of a run's logs looks for."""
+    return (tag, FORMER[tag]) if tag in FORMER else (tag,)
 
 
 def loss(stat: str) -> str:

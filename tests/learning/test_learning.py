@@ -25,7 +25,7 @@ def test_two_rank_ppo_learns_toy_cue(tmp_path, precision):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(str(run_dir / "logs"))
     acc.Reload()
-    curve = [e.value for e in acc.Scalars("charts/episode_return")]
+    curve = [e.value for e in acc.Scalars("charts/episodic_return")]
     assert len(curve) == 40 and curve[0] < 8.0 < curve[-1]  # the logged curve shows the learning
 
 
@@ -63,7 +63,7 @@ def test_appo_on_three_ranks_learns_toy_cue_within_the_ppo_budget(tmp_path, loss
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(str(run_dir / "logs"))
     acc.Reload()
-    curve = [e.value for e in acc.Scalars("charts/episode_return")]
+    curve = [e.value for e in acc.Scalars("charts/episodic_return")]
     assert curve[0] < 8.0 < curve[-1]  # the logged curve shows the learning
 
 

@@ -14,7 +14,7 @@ BENCH_KEYS = {"algo", "env", "world_size", "num_envs_per_rank", "total_timesteps
               "phase_seconds", "phase_seconds_per_rank", "peak_rss_mb_per_rank", "peak_rss_mb_total",
               "cpu_percent", "episode_return_mean", "episodes", "hostnames", "git_commit"}
 PHASES = {"env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other"}
-EPISODE_TAGS = {"charts/episode_return", "charts/episode_length", "charts/episode_return_mean"}
+EPISODE_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/episode_return_mean"}  # CleanRL's names
 TB_TAGS = {"losses/policy_loss", "losses/value_loss",
            "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance",
            "charts/learning_rate", "charts/steps_per_s", "time/allreduce_s"}

@@ -128,9 +128,9 @@ def test_a_weights_and_biases_failure_at_the_end_is_one_warning(tmp_path, capsys
             raise RuntimeError("wandb-core exited with code 255")
     cfg = C.build({}, [("logging", "tensorboard", False), ("logging", "wandb", "offline")], 1)
     sinks = Sinks(cfg, tmp_path, None, wandb_run=Closing())
-    sinks.add_scalar("charts/episode_return", 1.5, 7)
+    sinks.add_scalar("charts/episodic_return", 1.5, 7)
     sinks.close()
-    assert Closing.logged == [({"charts/episode_return": 1.5}, 7)] and sinks.wb is None
+    assert Closing.logged == [({"charts/episodic_return": 1.5}, 7)] and sinks.wb is None
     assert capsys.readouterr().err == ("mpippo: warning: logging.wandb: W&B failed closing its run (RuntimeError: "
                                        "wandb-core exited with code 255); TensorBoard and benchmark_metrics.json go "
                                        "on without it\n")

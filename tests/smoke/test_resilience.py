@@ -45,10 +45,10 @@ def assert_same_training_state(a, b):
 
 
 def assert_same_curves(run_a, run_b):
-    for tag in ("charts/episode_return", "losses/policy_loss", "losses/value_loss", "charts/episode_return_mean"):
+    for tag in ("charts/episodic_return", "losses/policy_loss", "losses/value_loss", "charts/episode_return_mean"):
         ca, cb = scalars(run_a, tag), scalars(run_b, tag)
         assert ca == cb, tag  # same steps (no duplicates after the resume) and identical values
-    returns = [v for _, v in scalars(run_a, "charts/episode_return")]
+    returns = [v for _, v in scalars(run_a, "charts/episodic_return")]
     assert len(returns) >= 4 and any(v != 0 for v in returns)
 
 
