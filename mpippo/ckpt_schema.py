@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from mpippo import config as C
-from mpippo import envs
+from mpippo import envs, resume
 from mpippo.algos import registry
 
 show = C.show  # a bad value, shortened, for the messages of the algorithms' checks
@@ -174,9 +174,8 @@ def check_env_state(v, path: str, cfg: C.Config, n: int) -> None:
 
 def check_sync_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
     n = cfg.env.num_envs_per_rank
-    mapping(r, path, ("rng", "env", "obs", "first", "ret_tracker", "ep_ret", "ep_len", "win_returns",
-                      "episodes_total", "interval_ep", "interval_ev"))
-    rng = mapping(r["rng"], f"{path}.rng", ("python", "numpy", "torch", "shuffle", "cuda"))
+    mapping(r, path, resume.RANK_STATE)
+    rng = mapping(r["rng"], f"{path}.rng", resume.RANK_RNG)
     import random
     restores(f"{path}.rng.python", "Python random", lambda: random.Random().setstate(rng["python"]))
     restores(f"{path}.rng.numpy", "numpy RandomState", lambda: np.random.RandomState().set_state(rng["numpy"]))

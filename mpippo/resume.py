@@ -60,8 +60,14 @@ def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
     return notes
 
 
-# the sync runner's per-env arrays (runners/sync_ppo.py rank_state), one row per env like the env's
+# A sync rank's entry of a checkpoint's "ranks", the one list of its keys: runners/sync_ppo.py rank_state
+# writes them, ckpt_schema.check_sync_rank checks them, this module deals them out on another world size.
+# The runner's per-env arrays have one row per env like the env's state; the rest are the rank's RNG
+# streams (RANK_RNG) and its episode statistics.
 RUNNER_PER_ENV = ("obs", "first", "ret_tracker", "ep_ret", "ep_len")
+EPISODE_STATS = ("win_returns", "episodes_total", "interval_ep", "interval_ev")
+RANK_STATE = ("rng", "env", *RUNNER_PER_ENV, *EPISODE_STATS)
+RANK_RNG = ("python", "numpy", "torch", "shuffle", "cuda")  # and "sampler", the device sampler's, when it has one
 
 
 def plan(state: dict, cfg: C.Config, world_size: int) -> tuple[str, int, int]:

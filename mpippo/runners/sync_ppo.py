@@ -146,7 +146,8 @@ class SyncPPO:
                 "channels": list(self.cfg.model.channels), "hidden_size": self.cfg.model.hidden_size}
 
     def rank_state(self) -> dict:
-        """What differs between ranks: RNG streams, env states, episode statistics."""
+        """What differs between ranks: RNG streams, env states, episode statistics (the keys are
+        resume.RANK_STATE's, which the checkpoint check and the re-sharding read)."""
         return {
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                     "shuffle": self.generator.get_state(), "sampler": self.sampler.get_state(),

@@ -48,6 +48,9 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps, env="coinrun"):
     for key in ("model", "optimizer", "timesteps", "iteration", "config", "world_size"):
         assert key in ckpt
     assert ckpt["timesteps"] == timesteps and ckpt["world_size"] == world_size
+    from mpippo import resume  # the rank states' keys: the writer and their one list agree
+    assert [set(r) for r in ckpt["ranks"]] == [set(resume.RANK_STATE)] * world_size
+    assert set(resume.RANK_RNG) <= set(ckpt["ranks"][0]["rng"]) <= set(resume.RANK_RNG) | {"sampler"}
     assert ckpt["config"]["env"]["name"] == env
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
