@@ -124,6 +124,61 @@ def _run_once(cmd: list[str], timeout: float, cwd, env: dict | None) -> subproce
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+class Started(subprocess.Popen):
+    """A job whose output the test reads as it comes (start()). Where Open MPI failed to start it
+    (LAUNCH_FAILED), wait_for_line starts it again, as run() does, at most three starts in all."""
+
+    def __init__(self, cmd: list[str], **kw):
+        self.how, self.starts = (cmd, kw), 1
+        super().__init__(cmd, **kw)
+
+    def again(self, err: str) -> bool:
+        """Started again (True) if this start ended in Open MPI's failure to launch and starts are left."""
+        if self.returncode == 0 or LAUNCH_FAILED not in err or self.starts >= 3:
+            return False
+        print(f"mpirun failed to start the job (exit {self.returncode}, {LAUNCH_FAILED!r}); starting it again: "
+              f"{' '.join(map(str, self.args))[:200]}", file=sys.stderr)
+        self.stdout.close()
+        self.stderr.close()
+        subprocess.Popen.__init__(self, self.how[0], **self.how[1])  # the same object: the test holds it
+        self.starts += 1
+        return True
+
+
+def start(cmd: list[str], **kw) -> Started:
+    """Start a job in its own session, its output read by the test (wait_for_line, finish)."""
+    return Started(cmd, cwd=ROOT, env=mpi_env() | kw.pop("env", {}), stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 120) -> str:
+    """The first line of the job's output that starts with `prefix`; the test fails if none comes."""
+    deadline, err = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith(prefix):
+            return line
+        if not line and proc.poll() is not None:
+            err = proc.stderr.read()
+            if isinstance(proc, Started) and proc.again(err):
+                continue
+            break
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        err = proc.stderr.read()
+    pytest.fail(f"never printed {prefix!r}: {err[-2000:]}")
+
+
+def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str, str]:
+    """The job's exit code and output once it ends; the test fails if it does not within `timeout`."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("did not exit after the signal (hang)")
+    return proc.returncode, out, err
+
+
 def mpirun(n: int, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     return run([MPIRUN, "--oversubscribe", "-n", str(n), sys.executable] + args, timeout)
 

@@ -9,8 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, metrics, mpi_env, ok, run, trainer
-from test_resilience import finish, start, wait_for_line
+from conftest import MPIRUN, ROOT, finish, metrics, mpi_env, ok, run, start, trainer, wait_for_line
 
 pytestmark = pytest.mark.slow  # 3-rank runs of 10-40 s: left out by make test-fast
 

@@ -9,8 +9,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import MPIRUN, metrics, ok, trainer
-from test_resilience import finish, start, wait_for_line
+from conftest import MPIRUN, finish, metrics, ok, start, trainer, wait_for_line
 
 pytestmark = pytest.mark.slow
 

@@ -22,11 +22,10 @@ import pytest
 import torch
 
 import hostile
-from conftest import MPIRUN, ROOT, fake_wandb, mpi_env, ok, trainer, wandb_home
+from conftest import MPIRUN, ROOT, fake_wandb, finish, mpi_env, ok, start, trainer, wait_for_line, wandb_home
 from mpippo import runlock
 from hostile import Case
 from mpippo.launch import catches_usr1
-from test_resilience import finish, start, wait_for_line
 
 TOY = ["--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps", "1024"]
 EVIL_MARKER = "planted_code_ran"

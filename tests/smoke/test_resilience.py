@@ -1,7 +1,5 @@
 """Never lose a run: exact resume, signals, fail-stop, guards, damaged checkpoints."""
-import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -9,7 +7,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, error_lines, mpi_env, ok, trainer
+from conftest import MPIRUN, error_lines, finish, ok, start, trainer, wait_for_line
 
 # starpilot ends random-play episodes quickly and with non-zero returns, so curves are informative
 pytestmark = pytest.mark.slow
@@ -67,33 +65,6 @@ def test_bit_exact_resume_after_stop_by_step_count(reference_run, tmp_path):
     assert "resuming at 1,024 steps" in res.stdout and "warning" not in res.stdout
     assert_same_training_state(load(reference_run), load(run_dir))
     assert_same_curves(reference_run, run_dir)
-
-
-def start(cmd, **kw):
-    return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env() | kw.pop("env", {}), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
-
-
-def wait_for_line(proc, prefix, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith(prefix):
-            return line
-        if not line and proc.poll() is not None:
-            break
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail(f"never printed {prefix!r}: {proc.stderr.read()[-2000:]}")
-
-
-def finish(proc, timeout=90):
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("did not exit after the signal (hang)")
-    return proc.returncode, out, err
 
 
 def test_sigusr1_mid_iteration_checkpoints_requeues_and_resumes_exactly(reference_run, tmp_path):

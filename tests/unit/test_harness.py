@@ -1,8 +1,11 @@
 """The test harness's own promise: a job Open MPI failed to start is started again, nothing else is."""
 import json
 import subprocess
+import sys
 
-from conftest import LAUNCH_FAILED, relaunched
+import pytest
+
+from conftest import LAUNCH_FAILED, finish, relaunched, start, wait_for_line
 
 
 def _launches(*outcomes):
@@ -45,3 +48,25 @@ def test_the_process_table_sums_each_files_processes(tmp_path):
     assert lines[0].startswith("processes started: 4, 15 s of CPU; 3 imported torch, 2 made a procgen env")
     assert [line.split()[-1] for line in lines[2:]] == ["tests/b.py", "tests/a.py", "test)"]
     assert lines[3].split()[:4] == ["6", "2", "2", "1"]  # a.py: 5.5 s rounded, 2 processes, 2 torch, 1 procgen
+
+
+def _flaky_job(tmp_path, failures: int) -> list[str]:
+    """A job that fails as Open MPI's launch does `failures` times (a count in a file), then prints its line."""
+    count = tmp_path / "starts"
+    body = (f"import pathlib, sys\np = pathlib.Path({str(count)!r})\nn = int(p.read_text()) if p.exists() else 0\n"
+            f"p.write_text(str(n + 1))\nif n < {failures}:\n    sys.stderr.write({LAUNCH_FAILED!r} + '\\n')\n"
+            f"    sys.exit(213)\nprint('iter     1', flush=True)\n")
+    return [sys.executable, "-c", body]
+
+
+def test_a_streamed_job_open_mpi_failed_to_start_is_started_again(tmp_path):
+    proc = start(_flaky_job(tmp_path, failures=2))
+    assert wait_for_line(proc, "iter ").startswith("iter     1") and proc.starts == 3
+    assert finish(proc)[0] == 0
+
+
+def test_a_streamed_job_that_keeps_failing_to_start_fails_the_test(tmp_path):
+    proc = start(_flaky_job(tmp_path, failures=3))
+    with pytest.raises(pytest.fail.Exception, match=f"never printed 'iter '.*{LAUNCH_FAILED}"):
+        wait_for_line(proc, "iter ")
+    assert proc.starts == 3 and (tmp_path / "starts").read_text() == "3"
