@@ -26,6 +26,10 @@ BIN = Path(sys.executable).parent
 PROCS = os.environ.get("MPIPPO_TEST_PROCS")
 PYTHONPATH = f"{ROOT / 'tests' / 'procstats'}:{ROOT}" if PROCS else str(ROOT)
 MPIRUN = str(BIN / "mpirun") if (BIN / "mpirun").exists() else "mpirun"
+# configs/smoke.yaml's iterations on toy-cue, for the tests whose point is no game's (signals, faults, damaged
+# files, the CLI's outputs, scripts): a process that makes a procgen env first spends about 4 s of CPU loading
+# every game's assets, whatever the game (2026-11-29: 128 of a full run's processes did, 68 after the move)
+SMOKE_TOY = ["--config", "configs/smoke.yaml", "--set", "env.name=toy-cue"]
 # pip Open MPI's btl/ofi sleeps 1 s in every MPI_Init on a machine without a fabric (strace: after
 # its network scan); the tests run on one node, where the sm and self BTLs carry everything. Set
 # here, so that every process the tests start inherits it, Slurm jobs included (measured: the
@@ -93,16 +97,24 @@ def error_lines(stderr: str) -> list[str]:
 # with only this line among ~900 jobs (PMIx found no interface to listen on, or could not bind, on a
 # loaded machine; nothing of ours had run). Such a launch is started again, at most twice, and said.
 LAUNCH_FAILED = "PMIx server's listener thread failed to start"
+STARTS = 3  # at most, for a job Open MPI failed to start
+
+
+def launch_failed(code: int, err: str, args) -> bool:
+    """Whether a job ended in Open MPI's failure to start it (then said on stderr: it is started again)."""
+    if code == 0 or LAUNCH_FAILED not in err:
+        return False
+    print(f"mpirun failed to start the job (exit {code}, {LAUNCH_FAILED!r}); starting it again: "
+          f"{' '.join(map(str, args))[:200]}", file=sys.stderr)
+    return True
 
 
 def relaunched(launch: Callable[[], subprocess.CompletedProcess]) -> subprocess.CompletedProcess:
     """launch(), again where Open MPI failed to start the job (LAUNCH_FAILED); any other outcome stands."""
-    for _ in range(2):
+    for _ in range(STARTS - 1):
         res = launch()
-        if res.returncode == 0 or LAUNCH_FAILED not in res.stderr:
+        if not launch_failed(res.returncode, res.stderr, res.args):
             return res
-        print(f"mpirun failed to start the job (exit {res.returncode}, {LAUNCH_FAILED!r}); starting it again: "
-              f"{' '.join(map(str, res.args))[:200]}", file=sys.stderr)
     return launch()
 
 
@@ -126,7 +138,7 @@ def _run_once(cmd: list[str], timeout: float, cwd, env: dict | None) -> subproce
 
 class Started(subprocess.Popen):
     """A job whose output the test reads as it comes (start()). Where Open MPI failed to start it
-    (LAUNCH_FAILED), wait_for_line starts it again, as run() does, at most three starts in all."""
+    (LAUNCH_FAILED), wait_for_line starts it again, as run() does, at most STARTS starts in all."""
 
     def __init__(self, cmd: list[str], **kw):
         self.how, self.starts = (cmd, kw), 1
@@ -134,10 +146,8 @@ class Started(subprocess.Popen):
 
     def again(self, err: str) -> bool:
         """Started again (True) if this start ended in Open MPI's failure to launch and starts are left."""
-        if self.returncode == 0 or LAUNCH_FAILED not in err or self.starts >= 3:
+        if self.starts >= STARTS or not launch_failed(self.returncode, err, self.args):
             return False
-        print(f"mpirun failed to start the job (exit {self.returncode}, {LAUNCH_FAILED!r}); starting it again: "
-              f"{' '.join(map(str, self.args))[:200]}", file=sys.stderr)
         self.stdout.close()
         self.stderr.close()
         subprocess.Popen.__init__(self, self.how[0], **self.how[1])  # the same object: the test holds it

@@ -13,16 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PYTHONPATH, ROOT, metrics, ok, trainer
+from conftest import PYTHONPATH, ROOT, SMOKE_TOY, metrics, ok, trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "local_cluster.sh"
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 # 2 ranks x 4 envs x 32 steps of starpilot per iteration, replica checks at every iteration
 SMALL = ["--config", "configs/smoke.yaml", "--set", "env.name=starpilot"]
-# the same on toy-cue, for the jobs whose point is the script, not the game (a procgen rank spends ~4 s of CPU
-# loading every game's assets first)
-TOY = ["--config", "configs/smoke.yaml", "--set", "env.name=toy-cue"]
 
 
 def _can_run_slurm() -> str | None:
@@ -109,7 +106,7 @@ def assert_same_params(a: dict, b: dict) -> None:
 def test_ppo_48core_script_completes(cluster, tmp_path, launcher):
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     left = _left_by_a_killed_job()
-    job = sbatch("ppo_48core.sh", ["--ntasks=2"], TOY, job_env(run_dir, MPIPPO_LAUNCHER=launcher), out)
+    job = sbatch("ppo_48core.sh", ["--ntasks=2"], SMOKE_TOY, job_env(run_dir, MPIPPO_LAUNCHER=launcher), out)
     info = wait_state(job, FINAL, 300, out)
     assert not left.exists(), "the folder a killed job left is still there"
     assert info["JobState"] == "COMPLETED", out.read_text()[-3000:]
@@ -216,7 +213,7 @@ def test_ppo_6gpu_script_falls_back_to_cpu_on_fake_gpus(cluster, tmp_path):
     """One rank per GPU; the local node's GPUs are device files without CUDA: the ranks run on the
     CPU after one warning, and the job completes like the CPU scripts."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    job = sbatch("ppo_6gpu.sh", ["--ntasks-per-node=2", "--cpus-per-task=1"], TOY, job_env(run_dir), out)
+    job = sbatch("ppo_6gpu.sh", ["--ntasks-per-node=2", "--cpus-per-task=1"], SMOKE_TOY, job_env(run_dir), out)
     info = wait_state(job, FINAL, 300, out)
     log = out.read_text()
     assert info["JobState"] == "COMPLETED", log[-3000:]
@@ -300,7 +297,7 @@ def test_launcher_mistake_fails_loudly(cluster, tmp_path):
     """srun without PMIx starts N separate one-rank jobs: the trainer must refuse, not train N copies."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     env = job_env(run_dir, MPIPPO_LAUNCHER="srun", MPIPPO_SRUN_MPI="none")
-    job = sbatch("ppo_48core.sh", ["--ntasks=2"], TOY, env, out)
+    job = sbatch("ppo_48core.sh", ["--ntasks=2"], SMOKE_TOY, env, out)
     info = wait_state(job, FINAL, 300, out)
     assert info["JobState"] == "FAILED"
     assert "parallel.expected_world_size: 2 tasks were allocated but this job has 1 rank(s)" in out.read_text()

@@ -4,12 +4,11 @@ import pytest
 import torch
 import yaml
 
-from conftest import metrics, ok, trainer
+from conftest import SMOKE_TOY, metrics, ok, trainer
 from mpippo import runctl
 
 SMOKE = ["--config", "configs/smoke.yaml", "--no-progress"]
-# smoke's iterations on toy-cue: for what is no game's (a procgen process spends ~4 s of CPU on its assets)
-TOY_SMOKE = SMOKE + ["--set", "env.name=toy-cue"]
+TOY_SMOKE = SMOKE_TOY + ["--no-progress"]
 BENCH_KEYS = {"algo", "env", "world_size", "num_envs_per_rank", "total_timesteps", "duration_s", "fps",
               "phase_seconds", "phase_seconds_per_rank", "peak_rss_mb_per_rank", "peak_rss_mb_total",
               "cpu_percent", "episode_return_mean", "episodes", "hostnames", "git_commit"}
@@ -106,8 +105,7 @@ def test_plain_python_is_the_sequential_mode(tmp_path):
 
 def test_progress_lines_show_rate_and_eta(tmp_path):
     # Without a terminal (mpirun, batch logs) the bar stays off and these lines carry progress.
-    res = ok(trainer(2, ["--config", "configs/smoke.yaml", "--set", "env.name=toy-cue", "--output-dir",
-                         str(tmp_path / "r"), "--set", "logging.print_interval=1"]))
+    res = ok(trainer(2, SMOKE_TOY + ["--output-dir", str(tmp_path / "r"), "--set", "logging.print_interval=1"]))
     lines = [line for line in res.stdout.splitlines() if line.startswith("iter ")]
     assert len(lines) == 2 and all("steps/s" in line and "ETA" in line for line in lines)
     assert "512 steps" in lines[-1]

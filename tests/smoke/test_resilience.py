@@ -7,16 +7,14 @@ import psutil
 import pytest
 import torch
 
-from conftest import MPIRUN, error_lines, finish, ok, start, trainer, wait_for_line
+from conftest import MPIRUN, SMOKE_TOY, error_lines, finish, ok, start, trainer, wait_for_line
 
 # starpilot ends random-play episodes quickly and with non-zero returns, so curves are informative
 pytestmark = pytest.mark.slow
 
 FAST = ["--config", "configs/smoke.yaml", "--set", "env.name=starpilot", "--no-progress"]
 K_STEPS = 8 * 256  # 8 iterations of 2 ranks x 4 envs x 32 steps
-# the same iterations on toy-cue, where the game is not the point (signals, faults, damaged files): a
-# procgen process spends about 4 s of CPU loading every game's assets before its first step
-PLUMBING = ["--config", "configs/smoke.yaml", "--set", "env.name=toy-cue", "--no-progress"]
+PLUMBING = SMOKE_TOY + ["--no-progress"]  # the same iterations where the game is not the point
 
 
 def load(run_dir):
