@@ -98,8 +98,8 @@ def run_mpippo(env: str, seed: int, steps: int, folder: Path, precision: str | N
 
 def run_cleanrl(env: str, seed: int, steps: int, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
-    log = folder / "stdout.txt"
-    if not log.exists() or "SPS:" not in log.read_text()[-2000:]:
+    log, finished = folder / "stdout.txt", folder / "finished"
+    if not finished.exists():  # CleanRL prints as it goes: only its exit says the run reached its budget
         cmd = [sys.executable, str(cleanrl_script()), "--env-id", env, "--seed", str(seed), "--total-timesteps",
                str(steps), "--no-cuda"]
         with open(log, "w") as out:
@@ -108,6 +108,7 @@ def run_cleanrl(env: str, seed: int, steps: int, folder: Path) -> dict:
         if done.returncode != 0:
             tail = log.read_text().strip().splitlines()[-1:] or [""]
             raise ToolFailure(f"CleanRL on {env} failed (exit {done.returncode}): {tail[0][:300]}")
+        finished.write_text("exit 0\n")
     text = log.read_text()
     pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?[\d.e+-]+)", text)]
     sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
