@@ -66,7 +66,7 @@ class EnvConfig:
 
 @dataclass
 class ParallelConfig:
-    threads_per_rank: int = _f(0, "torch threads per rank; 0 = auto (SLURM_CPUS_PER_TASK, else cores / ranks on the node).")
+    threads_per_rank: int = _f(0, "torch threads per rank; 0 = auto (OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK, else cores / ranks on the node).")
     expected_world_size: Optional[int] = _f(None, "Fail unless the job has exactly this many ranks (the Slurm scripts pass SLURM_NTASKS); null = any.")
 
 

@@ -3,7 +3,8 @@
 - device: `auto` takes the GPU when CUDA works and otherwise runs on the CPU with one warning
   (naming CUDA_VISIBLE_DEVICES when GPUs were allocated); an explicit `cuda` without CUDA is bad
   input (exit 2) for every algorithm.
-- threads: `parallel.threads_per_rank: 0` means auto everywhere: SLURM_CPUS_PER_TASK, else the
+- threads: `parallel.threads_per_rank: 0` means auto everywhere: OMP_NUM_THREADS, else
+  SLURM_CPUS_PER_TASK, else the
   rank's CPU share (its affinity mask, divided among the ranks on the node that share it); procgen
   steps in the rank's thread on a CPU rank and with its CPU share less one thread on a GPU rank
   (the main thread drives the GPU).
@@ -200,10 +201,15 @@ def env_threads(configured: int | None, device, cpu_share: int) -> int:
 
 
 def threads_per_rank(configured: int, cpu_share: int) -> int:
-    """torch threads for one rank: `configured`, or (0 = auto) SLURM_CPUS_PER_TASK, else the rank's
-    CPU share (World.cpu_share: its affinity mask over the ranks on the node that share it)."""
+    """torch threads for one rank: `configured`, or (0 = auto) OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK,
+    else the rank's CPU share (World.cpu_share: its affinity mask over the ranks on the node that share
+    it). OMP_NUM_THREADS first because torch itself takes it: someone who set it (the Slurm scripts do,
+    to the task's CPUs; a machine shared with other jobs, as `make test`'s workers share theirs) meant it.
+    Only a plain positive count counts (OpenMP also takes nested lists such as "4,2")."""
     if configured > 0:
         return configured
-    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
-        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
     return max(1, cpu_share)

@@ -43,6 +43,11 @@ os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 # torch threads share them with the other worker's, and libgomp's spinning waits burn the core that
 # the other thread needs (two smoke runs side by side: 4.2 s each spinning, 2.4 s with passive waits).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# And one torch thread per rank (the trainer's auto count takes OMP_NUM_THREADS first): the two workers'
+# jobs already fill both cores with ranks, and a one-rank job's second thread only waits for the other
+# worker's (a toy smoke run: 4.5 s of CPU with two threads, 3.2 s with one). test_placement.py checks
+# the auto count without it, as a user's machine runs.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 # Each job the tests start gets a shared-memory folder of its own: the tests run jobs side by side,

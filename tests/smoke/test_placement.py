@@ -19,9 +19,10 @@ CORES = len(os.sched_getaffinity(0))
 
 
 def _launch(ranks: int, out, *extra: str) -> dict:
-    """The launcher as a user runs it: without the tests' environment-wide "bind nothing" policy."""
+    """The launcher as a user runs it: without the tests' environment-wide "bind nothing" policy and
+    one-thread count."""
     env = {k: v for k, v in mpi_env().items() if k not in ("PRTE_MCA_hwloc_default_binding_policy",
-                                                             "OMPI_MCA_rmaps_base_oversubscribe")}
+                                                             "OMPI_MCA_rmaps_base_oversubscribe", "OMP_NUM_THREADS")}
     res = subprocess.run([sys.executable, "-m", "mpippo.launch", "-n", str(ranks), *extra, "--config", "configs/toy_cue.yaml",
                           "--no-progress", "--total-timesteps", "1024", "--output-dir", str(out)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -72,10 +72,17 @@ def test_a_gpu_rank_makes_its_own_gpu_the_current_device(monkeypatch):
 
 def test_threads_policy(monkeypatch):
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert runctl.threads_per_rank(3, 8) == 3  # configured wins
     assert runctl.threads_per_rank(0, 5) == 5  # auto: the rank's CPU share
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
     assert runctl.threads_per_rank(0, 48) == 6
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert runctl.threads_per_rank(0, 48) == 2  # the user's OpenMP count first, as torch takes it
+    assert runctl.threads_per_rank(4, 48) == 4  # and the config's over it
+    for nested_or_not_a_count in ("4,2", "0", "two", ""):
+        monkeypatch.setenv("OMP_NUM_THREADS", nested_or_not_a_count)
+        assert runctl.threads_per_rank(0, 48) == 6
 
 
 def test_env_threads_policy():
