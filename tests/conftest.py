@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import compileall
 import json
 import os
 import resource
@@ -26,6 +27,12 @@ BIN = Path(sys.executable).parent
 PROCS = os.environ.get("MPIPPO_TEST_PROCS")
 PYTHONPATH = f"{ROOT / 'tests' / 'procstats'}:{ROOT}" if PROCS else str(ROOT)
 MPIRUN = str(BIN / "mpirun") if (BIN / "mpirun").exists() else "mpirun"
+# The project's bytecode, once, by the session's first process: where PYTHONDONTWRITEBYTECODE is set (as on
+# this project's machines) no process writes it, and each of the ~880 processes a full run starts compiled
+# mpippo's 13,000 lines from source again, about 1 s of CPU each (2026-11-29). Up-to-date files are skipped.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    for _folder in ("mpippo", "benchmarks", "analysis", "tests"):
+        compileall.compile_dir(ROOT / _folder, quiet=2)
 # configs/smoke.yaml's iterations on toy-cue, for the tests whose point is no game's (signals, faults, damaged
 # files, the CLI's outputs, scripts): a process that makes a procgen env first spends about 4 s of CPU loading
 # every game's assets, whatever the game (2026-11-29: 128 of a full run's processes did, 68 after the move)
