@@ -189,11 +189,8 @@ def test_damaged_or_foreign_checkpoints_are_refused(small_run, tmp_path):
     latest = small_run / "checkpoints" / "latest.pt"
     good = latest.read_bytes()
 
-    run = tmp_path / "truncated"
-    shutil.copytree(small_run, run)
-    (run / "checkpoints" / "latest.pt").write_bytes(good[: len(good) // 3])
-    assert "unreadable checkpoint" in _bad_resume(run)
-
+    # (a truncated file and another algorithm's name inside are the hostile table's ckpt-truncated and
+    # ckpt-other-algo; here: bytes that are no checkpoint, another network, another algorithm's config)
     run = tmp_path / "garbage"
     shutil.copytree(small_run, run)
     (run / "checkpoints" / "latest.pt").write_bytes(b"not a checkpoint at all")
@@ -202,12 +199,6 @@ def test_damaged_or_foreign_checkpoints_are_refused(small_run, tmp_path):
     assert "network shape" in _bad_resume(small_run, ["--set", "model.hidden_size=128"])
     assert latest.read_bytes() == good  # refused resumes touch nothing
 
-    run = tmp_path / "other_algo"
-    shutil.copytree(small_run, run)
-    state = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
-    state["algo"] = "dqn"
-    torch.save(state, run / "checkpoints" / "latest.pt")
-    assert "from algorithm 'dqn'" in _bad_resume(run)
     assert "from algorithm 'ppo'" in _bad_resume(small_run, ["--config", "configs/dqn_toy.yaml"])
     assert latest.read_bytes() == good
 
