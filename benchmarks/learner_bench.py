@@ -13,7 +13,7 @@
   chunk's segments take), reward scaling, V-trace targets and the PPO epochs. samples/s counts the
   epochs, as the run's learner_samples_per_s does (samples_per_update = segments x T x epochs);
   env_steps_per_s is the actor steps it can absorb (segments x T per update).
-- **PPO iteration profile**: one iteration of the synchronous trainer (SyncPPO: collect_rollout, learn)
+- **PPO iteration profile**: one iteration of the synchronous trainer (SyncTrainer: collect_rollout, learn)
   on one rank, after one warm-up iteration, under torch.profiler; written as the key_averages table
   (self time on the device, then on the CPU) with the iteration's phases, timed once more without the
   profiler, and the share of the iteration the device was busy: what bounds the rate. A Chrome trace
@@ -209,16 +209,16 @@ def _device_us(evt) -> float:
 
 def ppo_profile(device: str, table_out: Path, extra: list[str] = ()) -> dict:
     """One synchronous PPO iteration on one rank under torch.profiler (see the module's docstring).
-    Builds the trainer (SyncPPO) in this process, a World of one (no MPI job: comm/world.py)."""
+    Builds the trainer (SyncTrainer) in this process, a World of one (no MPI job: comm/world.py)."""
     from torch.profiler import ProfilerActivity, profile
 
     from mpippo.comm import World
     from mpippo.metrics.timers import PhaseTimer
-    from mpippo.runners.sync_ppo import SyncPPO
+    from mpippo.runners.sync import SyncTrainer
     argv = ["--device", device, *extra]
     _, cfg = check_trainer(argv, 1, "the profiled PPO iteration")
     with launch.temp_folder("profile") as tmp:
-        trainer = SyncPPO(cfg, World(), Path(tmp))
+        trainer = SyncTrainer(cfg, World(), Path(tmp))
         dev = trainer.device
         trainer._broadcast_parameters()  # as train() starts (one rank: nothing moves)
         _, trainer.obs, trainer.first = trainer.env.observe()

@@ -207,7 +207,7 @@ def check_ret_rms(v, path: str = "ret_rms") -> None:
 # ---- what each layout's runner writes beside its algorithm's state (the algorithms check theirs:
 # their `check_checkpoint`, found through the registry) ----
 def check_sync_state(state: dict, cfg: C.Config) -> None:
-    """The sync layout (runners/sync_ppo.py): the reward normalizer and every rank's state."""
+    """The sync layout (runners/sync.py): the reward normalizer and every rank's state."""
     mapping(state, "checkpoint", ("ret_rms", "ranks"))
     check_ret_rms(state["ret_rms"])
     if cfg.training.normalize_obs:  # (older checkpoints and runs without it have none)

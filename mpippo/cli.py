@@ -296,8 +296,8 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
                 path = run_dir / "checkpoints" / LATEST
                 state = load_checkpoint(_on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
                                         str(path), cfg.training.algo)
-            from mpippo.runners.sync_ppo import SyncPPO
-            trainer = SyncPPO(cfg, world, run_dir, resume_state=state)
+            from mpippo.runners.sync import SyncTrainer
+            trainer = SyncTrainer(cfg, world, run_dir, resume_state=state)
     except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)

@@ -60,7 +60,7 @@ def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
     return notes
 
 
-# A sync rank's entry of a checkpoint's "ranks", the one list of its keys: runners/sync_ppo.py rank_state
+# A sync rank's entry of a checkpoint's "ranks", the one list of its keys: runners/sync.py rank_state
 # writes them, ckpt_schema.check_sync_rank checks them, this module deals them out on another world size.
 # The runner's per-env arrays have one row per env like the env's state; the rest are the rank's RNG
 # streams (RANK_RNG) and its episode statistics.

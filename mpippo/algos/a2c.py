@@ -1,6 +1,6 @@
 """A2C: synchronous advantage actor-critic (Mnih et al. 2016, A3C's synchronous form, as in
 Stable-Baselines3 and RLlib), in the sync layout: the runner's replicas and its one Allreduce of
-the flat gradient per minibatch (runners/sync_ppo.py), PPO's network and rollout.
+the flat gradient per minibatch (runners/sync.py), PPO's network and rollout.
 
 One iteration on each rank:
   rollout of training.n_steps per env -> returns and advantages: bootstrapped n-step returns
@@ -113,7 +113,7 @@ def make_rmsprop(params, lr: float, alpha: float, eps: float):
 
 
 class A2C:
-    """A2C in the sync layout (registry entry "a2c"): what runners/sync_ppo.py asks of its algorithm.
+    """A2C in the sync layout (registry entry "a2c"): what runners/sync.py asks of its algorithm.
     The update is ppo_update's minibatch loop (advantage normalization, the Allreduce through
     grad_sync, the non-finite guard, gradient clipping) run once, with the A2C loss."""
 

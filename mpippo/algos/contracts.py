@@ -1,7 +1,7 @@
 """What each layout asks of an algorithm, as typing.Protocols: the contract a new algorithm module
 fulfils (tests/unit/test_registry.py checks every registry entry against its layout's).
 
-A sync algorithm (PPO, A2C) is driven by runners/sync_ppo.py: it builds the optimizer over the one
+A sync algorithm (PPO, A2C) is driven by runners/sync.py: it builds the optimizer over the one
 flat parameter, runs the update on a rollout's batch (its gradients averaged by `grad_sync`, one
 Allreduce per minibatch) and returns UPDATE_STATS. An actor-learner algorithm (Ape-X DQN, APPO) is
 one object with both halves, driven by layout/learner.py and layout/actor.py: what a chunk item is,

@@ -335,7 +335,7 @@ SUMMED = ("pg_loss", "v_loss", "entropy", "clipfrac")  # ppo_update's statistics
 
 
 class PPO:
-    """PPO in the sync layout (registry entry "ppo"): what runners/sync_ppo.py asks of its algorithm.
+    """PPO in the sync layout (registry entry "ppo"): what runners/sync.py asks of its algorithm.
     The runner owns the replicas, the rollout and the Allreduce (grad_sync); this owns the optimizer,
     the update and the check of what its checkpoints hold beside the runner's state."""
 

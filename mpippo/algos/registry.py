@@ -8,7 +8,7 @@ the registry (the algorithm list, the sections) and a bad config is refused befo
 
 The two layouts:
   sync           every rank steps its envs and learns on an identical replica of the network; one
-                 Allreduce of the flat gradient per minibatch (runners/sync_ppo.py). The entry's
+                 Allreduce of the flat gradient per minibatch (runners/sync.py). The entry's
                  `impl` is a class built with the Config: optimizer(params), update(...),
                  gae_lambda, allreduces_per_iteration, check_checkpoint(state, cfg, net).
   actor-learner  per agent one learner rank and actor ranks (runners/actor_learner.py). The entry's

@@ -68,8 +68,8 @@ def user_cfg(name, **env):
 
 def trainer_of(cfg, tmp_path):
     from mpippo.comm import World
-    from mpippo.runners.sync_ppo import SyncPPO
-    return SyncPPO(cfg, World(), tmp_path, None)
+    from mpippo.runners.sync import SyncTrainer
+    return SyncTrainer(cfg, World(), tmp_path, None)
 
 
 def test_a_time_limit_bootstraps_from_the_final_observation(tmp_path):

@@ -102,7 +102,7 @@ def ref_iteration(model, opt, norm: RefRewardNorm, roll: dict, t, generator: tor
 
 def make_trainer(tmp_path, **training):
     from mpippo.comm import World
-    from mpippo.runners.sync_ppo import SyncPPO
+    from mpippo.runners.sync import SyncTrainer
     over = [("env", "name", "toy-cue"), ("env", "num_envs", 8), ("model", "channels", [8, 16]),
             ("model", "hidden_size", 32), ("training", "n_steps", 32), ("training", "n_epochs", 2),
             ("training", "num_minibatches", 4), ("training", "gamma", GAMMA), ("training", "gae_lambda", LAM),
@@ -111,7 +111,7 @@ def make_trainer(tmp_path, **training):
             ("training", "precision", "fp32"),  # the formulas, compared in fp32 whatever the hardware
             *[("training", k, v) for k, v in training.items()]]
     cfg = C.resolve(C.build({}, over, 1), 1)
-    return SyncPPO(cfg, World(), tmp_path, None), cfg.training
+    return SyncTrainer(cfg, World(), tmp_path, None), cfg.training
 
 
 def run_both(tmp_path, iterations=2, **training) -> list[float]:

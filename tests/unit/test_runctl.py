@@ -136,12 +136,12 @@ def test_ppo_and_dqn_report_episode_return_mean_alike(tmp_path):
     from mpippo.comm.p2p import ChunkLayout
     from mpippo.layout.learner import Learner
     from mpippo.metrics.reporter import IDX
-    from mpippo.runners.sync_ppo import SyncPPO
+    from mpippo.runners.sync import SyncTrainer
 
     returns = np.random.default_rng(0).normal(5, 3, 137)
     cfg = C.resolve(C.build({}, [("env", "name", "toy-cue"), ("env", "num_envs", 4), ("model", "channels", [4]),
                                  ("model", "hidden_size", 8), ("training", "n_steps", 8)], 1), 1)
-    ppo = SyncPPO(cfg, World(), tmp_path, None)
+    ppo = SyncTrainer(cfg, World(), tmp_path, None)
     ppo.win_returns.add(returns[:60])
     ppo.win_returns.add(returns[60:])
     ppo.interval_ep[:] = 0

@@ -15,7 +15,7 @@ import yaml
 from mpippo import config as C
 from mpippo.checkpoint import load_checkpoint
 from mpippo.comm import World
-from mpippo.runners.sync_ppo import SyncPPO
+from mpippo.runners.sync import SyncTrainer
 
 world = World(collective_timeout_s=120)
 world.install_abort_hook()
@@ -24,7 +24,7 @@ data = yaml.safe_load((run_dir / "config.yaml").read_text())
 data["env"]["num_envs_per_rank"] = None
 cfg = C.resolve(C.build(data, [C.parse_override(s) for s in sys.argv[3:]], world.size), world.size)
 state = load_checkpoint((run_dir / "checkpoints" / "latest.pt").read_bytes(), "checkpoint", "ppo")
-trainer = SyncPPO(cfg, world, out.parent / f"scratch_{world.size}", resume_state=state)
+trainer = SyncTrainer(cfg, world, out.parent / f"scratch_{world.size}", resume_state=state)
 if trainer.obs is None:  # fresh envs: their first observation, as train() takes it
     _, trainer.obs, trainer.first = trainer.env.observe()
 ranks = world.gather_obj(trainer.rank_state())

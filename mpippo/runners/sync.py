@@ -1,5 +1,6 @@
-"""Synchronous data-parallel PPO, and the sync layout of every algorithm whose registry entry
-names it (the runner calls the entry's optimizer and update): every rank steps its own envs with
+"""The sync layout's runner (SyncTrainer): synchronous data-parallel training for every algorithm
+whose registry entry names this layout, PPO and A2C (the runner calls the entry's optimizer and
+update, so it knows no algorithm by name): every rank steps its own envs with
 its own replica of the policy; gradients are averaged with one Allreduce per minibatch, so
 replicas stay identical.
 
@@ -44,7 +45,7 @@ from mpippo.models.flat import flat_model_, num_params
 REWARD_CLIP = 10.0
 
 
-class SyncPPO:
+class SyncTrainer:
     def __init__(self, cfg: Config, world: World, run_dir: Path, resume_state: dict | None = None):
         self.cfg, self.world, self.run_dir = cfg, world, Path(run_dir)
         self.wandb_run = None  # rank 0's W&B run (start_wandb)
