@@ -24,8 +24,8 @@ import yaml
 
 from mpippo import config as C
 from mpippo import hostmem, preemption, runctl, runlock
-from mpippo.checkpoint import (LATEST, atomic_write_bytes, load_checkpoint, missing_folders, read_checkpoint_bytes,
-                               remove_if_empty, require_checkpoint)
+from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes, require_checkpoint
+from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo.comm import World
 from mpippo.errors import JobFailure
 from mpippo.usage import Parser

@@ -25,8 +25,8 @@ import numpy as np
 
 from mpippo import config as C
 from mpippo.algos import registry
-from mpippo.checkpoint import (atomic_write_json, load_checkpoint, missing_folders, read_checkpoint_bytes,
-                               remove_if_empty)
+from mpippo.checkpoint import load_checkpoint, read_checkpoint_bytes
+from mpippo.files import atomic_write_json, missing_folders, remove_if_empty
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE

@@ -89,7 +89,7 @@ def phase_timer(rank: int) -> PhaseTimer:
 
 
 def save_fault(iteration: int):
-    """A callback for checkpoint.atomic_write_bytes, run after half the bytes are written; or None."""
+    """A callback for files.atomic_write_bytes, run after half the bytes are written; or None."""
     if FAULT is None or FAULT["iteration"] != iteration or FAULT["kind"] not in ("kill_in_save", "enospc"):
         return None
 

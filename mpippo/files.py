@@ -1,4 +1,12 @@
-"""Reading the files mpippo wrote earlier, or saying in one line why a file is not one.
+"""The files mpippo writes: written atomically, read back or refused in one line.
+
+Writing (every output of a run, a suite, a tool): a temp file next to the target, fsync, os.replace,
+fsync of the folder, so a reader sees the previous complete file or the new one, never a torn one,
+whatever kills the writer; each file gets the mode the umask gives (file_mode), so a teammate reads
+a run as any file of its owner; an early exit removes the folders it made (missing_folders,
+remove_if_empty), never a file someone put there.
+
+Reading: the files mpippo wrote earlier, or saying in one line why a file is not one.
 
 Every reader of a run's or a suite's own files goes through here: benchmark_metrics.json, a run's
 config.yaml, a suite's manifests and submissions.jsonl, a sweep's or a benchmark's results. Such a
@@ -11,6 +19,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +30,81 @@ MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few M
 METRICS = "benchmark_metrics.json"
 
 
+# ---- writing ----
+def atomic_write_bytes(path: str | Path, data: bytes, _midway=None) -> None:
+    """`_midway` (tests only) runs after half of the data is written, to kill or fail the write there."""
+    def write(f):
+        if _midway is not None:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            _midway()
+            f.write(data[len(data) // 2:])
+        else:
+            f.write(data)
+    atomic_write_with(path, write)
+
+
+def file_mode() -> int:
+    """The mode of a new file as this process's umask makes it (0644 under the common 022; 0664 for a
+    group-shared project under 002): what an atomic write gives its file instead of mkstemp's 0600,
+    so a teammate reads a run as they read any file of its owner. /proc's reading is thread-safe;
+    the umask call pair is the fallback elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            mask = next(int(x.split()[1], 8) for x in f if x.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_with(path: str | Path, write) -> None:
+    """Call write(binary file) on a temp file next to `path`, fsync, rename over `path`, fsync the folder.
+    For outputs too large to build in memory first (the replay buffer)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet, outermost first: what a mkdir(parents=True)
+    of it will create, so that an early exit can remove exactly those (remove_if_empty)."""
+    folder = Path(folder)
+    return [p for p in reversed([folder, *folder.parents]) if not p.exists()]
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove `folders` innermost first while they are empty: a file someone put there is never lost."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+# ---- reading ----
 def _problem(path: Path, what: str, why: str) -> UsageError:
     return UsageError(f"{what} '{show(str(path))[1:-1]}': {why}")
 

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from mpippo.checkpoint import atomic_write_bytes, missing_folders, remove_if_empty
+from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import Parser as _Parser
 

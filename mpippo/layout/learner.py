@@ -14,7 +14,8 @@ import numpy as np
 
 from mpippo import ckpt_schema as schema
 from mpippo import hostmem
-from mpippo.checkpoint import atomic_write_with, save_checkpoint
+from mpippo.checkpoint import save_checkpoint
+from mpippo.files import atomic_write_with
 from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
 from mpippo.faults import maybe_inject

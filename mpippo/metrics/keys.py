@@ -98,8 +98,7 @@ def write(run_dir, values: dict, layout: dict) -> dict:
     """benchmark_metrics.json in `run_dir`, atomically: `values` must hold every key of COMMON and of
     the layout's table (SYNC_PPO, ACTOR_LEARNER) with its type. A value that does not is a bug, said on
     stderr in one line; the file is still written (it holds the run's figures)."""
-    from mpippo.checkpoint import atomic_write_json  # (its module loads the config: not at this import)
-    from mpippo.files import METRICS
+    from mpippo.files import METRICS, atomic_write_json  # (its module loads the config: not at this import)
     bad = problems(values) + problems(values, layout)
     if bad:
         print(f"mpippo: warning: benchmark_metrics.json: {'; '.join(bad)[:300]}", file=sys.stderr, flush=True)

@@ -98,7 +98,7 @@ class WandbStart:
             raise UsageError(f"logging.wandb: W&B refused to start the run in {self.mode} mode ({_first_line(e)}); "
                              + _what_to_do(self.mode)) from None
         if self.new_id:
-            from mpippo.checkpoint import atomic_write_bytes
+            from mpippo.files import atomic_write_bytes
             atomic_write_bytes(self.run_dir / WANDB_ID, run_id.encode())
 
     def undo(self) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpippo.checkpoint import atomic_write_bytes
+from mpippo.files import atomic_write_bytes
 from mpippo.suite import state
 from mpippo.suite.spec import Suite
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpippo.checkpoint import atomic_write_bytes
-from mpippo.files import read_run_config
+from mpippo.files import atomic_write_bytes, read_run_config
 from mpippo import envs
 from mpippo.suite import state
 from mpippo.suite.reference import REFERENCE, reference_curves

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from mpippo import runlock
-from mpippo.checkpoint import missing_folders, remove_if_empty
+from mpippo.files import missing_folders, remove_if_empty
 from mpippo.usage import UsageError
 from mpippo.suite import state
 from mpippo.suite.spec import Member, Suite, SuiteError, write_manifest

@@ -26,7 +26,7 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps, env="coinrun"):
     assert cfg["env"]["num_envs"] == envs_per_rank * world_size
 
     # readable as the umask allows (a teammate on the cluster reads the run), not mkstemp's 0600
-    from mpippo.checkpoint import file_mode
+    from mpippo.files import file_mode
     for name in ("config.yaml", "benchmark_metrics.json", "checkpoints/latest.pt", ".mpippo.lock"):
         assert (run_dir / name).stat().st_mode & 0o777 == file_mode(), name
     m = metrics(run_dir)

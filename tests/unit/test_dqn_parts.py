@@ -475,7 +475,7 @@ def test_joint_and_two_pass_learners_stay_together():
 
 
 def write_with(path, fn):
-    """checkpoint.atomic_write_with's part here: fn writes the open file."""
+    """files.atomic_write_with's part here: fn writes the open file."""
     with open(path, "wb") as f:
         fn(f)
 

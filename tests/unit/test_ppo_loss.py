@@ -88,7 +88,7 @@ def test_nonfinite_gradients_skip_steps_then_abort():
 
 
 def test_atomic_write_failure_keeps_previous_file(tmp_path):
-    from mpippo.checkpoint import atomic_write_bytes
+    from mpippo.files import atomic_write_bytes
     target = tmp_path / "latest.pt"
     atomic_write_bytes(target, b"old contents")
 

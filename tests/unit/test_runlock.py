@@ -209,7 +209,7 @@ def test_of_many_takers_at_once_exactly_one_holds_the_folder(tmp_path):
 def test_atomic_writes_and_lock_files_follow_the_umask(tmp_path, umask):
     """Run outputs get the mode any file of this user gets (the tools', the lock's and the
     trainer's alike), not the 0600 of the temporary file they are written through."""
-    from mpippo.checkpoint import atomic_write_bytes, file_mode
+    from mpippo.files import atomic_write_bytes, file_mode
     before = os.umask(umask)
     try:
         assert file_mode() == 0o666 & ~umask
