@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from mpippo.algos.adam import Adam  # noqa: E402
-from mpippo.algos.ppo import autocast, local_grad_check, ppo_update  # noqa: E402
+from mpippo.algos.policy_gradient import autocast, local_grad_check  # noqa: E402
+from mpippo.algos.ppo import ppo_update  # noqa: E402
 from mpippo.config import TrainingConfig  # noqa: E402
 from mpippo.models import ImpalaCNNPolicy  # noqa: E402
 

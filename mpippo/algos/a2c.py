@@ -68,10 +68,10 @@ ALGORITHM = Algorithm(
 # ---- the algorithm (torch) ----
 def a2c_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_returns, mb_values,
              clip_range: float, clip_vloss: bool, ent_coef: float, vf_coef: float):
-    """The actor-critic loss of one minibatch, in ppo_loss's signature (ppo_update calls it; PPO's
+    """The actor-critic loss of one minibatch, in ppo_loss's signature (the toolkit's minibatch_update calls it; PPO's
     clip_range and clip_vloss are unused). approx_kl measures how far the policy moved from the
     rollout's within the pass (0 at its first step), so it reads as PPO's does; clipfrac is 0."""
-    from mpippo.algos.ppo import PPOLoss
+    from mpippo.algos.policy_gradient import PPOLoss
     pg_loss = -(mb_advantages * newlogprob).mean()
     v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
     entropy_loss = entropy.mean()
@@ -130,11 +130,11 @@ class A2C:
 
     def update(self, model, optimizer, batch: dict, grad_sync, generator=None, timer=None, nonfinite_streak: int = 0,
                max_nonfinite_streak: int = 3, adv_moments=None, shares=None) -> dict:
-        from mpippo.algos.ppo import local_mean_std, ppo_update
+        from mpippo.algos.policy_gradient import local_mean_std, minibatch_update
         # one pass in a2c.num_minibatches steps; no KL stop (built here: training.precision is settled by the runner)
         one_pass = dataclasses.replace(self.t, n_epochs=1, num_minibatches=self.a.num_minibatches, target_kl=None)
-        return ppo_update(model, optimizer, batch, one_pass, grad_sync, generator, timer, nonfinite_streak,
-                          max_nonfinite_streak, adv_moments or local_mean_std, loss_fn=a2c_loss, shares=shares)
+        return minibatch_update(model, optimizer, batch, one_pass, grad_sync, generator, timer, nonfinite_streak,
+                                max_nonfinite_streak, adv_moments or local_mean_std, loss_fn=a2c_loss, shares=shares)
 
     @staticmethod
     def check_checkpoint(state: dict, cfg, net) -> None:

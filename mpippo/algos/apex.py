@@ -27,7 +27,7 @@ from mpippo.algos.adam import Adam
 from mpippo.algos.learner_parts import DeviceAdam, NonFiniteGuard, flat_parameters, nonfinite_message
 from mpippo.algos.dqn import (NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half_device,
                               replay_device)
-from mpippo.algos.ppo import autocast
+from mpippo.algos.policy_gradient import autocast
 from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
 from mpippo.errors import NonFiniteError
 from mpippo.metrics import tags

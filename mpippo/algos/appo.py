@@ -21,7 +21,8 @@ import torch
 from mpippo import ckpt_schema as schema
 from mpippo.algos.adam import Adam
 from mpippo.algos.learner_parts import DeviceAdam, NonFiniteGuard, flat_parameters, nonfinite_message
-from mpippo.algos.ppo import PPOLoss, autocast, ppo_loss
+from mpippo.algos.policy_gradient import PPOLoss, autocast
+from mpippo.algos.ppo import ppo_loss
 from mpippo.algos.vtrace import vtrace
 from mpippo.envs import obs_dtype
 from mpippo.errors import NonFiniteError
@@ -93,7 +94,7 @@ def segment_targets(model, seg: dict, a, gamma: float, lam: float) -> dict:
     `lam` weights the traces as GAE's lambda does (the synchronous PPO's training.gae_lambda; 1: IMPALA's)."""
     obs, actions = seg["obs"], seg["actions"]
     B, T = actions.shape
-    from mpippo.algos.ppo import logprob_entropy
+    from mpippo.algos.policy_gradient import logprob_entropy
     with torch.no_grad():
         logits, values = model(obs.reshape(B * (T + 1), *obs.shape[2:]))
         logits = logits.reshape(B, T + 1, -1)[:, :T].reshape(B * T, -1)
@@ -148,7 +149,7 @@ def minibatch_steps(model, adam, guard, b: dict, a, t, generator: torch.Generato
     `a.loss` objective, then the step, taken only where the gradient is finite and the guard allows
     (decided on the device), with the gradient clipped to t.max_grad_norm. Returns, on the device, the
     sums over the steps taken of STATS, then their number."""
-    from mpippo.algos.ppo import autocast, device_mean_std, logprob_entropy
+    from mpippo.algos.policy_gradient import autocast, device_mean_std, logprob_entropy
     n = b["actions"].shape[0]
     mb_size, device = n // a.num_minibatches, b["actions"].device
     sums = torch.zeros(len(STATS) + 1, dtype=torch.float64, device=device)

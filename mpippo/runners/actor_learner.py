@@ -28,7 +28,7 @@ import psutil
 import torch
 
 from mpippo import models, resume
-from mpippo.algos.ppo import autocast
+from mpippo.algos.policy_gradient import autocast
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel

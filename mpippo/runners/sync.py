@@ -24,7 +24,8 @@ from mpippo import ckpt_schema as schema
 from mpippo import models, resume
 from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
 from mpippo.algos.contracts import REPORTED_STATS
-from mpippo.algos.ppo import GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std, minibatch_shares
+from mpippo.algos.policy_gradient import (GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std,
+                                          minibatch_shares)
 from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,

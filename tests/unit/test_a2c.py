@@ -8,7 +8,7 @@ import torch
 from mpippo import config as C
 from mpippo.algos import registry
 from mpippo.algos.a2c import A2C, a2c_loss, make_rmsprop
-from mpippo.algos.ppo import local_grad_check
+from mpippo.algos.policy_gradient import local_grad_check
 from mpippo.models import build
 
 

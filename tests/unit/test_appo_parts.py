@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mpippo.algos import appo
-from mpippo.algos.ppo import logprob_entropy
+from mpippo.algos.policy_gradient import logprob_entropy
 
 
 def test_discounts_are_zero_where_the_next_step_starts_an_episode():
@@ -77,7 +77,8 @@ def test_on_policy_appo_epoch_equals_a_ppo_epoch_with_n_step_advantages():
     targets are the n-step returns, advantages returns - values), same minibatch order."""
     import copy
     from types import SimpleNamespace
-    from mpippo.algos.ppo import local_grad_check, ppo_update
+    from mpippo.algos.policy_gradient import local_grad_check
+    from mpippo.algos.ppo import ppo_update
     B, T, gamma = 4, 6, 0.9
     net = tiny_net()
     obs = torch.randint(0, 255, (B, T + 1, 8, 8, 3), dtype=torch.uint8)

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from mpippo.algos.adam import Adam
-from mpippo.algos.ppo import logprob_entropy, minibatch_shares, ppo_loss, ppo_update
+from mpippo.algos.policy_gradient import logprob_entropy, minibatch_shares
+from mpippo.algos.ppo import ppo_loss, ppo_update
 from mpippo.comm.collectives import GradAllreduce, global_mean_std
 from mpippo.models.flat import flat_model_, num_params
 

@@ -121,7 +121,7 @@ def test_a_gaussian_policy_draws_logs_and_scores_as_torch_normal():
     """Continuous actions: PolicyStep draws mean + std * N(0, 1) from its sampler's stream, the
     log-probability and entropy are a diagonal Normal's (summed over dimensions), and the update's
     logprob_entropy gives the same numbers for the same actions."""
-    from mpippo.algos.ppo import GumbelSampler, PolicyStep, logprob_entropy
+    from mpippo.algos.policy_gradient import GumbelSampler, PolicyStep, logprob_entropy
     from mpippo.models.mlp import MLPPolicy
     torch.manual_seed(0)
     net = MLPPolicy(3, 2, (16,), continuous=True)

@@ -1,6 +1,6 @@
 import torch
 
-from mpippo.algos.ppo import compute_gae
+from mpippo.algos.policy_gradient import compute_gae
 
 
 def test_gae_hand_computed_with_episode_boundary():

@@ -1,4 +1,4 @@
-"""The rollout's policy step (algos.ppo.PolicyStep): the same actions, log-probs and values as the
+"""The rollout's policy step (algos.policy_gradient.PolicyStep): the same actions, log-probs and values as the
 step written out by hand, from the same generator state; Gumbel-max draws from softmax(logits); a
 capture that fails falls back to eager with one warning; on a GPU, the graphed step equals the
 eager one bit for bit while the weights change in place (CUDA only: run by gpu_session.sh)."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpippo.algos.ppo import GumbelSampler, PolicyStep, autocast, gumbel_max
+from mpippo.algos.policy_gradient import GumbelSampler, PolicyStep, autocast, gumbel_max
 from mpippo.models.flat import flat_model_
 from mpippo.models.impala_cnn import ImpalaCNNPolicy
 

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from mpippo.algos.ppo import local_grad_check, logprob_entropy, ppo_loss, ppo_update
+from mpippo.algos.policy_gradient import local_grad_check, logprob_entropy
+from mpippo.algos.ppo import ppo_loss, ppo_update
 from mpippo.config import TrainingConfig
 from mpippo.models import ImpalaCNNPolicy
 from mpippo.models.flat import flat_model_
