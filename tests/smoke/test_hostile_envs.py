@@ -44,8 +44,14 @@ def user_run(tmp_path_factory):
 
 
 def on_user_run(*argv, module: str = "run_mpi.py"):
+    """argv on a copy of the user run (RUN): cases run two at a time, and a refused resume still takes
+    the run's lock for a moment (its lock file's line, put back at exit), which the other case's
+    before-and-after hashes of a shared folder would catch half-way."""
     def setup(tmp, shared):
-        args = [a.replace("RUN", str(shared["run"])) for a in argv]
+        import shutil
+        run_dir = tmp / "run"
+        shutil.copytree(shared["run"], run_dir)
+        args = [a.replace("RUN", str(run_dir)) for a in argv]
         return None, ([module] if module.endswith(".py") else ["-m", module]) + args, {"PYTHONPATH": USER_ENVS}
     return setup
 
