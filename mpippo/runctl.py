@@ -4,8 +4,8 @@
   (naming CUDA_VISIBLE_DEVICES when GPUs were allocated); an explicit `cuda` without CUDA is bad
   input (exit 2) for every algorithm.
 - threads: `parallel.threads_per_rank: 0` means auto everywhere: OMP_NUM_THREADS, else
-  SLURM_CPUS_PER_TASK, else the
-  rank's CPU share (its affinity mask, divided among the ranks on the node that share it); procgen
+  SLURM_CPUS_PER_TASK, else the rank's CPU share (its affinity mask, divided among the ranks on the
+  node that share it); procgen
   steps in the rank's thread on a CPU rank and with its CPU share less one thread on a GPU rank
   (the main thread drives the GPU).
 - stop reasons, one precedence: a budget that is reached ends the run as `done` whatever else

@@ -3,7 +3,7 @@ pieces), pure torch (no MPI): GAE, autocast, log-probabilities, the rollout's po
 graph on a GPU), advantage moments, the minibatch shares of a cut-off rollout, and the update loop
 over epochs and minibatches that calls an algorithm's loss.
 
-Distributed training enters through one argument of `ppo_update`: `grad_sync`, called
+Distributed training enters through one argument of `minibatch_update`: `grad_sync`, called
 after every backward. With one process it only checks for non-finite values; under MPI
 it is comm.collectives.GradAllreduce. Names follow CleanRL (b_ = batch, mb_ = minibatch).
 """

@@ -115,11 +115,10 @@ def _declares_algorithm(path: Path) -> bool:
     other older modules import torch at their top and declare nothing: their entries are above)."""
     try:
         text = path.read_text()
-        # parsed only when a line starts with the name: parsing every module cost each process 60 ms
-        tree = ast.parse(text) if re.search(r"^ALGORITHM\b", text, re.M) else None
+        if not re.search(r"^ALGORITHM\b", text, re.M):  # parsing every module cost each process 60 ms
+            return False
+        tree = ast.parse(text)
     except (OSError, SyntaxError):
-        return False
-    if tree is None:
         return False
     return any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ALGORITHM"
                                                     for t in node.targets) for node in tree.body)
