@@ -6,7 +6,8 @@ Config cases are refused before training (exit 2, one `mpippo: error:` line nami
 is allowed, nothing written). A learning rate that makes the loss diverge is a run that fails: the
 learner skips the non-finite steps, and after guards.max_nonfinite_skips of them in a row it stops
 its actors and the job exits 1 with one line, no traceback, no MPI abort, no final checkpoint.
-The cases run two at a time (3 ranks each under mpirun); each has its own test.
+The cases run two at a time (2 ranks each under mpirun, a learner and an actor: both roles meet the
+input; a second actor only added a rank's start); each has its own test.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ APPO = ["--config", "configs/appo_toy.yaml", "--no-progress"]
 SELFPLAY = ["--config", "configs/dqn_selfplay.yaml", "--no-progress"]
 
 
-def train(base: list[str], *sets: str, extra=(), output: str = "out", ranks: int = 3):
-    """3 ranks (a learner, two actors) of the trainer with `--set` overrides; TMP/<output> is the run folder."""
+def train(base: list[str], *sets: str, extra=(), output: str = "out", ranks: int = 2):
+    """2 ranks (a learner, an actor) of the trainer with `--set` overrides; TMP/<output> is the run folder."""
     def setup(tmp, shared):
         argv = ["run_mpi.py", *base, *extra, "--output-dir", f"{tmp}/{output}"]
         for item in sets:
@@ -83,7 +84,7 @@ CASES = [
          "dqn.learning_starts: 3,000 is not below the transitions the actors make over the budget"),
     Case("combo-dqn-replay-ratio", train(DQN, "dqn.replay_ratio=0.001"), "= 0 updates over the budget"),
     Case("combo-dqn-chunk-beyond-actor", train(DQN, "dqn.chunk_size=1000000"),
-         "dqn.chunk_size: 1,000,000 transitions per message, but each actor makes only 12,000"),
+         "dqn.chunk_size: 1,000,000 transitions per message, but each actor makes only 24,000"),
     Case("combo-appo-chunk-beyond-batch", train(APPO, "appo.chunk_size=100"),
          "appo.chunk_size: a message of 100 segments is more than the learner keeps between two updates"),
 ]
