@@ -84,11 +84,13 @@ compare: venv
 scaling: venv
 	$(BIN)/python analysis/scaling_sweep.py --ranks $(RANKS) --mode $(MODE) $(ARGS)
 
-# Two workers, a test file each at a time (a file's fixtures are built once): the Slurm file waits on
-# the scheduler much of its time, and the other worker's tests fill the idle core. Then the tests marked
-# alone (they assert on time: hang guards, deadlines, rates between ranks), with nothing beside them.
+# Two workers, a test file each at a time (a file's fixtures are built once), in conftest.py's order
+# (the longest jobs first): the Slurm file waits on the scheduler much of its time, and the other
+# worker's tests fill the idle core. Then the tests marked alone (they assert on time: hang guards,
+# deadlines, rates between ranks), with nothing beside them.
 test: venv
-	$(BIN)/python -m pytest -q --durations=12 -n $(TEST_WORKERS) --dist loadfile -m "not alone" tests
+	$(BIN)/python -m pytest -q --durations=12 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  -m "not alone" tests
 	$(BIN)/python -m pytest -q --durations=5 -m alone tests
 
 test-fast: venv

@@ -221,6 +221,20 @@ def metrics(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "benchmark_metrics.json").read_text())
 
 
+# The order the two workers take the files in (make test: --dist loadfile --no-loadscope-reorder): the files
+# that start the longest jobs first, the in-process unit tests last, so that the part ends with both workers
+# on short files. (xdist's own order, most tests first, put the Slurm and learning files, few tests and the
+# most CPU, at the end: on the AVX2 node one worker ran alone for the part's last two minutes.)
+FIRST_TO_LAST = ("tests/slurm/", "tests/learning/", "tests/smoke/", "tests/mpi/", "tests/unit/")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    def rank(item) -> int:
+        path = item.nodeid
+        return next((i for i, d in enumerate(FIRST_TO_LAST) if path.startswith(d)), len(FIRST_TO_LAST))
+    items.sort(key=rank)  # stable: each folder's files and tests keep their order
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The machine's kind last, beside the times: CI's log is read from its tail, and the suite's time
     depends on it (native bf16 or not, AVX-512 or AVX2 kernels)."""

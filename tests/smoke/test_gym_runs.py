@@ -45,10 +45,10 @@ def test_a2c_trains_a_gymnasium_env_too(tmp_path):
 
 
 def test_selfplay_dqn_runs_on_pettingzoo_connect_four(tmp_path):
-    """The two-player family in the actor-learner layout: the pool's opponents, the action masks,
-    the mirror and the rating games against the heuristic players, as on the built-in game."""
+    """The two-player family in the actor-learner layout (a learner and an actor): the pool's opponents,
+    the action masks, the mirror and the rating games against the heuristic players, as on the built-in game."""
     run_dir = tmp_path / "run"
-    res = ok(trainer(3, ["--config", "configs/dqn_selfplay.yaml", "--no-progress", "--total-timesteps", "4000",
+    res = ok(trainer(2, ["--config", "configs/dqn_selfplay.yaml", "--no-progress", "--total-timesteps", "4000",
                          "--set", "env.name=pz:connect_four_v3", "--set", "dqn.learning_starts=500",
                          "--set", "logging.tensorboard=false", "--output-dir", str(run_dir)], timeout=300))
     assert "dqn on pz:connect_four_v3" in res.stdout and "greedy win rate vs random" in res.stdout
@@ -58,16 +58,16 @@ def test_selfplay_dqn_runs_on_pettingzoo_connect_four(tmp_path):
 
 def test_dqn_trains_resumes_and_evaluates_a_gymnasium_env_in_the_actor_learner_layout(tmp_path):
     """Vector observations through the actor-learner layout (float32 in the messages and the replay;
-    the MLPs): a DQN run, its resume and evaluate's greedy episodes. (APPO's segments carry them in
+    the MLPs), on a learner and an actor: a DQN run, its resume and evaluate's greedy episodes. (APPO's segments carry them in
     the learning file's CartPole run.)"""
     run_dir = tmp_path / "dqn"
     args = ["--config", "configs/dqn_cartpole.yaml", "--no-progress", "--set", "logging.tensorboard=false",
             "--set", "dqn.learning_starts=500", "--output-dir", str(run_dir)]
-    res = ok(trainer(3, [*args, "--total-timesteps", "2000"], timeout=300))
+    res = ok(trainer(2, [*args, "--total-timesteps", "2000"], timeout=300))
     assert "dqn on gym:CartPole-v1, learner on cpu in fp32" in res.stdout
     m = metrics(run_dir)
     assert m["transitions_sent"] == m["transitions_received"] > 1500 and m["updates"] > 0
-    ok(trainer(3, [*args, "--resume", "--total-timesteps", "4000"], timeout=300))
+    ok(trainer(2, [*args, "--resume", "--total-timesteps", "4000"], timeout=300))
     assert metrics(run_dir)["total_timesteps"] >= 4000 and metrics(run_dir)["updates"] > m["updates"]
     res = ok(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "4"], 120))
     assert "gym:CartPole-v1" in res.stdout and "greedy" in res.stdout, res.stdout

@@ -72,11 +72,12 @@ def test_pool_schedule_bound_reaches_actors_and_survives_a_resume(tmp_path):
 
 
 def test_a_checkpoint_without_a_pool_is_refused_for_self_play(tmp_path):
+    """(1 learner + 1 actor: the refusal is the learner's check of the checkpoint)"""
     run_dir = tmp_path / "run"
-    ok(trainer(3, ["--config", "configs/dqn_connect4.yaml", "--output-dir", str(run_dir), "--total-timesteps", "2048",
+    ok(trainer(2, ["--config", "configs/dqn_connect4.yaml", "--output-dir", str(run_dir), "--total-timesteps", "2048",
                    "--set", "dqn.learning_starts=500", "--set", "logging.tensorboard=false"], timeout=120))
     before = (run_dir / "checkpoints" / "latest.pt").read_bytes()
-    res = trainer(3, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "4096",
+    res = trainer(2, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "4096",
                       "--set", "selfplay.enabled=true"], timeout=120)
     assert res.returncode == 2
     lines = error_lines(res.stderr)
