@@ -127,49 +127,6 @@ class TrainingConfig:
 
 
 @dataclass
-class DQNConfig:
-    num_agents: int = _f(1, "Independent agents in one job: COMM_WORLD is split into this many groups, each with its own learner (its own GPU).")
-    buffer_size: int = _f(100_000, "Replay capacity in transitions (uint8 frames or float32 vectors; the learner prints the memory it takes).")
-    batch_size: int = _f(64, "Transitions per learner update.")
-    n_step: int = _f(3, "n-step returns, computed on the actors.")
-    learning_starts: int = _f(5000, "Transitions in replay before the learner starts updating.")
-    replay_ratio: float = _f(4.0, "Samples trained per env step received; actors wait for the learner beyond it.")
-    target_update_period: int = _f(2000, "Learner updates between target-network copies.")
-    weight_sync_period: int = _f(25, "Learner updates between weight sends to the actors (non-blocking).")
-    eps: float = _f(0.4, "Ape-X exploration base: actor i uses eps ** (1 + eps_alpha * i / (N - 1)).")
-    eps_alpha: float = _f(7.0, "Ape-X exploration exponent.")
-    per_alpha: float = _f(0.6, "Prioritized replay exponent (0 = uniform).")
-    per_beta: float = _f(0.4, "Importance-weight exponent at the start; annealed to 1 over total_timesteps.")
-    dueling: bool = _f(True, "Dueling Q head.")
-    double: bool = _f(True, "Double-DQN target (online argmax, target value); false = max of the target.")
-    max_episodes: int = _f(0, "Stop once the agent's actors finished this many episodes; 0 = off (total_timesteps decides).")
-    episodes_per_batch: int = _f(4, "With learning_steps_per_batch: the episodes that earn that many updates.")
-    learning_steps_per_batch: Optional[int] = _f(None, "When set, the learner may do this many updates per episodes_per_batch finished episodes, instead of following replay_ratio.")
-    chunk_size: int = _f(64, "Transitions per actor -> learner message.")
-    max_inflight: int = _f(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
-    checkpoint_interval_updates: int = _f(0, "Learner updates between periodic checkpoints; 0 = off (checkpoint.interval_minutes, signals and the end still save).")
-    mirror_augment: bool = _f(False, "Train on a left-right mirrored copy of half of each batch (games symmetric under it: connect4).")
-    save_replay: bool = _f(False, "Write the replay buffer to checkpoints/replay.npz with each checkpoint, so a resume starts with a full buffer (as large on disk as in memory).")
-
-
-@dataclass
-class APPOConfig:
-    num_agents: int = _f(1, "Independent agents in one job (as dqn.num_agents): each a learner rank (its own GPU) and its actors.")
-    rollout_length: int = _f(64, "Steps T of one segment (one env's T steps under one weights version), the unit actors send and the learner trains on.")
-    batch_segments: int = _f(64, "Segments per learner update (batch = batch_segments x rollout_length samples).")
-    epochs: int = _f(2, "Passes over each batch; V-trace targets are recomputed with the current network before each.")
-    num_minibatches: int = _f(2, "Minibatches per pass; must divide batch_segments x rollout_length.")
-    loss: str = _f("ppo_clip", "ppo_clip: PPO's clipped surrogate with the ratio to the behaviour policy and V-trace advantages (APPO) | vtrace_pg: IMPALA's policy gradient.")
-    rho_bar: float = _f(1.0, "V-trace clip of the importance weights in the value targets and advantages (IMPALA's rho-bar).")
-    c_bar: float = _f(1.0, "V-trace clip of the trace coefficients (IMPALA's c-bar).")
-    max_policy_lag: int = _f(20, "Segments whose weights are more than this many learner updates old are dropped (and counted).")
-    weight_sync_period: int = _f(1, "Learner updates between weight sends to the actors (non-blocking).")
-    chunk_size: int = _f(8, "Segments per actor -> learner message.")
-    max_inflight: int = _f(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
-    checkpoint_interval_updates: int = _f(0, "Learner updates between periodic checkpoints; 0 = off (checkpoint.interval_minutes, signals and the end still save).")
-
-
-@dataclass
 class SelfPlayConfig:
     enabled: bool = _f(False, "Self-play (DQN on connect4): actors play frozen snapshots of the learner from an opponent pool instead of the random player.")
     snapshot_interval_updates: int = _f(200, "Learner updates between snapshots added to the pool (the starting network is member 0).")
@@ -209,8 +166,6 @@ class Config:
     guards: GuardsConfig = field(default_factory=GuardsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
-    dqn: DQNConfig = field(default_factory=DQNConfig)
-    appo: APPOConfig = field(default_factory=APPOConfig)
     # (here: the sections that registry entries bring, each algorithm's own; added below)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -225,10 +180,11 @@ class Config:
 
 
 def _with_algorithm_sections(cls):
-    """Config with a section per registry entry that brings one, after the older algorithm sections
-    (dqn, appo), so that a new algorithm adds its settings without an edit here."""
+    """Config with a section per registry entry that brings one (dqn, appo, a2c: each declared beside
+    its algorithm), after the training section, so that a new algorithm adds its settings without an
+    edit here."""
     names = list(cls.__annotations__)
-    after = names.index("appo") + 1
+    after = names.index("training") + 1
     extra = {name: tp for name, tp in registry.sections()}
     cls.__annotations__ = {**{n: cls.__annotations__[n] for n in names[:after]}, **extra,
                            **{n: cls.__annotations__[n] for n in names[after:]}}
@@ -477,7 +433,7 @@ def validate(cfg: Config, world_size: int = 1) -> list[str]:
                     f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
     if cfg.training.algo not in ALGOS:  # said by _check_choices
         return errs
-    return errs + algorithm(cfg).hook("check")(cfg, world_size, errs)
+    return errs + algorithm(cfg).check(cfg, world_size, errs)
 
 
 def algorithm(cfg: Config) -> registry.Algorithm:
@@ -671,41 +627,15 @@ def _within(section: str, values, bounds: dict) -> list[str]:
     return errs
 
 
-# Upper bounds of values that are absurd beyond them (each named in its refusal).
-MAX_REPLAY_RATIO = 1024  # samples trained per env step: each transition trained on ~1,000 times
+# Upper bounds of values that are absurd beyond them (each named in its refusal; the algorithms' own
+# beside them: algos/dqn_settings.py, algos/appo_settings.py).
 MAX_ELO_K = 400          # one game would move a rating by more than the scale's unit (10:1 odds)
 MAX_PRIORITY_EXPONENT = 100  # loss_rate ** 100: only the single hardest member is ever sampled
-MAX_APPO_EPOCHS = 1000   # passes over one batch: a single update would outlast the actors' patience (guards)
 MAX_EVAL_GAMES = 100_000  # rating games per heuristic player and round: ~15 s of the learner's time (CPU)
 
-DQN_RANGES = {"num_agents": (1, None), "buffer_size": (1, None), "batch_size": (1, None), "n_step": (1, None),
-              "learning_starts": (0, None), "replay_ratio": (0, MAX_REPLAY_RATIO), "target_update_period": (1, None),
-              "weight_sync_period": (1, None), "eps": (0, 1), "eps_alpha": (0, None), "per_alpha": (0, 1),
-              "per_beta": (0, 1), "max_episodes": (0, None), "episodes_per_batch": (1, None), "chunk_size": (1, None),
-              "max_inflight": (1, None), "checkpoint_interval_updates": (0, None)}
-APPO_RANGES = {"num_agents": (1, None), "rollout_length": (1, None), "batch_segments": (1, None),
-               "epochs": (1, MAX_APPO_EPOCHS),
-               "num_minibatches": (1, None), "max_policy_lag": (0, None), "weight_sync_period": (1, None),
-               "chunk_size": (1, None), "max_inflight": (1, None), "checkpoint_interval_updates": (0, None)}
 SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None), "eval_games": (1, MAX_EVAL_GAMES),
                    "eval_interval_updates": (0, None), "elo_k": (0, MAX_ELO_K),
                    "priority_exponent": (0, MAX_PRIORITY_EXPONENT), "heuristic_prob": (0, 1), "opponent_eps": (0, 1)}
-
-
-def check_dqn(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
-    e = cfg.env
-    d = cfg.dqn
-    errs = _within("dqn", d, DQN_RANGES)
-    if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
-        errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
-    if not errs and not earlier:
-        errs += _check_agents("dqn", d.num_agents, world_size)
-    if d.mirror_augment and not getattr(envs.family_of(e.name), "mirror_symmetric", True):
-        errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: "
-                    f"{', '.join(f.name for f in envs.FAMILIES if f.mirror_symmetric)}")
-    if not errs and not earlier:
-        errs += _dqn_budget(cfg, world_size)
-    return errs + _check_selfplay(cfg)
 
 
 def _check_agents(section: str, num_agents: int, world_size: int) -> list[str]:
@@ -720,122 +650,6 @@ def _budget_text(cfg: Config, world_size: int) -> str:
     """How the job's env-step budget divides over the agents, for the refusals: '3,000 // 1 agent(s)'."""
     sec = layout_section(cfg)
     return f"{cfg.training.total_timesteps:,} // {sec.num_agents} agent(s)"
-
-
-def dqn_production(cfg: Config, world_size: int) -> dict:
-    """What the actors of one DQN agent make over the whole budget (algos/apex.py: actor_steps, the
-    n-step accumulator): steps per env, transitions per actor and in all, and the most updates the
-    replay ratio then allows (None when learning by episodes, or with replay_ratio 0)."""
-    d = cfg.dqn
-    actors = world_size // d.num_agents - 1
-    envs = local_num_envs(cfg, world_size)
-    steps = cfg.training.total_timesteps // d.num_agents // actors // envs
-    per_actor = max(steps - d.n_step + 1, 0) * envs
-    total = actors * per_actor
-    updates = None
-    if d.learning_steps_per_batch is None and d.replay_ratio > 0:
-        updates = int(d.replay_ratio * max(total - d.learning_starts, 0) / d.batch_size)
-    return {"actors": actors, "envs": envs, "steps": steps, "per_actor": per_actor, "total": total, "updates": updates}
-
-
-def _dqn_budget(cfg: Config, world_size: int) -> list[str]:
-    """Combinations under which no update can ever happen (or the learner gets its data too late)."""
-    d, errs = cfg.dqn, []
-    if d.learning_starts > d.buffer_size:
-        errs.append(f"dqn.learning_starts: {d.learning_starts:,} is above dqn.buffer_size={d.buffer_size:,}: the replay "
-                    f"never holds that many transitions, so no update would ever happen; allowed: <= {d.buffer_size:,}")
-    if d.batch_size > d.buffer_size:
-        errs.append(f"dqn.batch_size: {d.batch_size:,} is above dqn.buffer_size={d.buffer_size:,}: every batch would "
-                    f"repeat transitions of a smaller replay; allowed: <= {d.buffer_size:,}")
-    p = dqn_production(cfg, world_size)
-    split = (f"{_budget_text(cfg, world_size)} // {p['actors']} actor(s) // {p['envs']} envs = {p['steps']:,} steps "
-             f"per env")
-    if p["steps"] < d.n_step:
-        least = d.n_step * p["envs"] * p["actors"] * d.num_agents
-        errs.append(f"training.total_timesteps: {split}, fewer than dqn.n_step={d.n_step:,}: no transition would ever "
-                    f"be made; allowed: >= {least:,} (or lower dqn.n_step or env.num_envs)")
-        return errs
-    made = (f"{p['actors']} actor(s) x ({p['steps']:,} steps - dqn.n_step {d.n_step} + 1) x {p['envs']} envs = "
-            f"{p['total']:,}, with training.total_timesteps {split}")
-    # one line per mistake: a learning_starts or batch_size above the replay was said above
-    if d.learning_starts >= p["total"]:
-        if d.learning_starts <= d.buffer_size:
-            errs.append(f"dqn.learning_starts: {d.learning_starts:,} is not below the transitions the actors make over "
-                        f"the budget ({made}): no update would ever happen; allowed: < {p['total']:,} (or raise "
-                        f"training.total_timesteps)")
-    elif p["updates"] is not None and p["updates"] < 1 and d.batch_size <= d.buffer_size:
-        least = d.batch_size / (p["total"] - d.learning_starts)
-        errs.append(f"dqn.replay_ratio: {d.replay_ratio:g} x ({p['total']:,} transitions - dqn.learning_starts "
-                    f"{d.learning_starts:,}) / dqn.batch_size {d.batch_size:,} = {p['updates']} updates over the budget "
-                    f"({made}): no update would ever happen; allowed: >= {least:.4g} (or lower dqn.learning_starts)")
-    if d.chunk_size > p["per_actor"]:
-        errs.append(f"dqn.chunk_size: {d.chunk_size:,} transitions per message, but each actor makes only "
-                    f"{p['per_actor']:,} over the budget (({p['steps']:,} steps - dqn.n_step {d.n_step} + 1) x "
-                    f"{p['envs']} envs, with training.total_timesteps {split}): they would reach the learner only in "
-                    f"its last message, when the run ends, too late to train on; allowed: <= {p['per_actor']:,}")
-    return errs
-
-
-def check_appo(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
-    a = cfg.appo
-    errs = _within("appo", a, APPO_RANGES)
-    for key in ("rho_bar", "c_bar"):
-        if not getattr(a, key) > 0 or not math.isfinite(getattr(a, key)):
-            errs.append(f"appo.{key}: must be > 0, got {getattr(a, key)}")
-    if a.loss not in ("ppo_clip", "vtrace_pg"):
-        errs.append(f"appo.loss: '{a.loss}' is not one of ppo_clip, vtrace_pg")
-    if not errs and a.max_policy_lag < a.weight_sync_period:
-        errs.append(f"appo.max_policy_lag: {a.max_policy_lag} is below appo.weight_sync_period={a.weight_sync_period}: "
-                    f"actors would keep weights older than the bound between syncs and every segment would be dropped; "
-                    f"allowed: >= {a.weight_sync_period}")
-    if not errs and (a.batch_segments * a.rollout_length) % a.num_minibatches:
-        errs.append(f"appo.num_minibatches: the batch ({a.batch_segments} segments x {a.rollout_length} steps = "
-                    f"{a.batch_segments * a.rollout_length}) is not divisible by num_minibatches={a.num_minibatches}")
-    if not errs and a.chunk_size > 2 * a.batch_segments:
-        errs.append(f"appo.chunk_size: a message of {a.chunk_size:,} segments is more than the learner keeps between two "
-                    f"updates (a batch and one more: 2 x appo.batch_segments = {2 * a.batch_segments:,}): "
-                    f"{a.chunk_size - 2 * a.batch_segments:,} segments of each would be dropped; allowed: "
-                    f"<= {2 * a.batch_segments:,}")
-    if not errs and not earlier:
-        errs += _check_agents("appo", a.num_agents, world_size)
-    if not errs and not earlier:
-        errs += _appo_budget(cfg, world_size)
-    return errs
-
-
-def appo_production(cfg: Config, world_size: int) -> dict:
-    """What the actors of one APPO agent make over the whole budget (algos/appo.py: actor_steps):
-    rounds of rollout_length steps of all of an actor's envs, one segment per env and round."""
-    a = cfg.appo
-    actors = world_size // a.num_agents - 1
-    envs = local_num_envs(cfg, world_size)
-    rounds = cfg.training.total_timesteps // a.num_agents // (envs * a.rollout_length)
-    return {"actors": actors, "envs": envs, "rounds": rounds, "total": rounds * envs,
-            "per_actor": -(-rounds // actors) * envs}
-
-
-def _appo_budget(cfg: Config, world_size: int) -> list[str]:
-    """Combinations under which no update can ever happen (or the learner gets its data too late)."""
-    a, errs = cfg.appo, []
-    p = appo_production(cfg, world_size)
-    split = (f"{_budget_text(cfg, world_size)} // ({p['envs']} envs x appo.rollout_length {a.rollout_length:,}) = "
-             f"{p['rounds']:,} round(s) of {p['envs']} segments")
-    if p["total"] == 0:
-        least = p["envs"] * a.rollout_length * a.num_agents
-        errs.append(f"training.total_timesteps: {split}: no segment would ever be made; allowed: >= {least:,} (or lower "
-                    f"appo.rollout_length or env.num_envs)")
-        return errs
-    if a.batch_segments > p["total"]:
-        errs.append(f"appo.batch_segments: {a.batch_segments:,} segments per update, but the actors make only "
-                    f"{p['total']:,} over the budget (training.total_timesteps {split}): no update would ever happen; "
-                    f"allowed: <= {p['total']:,} (or raise training.total_timesteps)")
-    if a.chunk_size > p["per_actor"]:
-        errs.append(f"appo.chunk_size: {a.chunk_size:,} segments per message, but an actor makes at most "
-                    f"{p['per_actor']:,} over the budget (training.total_timesteps {split}, over {p['actors']} "
-                    f"actor(s)): they would reach the "
-                    f"learner only in its last message, when the run ends, too late to train on; allowed: "
-                    f"<= {p['per_actor']:,}")
-    return errs
 
 
 def _check_selfplay(cfg: Config) -> list[str]:
@@ -1008,37 +822,18 @@ def _aligned(n: int) -> int:
     return (n + 7) // 8 * 8
 
 
-def segment_bytes(frame: int, T: int) -> int:
-    """One APPO segment (algos/appo.segment_fields): T+1 frames and first-flags, T actions, log-probs,
-    rewards, discounted returns and bootstrap values, the version."""
-    return (T + 1) * (frame + 1) + T * (8 + 4 + 4 + 4 + 4) + 8
-
-
 def chunk_bytes(cfg: Config, world_size: int) -> int:
     """One actor -> learner message (comm/p2p.ChunkLayout), by arithmetic: the header, self-play's
     result rows, the episode-return slots and chunk_size items (DQN: transitions of two frames;
     APPO: segments of T+1 frames)."""
     rows = cfg.selfplay.pool_size + 4 if _selfplay_rows(cfg) else 0
-    capacity, items = algorithm(cfg).hook("chunk_items")(cfg, world_size)
+    capacity, items = algorithm(cfg).chunk_items(cfg, world_size)
     return 64 + 32 * rows + 8 * capacity + items
 
 
 def _selfplay_rows(cfg: Config) -> bool:
     """Whether the messages carry self-play's game results (selfplay on, and the algorithm has it)."""
     return cfg.selfplay.enabled and algorithm(cfg).selfplay
-
-
-def dqn_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
-    """DQN's message: (episode-return slots, bytes of chunk_size transitions of two frames)."""
-    C, frame = cfg.dqn.chunk_size, frame_bytes(obs_shape_of(cfg))
-    return max(C, local_num_envs(cfg, world_size)), 2 * _aligned(8 * C) + 2 * _aligned(4 * C) + 2 * _aligned(C * frame)
-
-
-def appo_chunk_items(cfg: Config, world_size: int) -> tuple[int, int]:
-    """APPO's message: (episode-return slots, bytes of chunk_size segments of T+1 frames)."""
-    C, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, frame_bytes(obs_shape_of(cfg))
-    return C * T, (_aligned(C * (T + 1) * frame) + _aligned(8 * C * T) + 4 * _aligned(4 * C * T)
-                   + _aligned(C * (T + 1)) + 8 * C)
 
 
 @dataclass(frozen=True)
@@ -1083,52 +878,8 @@ def layout_memory(cfg: Config, world_size: int) -> tuple[list, list]:
                         f"game-result rows of {rows:,} bytes", "selfplay.pool_size"))
         actor.append((sec.max_inflight * rows, f"{sec.max_inflight:,} messages' game-result rows of {rows:,} bytes",
                       "selfplay.pool_size"))
-    more_learner, more_actor = algorithm(cfg).hook("memory")(cfg, world_size, sizes)
+    more_learner, more_actor = algorithm(cfg).memory(cfg, world_size, sizes)
     return learner + more_learner, actor + more_actor
-
-
-def dqn_memory(cfg: Config, world_size: int, z: LayoutSizes) -> tuple[list, list]:
-    """DQN's learner: network copies, the replay, a batch; its actors: the n-step frames; with
-    self-play the opponent pool on both."""
-    d, sp, params, frame, envs, net_keys = cfg.dqn, cfg.selfplay, z.params, z.frame, z.envs, z.net_keys
-    replay = d.buffer_size * (2 * frame + 24) + 2 * (1 << max(int(d.buffer_size - 1).bit_length(), 0)) * 8
-    learner = [(24 * params, f"network {params:,} parameters x 6 (weights, gradients, two Adam moments, target "
-                f"network, weights sent)", net_keys),
-               (replay, f"replay {d.buffer_size:,} transitions x {2 * frame + 24:,} bytes (two frames each)",
-                "dqn.buffer_size"),
-               (d.batch_size * (2 * frame + 2 * z.fwd), f"batch {d.batch_size:,} transitions and their forward "
-                f"passes", "dqn.batch_size")]
-    actor = [((d.n_step + 2) * envs * frame, f"{envs:,} envs x (dqn.n_step {d.n_step:,} + 2) frames",
-              "dqn.n_step, env.num_envs")]
-    if sp.enabled:  # pool members on the learner, cached on the actors; the sampling table in every message
-        updates = dqn_production(cfg, world_size)["updates"] if world_size // d.num_agents >= 2 else None
-        members = min(sp.pool_size, 1 + (updates // sp.snapshot_interval_updates if updates is not None else 0))
-        table = (32 * (1 + 2 * sp.pool_size), f"the opponent table of {sp.pool_size:,} slots", "selfplay.pool_size")
-        learner += [(members * 4 * params, f"opponent pool of {members:,} snapshot(s)",
-                     f"selfplay.pool_size, {net_keys}"),
-                    table, (sp.eval_games * (3 * frame + z.fwd), f"{sp.eval_games:,} rating games side by side",
-                            "selfplay.eval_games")]
-        actor += [((members + 1) * 4 * params, f"{members:,} cached opponent(s)", f"selfplay.pool_size, {net_keys}"),
-                  table]
-    return learner, actor
-
-
-def appo_memory(cfg: Config, world_size: int, z: LayoutSizes) -> tuple[list, list]:
-    """APPO's learner: network copies, a batch of segments and its V-trace forward pass; its actors:
-    their envs' segments."""
-    a, params, fwd = cfg.appo, z.params, z.fwd
-    T, seg = a.rollout_length, segment_bytes(z.frame, a.rollout_length)
-    samples = a.batch_segments * T
-    learner = [(20 * params, f"network {params:,} parameters x 5 (weights, gradients, two Adam moments, weights "
-                f"sent)", z.net_keys),
-               (2 * a.batch_segments * seg, f"batch {a.batch_segments:,} segments x {seg:,} bytes, and its copy",
-                "appo.batch_segments, appo.rollout_length"),
-               (a.batch_segments * (T + 1) * fwd, f"the V-trace forward pass over {a.batch_segments:,} x "
-                f"{T + 1:,} frames", "appo.batch_segments, appo.rollout_length"),
-               (samples // a.num_minibatches * fwd, f"minibatch {samples // a.num_minibatches:,} samples",
-                "appo.batch_segments, appo.rollout_length")]  # (or raise appo.num_minibatches)
-    actor = [(2 * z.envs * seg, f"{z.envs:,} envs' segments of {T:,} steps x 2", "appo.rollout_length, env.num_envs")]
-    return learner, actor
 
 
 def memory_available(ranks_on_node: int) -> int:

@@ -58,8 +58,8 @@ def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
 
 ALGORITHM = Algorithm(
     "a2c", SYNC, "a2c (synchronous advantage actor-critic: PPO's layout, one pass per rollout, no clipping; "
-    "section a2c)", impl="mpippo.algos.a2c:A2C", check="mpippo.algos.a2c:check", section="a2c",
-    section_type=A2CConfig, logs=("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance"), minibatches_key="a2c.num_minibatches",
+    "section a2c)", impl=lambda: A2C, check=check, section="a2c", section_type=A2CConfig,  # (A2C: below)
+    logs=("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance"), minibatches_key="a2c.num_minibatches",
     continuous=True,
     ignores=("training.n_epochs", "training.num_minibatches", "training.clip_range", "training.clip_vloss",
              "training.target_kl"))

@@ -2,9 +2,10 @@
 check and the evaluation ask of an algorithm, in one place, so that none of them branches on its name.
 
 An entry is light (this module imports neither torch nor the config): its name, its layout, the
-config section of its own settings, the network it trains and how it is evaluated. Its code is
-named by "module:attribute" paths and imported only when a run needs it, so `mpippo.config` reads
-the registry (the algorithm list, the sections) and a bad config is refused before torch loads.
+config section of its own settings, the network it trains and how it is evaluated, and its hooks as
+functions. The algorithm's code is behind a loader (`impl`, called only when a run needs it), so
+`mpippo.config` reads the registry (the algorithm list, the sections) and a bad config is refused
+before torch loads.
 
 The two layouts:
   sync           every rank steps its envs and learns on an identical replica of the network; one
@@ -18,7 +19,9 @@ Both kinds of `impl` have `check_checkpoint(state, cfg, net)`, the check of what
 
 A new algorithm is one module in mpippo/algos/ whose top level defines `ALGORITHM = Algorithm(...)`
 (and, when it has settings of its own, the dataclass of its section): the registry finds it there.
-Config reads that top level, so it imports nothing heavy; torch is imported inside its functions.
+Config reads that top level, so it imports nothing heavy; torch is imported inside its functions
+(a2c.py), or the entry lives in a torch-free module beside the algorithm's (ppo_settings.py for
+ppo.py, dqn_settings.py for apex.py, appo_settings.py for appo.py). Entries are listed by module name.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import importlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 SYNC, ACTOR_LEARNER = "sync", "actor-learner"
 LAYOUTS = (SYNC, ACTOR_LEARNER)
@@ -51,11 +54,10 @@ class Algorithm:
     name: str                          # training.algo
     layout: str                        # SYNC | ACTOR_LEARNER
     summary: str                       # what it is, in the help of training.algo
-    impl: str                          # "module:attribute": the algorithm's code (see the module docstring)
-    check: Optional[str] = None        # "module:function"(cfg, world_size, earlier errors) -> problems; light
+    impl: Callable[[], Any]            # () -> the algorithm's class (imports torch; see the module docstring)
+    check: Optional[Callable] = None   # (cfg, world_size, earlier errors) -> problems; light
     section: Optional[str] = None      # the config section of its own settings (None: training's keys only)
-    section_type: Optional[type] = None  # that section's dataclass, when the entry brings it (dqn's and appo's
-    #                                      live in config.py, older than the registry)
+    section_type: Optional[type] = None  # that section's dataclass
     network: str = "actor_critic"      # models.build's kind: actor_critic (logits, value) | q (Q-values)
     network_options: Callable = no_options  # (cfg) -> models.build's keyword arguments
     greedy_eval: bool = False          # evaluation always takes the argmax (Q-values); else the policy samples
@@ -63,19 +65,14 @@ class Algorithm:
     selfplay: bool = False             # selfplay.enabled is allowed (two-player games in its learner)
     logs: tuple = ()                   # the losses it logs: quantities of metrics/tags.LOSSES (their writers read it)
     minibatches_key: str = "training.num_minibatches"  # sync: the key that splits each rank's batch
-    memory: Optional[str] = None       # actor-learner: "module:function"(cfg, world_size, learner, actor, ...)
-    chunk_items: Optional[str] = None  # actor-learner: "module:function"(cfg, world_size) -> (capacity, bytes)
+    memory: Optional[Callable] = None  # actor-learner: (cfg, world_size, config.LayoutSizes) -> (learner, actor) parts
+    chunk_items: Optional[Callable] = None  # actor-learner: (cfg, world_size) -> (return slots, item bytes)
     ignores: tuple = ()                # keys of the shared sections it does not read ("training.n_epochs"): set
     #                                    away from their defaults, the start-up says so in one line
 
-    def hook(self, what: str):
-        """The function or class named by the entry's field `what`, imported now."""
-        module, _, attr = getattr(self, what).partition(":")
-        return getattr(importlib.import_module(module), attr)
-
     def load(self):
         """The algorithm's code: the class the runner builds (imports torch)."""
-        return self.hook("impl")
+        return self.impl()
 
     def build_network(self, cfg, obs_shape, num_actions: int, device=None, continuous: bool = False):
         """Its network for `cfg` (a Config), through the one builder (models.build); continuous: a
@@ -87,32 +84,16 @@ class Algorithm:
 
 PPO_LOGS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 # training keys of the sync PPO loop that the actor-learner algorithms replace by their own section's
-_SYNC_LOOP = ("training.n_steps", "training.n_epochs", "training.num_minibatches", "training.rollout_cutoff",
-              "training.rollout_min_fraction", "training.normalize_obs", "training.obs_clip")
-_PPO_LOSS = ("training.gae_lambda", "training.clip_range", "training.clip_vloss", "training.ent_coef",
-             "training.vf_coef", "training.target_kl", "training.norm_adv", "training.adv_norm",
-             "training.normalize_reward", "training.reward_norm", "training.reward_norm_gamma")
-
-BUILT_IN = (
-    Algorithm("ppo", SYNC, "ppo (synchronous, every rank steps envs and learns)",
-              impl="mpippo.algos.ppo:PPO", check="mpippo.config:check_sync", logs=PPO_LOGS + ("explained_variance",), continuous=True),
-    Algorithm("appo", ACTOR_LEARNER, "appo (asynchronous PPO with V-trace: actor ranks and a learner rank, "
-              "section appo)", impl="mpippo.algos.appo:APPO", check="mpippo.config:check_appo", section="appo",
-              logs=PPO_LOGS, memory="mpippo.config:appo_memory",
-              chunk_items="mpippo.config:appo_chunk_items",
-              ignores=_SYNC_LOOP + ("training.clip_vloss", "training.target_kl", "training.adv_norm",
-                                    "training.reward_norm")),
-    Algorithm("dqn", ACTOR_LEARNER, "dqn (Ape-X: actor ranks and a learner rank with replay, section dqn)",
-              impl="mpippo.algos.apex:ApeX", check="mpippo.config:check_dqn", section="dqn", network="q",
-              network_options=lambda cfg: {"dueling": cfg.dqn.dueling}, greedy_eval=True, selfplay=True,
-              logs=("td_loss",), memory="mpippo.config:dqn_memory",
-              chunk_items="mpippo.config:dqn_chunk_items", ignores=_SYNC_LOOP + _PPO_LOSS),
-)
+SYNC_LOOP_KEYS = ("training.n_steps", "training.n_epochs", "training.num_minibatches", "training.rollout_cutoff",
+                  "training.rollout_min_fraction", "training.normalize_obs", "training.obs_clip")
+PPO_LOSS_KEYS = ("training.gae_lambda", "training.clip_range", "training.clip_vloss", "training.ent_coef",
+                 "training.vf_coef", "training.target_kl", "training.norm_adv", "training.adv_norm",
+                 "training.normalize_reward", "training.reward_norm", "training.reward_norm_gamma")
 
 
 def _declares_algorithm(path: Path) -> bool:
-    """Whether a module's top level assigns ALGORITHM, read without running it (ppo.py and the
-    other older modules import torch at their top and declare nothing: their entries are above)."""
+    """Whether a module's top level assigns ALGORITHM, read without running it (the modules that import
+    torch at their top declare nothing: their entries are in the *_settings.py beside them)."""
     try:
         text = path.read_text()
         if not re.search(r"^ALGORITHM\b", text, re.M):  # parsing every module cost each process 60 ms
@@ -125,7 +106,7 @@ def _declares_algorithm(path: Path) -> bool:
 
 
 def _discover() -> dict[str, Algorithm]:
-    found = {a.name: a for a in BUILT_IN}
+    found: dict[str, Algorithm] = {}
     for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
         if path.stem != "registry" and _declares_algorithm(path):
             entry = importlib.import_module(f"mpippo.algos.{path.stem}").ALGORITHM

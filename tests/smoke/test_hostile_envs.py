@@ -128,7 +128,7 @@ CASES = [
     Case("gym-box-actions-with-dqn", train(*CARTPOLE, *set_("training.algo", "dqn"), *set_("env.name", "gym:Pendulum-v1"),
                                            ranks=3),
          "training.algo: 'dqn' takes discrete actions, gym:Pendulum-v1 has continuous (Box) ones; allowed with "
-         "gym:Pendulum-v1: ppo, a2c"),
+         "gym:Pendulum-v1: a2c, ppo"),
     Case("gym-box-actions-with-appo", train(*USER, *set_("training.algo", "appo"),
                                             *set_("env.name", "gym:mpippo-test/Target-v0"), ranks=3),
          "training.algo: 'appo' takes discrete actions, gym:mpippo-test/Target-v0 has continuous (Box) ones"),

@@ -34,9 +34,9 @@ def test_every_default_field_is_in_the_default_yaml():
             differ = {k: (v, defaults[section][k]) for k, v in data[section].items() if v != defaults[section][k]}
             assert differ == {}, f"{section}: the default config and the built-in defaults differ: {differ}"
     dqn = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_procgen.yaml")["dqn"]
-    assert set(dqn) == {f.name for f in C.dataclasses.fields(C.DQNConfig)}
+    assert set(dqn) == {f.name for f in C.dataclasses.fields(C._section_classes()["dqn"])}
     appo = C.load_yaml(C.DEFAULT_CONFIG.parent / "appo_procgen.yaml")["appo"]
-    assert set(appo) == {f.name for f in C.dataclasses.fields(C.APPOConfig)}
+    assert set(appo) == {f.name for f in C.dataclasses.fields(C._section_classes()["appo"])}
     sp = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_selfplay.yaml")["selfplay"]
     assert set(sp) == {f.name for f in C.dataclasses.fields(C.SelfPlayConfig)}
 

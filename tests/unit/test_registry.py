@@ -29,7 +29,7 @@ def test_every_entry_is_complete(name):
     assert a.layout in registry.LAYOUTS and a.name in C.ALGOS and a.summary.startswith(name)
     impl = a.load()
     assert callable(impl.check_checkpoint)
-    assert callable(a.hook("check"))
+    assert callable(a.check)
     if a.layout == registry.SYNC:
         for method in ("optimizer", "update"):
             assert callable(getattr(impl, method)), method
@@ -37,7 +37,7 @@ def test_every_entry_is_complete(name):
         assert key in {f.name for f in dataclasses.fields(C._section_classes()[section])}
     else:
         assert a.section in C.SECTIONS or a.section in C._section_classes()
-        assert callable(a.hook("memory")) and callable(a.hook("chunk_items"))
+        assert callable(a.memory) and callable(a.chunk_items)
     if a.section is not None:
         assert a.section in C._section_classes() and a.section in registry.algorithm_sections()
     cfg = C.Config()
