@@ -180,9 +180,8 @@ class Config:
 
 
 def _with_algorithm_sections(cls):
-    """Config with a section per registry entry that brings one (dqn, appo, a2c: each declared beside
-    its algorithm), after the training section, so that a new algorithm adds its settings without an
-    edit here."""
+    """Config with a section per registry entry that brings one (each declared beside its algorithm),
+    after the training section, so that a new algorithm adds its settings without an edit here."""
     names = list(cls.__annotations__)
     after = names.index("training") + 1
     extra = {name: tp for name, tp in registry.sections()}

@@ -5,9 +5,8 @@
   input (exit 2) for every algorithm.
 - threads: `parallel.threads_per_rank: 0` means auto everywhere: OMP_NUM_THREADS, else
   SLURM_CPUS_PER_TASK, else the rank's CPU share (its affinity mask, divided among the ranks on the
-  node that share it); procgen
-  steps in the rank's thread on a CPU rank and with its CPU share less one thread on a GPU rank
-  (the main thread drives the GPU).
+  node that share it); procgen steps in the rank's thread on a CPU rank and with its CPU share less
+  one thread on a GPU rank (the main thread drives the GPU).
 - stop reasons, one precedence: a budget that is reached ends the run as `done` whatever else
   happened at that moment; otherwise SIGUSR1 (`requeue`) > SIGTERM (`stopped`) > the time budget
   (`duration`). Across agents that end separately, the most urgent wins (requeue > stopped >
