@@ -99,9 +99,9 @@ test-fast: venv
 bench: venv
 	$(BIN)/python benchmarks/bench.py $(ARGS)
 	$(BIN)/python benchmarks/bench_dqn.py
-	$(BIN)/python benchmarks/mujoco_parity.py --envs HalfCheetah-v5 --seeds 1 --steps 40960 \
+	$(BIN)/python benchmarks/peer_parity.py --family mujoco --envs HalfCheetah-v5 --seeds 1 --steps 40960 \
 		--runs runs/mujoco-throughput --fresh --out benchmarks/results/mujoco-throughput
-	$(BIN)/python benchmarks/mujoco_parity.py --envs HalfCheetah-v5 --seeds 1 --steps 40960 --who mpippo \
+	$(BIN)/python benchmarks/peer_parity.py --family mujoco --envs HalfCheetah-v5 --seeds 1 --steps 40960 --who mpippo \
 		--precision bf16 --runs runs/mujoco-throughput --fresh --out benchmarks/results/mujoco-throughput
 	$(BIN)/python benchmarks/atari_throughput.py --game Pong --steps 40960
 

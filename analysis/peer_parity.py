@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""mpippo beside CleanRL's ppo_continuous_action.py on MuJoCo: curves, a table, a verdict.
+"""mpippo beside CleanRL (MuJoCo, Atari): curves, a table, a verdict.
 
-    python analysis/mujoco_parity.py [--data analysis/data/mujoco_parity]
+    python analysis/peer_parity.py [--data analysis/data/mujoco_parity | analysis/data/atari_parity]
 
-Reads what benchmarks/mujoco_parity.py wrote (a CSV per run, runs.json) and writes to the same
-folder mujoco_parity.png (the mean return of the last 100 episodes over env steps: each seed thin,
-the seeds' mean thick), mujoco_parity.md and mujoco_parity.json: per env each side's final return
+Reads what benchmarks/peer_parity.py wrote (a CSV per run, runs.json) and writes to the same
+folder <folder>.png (the mean return of the last 100 episodes over env steps: each seed thin,
+the seeds' mean thick), <folder>.md and <folder>.json: per env each side's final return
 per seed and mean, the peer's seed range, and whether mpippo's mean lies inside that range or above
 it; and each side's steps/s on this machine with their ratio.
 """
@@ -31,12 +31,12 @@ KEYS = {"who": str, "env": str, "seed": int, "budget": int, "final_return": floa
 
 
 def load_runs(data: Path) -> dict:
-    """runs.json as benchmarks/mujoco_parity.py writes it, or one line naming what is wrong."""
+    """runs.json as benchmarks/peer_parity.py writes it, or one line naming what is wrong."""
     path = data / "runs.json"
     try:
         runs = json.loads(path.read_text())
     except OSError as e:
-        raise UsageError(f"--data: cannot read '{shown(path)}' ({e.strerror or e}); run benchmarks/mujoco_parity.py "
+        raise UsageError(f"--data: cannot read '{shown(path)}' ({e.strerror or e}); run benchmarks/peer_parity.py "
                          f"first") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UsageError(f"--data: '{shown(path)}' is not valid JSON ({str(e)[:80]})") from None
@@ -122,18 +122,19 @@ def figure(data: Path, runs: dict, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run("mujoco_parity", _main, argv)
+    return run("peer_parity", _main, argv)
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="mujoco_parity.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="peer_parity.py", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=HERE / "data" / "mujoco_parity")
     args = p.parse_args(argv)
     runs = load_runs(args.data)
     rows, md = table(runs)
-    figure(args.data, runs, args.data / "mujoco_parity.png")
-    write_bytes(args.data / "mujoco_parity.md", md.encode(), "--data")
-    write_json(args.data / "mujoco_parity.json", rows, "--data")
+    name = args.data.resolve().name  # mujoco_parity.png in analysis/data/mujoco_parity/
+    figure(args.data, runs, args.data / f"{name}.png")
+    write_bytes(args.data / f"{name}.md", md.encode(), "--data")
+    write_json(args.data / f"{name}.json", rows, "--data")
     print(md, end="")
     return 0
 

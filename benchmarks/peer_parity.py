@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""mpippo beside CleanRL on the field's benchmarks: learning curves at the same budget, same machine.
+
+    python benchmarks/peer_parity.py --family mujoco [--envs HalfCheetah-v5 Hopper-v5] [--seeds 1 2]
+        [--steps 1000000] [--who mpippo cleanrl] [--runs runs/mujoco-parity] [--out analysis/data/mujoco_parity]
+        [--precision bf16]
+    python benchmarks/peer_parity.py --family atari [--envs Pong Breakout] [--seeds 1 2] [--steps 2000000]
+
+Each family pairs a config of mpippo with the CleanRL script it copies (FAMILIES):
+- mujoco: `configs/ppo_mujoco.yaml` (2 envs x 1,024 steps per update, 1 torch thread per rank) beside
+  `ppo_continuous_action.py` (1 env x 2,048 steps, the same batch and hyperparameters), Gymnasium ids;
+- atari: `configs/ppo_atari.yaml` (ale-py) beside `ppo_atari_envpool.py` (EnvPool; the settings are
+  that script's), ALE games in CamelCase (mpippo's `atari:Pong`, EnvPool's `Pong-v5`); both report the
+  real game's return (all lives), and anneal the learning rate to 0 over --steps.
+
+Runs go one after another (never two at once: the throughput of each is measured on the whole
+machine): mpippo as `python -m mpippo.launch -n 2 --config <config>`, CleanRL's script as one process
+with torch's default threads. A run --out already records at this budget is not run again; an mpippo
+run stopped early resumes (hours-long runs continue across sessions).
+
+CleanRL's scripts are not stored here: they are read at a pinned commit into .venv-peers/ (offline:
+MPIPPO_CLEANRL_CONTINUOUS / MPIPPO_CLEANRL_ATARI name a copy), with the edits Gymnasium 1.x (and EnvPool
+1.2.5) need and nothing else. For MuJoCo: TransformObservation's observation space argument, and the
+episode statistics in the vector env's info (1.x reports them under `episode` with a `_episode` mask
+instead of `final_info`); the script keeps Gymnasium's default autoreset mode and treats a time limit as
+a termination. For Atari: the edits listed in benchmarks/atari_throughput.py.
+
+Writes, per run, `<who>-<env>-s<seed>.csv` (env steps, episode return) and `runs.json` (steps/s,
+wall time, final return: the mean of the last 100 episodes) to --out; `analysis/peer_parity.py`
+draws and tabulates them. `--precision bf16` runs mpippo's side in bf16 instead of the config's
+(its runs named `mpippo-<env>-s<seed>-bf16`): `make bench` puts the two side by side on HalfCheetah,
+the measurement behind `precision: auto` taking fp32 for the MLPs.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # mpippo, without an install
+from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer, shown  # noqa: E402
+import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
+from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
+
+TYRO = "tyro==1.0.17"
+# (what the script says, what Gymnasium 1.x needs): the two adaptations described above
+ADAPT = [
+    ("gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10))",
+     "gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)"),
+    ('''            if "final_info" in infos:
+                for info in infos["final_info"]:
+                    if info and "episode" in info:
+                        print(f"global_step={global_step}, episodic_return={info['episode']['r']}")''',
+     '''            if "episode" in infos:
+                ended = infos["_episode"]
+                for info in [{"episode": {"r": r, "l": n}} for r, n in zip(infos["episode"]["r"][ended],
+                                                                            infos["episode"]["l"][ended])]:
+                    if info and "episode" in info:
+                        print(f"global_step={global_step}, episodic_return={info['episode']['r']}")'''),
+]
+
+
+def gym_id(text: str) -> str:
+    """A Gymnasium id as both sides take it (name-vN); the trainer checks that it exists."""
+    if not re.fullmatch(r"[A-Za-z0-9_./-]{1,100}-v\d+", text):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a Gymnasium id such as HalfCheetah-v5")
+    return text
+
+
+def continuous_script() -> Path:
+    try:
+        return adapted_script("ppo_continuous_action.py", "MPIPPO_CLEANRL_CONTINUOUS", ADAPT,
+                              "cleanrl_ppo_continuous_action_gymnasium1.py")
+    except ValueError as e:
+        raise ToolFailure(str(e)) from None
+
+
+@dataclass(frozen=True)
+class Family:
+    """One benchmark family: mpippo's config and env name beside the CleanRL script it copies."""
+    config: str
+    env_arg: Callable[[str], str]  # the argparse type of --envs: one line for a name that is not one
+    ours: str  # mpippo's env.name, from the name both sides are given
+    theirs: str  # the script's --env-id
+    script: Callable[[], Path]
+    peer_path: Callable[[], str]  # PYTHONPATH for the script (its packages, in .venv-peers/)
+    envs: tuple[str, ...]
+    steps: int
+    data: str  # the default --out (under analysis/data) and --runs (under runs/)
+
+
+FAMILIES = {
+    "mujoco": Family("configs/ppo_mujoco.yaml", gym_id, "gym:{}", "{}", continuous_script,
+                     lambda: target_install("site", "tyro", [TYRO]), ("HalfCheetah-v5", "Hopper-v5"), 1_000_000,
+                     "mujoco_parity"),
+    "atari": Family("configs/ppo_atari.yaml", atari_throughput.game_name, "atari:{}", "{}-v5",
+                    atari_throughput.cleanrl_script, atari_throughput.peer_path, ("Pong", "Breakout"), 2_000_000,
+                    "atari_parity"),
+}
+
+
+def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, precision: str | None = None) -> dict:
+    """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes."""
+    from mpippo.runs import read_curve
+    resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
+    if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
+        shutil.rmtree(folder)
+    argv = ["--config", fam.config, "--set", f"env.name={fam.ours.format(env)}", "--seed", str(seed),
+            "--total-timesteps", str(steps), "--no-progress", *resume,
+            *(["--set", f"training.precision={precision}"] if precision else [])]
+    t0 = time.monotonic()
+    metrics = run_trainer(2, argv, folder, f"mpippo on {env}", timeout=12 * 3600)
+    steps_, returns, _ = read_curve(folder / "logs")
+    curve = [(int(a), float(b)) for a, b in zip(steps_, returns)]
+    return {"wall_s": time.monotonic() - t0, "steps_per_s": metrics["fps_steady"], "curve": curve,
+            "final_return": metrics["episode_return_mean"], "episodes": metrics["episodes"],
+            "precision": metrics.get("precision")}
+
+
+def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    log, finished = folder / "stdout.txt", folder / "finished"
+    if not finished.exists():  # CleanRL prints as it goes: only its exit says the run reached its budget
+        cmd = [sys.executable, str(fam.script()), "--env-id", fam.theirs.format(env), "--seed", str(seed),
+               "--total-timesteps", str(steps), "--no-cuda"]
+        with open(log, "w") as out:
+            done = subprocess.run(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
+                                  env=os.environ | {"PYTHONPATH": fam.peer_path()})
+        if done.returncode != 0:
+            tail = log.read_text().strip().splitlines()[-1:] or [""]
+            raise ToolFailure(f"CleanRL on {env} failed (exit {done.returncode}): {tail[0][:300]}")
+        finished.write_text("exit 0\n")
+    text = log.read_text()
+    pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?[\d.e+-]+)", text)]
+    sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
+    returns = [r for _, r in pairs]
+    return {"wall_s": steps / sps[-1] if sps else None, "steps_per_s": sps[-1] if sps else None, "curve": pairs,
+            "final_return": sum(returns[-100:]) / max(len(returns[-100:]), 1), "episodes": len(returns)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run("peer_parity", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="peer_parity.py", description=__doc__.splitlines()[0])
+    p.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    p.add_argument("--envs", nargs="+", help="Gymnasium ids (mujoco) or ALE games (atari); default: the family's")
+    p.add_argument("--seeds", nargs="+", type=count(0, 2**31 - 1), default=[1, 2])
+    p.add_argument("--steps", type=count(2048, 10**9), help="env steps per run (default: the family's)")
+    p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])
+    p.add_argument("--runs", type=Path, help="the runs' folder (default: runs/<family>-parity)")
+    p.add_argument("--out", type=Path, help="the results' folder (default: analysis/data/<family>_parity)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), help="mpippo's training.precision (default: the "
+                   "config's); runs of another one than fp32 are named -<precision>")
+    p.add_argument("--fresh", action="store_true", help="run again what --runs already holds (a throughput row)")
+    args = p.parse_args(argv)
+    fam = FAMILIES[args.family]
+    try:
+        args.envs = [fam.env_arg(e) for e in args.envs or fam.envs]
+    except argparse.ArgumentTypeError as e:
+        p.error(f"argument --envs: {e}")
+    args.steps = args.steps or fam.steps
+    args.runs = args.runs or ROOT / "runs" / fam.data.replace("_", "-")
+    args.out = args.out or ROOT / "analysis" / "data" / fam.data
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary_path = args.out / "runs.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    who_runs = list(args.who)
+    if "cleanrl" in who_runs:
+        try:
+            fam.script(), fam.peer_path()
+        except (OSError, subprocess.CalledProcessError) as e:  # no network and no copy: mpippo's side only
+            print(f"peer_parity: cannot set up CleanRL ({e}); its runs are skipped", file=sys.stderr)
+            who_runs.remove("cleanrl")
+    for env in args.envs:
+        for seed in args.seeds:
+            for who in who_runs:
+                tag = f"-{args.precision}" if who == "mpippo" and args.precision not in (None, "fp32") else ""
+                name = f"{who}-{env}-s{seed}{tag}"
+                if args.fresh and (args.runs / name).exists():
+                    shutil.rmtree(args.runs / name)
+                elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
+                    print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
+                    continue
+                print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)
+                res = (run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision) if who == "mpippo"
+                       else run_cleanrl(fam, env, seed, args.steps, args.runs / name))
+                # mpippo logs the mean of the last 100 episodes per iteration; CleanRL prints every episode
+                column = "return_mean_100" if who == "mpippo" else "episode_return"
+                with open(args.out / f"{name}.csv", "w", newline="") as f:
+                    csv.writer(f).writerows([("env_steps", column), *res.pop("curve")])
+                summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res}
+                summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+                print(f"peer_parity: {name}: return {res['final_return']:.1f}, {res['steps_per_s']} steps/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
