@@ -99,6 +99,7 @@ test-fast: venv
 bench: venv
 	$(BIN)/python benchmarks/bench.py $(ARGS)
 	$(BIN)/python benchmarks/bench_dqn.py
+	$(BIN)/python benchmarks/bench_dqn.py --env atari
 	$(BIN)/python benchmarks/peer_parity.py --family mujoco --envs HalfCheetah-v5 --seeds 1 --steps 40960 \
 		--runs runs/mujoco-throughput --fresh --out benchmarks/results/mujoco-throughput
 	$(BIN)/python benchmarks/peer_parity.py --family mujoco --envs HalfCheetah-v5 --seeds 1 --steps 40960 --who mpippo \

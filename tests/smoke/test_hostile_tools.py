@@ -238,6 +238,7 @@ CASES = [
     Case("bench-out-is-folder", tool(BENCH, "--out", "TMP/d", files={"d/": None}), "is a folder; give a file name"),
     Case("bench-out-under-file", tool(BENCH, "--out", "TMP/f/r.json", files={"f": "x"}), "is a file, not a folder"),
     Case("bench_dqn-world-zero", tool(DQN, "--actors", "0"), "--actors: 0 is out of range"),
+    Case("bench_dqn-env", tool(DQN, "--env", "mujoco"), "argument --env: invalid choice: 'mujoco' (choose from 'atari', 'procgen')"),
     Case("bench_dqn-world-twice", tool(DQN, "--actors", "2", "2"), "--actors: 2 is given twice"),
     Case("bench_dqn-count-steps-huge", tool(DQN, "--steps-per-actor", str(10**12)), "is out of range"),
     Case("bench_dqn-count-envs-negative", tool(DQN, "--envs-per-actor", "-8"), "-8 is out of range"),
