@@ -108,6 +108,7 @@ def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = N
 
     import torch
 
+    from mpippo.algos.implementations import CLASSES
     from mpippo.ckpt_schema import validate
     try:
         with torch.serialization.safe_globals(safe_globals()):
@@ -119,4 +120,4 @@ def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = N
         raise UsageError(f"{where}: unreadable checkpoint (not a file torch can read)") from None
     except Exception as e:  # truncated, corrupted, not a torch file
         raise UsageError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
-    return validate(state, where, algo)
+    return validate(state, where, CLASSES, algo)

@@ -8,8 +8,8 @@ Shapes come from the checkpoint's own config: the network is built on torch's me
 (no memory) and every weight and Adam moment is compared with it.
 
 This module holds the checking primitives and the parts every checkpoint of a layout has; what an
-algorithm adds is checked by its own `check_checkpoint`, beside the code that writes it, found
-through the registry (mpippo/algos/registry.py).
+algorithm adds is checked by its own `check_checkpoint`, beside the code that writes it, which the
+caller of `validate` hands in (checkpoint.load_checkpoint: algos/implementations.py's classes).
 
 Format: every checkpoint says which one it is (`format`, FORMAT today; the files written before the
 key existed are format 1). `upgrade` brings an older file to today's by one step per format (UPGRADES),
@@ -205,7 +205,7 @@ def check_ret_rms(v, path: str = "ret_rms") -> None:
 
 
 # ---- what each layout's runner writes beside its algorithm's state (the algorithms check theirs:
-# their `check_checkpoint`, found through the registry) ----
+# their `check_checkpoint`, handed to `validate`) ----
 def check_sync_state(state: dict, cfg: C.Config) -> None:
     """The sync layout (runners/sync.py): the reward normalizer and every rank's state."""
     mapping(state, "checkpoint", ("ret_rms", "ranks"))
@@ -270,9 +270,10 @@ def upgrade(state: dict) -> dict:
     return state
 
 
-def validate(state, where: str, algo: str | None = None) -> dict:
+def validate(state, where: str, classes: dict, algo: str | None = None) -> dict:
     """`state` (brought to today's format) if it is a complete mpippo checkpoint (of `algo`, when
-    given), else UsageError naming the first problem."""
+    given), else UsageError naming the first problem. classes: {algorithm: its class}, whose
+    `check_checkpoint` checks what that algorithm adds (algos/implementations.CLASSES)."""
     try:
         mapping(state, "checkpoint")
         state = upgrade(state)
@@ -286,7 +287,7 @@ def validate(state, where: str, algo: str | None = None) -> dict:
         cfg = check_config(state)
         net = meta_network(state, cfg)
         check_weights(state["model"], "model", net)
-        registry.get(state["algo"]).load().check_checkpoint(state, cfg, net)
+        classes[state["algo"]].check_checkpoint(state, cfg, net)
     except Bad as e:
         raise C.UsageError(f"{where}: not a valid mpippo checkpoint: {e}") from None
     return state

@@ -10,7 +10,6 @@ import dataclasses
 import difflib
 import math
 import os
-import reprlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,21 +21,11 @@ from mpippo.algos import registry
 from mpippo import envs
 from mpippo.envs import canonical_env_name  # noqa: F401 (a name of config)
 from mpippo.netshape import NATURE_LAYERS, nature_out
+from mpippo.rules import envs_per_rank, frame_bytes, obs_shape_of, show  # the checks' kit, below the registry
 from mpippo.usage import UsageError
 
 ALGOS = registry.NAMES  # training.algo: one registry entry each (mpippo/algos/registry.py)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ppo_procgen.yaml"
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 60
-_REPR.maxlist = _REPR.maxdict = 6
-_REPR.maxlevel = 2
-
-
-def show(value) -> str:
-    """A value for an error message: short, whatever the user sent (a YAML bomb, a megabyte string)."""
-    return _REPR.repr(value)
-
 
 INT64_MAX = 2**63 - 1
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; anything near this is not one
@@ -452,28 +441,6 @@ def sync_minibatches(cfg: Config) -> tuple[str, int]:
     return key, getattr(getattr(cfg, section), name)
 
 
-def check_sync(cfg: Config, world_size: int, earlier: list[str]) -> list[str]:
-    """The sync layout: every rank splits its share of the batch into the same minibatches."""
-    if earlier:  # the divisibility check below needs sane numbers
-        return []
-    t = cfg.training
-    key, n = sync_minibatches(cfg)
-    envs_local = local_num_envs(cfg, world_size)
-    local_batch = envs_local * t.n_steps
-    if local_batch % n != 0:
-        return [f"{key}: the per-rank batch ({envs_local} envs x {t.n_steps} steps = "
-                f"{local_batch}) is not divisible by num_minibatches={n}"]
-    if t.rollout_cutoff is not None and envs_local * cutoff_min_steps(t) < n:
-        return [f"training.rollout_min_fraction: {t.rollout_min_fraction} of {t.n_steps} steps x {envs_local} envs "
-                f"is fewer samples than {key}={n}: a cut-off rank would have an empty minibatch"]
-    return []
-
-
-def cutoff_min_steps(t: TrainingConfig) -> int:
-    """The steps a rank collects before the balanced cut-off may end its rollout."""
-    return max(1, math.ceil(t.rollout_min_fraction * t.n_steps))
-
-
 def _check_choices(cfg: Config) -> list[str]:
     """Names and modes: env, algorithm, precision, normalization, device, the network's initial weights."""
     errs: list[str] = []
@@ -609,63 +576,6 @@ def _check_ranges(cfg: Config) -> list[str]:
     return errs
 
 
-def _at_least(section: str, values, keys: tuple, lo: int) -> list[str]:
-    """One line per key of the section below `lo`."""
-    return [f"{section}.{k}: must be >= {lo}, got {getattr(values, k)}" for k in keys if getattr(values, k) < lo]
-
-
-def _within(section: str, values, bounds: dict) -> list[str]:
-    """One line per key outside its closed range: {key: (lo, hi)}, hi None for no upper bound. The
-    types (int, finite float, below 2**63) were checked when the values were read."""
-    errs = []
-    for key, (lo, hi) in bounds.items():
-        value = getattr(values, key)
-        if value < lo or (hi is not None and value > hi):
-            allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            errs.append(f"{section}.{key}: must be {allowed}, got {value}")
-    return errs
-
-
-# Upper bounds of values that are absurd beyond them (each named in its refusal; the algorithms' own
-# beside them: algos/dqn_settings.py, algos/appo_settings.py).
-MAX_ELO_K = 400          # one game would move a rating by more than the scale's unit (10:1 odds)
-MAX_PRIORITY_EXPONENT = 100  # loss_rate ** 100: only the single hardest member is ever sampled
-MAX_EVAL_GAMES = 100_000  # rating games per heuristic player and round: ~15 s of the learner's time (CPU)
-
-SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None), "eval_games": (1, MAX_EVAL_GAMES),
-                   "eval_interval_updates": (0, None), "elo_k": (0, MAX_ELO_K),
-                   "priority_exponent": (0, MAX_PRIORITY_EXPONENT), "heuristic_prob": (0, 1), "opponent_eps": (0, 1)}
-
-
-def _check_agents(section: str, num_agents: int, world_size: int) -> list[str]:
-    """The actor-learner layout: the job splits into agents of one learner and >= 1 actor each."""
-    if world_size % num_agents or world_size // num_agents < 2:
-        return [f"{section}.num_agents: {world_size} rank(s) cannot form {num_agents} agent(s) of a learner and "
-                f">= 1 actor each; run with a multiple of {num_agents} ranks, at least {2 * num_agents}"]
-    return []
-
-
-def _budget_text(cfg: Config, world_size: int) -> str:
-    """How the job's env-step budget divides over the agents, for the refusals: '3,000 // 1 agent(s)'."""
-    sec = layout_section(cfg)
-    return f"{cfg.training.total_timesteps:,} // {sec.num_agents} agent(s)"
-
-
-def _check_selfplay(cfg: Config) -> list[str]:
-    errs: list[str] = []
-    e = cfg.env
-    sp = cfg.selfplay
-    if sp.enabled:
-        if not getattr(envs.family_of(e.name), "two_player", True):
-            errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: "
-                        f"{', '.join(f.name for f in envs.FAMILIES if f.two_player)}")
-        errs += _within("selfplay", sp, SELFPLAY_RANGES)
-        if sp.sampling not in ("latest", "uniform", "prioritized"):
-            errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
-        if sp.drop not in ("oldest", "lowest_rated"):
-            errs.append(f"selfplay.drop: '{sp.drop}' is not one of oldest, lowest_rated")
-    return errs
-
 def stepping_ranks(cfg: Config, world_size: int) -> int:
     """Ranks that step envs: all of them in the sync layout (PPO, A2C); the actors in the
     actor-learner layout (DQN, APPO: learners step none)."""
@@ -687,13 +597,8 @@ def agent_folder(run_dir, agent: int, num_agents: int) -> Path:
 
 
 def local_num_envs(cfg: Config, world_size: int) -> int:
-    """Envs per rank (PPO) or per actor (DQN). env.num_envs is divided over the stepping ranks and
-    rounded UP when it does not divide, so the default job runs on any core count (48 ranks: 2
-    each) and the batch is never smaller than the one asked for."""
-    e = cfg.env
-    if e.num_envs_per_rank is not None:
-        return e.num_envs_per_rank
-    return -(-e.num_envs // stepping_ranks(cfg, world_size))
+    """Envs per rank (PPO) or per actor (DQN): env.num_envs over the ranks that step envs, rounded up."""
+    return envs_per_rank(cfg, stepping_ranks(cfg, world_size))
 
 
 def envs_note(asked: Config, ran: Config, world_size: int) -> str | None:
@@ -781,16 +686,6 @@ def mlp_params(obs_dim: int, sizes, num_actions: int, kind: str = "actor_critic"
     return layers([obs_dim, *sizes, num_actions]) + layers([obs_dim, *sizes, 1])
 
 
-def obs_shape_of(cfg: Config) -> tuple:
-    """The observation shape of the config's env, from its family (no env made where it knows it)."""
-    return envs.spaces_of(cfg).obs_shape
-
-
-def frame_bytes(obs_shape) -> int:
-    """Bytes of one observation as it is stored and sent (envs.obs_dtype: uint8 images, float32 vectors)."""
-    return math.prod(obs_shape) * (1 if envs.obs_dtype(obs_shape) == "uint8" else 4)
-
-
 def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     """A lower bound of one env-stepping rank's memory in bytes, and what it is made of. A lower
     bound (the real peak is several times larger: docs/performance.md), so it never refuses a job
@@ -815,10 +710,6 @@ def memory_floor(cfg: Config, world_size: int) -> tuple[int, str]:
     need = 16 * params + rollout + minibatch * first_act  # params: weights, gradients, two Adam moments
     return need, (f"network {params:,} parameters, {n_envs:,} envs x {steps:,} steps of {obs_bytes:,}-byte "
                   f"observations, minibatch {minibatch:,} samples")
-
-
-def _aligned(n: int) -> int:
-    return (n + 7) // 8 * 8
 
 
 def chunk_bytes(cfg: Config, world_size: int) -> int:

@@ -15,63 +15,27 @@ returns: gae), ent_coef, vf_coef, max_grad_norm, norm_adv/adv_norm, normalize_re
 and, with optimizer: adam, adam_eps; PPO's n_epochs, num_minibatches, clip_range, clip_vloss and
 target_kl do not apply.
 
-The top of this module (the a2c section and the registry entry) is read by mpippo.config before
-torch loads, so torch is imported inside the functions that run the algorithm.
+Its registry entry, section and checks are in algos/a2c_settings.py (read by the config before torch
+loads).
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
-from mpippo.algos.registry import SYNC, Algorithm, setting
+import torch
+from torch.optim.rmsprop import rmsprop
 
-OPTIMIZERS = ("rmsprop", "adam")
-RETURNS = ("nstep", "gae")
-
-
-@dataclass
-class A2CConfig:
-    optimizer: str = setting("rmsprop", "A2C: rmsprop (as SB3 and the A3C paper; alpha and eps below) | adam "
-                                        "(training.adam_eps), both at training.learning_rate.")
-    rmsprop_alpha: float = setting(0.99, "A2C: RMSprop's smoothing constant of the squared gradients, in [0, 1).")
-    rmsprop_eps: float = setting(1e-5, "A2C: RMSprop's epsilon (added to the root of the squared-gradient average).")
-    returns: str = setting("nstep", "A2C: nstep (bootstrapped returns over the rollout: GAE with lambda 1, SB3's "
-                                    "default) | gae (GAE with training.gae_lambda).")
-    num_minibatches: int = setting(1, "A2C: gradient steps in the one pass over each rollout (global, as "
-                                      "training.num_minibatches); 1 = one step on the whole batch.")
+from mpippo import ckpt_schema as schema
+from mpippo.algos.adam import Adam
+from mpippo.algos.policy_gradient import PPOLoss, local_mean_std, minibatch_update
+from mpippo.models.flat import num_params
 
 
-def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
-    """The a2c section's choices and ranges, then the sync layout's minibatch split (one line each)."""
-    from mpippo import config as C
-    a, errs = cfg.a2c, []
-    for key, allowed in (("optimizer", OPTIMIZERS), ("returns", RETURNS)):
-        if getattr(a, key) not in allowed:
-            errs.append(f"a2c.{key}: {C.show(getattr(a, key))} is not one of {', '.join(allowed)}")
-    if not 0 <= a.rmsprop_alpha < 1:
-        errs.append(f"a2c.rmsprop_alpha: must be in [0, 1), got {a.rmsprop_alpha}")
-    if not a.rmsprop_eps > 0:
-        errs.append(f"a2c.rmsprop_eps: must be > 0, got {a.rmsprop_eps}")
-    errs += C._within("a2c", a, {"num_minibatches": (1, None)})
-    return errs + C.check_sync(cfg, world_size, earlier + errs)
-
-
-ALGORITHM = Algorithm(
-    "a2c", SYNC, "a2c (synchronous advantage actor-critic: PPO's layout, one pass per rollout, no clipping; "
-    "section a2c)", impl=lambda: A2C, check=check, section="a2c", section_type=A2CConfig,  # (A2C: below)
-    logs=("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance"), minibatches_key="a2c.num_minibatches",
-    continuous=True,
-    ignores=("training.n_epochs", "training.num_minibatches", "training.clip_range", "training.clip_vloss",
-             "training.target_kl"))
-
-
-# ---- the algorithm (torch) ----
 def a2c_loss(newlogprob, entropy, newvalue, mb_logprobs, mb_advantages, mb_returns, mb_values,
              clip_range: float, clip_vloss: bool, ent_coef: float, vf_coef: float):
     """The actor-critic loss of one minibatch, in ppo_loss's signature (the toolkit's minibatch_update calls it; PPO's
     clip_range and clip_vloss are unused). approx_kl measures how far the policy moved from the
     rollout's within the pass (0 at its first step), so it reads as PPO's does; clipfrac is 0."""
-    from mpippo.algos.policy_gradient import PPOLoss
     pg_loss = -(mb_advantages * newlogprob).mean()
     v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
     entropy_loss = entropy.mean()
@@ -85,11 +49,6 @@ def make_rmsprop(params, lr: float, alpha: float, eps: float):
     """torch.optim.RMSprop's arithmetic (its functional `rmsprop`: square_avg = alpha * square_avg +
     (1 - alpha) * g^2, p -= lr * g / (sqrt(square_avg) + eps)) with algos/adam.py's bookkeeping: one
     group, torch.optim's state_dict layout, no import of torch's compiler stack."""
-    import torch
-    from torch.optim.rmsprop import rmsprop
-
-    from mpippo.algos.adam import Adam
-
     class RMSprop(Adam):
         MOMENTS = ("square_avg",)
 
@@ -124,13 +83,11 @@ class A2C:
 
     def optimizer(self, params):
         if self.a.optimizer == "adam":
-            from mpippo.algos.adam import Adam
             return Adam(params, lr=self.t.learning_rate, eps=self.t.adam_eps)
         return make_rmsprop(params, self.t.learning_rate, self.a.rmsprop_alpha, self.a.rmsprop_eps)
 
     def update(self, model, optimizer, batch: dict, grad_sync, generator=None, timer=None, nonfinite_streak: int = 0,
                max_nonfinite_streak: int = 3, adv_moments=None, shares=None) -> dict:
-        from mpippo.algos.policy_gradient import local_mean_std, minibatch_update
         # one pass in a2c.num_minibatches steps; no KL stop (built here: training.precision is settled by the runner)
         one_pass = dataclasses.replace(self.t, n_epochs=1, num_minibatches=self.a.num_minibatches, target_kl=None)
         return minibatch_update(model, optimizer, batch, one_pass, grad_sync, generator, timer, nonfinite_streak,
@@ -139,9 +96,6 @@ class A2C:
     @staticmethod
     def check_checkpoint(state: dict, cfg, net) -> None:
         """The sync layout's state and the optimizer over the one flat parameter (models/flat.py)."""
-        from mpippo import ckpt_schema as schema
-        from mpippo.algos.adam import Adam
-        from mpippo.models.flat import num_params
         schema.check_sync_state(state, cfg)
         moments = Adam.MOMENTS if cfg.a2c.optimizer == "adam" else ("square_avg",)
         schema.check_optimizer(state["optimizer"], "optimizer", [(num_params(net),)], moments)

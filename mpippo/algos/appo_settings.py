@@ -3,15 +3,16 @@ section, its checks (ranges, V-trace's clips, the loss, the batch's split, the a
 under which no update could happen), and the models of its messages and memory. The algorithm
 itself is algos/appo.py (the learner and the actors; it imports torch), named through a loader.
 
-The checks use the config's shared helpers: `mpippo.config` imports this module through the
-registry, so it is imported inside the functions, when a config is checked.
+The checks use the config's building blocks (mpippo/rules.py), which sit below the config and the
+registry: `mpippo.config` imports this module through the registry.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from mpippo.algos.registry import ACTOR_LEARNER, PPO_LOGS, SYNC_LOOP_KEYS, Algorithm, setting
+from mpippo import rules
+from mpippo.algos.entry import ACTOR_LEARNER, PPO_LOGS, SYNC_LOOP_KEYS, Algorithm, setting
 
 MAX_EPOCHS = 1000  # passes over one batch: a single update would outlast the actors' patience (guards)
 RANGES = {"num_agents": (1, None), "rollout_length": (1, None), "batch_segments": (1, None), "epochs": (1, MAX_EPOCHS),
@@ -38,9 +39,8 @@ class APPOConfig:
 
 
 def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
-    from mpippo import config as C
     a = cfg.appo
-    errs = C._within("appo", a, RANGES)
+    errs = rules.within("appo", a, RANGES)
     for key in ("rho_bar", "c_bar"):
         if not getattr(a, key) > 0 or not math.isfinite(getattr(a, key)):
             errs.append(f"appo.{key}: must be > 0, got {getattr(a, key)}")
@@ -59,7 +59,7 @@ def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
                     f"{a.chunk_size - 2 * a.batch_segments:,} segments of each would be dropped; allowed: "
                     f"<= {2 * a.batch_segments:,}")
     if not errs and not earlier:
-        errs += C._check_agents("appo", a.num_agents, world_size)
+        errs += rules.check_agents("appo", a.num_agents, world_size)
     if not errs and not earlier:
         errs += _budget(cfg, world_size)
     return errs
@@ -68,10 +68,9 @@ def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
 def production(cfg, world_size: int) -> dict:
     """What the actors of one APPO agent make over the whole budget (algos/appo.py: actor_steps):
     rounds of rollout_length steps of all of an actor's envs, one segment per env and round."""
-    from mpippo import config as C
     a = cfg.appo
     actors = world_size // a.num_agents - 1
-    envs = C.local_num_envs(cfg, world_size)
+    envs = rules.actor_envs(cfg, world_size, a.num_agents)
     rounds = cfg.training.total_timesteps // a.num_agents // (envs * a.rollout_length)
     return {"actors": actors, "envs": envs, "rounds": rounds, "total": rounds * envs,
             "per_actor": -(-rounds // actors) * envs}
@@ -79,10 +78,9 @@ def production(cfg, world_size: int) -> dict:
 
 def _budget(cfg, world_size: int) -> list[str]:
     """Combinations under which no update can ever happen (or the learner gets its data too late)."""
-    from mpippo import config as C
     a, errs = cfg.appo, []
     p = production(cfg, world_size)
-    split = (f"{C._budget_text(cfg, world_size)} // ({p['envs']} envs x appo.rollout_length {a.rollout_length:,}) = "
+    split = (f"{rules.budget_text(cfg, a.num_agents)} // ({p['envs']} envs x appo.rollout_length {a.rollout_length:,}) = "
              f"{p['rounds']:,} round(s) of {p['envs']} segments")
     if p["total"] == 0:
         least = p["envs"] * a.rollout_length * a.num_agents
@@ -110,10 +108,9 @@ def segment_bytes(frame: int, T: int) -> int:
 
 def chunk_items(cfg, world_size: int) -> tuple[int, int]:
     """APPO's message: (episode-return slots, bytes of chunk_size segments of T+1 frames)."""
-    from mpippo import config as C
-    n, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, C.frame_bytes(C.obs_shape_of(cfg))
-    return n * T, (C._aligned(n * (T + 1) * frame) + C._aligned(8 * n * T) + 4 * C._aligned(4 * n * T)
-                   + C._aligned(n * (T + 1)) + 8 * n)
+    n, T, frame = cfg.appo.chunk_size, cfg.appo.rollout_length, rules.frame_bytes(rules.obs_shape_of(cfg))
+    return n * T, (rules.aligned(n * (T + 1) * frame) + rules.aligned(8 * n * T) + 4 * rules.aligned(4 * n * T)
+                   + rules.aligned(n * (T + 1)) + 8 * n)
 
 
 def memory(cfg, world_size: int, z) -> tuple[list, list]:
@@ -134,14 +131,8 @@ def memory(cfg, world_size: int, z) -> tuple[list, list]:
     return learner, actor
 
 
-def load():
-    """The algorithm's code (imports torch)."""
-    from mpippo.algos.appo import APPO
-    return APPO
-
-
 ALGORITHM = Algorithm(
     "appo", ACTOR_LEARNER, "appo (asynchronous PPO with V-trace: actor ranks and a learner rank, section appo)",
-    impl=load, check=check, section="appo", section_type=APPOConfig, logs=PPO_LOGS, memory=memory,
+    check=check, section="appo", section_type=APPOConfig, logs=PPO_LOGS, memory=memory,
     chunk_items=chunk_items,
     ignores=SYNC_LOOP_KEYS + ("training.clip_vloss", "training.target_kl", "training.adv_norm", "training.reward_norm"))

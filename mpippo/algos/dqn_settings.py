@@ -4,16 +4,16 @@ models of its messages and memory. The algorithm itself is algos/apex.py (the le
 actors) with its parts in algos/dqn.py (replay, n-step returns, the loss); both import torch, so
 this module names them through a loader.
 
-The checks use the config's shared helpers (ranges, agents, the budget's wording): `mpippo.config`
-imports this module through the registry, so it is imported inside the functions, when a config
-is checked.
+The checks use the config's building blocks (mpippo/rules.py: ranges, agents, sizes), which sit
+below the config and the registry: `mpippo.config` imports this module through the registry.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from mpippo.algos.registry import ACTOR_LEARNER, PPO_LOSS_KEYS, SYNC_LOOP_KEYS, Algorithm, setting
+from mpippo import envs, rules
+from mpippo.algos.entry import ACTOR_LEARNER, PPO_LOSS_KEYS, SYNC_LOOP_KEYS, Algorithm, setting
 
 MAX_REPLAY_RATIO = 1024  # samples trained per env step: each transition trained on ~1,000 times
 RANGES = {"num_agents": (1, None), "buffer_size": (1, None), "batch_size": (1, None), "n_step": (1, None),
@@ -52,41 +52,38 @@ class DQNConfig:
 def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
     """The dqn section's ranges, the agents the job can form, the env's symmetry for mirroring, the
     budget; then the selfplay section (DQN's alone)."""
-    from mpippo import config as C, envs
     e, d = cfg.env, cfg.dqn
-    errs = C._within("dqn", d, RANGES)
+    errs = rules.within("dqn", d, RANGES)
     if d.learning_steps_per_batch is not None and d.learning_steps_per_batch < 1:
         errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
     if not errs and not earlier:
-        errs += C._check_agents("dqn", d.num_agents, world_size)
+        errs += rules.check_agents("dqn", d.num_agents, world_size)
     if d.mirror_augment and not getattr(envs.family_of(e.name), "mirror_symmetric", True):
         errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: "
                     f"{', '.join(f.name for f in envs.FAMILIES if f.mirror_symmetric)}")
     if not errs and not earlier:
         errs += _budget(cfg, world_size)
-    return errs + C._check_selfplay(cfg)
+    return errs + rules.check_selfplay(cfg)
 
 
 def production(cfg, world_size: int) -> dict:
     """What the actors of one DQN agent make over the whole budget (algos/apex.py: actor_steps, the
     n-step accumulator): steps per env, transitions per actor and in all, and the most updates the
     replay ratio then allows (None when learning by episodes, or with replay_ratio 0)."""
-    from mpippo import config as C
     d = cfg.dqn
     actors = world_size // d.num_agents - 1
-    envs = C.local_num_envs(cfg, world_size)
-    steps = cfg.training.total_timesteps // d.num_agents // actors // envs
-    per_actor = max(steps - d.n_step + 1, 0) * envs
+    n_envs = rules.actor_envs(cfg, world_size, d.num_agents)
+    steps = cfg.training.total_timesteps // d.num_agents // actors // n_envs
+    per_actor = max(steps - d.n_step + 1, 0) * n_envs
     total = actors * per_actor
     updates = None
     if d.learning_steps_per_batch is None and d.replay_ratio > 0:
         updates = int(d.replay_ratio * max(total - d.learning_starts, 0) / d.batch_size)
-    return {"actors": actors, "envs": envs, "steps": steps, "per_actor": per_actor, "total": total, "updates": updates}
+    return {"actors": actors, "envs": n_envs, "steps": steps, "per_actor": per_actor, "total": total, "updates": updates}
 
 
 def _budget(cfg, world_size: int) -> list[str]:
     """Combinations under which no update can ever happen (or the learner gets its data too late)."""
-    from mpippo import config as C
     d, errs = cfg.dqn, []
     if d.learning_starts > d.buffer_size:
         errs.append(f"dqn.learning_starts: {d.learning_starts:,} is above dqn.buffer_size={d.buffer_size:,}: the replay "
@@ -95,7 +92,7 @@ def _budget(cfg, world_size: int) -> list[str]:
         errs.append(f"dqn.batch_size: {d.batch_size:,} is above dqn.buffer_size={d.buffer_size:,}: every batch would "
                     f"repeat transitions of a smaller replay; allowed: <= {d.buffer_size:,}")
     p = production(cfg, world_size)
-    split = (f"{C._budget_text(cfg, world_size)} // {p['actors']} actor(s) // {p['envs']} envs = {p['steps']:,} steps "
+    split = (f"{rules.budget_text(cfg, d.num_agents)} // {p['actors']} actor(s) // {p['envs']} envs = {p['steps']:,} steps "
              f"per env")
     if p["steps"] < d.n_step:
         least = d.n_step * p["envs"] * p["actors"] * d.num_agents
@@ -125,10 +122,9 @@ def _budget(cfg, world_size: int) -> list[str]:
 
 def chunk_items(cfg, world_size: int) -> tuple[int, int]:
     """DQN's message: (episode-return slots, bytes of chunk_size transitions of two frames)."""
-    from mpippo import config as C
-    n, frame = cfg.dqn.chunk_size, C.frame_bytes(C.obs_shape_of(cfg))
-    return (max(n, C.local_num_envs(cfg, world_size)),
-            2 * C._aligned(8 * n) + 2 * C._aligned(4 * n) + 2 * C._aligned(n * frame))
+    n, frame = cfg.dqn.chunk_size, rules.frame_bytes(rules.obs_shape_of(cfg))
+    return (max(n, rules.actor_envs(cfg, world_size, cfg.dqn.num_agents)),
+            2 * rules.aligned(8 * n) + 2 * rules.aligned(4 * n) + 2 * rules.aligned(n * frame))
 
 
 def memory(cfg, world_size: int, z) -> tuple[list, list]:
@@ -157,14 +153,8 @@ def memory(cfg, world_size: int, z) -> tuple[list, list]:
     return learner, actor
 
 
-def load():
-    """The algorithm's code (imports torch)."""
-    from mpippo.algos.apex import ApeX
-    return ApeX
-
-
 ALGORITHM = Algorithm(
     "dqn", ACTOR_LEARNER, "dqn (Ape-X: actor ranks and a learner rank with replay, section dqn)",
-    impl=load, check=check, section="dqn", section_type=DQNConfig, network="q",
+    check=check, section="dqn", section_type=DQNConfig, network="q",
     network_options=lambda cfg: {"dueling": cfg.dqn.dueling}, greedy_eval=True, selfplay=True, logs=("td_loss",),
     memory=memory, chunk_items=chunk_items, ignores=SYNC_LOOP_KEYS + PPO_LOSS_KEYS)

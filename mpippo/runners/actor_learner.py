@@ -28,6 +28,7 @@ import psutil
 import torch
 
 from mpippo import models, resume
+from mpippo.algos import implementations
 from mpippo.algos.policy_gradient import autocast
 from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
@@ -110,7 +111,7 @@ class ActorLearnerRun:
     def new_algo(self):
         """The algorithm object of the run's registry entry (ApeX, APPO): both halves of it."""
         a = self.agent
-        return algorithm(self.cfg).load()(self.cfg, a.obs_shape, a.num_actions, num_actors=self.num_actors,
+        return implementations.load(self.cfg.training.algo)(self.cfg, a.obs_shape, a.num_actions, num_actors=self.num_actors,
                                           masked=hasattr(self.env, "action_mask"))
 
     def settle_precision(self) -> str:

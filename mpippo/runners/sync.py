@@ -22,6 +22,7 @@ import torch
 
 from mpippo import ckpt_schema as schema
 from mpippo import models, resume
+from mpippo.algos import implementations
 from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
 from mpippo.algos.contracts import REPORTED_STATS
 from mpippo.algos.policy_gradient import (GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std,
@@ -30,7 +31,8 @@ from mpippo.checkpoint import save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
-from mpippo.config import Config, UsageError, algorithm, cutoff_min_steps, sync_minibatches
+from mpippo.config import Config, UsageError, algorithm, sync_minibatches
+from mpippo.rules import cutoff_min_steps
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed, resume_seed
 from mpippo.errors import CheckpointError, ReplicaDivergence
@@ -78,7 +80,7 @@ class SyncTrainer:
 
         # the algorithm (its registry entry's code: optimizer, update) and its network
         self.entry = algorithm(cfg)
-        self.algo = self.entry.load()(cfg)
+        self.algo = implementations.load(cfg.training.algo)(cfg)
         self.model = self.entry.build_network(cfg, self.env.obs_shape, self.env.num_actions, self.device,
                                               self.spaces.continuous)
         self.sampler = GumbelSampler(self.device, seed + 2)  # actions, drawn on the policy's device

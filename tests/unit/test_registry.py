@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mpippo import config as C
-from mpippo.algos import registry
+from mpippo.algos import implementations, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def test_the_config_reads_the_registry_without_loading_torch():
 def test_every_entry_is_complete(name):
     a = registry.get(name)
     assert a.layout in registry.LAYOUTS and a.name in C.ALGOS and a.summary.startswith(name)
-    impl = a.load()
+    impl = implementations.load(name)
     assert callable(impl.check_checkpoint)
     assert callable(a.check)
     if a.layout == registry.SYNC:
@@ -59,10 +59,10 @@ def test_every_entry_satisfies_its_layouts_protocol(name):
     cfg.training.algo = name
     protocol = contracts.protocol_of(a.layout)
     if a.layout == registry.SYNC:
-        algo = a.load()(cfg)
+        algo = implementations.load(name)(cfg)
         assert contracts.missing(algo, protocol) == [] and isinstance(algo, protocol)
         return
-    algo = a.load()(cfg, (4,), 2, num_actors=2)
+    algo = implementations.load(name)(cfg, (4,), 2, num_actors=2)
     assert contracts.missing(algo, protocol) == [] and isinstance(algo, protocol)
     acting = algo.actor(0, algo.new_net(), 3, np.random.default_rng(0))
     assert contracts.missing(acting, contracts.Acting) == [] and isinstance(acting, contracts.Acting)
@@ -81,12 +81,14 @@ def test_the_contract_check_names_what_is_missing():
     assert not isinstance(Half(), contracts.SyncAlgorithm)
 
 
-def test_a_module_that_declares_an_algorithm_is_found(tmp_path):
-    """Discovery reads a module's top level without running it: an ALGORITHM assignment is what counts."""
-    (tmp_path / "mine.py").write_text("import torch\nALGORITHM = None\n")
-    (tmp_path / "other.py").write_text("def f():\n    ALGORITHM = 1\n")
-    assert registry._declares_algorithm(tmp_path / "mine.py")
-    assert not registry._declares_algorithm(tmp_path / "other.py")
+def test_every_entry_has_its_class_and_every_class_its_entry():
+    """registry.ENTRIES (light) and implementations.CLASSES (torch) list the same algorithms, and each
+    entry sits in its own torch-free <name>_settings module, beside nothing heavier."""
+    from mpippo.algos import implementations
+    assert sorted(implementations.CLASSES) == sorted(registry.NAMES)
+    for entry in registry.ENTRIES:
+        module = sys.modules[entry.check.__module__]
+        assert module.__name__ == f"mpippo.algos.{entry.name}_settings" and module.ALGORITHM is entry
 
 
 def _is_algo(node) -> bool:
