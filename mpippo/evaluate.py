@@ -15,6 +15,7 @@ Each env slot plays a fixed quota of episodes, so short episodes are not over-re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -113,7 +114,7 @@ def make_actor(net, algo: str, deterministic: bool, generator, obs_rms: dict | N
     return act
 
 
-ENV_KEYS = {C.file_key("env", f.name) for f in C.dataclasses.fields(C.EnvConfig)}
+ENV_KEYS = {C.file_key("env", f.name) for f in dataclasses.fields(C.EnvConfig)}
 
 
 def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:

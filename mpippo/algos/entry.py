@@ -12,7 +12,7 @@ LAYOUTS = (SYNC, ACTOR_LEARNER)
 
 def setting(default, help: str):
     """A config key of a section dataclass: its default and its help text (`python -m mpippo.config`
-    prints it; docs/config.md's table lists it). Here, not in config.py, so that algorithm modules declare
+    prints it; docs/config.md's table lists it). Here, not in the config package, so that algorithm modules declare
     their sections with it without importing the config."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help})

@@ -107,7 +107,7 @@ def test_a_weights_and_biases_failure_mid_run_is_one_warning_and_the_run_goes_on
 
 def test_weights_and_biases_without_the_package_is_one_line(monkeypatch):
     from mpippo import config as C
-    monkeypatch.setattr(C, "wandb_missing", lambda: True)
+    monkeypatch.setattr(C.checks, "wandb_missing", lambda: True)
     with pytest.raises(C.UsageError, match="logging.wandb: 'offline' needs the wandb package"):
         C.build({}, [("logging", "wandb", "offline")], 1)
     assert C.build({"logging": {"wandb": False}}, [], 1).logging.wandb == "off"  # YAML's bare `off`

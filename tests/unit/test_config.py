@@ -1,4 +1,7 @@
+import dataclasses
+
 import pytest
+import yaml
 
 from mpippo import config as C
 
@@ -30,15 +33,15 @@ def test_every_default_field_is_in_the_default_yaml():
     for section, cls in C._section_classes().items():
         # the PPO default leaves out the algorithms' own sections (and self-play); their configs have them
         if section not in (*C.registry.algorithm_sections(), "selfplay"):
-            assert set(data[section]) == {C.file_key(section, f.name) for f in C.dataclasses.fields(cls)}, section
+            assert set(data[section]) == {C.file_key(section, f.name) for f in dataclasses.fields(cls)}, section
             differ = {k: (v, defaults[section][k]) for k, v in data[section].items() if v != defaults[section][k]}
             assert differ == {}, f"{section}: the default config and the built-in defaults differ: {differ}"
     dqn = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_procgen.yaml")["dqn"]
-    assert set(dqn) == {f.name for f in C.dataclasses.fields(C._section_classes()["dqn"])}
+    assert set(dqn) == {f.name for f in dataclasses.fields(C._section_classes()["dqn"])}
     appo = C.load_yaml(C.DEFAULT_CONFIG.parent / "appo_procgen.yaml")["appo"]
-    assert set(appo) == {f.name for f in C.dataclasses.fields(C._section_classes()["appo"])}
+    assert set(appo) == {f.name for f in dataclasses.fields(C._section_classes()["appo"])}
     sp = C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_selfplay.yaml")["selfplay"]
-    assert set(sp) == {f.name for f in C.dataclasses.fields(C.SelfPlayConfig)}
+    assert set(sp) == {f.name for f in dataclasses.fields(C.SelfPlayConfig)}
 
 
 def test_unknown_key_names_it_and_suggests():
@@ -182,7 +185,7 @@ def layout_errors(name: str, overrides: dict, world_size: int = 3) -> list[str]:
     ("dqn_selfplay.yaml", "selfplay.snapshot_interval_updates", 10**20, "is out of range; allowed: below 2**63"),
 ])
 def test_actor_learner_keys_are_range_checked(name, key, value, expect):
-    errs = layout_errors(name, {key: C.yaml.safe_load(value) if isinstance(value, str) else value})
+    errs = layout_errors(name, {key: yaml.safe_load(value) if isinstance(value, str) else value})
     assert len(errs) == 1 and expect in errs[0], errs
 
 
@@ -320,16 +323,16 @@ def test_a_huge_appo_batch_is_refused_on_the_learner_node_only_as_it_needs(monke
     learner, actor = C.layout_memory(cfg, 3)
     one_learner, one_actor = sum(b for b, _, _ in learner), sum(b for b, _, _ in actor)
     assert one_learner > 30 * 2**30 > 2**20 > one_actor
-    monkeypatch.setattr(C, "memory_available", lambda ranks: one_learner + 3 * one_actor)
+    monkeypatch.setattr(C.memory, "memory_available", lambda ranks: one_learner + 3 * one_actor)
     assert C.host_problems(cfg, 3, 3) == []  # fits: the node's memory is not split evenly over the ranks
-    monkeypatch.setattr(C, "memory_available", lambda ranks: one_learner - 1)
+    monkeypatch.setattr(C.memory, "memory_available", lambda ranks: one_learner - 1)
     (msg,) = C.host_problems(cfg, 3, 3)
     assert "lower appo.batch_segments, appo.rollout_length" in msg, msg
     # 6 ranks of 2 agents on nodes of 2 ranks: a node holds at most one learner (and its actor)
     two = C.resolve(C.build(C.load_yaml(CONFIGS / "appo_toy.yaml"),
                             [("appo", "batch_segments", 10**6), ("appo", "num_minibatches", 1), ("appo", "num_agents", 2),
                              ("training", "total_timesteps", 10**12)], 6), 6)
-    monkeypatch.setattr(C, "memory_available", lambda ranks: one_learner + 2 * one_actor)
+    monkeypatch.setattr(C.memory, "memory_available", lambda ranks: one_learner + 2 * one_actor)
     assert C.host_problems(two, 6, 2) == [] and C.host_problems(two, 6, 6) != []
 
 
@@ -350,10 +353,10 @@ def test_a_saved_config_older_than_a_key_reads_as_the_value_its_code_ran(tmp_pat
     from mpippo.files import read_run_config
     old = C.Config().to_dict()
     del old["model"]["init"]
-    (tmp_path / "config.yaml").write_text(C.yaml.safe_dump(old))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     assert read_run_config(tmp_path).model.init == "torch"
     old["model"]["init"] = "glorot"
-    (tmp_path / "config.yaml").write_text(C.yaml.safe_dump(old))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     assert read_run_config(tmp_path).model.init == "glorot"
     assert C.build({"model": {"hidden_size": 64}}, [], 1).model.init == "glorot"
     assert C.with_earlier_defaults({"model": None}) == {"model": {"init": "torch"}}

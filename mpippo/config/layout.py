@@ -1,0 +1,98 @@
+"""What a config means for a job of N ranks: its algorithm's entry and layout, the ranks that step
+envs and the envs each runs, the agents' folders, and the config as it ran (`resolve`), with the
+start-up's notes on what differs from what was asked."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from mpippo.algos import registry
+from mpippo.config.schema import Config
+from mpippo.envs import canonical_env_name  # noqa: F401 (a name of config)
+from mpippo.rules import envs_per_rank, show
+
+
+def algorithm(cfg: Config) -> registry.Algorithm:
+    """The registry entry of the run's training.algo."""
+    return registry.get(cfg.training.algo)
+
+
+def actor_learner(cfg: Config) -> bool:
+    """Whether the run's algorithm runs in the actor-learner layout (else: synchronous replicas)."""
+    return algorithm(cfg).layout == registry.ACTOR_LEARNER
+
+
+def sync_minibatches(cfg: Config) -> tuple[str, int]:
+    """The sync layout's minibatches per update: (the key that sets them, their number)."""
+    key = algorithm(cfg).minibatches_key
+    section, name = key.split(".")
+    return key, getattr(getattr(cfg, section), name)
+
+
+
+def stepping_ranks(cfg: Config, world_size: int) -> int:
+    """Ranks that step envs: all of them in the sync layout (PPO, A2C); the actors in the
+    actor-learner layout (DQN, APPO: learners step none)."""
+    if not actor_learner(cfg):
+        return world_size
+    return max(world_size - layout_section(cfg).num_agents, 1)
+
+
+def layout_section(cfg: Config):
+    """The actor-learner layout's settings of this run's algorithm (its section: dqn, appo):
+    num_agents, chunk_size, max_inflight, weight_sync_period, checkpoint_interval_updates. None
+    in the sync layout."""
+    return getattr(cfg, algorithm(cfg).section) if actor_learner(cfg) else None
+
+
+def agent_folder(run_dir, agent: int, num_agents: int) -> Path:
+    """Agent `agent`'s folder of a run: the run folder itself, or agent_<k>/ of a multi-agent job."""
+    return Path(run_dir) / f"agent_{agent}" if num_agents > 1 else Path(run_dir)
+
+
+def local_num_envs(cfg: Config, world_size: int) -> int:
+    """Envs per rank (PPO) or per actor (DQN): env.num_envs over the ranks that step envs, rounded up."""
+    return envs_per_rank(cfg, stepping_ranks(cfg, world_size))
+
+
+def envs_note(asked: Config, ran: Config, world_size: int) -> str | None:
+    """Why the envs that run differ from the env.num_envs asked for (None when they do not)."""
+    if asked.env.num_envs_per_rank is not None or asked.env.num_envs == ran.env.num_envs:
+        return None
+    return (f"env.num_envs {asked.env.num_envs} does not divide over {stepping_ranks(asked, world_size)} env-stepping "
+            f"rank(s): {ran.env.num_envs_per_rank} per rank, {ran.env.num_envs} in all")
+
+
+def ignored_note(cfg: Config) -> str | None:
+    """One line naming the keys set away from their defaults that `cfg`'s algorithm does not read:
+    the shared keys its registry entry lists and the sections of the other algorithms (None: none)."""
+    entry, default = registry.get(cfg.training.algo), Config()
+    keys = list(entry.ignores)
+    for section in registry.algorithm_sections():
+        if section != entry.section:
+            keys += [f"{section}.{k}" for k in getattr(default, section).__dataclass_fields__]
+    unread = []
+    for key in keys:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value != getattr(getattr(default, section), name):
+            unread.append(f"{key}={show(value)}")
+    if not unread:
+        return None
+    return (f"training.algo {entry.name} does not read {', '.join(unread)}: these settings have no effect "
+            f"(docs/config.md lists the keys each algorithm reads)")
+
+
+def resolve(cfg: Config, world_size: int) -> Config:
+    """Fill derived values so the saved config.yaml states what actually ran."""
+    # parallel.expected_world_size guards one launch (validate checked it) and is no part of the
+    # run: kept in config.yaml, it would refuse a resume from that file on another allocation
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env),
+                              parallel=dataclasses.replace(cfg.parallel, expected_world_size=None))
+    per_rank = local_num_envs(cfg, world_size)
+    cfg.env.num_envs_per_rank = per_rank
+    cfg.env.num_envs = per_rank * stepping_ranks(cfg, world_size)
+    cfg.env.name = canonical_env_name(cfg.env.name)
+    return cfg
+
+

@@ -1,0 +1,102 @@
+"""Where a config comes from: a YAML file (read strictly: no duplicate keys, no tags that build
+objects, a size bound) and `--set section.key=value` overrides merged into it."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mpippo.config.schema import MAX_CONFIG_BYTES, SECTIONS
+from mpippo.rules import show
+from mpippo.usage import UsageError
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error (PyYAML keeps
+    the last one silently, so a forgotten earlier line would win without a word)."""
+
+
+def _strict_mapping(loader, node, deep=False):
+    first_line = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            seen = first_line.get(key)
+        except TypeError:  # an unhashable key: construct_mapping below says so
+            continue
+        if seen is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {show(key)} (first given at line {seen})",
+                                                    key_node.start_mark)
+        first_line[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, or one UsageError line naming the path and what is wrong with it."""
+    try:
+        if path.is_dir():
+            raise UsageError(f"config file: '{path}' is a folder; give a YAML file")
+        if not path.is_file():
+            raise UsageError(f"config file not found: '{path}'")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UsageError(f"config file '{path}' has {path.stat().st_size:,} bytes; a config is a small YAML "
+                              f"file (at most {MAX_CONFIG_BYTES:,} bytes)")
+        raw = path.read_bytes()
+    except OSError as e:  # permissions, a name too long, an I/O error
+        raise UsageError(f"config file '{show(str(path))}': cannot read it ({e.strerror or e})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"config file '{path}' is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                          f"save it as UTF-8") from None
+
+
+def load_yaml(path: str | Path) -> dict:
+    """A config file as nested dicts: UTF-8 YAML whose top level is a mapping of sections."""
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds only plain data
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UsageError(f"malformed YAML in '{path}'{where}: {problem}") from None
+    except RecursionError:
+        raise UsageError(f"malformed YAML in '{path}': nested too deeply") from None
+    if data is None:  # an empty file: every default
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"config file '{path}': the top level must be a mapping of sections ({', '.join(SECTIONS)}), "
+                          f"got {show(data)} ({type(data).__name__})")
+    return data
+
+
+def parse_override(item: str) -> tuple[str, str, Any]:
+    """'section.key=value' -> (section, key, YAML-typed value)."""
+    if "=" not in item or "." not in item.split("=", 1)[0]:
+        raise UsageError(f"--set expects section.key=value, got '{item}'")
+    dotted, raw = item.split("=", 1)
+    section, key = dotted.split(".", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return section, key, value
+
+
+def merge_overrides(data: dict, overrides: list[tuple[str, str, Any]]) -> dict:
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or {}).items()}
+    for section, key, value in overrides:
+        sec = data.get(section)
+        if sec is None:
+            sec = data[section] = {}
+        if isinstance(sec, dict):  # a section that is not a mapping stays as it is: from_dict reports it
+            sec[key] = value
+    return data
+
+
