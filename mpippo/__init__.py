@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 def train_dqn(*args, **kwargs):
     """See mpippo.api.train_dqn (imported lazily: importing mpippo starts no MPI)."""
-    from mpippo.api import train_dqn as _train_dqn
+    from mpippo.api import train_dqn as _train_dqn  # here: `import mpippo` loads no trainer
     return _train_dqn(*args, **kwargs)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -104,12 +105,10 @@ def _refusal(e: Exception) -> str | None:
 def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = None) -> dict:
     """Checkpoint bytes -> its state, loaded without running code and checked against the schema
     (and to be of `algo`, when given); UsageError (one line) for anything else."""
-    import pickle
-
     import torch
 
-    from mpippo.algos.implementations import CLASSES
-    from mpippo.ckpt_schema import validate
+    from mpippo.algos.implementations import CLASSES  # torch, and every algorithm: loaded to read a checkpoint
+    from mpippo.ckpt_schema import validate  # torch, as above
     try:
         with torch.serialization.safe_globals(safe_globals()):
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

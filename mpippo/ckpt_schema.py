@@ -19,6 +19,7 @@ files of format 1 that must keep loading. A file of a newer format is refused in
 from __future__ import annotations
 
 import math
+import random
 import sys
 
 import numpy as np
@@ -176,7 +177,6 @@ def check_sync_rank(r, path: str, cfg: C.Config, obs_shape: tuple) -> None:
     n = cfg.env.num_envs_per_rank
     mapping(r, path, resume.RANK_STATE)
     rng = mapping(r["rng"], f"{path}.rng", resume.RANK_RNG)
-    import random
     restores(f"{path}.rng.python", "Python random", lambda: random.Random().setstate(rng["python"]))
     restores(f"{path}.rng.numpy", "numpy RandomState", lambda: np.random.RandomState().set_state(rng["numpy"]))
     for key in ("torch", "shuffle"):

@@ -288,7 +288,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     trainer = errors = None
     try:
         if C.actor_learner(cfg):  # each learner reads its own agent's checkpoint
-            from mpippo.runners.actor_learner import ActorLearnerRun
+            from mpippo.runners.actor_learner import ActorLearnerRun  # torch: after the config is agreed
             trainer = ActorLearnerRun(cfg, world, run_dir, resume=args.resume)
         else:
             state = None
@@ -296,7 +296,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
                 path = run_dir / "checkpoints" / LATEST
                 state = load_checkpoint(_on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
                                         str(path), cfg.training.algo)
-            from mpippo.runners.sync import SyncTrainer
+            from mpippo.runners.sync import SyncTrainer  # torch: after the config is agreed
             trainer = SyncTrainer(cfg, world, run_dir, resume_state=state)
     except C.UsageError as e:
         errors = e.errors

@@ -32,6 +32,7 @@ from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
 from mpippo.usage import Parser
+from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
@@ -88,7 +89,7 @@ def make_actor(net, algo: str, deterministic: bool, generator, obs_rms: dict | N
     """The policy as a function of a batch of observations; obs_rms: the run's observation
     normalization (training.normalize_obs), applied as in training."""
     import torch
-    from mpippo.algos.buffers import ObsNormalizer
+    from mpippo.algos.buffers import ObsNormalizer  # torch: loaded once the checkpoint and options are checked
     q_values, argmax = registry.get(algo).network == "q", greedy(algo, deterministic)
     norm = None
     if obs_rms is not None:
@@ -323,7 +324,7 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mpippo.comm import World
+    from mpippo.comm import World  # mpi4py: imported by the command, not by `import mpippo.evaluate`
     world = World()
     world.install_abort_hook()
     error = None
@@ -349,7 +350,6 @@ def main(argv: list[str] | None = None) -> int:
     frames = [] if (args.video is not None and world.is_root) else None
     env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank), render=frames is not None)
     if two_player and args.opponent == "lookahead":
-        from mpippo.envs.connect4 import lookahead_opponent
         env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),
                      state.get("obs_rms"), state["config"]["training"].get("obs_clip", 10.0))
@@ -386,7 +386,6 @@ def write_outputs(args, res: dict, frames: list | None, two_player: bool) -> int
     try:
         if frames is not None:
             if two_player:
-                from mpippo.envs.connect4 import rgb_frame
                 frames = [rgb_frame(f) for f in frames]
             small = frames[0].shape[0] < 128  # a 64x64 observation is scaled up; a rendered picture is not
             write_video(args.video, frames, scale=VIDEO_SCALE if small and not two_player else 1)

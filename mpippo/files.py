@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mpippo.config import UsageError, show
+from mpippo.config import UsageError, load_yaml, show
+from mpippo import config as C
 
 MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few MB); more is not one of ours
 METRICS = "benchmark_metrics.json"
@@ -170,7 +171,6 @@ def read_jsonl(path: str | Path, what: str) -> list[dict]:
 def read_yaml(path: str | Path, what: str) -> dict:
     """A YAML file whose top level is a mapping (the config loader's checks: size, UTF-8, safe
     constructors only, no duplicate keys), its problems named with `what`."""
-    from mpippo.config import load_yaml
     try:
         return load_yaml(path)
     except UsageError as e:
@@ -179,7 +179,6 @@ def read_yaml(path: str | Path, what: str) -> dict:
 
 def read_run_config(folder: str | Path):
     """A run folder's config.yaml as a Config (types checked; values as that run resolved them)."""
-    from mpippo import config as C
     path = Path(folder) / "config.yaml"
     data = C.with_earlier_defaults(read_yaml(path, "run config"))
     errors: list[str] = []

@@ -14,6 +14,7 @@ The exit code is mpirun's; a bad -n is one line, exit 2.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -145,7 +146,6 @@ def die_with_parent(sig: int):
 
     def preexec():
         try:
-            import ctypes
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -194,9 +194,7 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
     stderr tail on failure; subprocess.TimeoutExpired after `timeout` s, with the whole job killed
     (mpirun and its ranks: a killed mpirun alone would leave its ranks running).
     extra_env: variables for the ranks (one node: mpirun passes its environment on)."""
-    import time
-
-    from mpippo.files import read_metrics
+    from mpippo.files import read_metrics  # the config behind it: the launcher itself never loads it
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
     env.update(extra_env or {})
     t0 = time.perf_counter()

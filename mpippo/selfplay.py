@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mpippo.envs.connect4 import lookahead_opponent, random_opponent
+from mpippo.envs.connect4 import lookahead_opponent, play_games, random_opponent
 
 RANDOM, LOOKAHEAD = -1, -2  # opponent ids of the heuristic players; pool members have ids >= 0
 ILLEGAL = -3  # results row of an actor's illegal moves (count in the wins column); should stay 0
@@ -287,7 +287,6 @@ class LearnerHook:
 
     def rate(self, updates: int, transitions: int) -> None:
         """Greedy rating games against the heuristic players (the win-rate curve)."""
-        from mpippo.envs.connect4 import lookahead_opponent, play_games, random_opponent
         rng = np.random.default_rng(self.seed + len(self.ratings))
         row = {"update": updates, "transitions": transitions, "elo": round(self.pool.learner_rating, 1)}
         for name, opp in (("random", random_opponent(rng)), ("lookahead", lookahead_opponent(rng))):

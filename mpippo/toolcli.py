@@ -21,14 +21,18 @@ import io
 import json
 import math
 import os
+import re
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
-from mpippo.config import INT64_MAX, UsageError, show
+from mpippo import config as C
+from mpippo import launch
+from mpippo.config import INT64_MAX, UsageError, memory_available, show
 from mpippo.usage import Parser as _Parser
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
@@ -143,7 +147,6 @@ def distinct(values: list, flag: str) -> list:
 
 def ranks_fit(ranks: int, flag: str) -> None:
     """`ranks` processes on this node (or on each node of a Slurm allocation) must have memory to start."""
-    from mpippo.config import memory_available
     nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
     per_node = -(-ranks // (int(nodes) if nodes.isdigit() and int(nodes) > 0 else 1))
     need, have = per_node * RANK_BASE_BYTES, memory_available(1)
@@ -280,8 +283,7 @@ def check_trainer(argv: list[str], ranks: int, what: str):
     config file, values, memory, threads), run in this process without MPI or torch; returns
     (the parsed options, the resolved Config), or a UsageError whose lines start with `what`.
     (A tool is no MPI job: importing the trainer's cli starts no MPI here, comm/world.py.)"""
-    from mpippo import cli, hostmem
-    from mpippo import config as C
+    from mpippo import cli, hostmem  # the trainer's start-up (mpi4py's import): for the tools that check a run
     try:
         if (bad := hostmem.error()):
             raise UsageError(bad)
@@ -297,10 +299,6 @@ def check_trainer(argv: list[str], ranks: int, what: str):
 def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, **kw) -> dict:
     """mpippo.launch.run_trainer (the run's metrics); a failed or hung run is a ToolFailure whose
     line gives the run's own last error (its stderr tail goes to stderr first, indented)."""
-    import re
-    import subprocess
-
-    from mpippo import launch
     try:
         return launch.run_trainer(ranks, argv, out_dir, **kw)
     except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail

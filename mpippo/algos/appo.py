@@ -19,9 +19,11 @@ import numpy as np
 import torch
 
 from mpippo import ckpt_schema as schema
+from mpippo import models
+from mpippo.algos.buffers import RunningMeanStd
 from mpippo.algos.adam import Adam
 from mpippo.algos.learner_parts import DeviceAdam, NonFiniteGuard, flat_parameters, nonfinite_message
-from mpippo.algos.policy_gradient import PPOLoss, autocast
+from mpippo.algos.policy_gradient import PPOLoss, autocast, device_mean_std, logprob_entropy
 from mpippo.algos.ppo import ppo_loss
 from mpippo.algos.vtrace import vtrace
 from mpippo.envs import obs_dtype
@@ -94,7 +96,6 @@ def segment_targets(model, seg: dict, a, gamma: float, lam: float) -> dict:
     `lam` weights the traces as GAE's lambda does (the synchronous PPO's training.gae_lambda; 1: IMPALA's)."""
     obs, actions = seg["obs"], seg["actions"]
     B, T = actions.shape
-    from mpippo.algos.policy_gradient import logprob_entropy
     with torch.no_grad():
         logits, values = model(obs.reshape(B * (T + 1), *obs.shape[2:]))
         logits = logits.reshape(B, T + 1, -1)[:, :T].reshape(B * T, -1)
@@ -149,7 +150,6 @@ def minibatch_steps(model, adam, guard, b: dict, a, t, generator: torch.Generato
     `a.loss` objective, then the step, taken only where the gradient is finite and the guard allows
     (decided on the device), with the gradient clipped to t.max_grad_norm. Returns, on the device, the
     sums over the steps taken of STATS, then their number."""
-    from mpippo.algos.policy_gradient import autocast, device_mean_std, logprob_entropy
     n = b["actions"].shape[0]
     mb_size, device = n // a.num_minibatches, b["actions"].device
     sums = torch.zeros(len(STATS) + 1, dtype=torch.float64, device=device)
@@ -351,7 +351,6 @@ class APPOLearning:
     epochs, num_minibatches, loss, rho_bar, c_bar); `t`: the training section."""
 
     def __init__(self, a, t, obs_shape, max_nonfinite: int = 3):
-        from mpippo.algos.buffers import RunningMeanStd
         self.a, self.t = a, t
         self.batch = SegmentBatch(a.batch_segments, a.rollout_length, obs_shape, a.max_policy_lag)
         self.ret_rms = RunningMeanStd()
@@ -436,7 +435,6 @@ class APPO(APPOLearning):
 
     # ------------------------------------------------- what the layout asks of an algorithm
     def new_net(self) -> torch.nn.Module:
-        from mpippo import models
         return models.build("actor_critic", self.obs_shape, self.num_actions, self.cfg.model)
 
     def fields(self) -> list[tuple[str, type, tuple]]:

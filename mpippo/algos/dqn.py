@@ -9,11 +9,12 @@ Target: R + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a)).
 """
 from __future__ import annotations
 
+import zipfile
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpippo.envs import obs_dtype
+from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
 
 
 def apex_epsilons(num_actors: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -83,7 +84,6 @@ def write_npz(f, arrays: dict, chunk_bytes: int = 64 << 20) -> None:
     """np.savez's file (a zip of uncompressed .npy members, readable by np.load with allow_pickle=False),
     written member by member in chunks of at most `chunk_bytes`: a tensor on a GPU is copied to the host a
     chunk at a time, never whole. Values: numpy arrays, numpy scalars or torch tensors."""
-    import zipfile
     with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
         for name, value in arrays.items():
             if isinstance(value, torch.Tensor):
@@ -365,7 +365,6 @@ def mirror_half(batch: dict, rng: np.random.Generator, num_actions: int) -> dict
     """Left-right mirror a random half of a batch (in place), for games whose rules are symmetric
     under it (Connect Four): the board flips along its width, action a becomes num_actions-1-a,
     and the next state's legal-move bits reverse. Twice the distinct data at no env cost."""
-    from mpippo.envs import bits_to_mask, mask_bits
     flip = rng.random(len(batch["actions"])) < 0.5
     if flip.any():
         for key in ("obs", "next_obs"):  # (N, H, W, C)
@@ -380,7 +379,6 @@ def mirror_half_device(batch: dict, flip: torch.Tensor, num_actions: int) -> dic
     """mirror_half on a sampled batch of tensors (PrioritizedReplay.sample's), on its device: the rows
     where the bool tensor `flip` is true are mirrored (frames of obs and next_obs along the width, the
     action, the next state's legal-move bits). Replaces the batch's entries, returns the batch."""
-    from mpippo.envs import bits_to_mask
     B = flip.shape[0]
     both = torch.cat([flip, flip])  # the rows of obs, then of next_obs, in `frames`
     frames = batch["frames"]

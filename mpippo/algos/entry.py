@@ -46,7 +46,7 @@ class Algorithm:
     def build_network(self, cfg, obs_shape, num_actions: int, device=None, continuous: bool = False):
         """Its network for `cfg` (a Config), through the one builder (models.build); continuous: a
         Gaussian policy over num_actions dimensions."""
-        from mpippo import models
+        from mpippo import models  # torch: an entry is read before torch loads
         return models.build(self.network, tuple(obs_shape), int(num_actions), cfg.model, device=device,
                             continuous=continuous, **self.network_options(cfg))
 

@@ -3,6 +3,7 @@ what is allowed (`validate`, all at once, then the algorithm's own check from it
 `build` merges, type-checks and validates."""
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Any
 
@@ -99,7 +100,6 @@ def _check_env(cfg: Config) -> list[str]:
 
 
 def wandb_missing() -> bool:
-    import importlib.util
     return importlib.util.find_spec("wandb") is None
 
 

@@ -17,6 +17,7 @@ Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 """
 from __future__ import annotations
 
+import hashlib
 from mpippo.envs import atari, connect4, gym, pettingzoo, procgen, toy
 from mpippo.envs.family import EnvFamily, Spaces, obs_dtype, take_rows
 
@@ -102,7 +103,6 @@ def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
     """The seed of a rank's RNG streams on a resume that cannot restore them (another world size):
     a function of the seed, the rank and the iteration only, so two resumes of one checkpoint on
     one size draw alike; hashed, so that it repeats no rank_seed stream of the run's start."""
-    import hashlib
     digest = hashlib.blake2b(f"mpippo-resume/{base_seed}/{rank}/{iteration}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % (2**31 - 1)
 

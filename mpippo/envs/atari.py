@@ -30,6 +30,7 @@ import re
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces
+from mpippo.envs.atari_scores import SCORES
 
 PREFIX = "atari:"
 FRAME_SKIP, STACK, SIZE = 4, 4, 84
@@ -119,7 +120,6 @@ class AtariFamily(EnvFamily):
 
     def score_range(self, name: str, mode: str) -> tuple[float, float] | None:
         """(random, human): the human-normalized score (mpippo/envs/atari_scores.py; the 57 games)."""
-        from mpippo.envs.atari_scores import SCORES
         return SCORES.get(rom_id(name[len(PREFIX):]))
 
     def check_state(self, v, path: str, cfg, n: int, schema) -> None:

@@ -17,6 +17,7 @@ refused for the same reason: a saved config.yaml alone must never import anythin
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import re
 import sys
@@ -143,7 +144,6 @@ class GymFamily(EnvFamily):
             return e.errors
         eid = env_id(cfg.env.name)
         if eid not in gym.envs.registry:
-            import difflib
             near = difflib.get_close_matches(eid, list(gym.envs.registry), n=1)
             hint = f" (did you mean 'gym:{near[0]}'?)" if near else ""
             return [f"env.name: '{eid}' is not a registered Gymnasium id{hint}; your own env: name its module in "

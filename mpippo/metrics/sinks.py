@@ -14,6 +14,8 @@ import stat
 import sys
 from pathlib import Path
 
+from mpippo.files import atomic_write_bytes
+from mpippo.rules import show
 from mpippo.usage import UsageError
 
 WANDB_ID = "wandb-id"  # a run folder's W&B run id: a resumed run continues the same W&B run
@@ -98,7 +100,6 @@ class WandbStart:
             raise UsageError(f"logging.wandb: W&B refused to start the run in {self.mode} mode ({_first_line(e)}); "
                              + _what_to_do(self.mode)) from None
         if self.new_id:
-            from mpippo.files import atomic_write_bytes
             atomic_write_bytes(self.run_dir / WANDB_ID, run_id.encode())
 
     def undo(self) -> None:
@@ -152,7 +153,6 @@ def _run_id(run_dir: Path) -> tuple[str, bool]:
         raise UsageError(f"logging.wandb: '{id_file}' is not a small regular file; {fix}")
     text = id_file.read_bytes().decode(errors="replace").strip()
     if not RUN_ID.fullmatch(text):
-        from mpippo.config import show
         raise UsageError(f"logging.wandb: '{id_file}' holds {show(text)}, not a W&B run id (1 to 64 letters, digits, "
                          f"'_', '-', '.'); {fix}")
     return text, False

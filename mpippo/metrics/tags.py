@@ -7,6 +7,8 @@ An algorithm names the losses it logs in its registry entry (`logs`: quantities 
 update's statistics use the short names of the code (pg_loss, v_loss), which `loss` maps."""
 from __future__ import annotations
 
+from mpippo.metrics.timers import LEARNER_PHASES, PHASES
+
 # quantity -> (tag, meaning)
 LOSSES = {
     "policy_loss": ("losses/policy_loss", "the clipped surrogate (PPO, APPO) or policy-gradient loss (A2C)"),
@@ -75,7 +77,6 @@ def learner_phase(name: str) -> str:
 
 def doc() -> str:
     """The docs' table of the tags (self-play's selfplay/ tags are listed with self-play)."""
-    from mpippo.metrics.timers import LEARNER_PHASES, PHASES
     rows = [(tag, meaning) for table in (CHARTS, LOSSES, LEARNER) for tag, meaning in table.values()]
     rows += [(phase("<phase>"), f"seconds of each sync phase ({', '.join(PHASES)}) since the last point"),
              (learner_phase("<phase>"), f"seconds of each learner phase ({', '.join(LEARNER_PHASES)})")]

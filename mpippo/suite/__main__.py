@@ -21,8 +21,10 @@ import sys
 from pathlib import Path
 
 from mpippo import config as C
+from mpippo import runlock
 from mpippo.usage import UsageError
-from mpippo.suite import spec
+from mpippo.suite import spec, state, submit
+from mpippo.suite.submit import set_aside
 from mpippo.usage import Parser
 from mpippo.suite.spec import SuiteError
 
@@ -77,8 +79,6 @@ def main(argv=None) -> int:
 
 def cmd_member(args) -> int:
     """The array element's lookup: its folder and options, one a line (slurm/suite_member.sh)."""
-    from mpippo import runlock
-    from mpippo.suite.submit import set_aside
     entry = spec.manifest_entry(args.manifest, args.index)
     folder = Path(entry["folder"])
     who = runlock.holder(folder)
@@ -101,7 +101,6 @@ def _split(option: str, value: str) -> list[str]:
 
 
 def cmd_run(suite: spec.Suite, args) -> int:
-    from mpippo.suite import submit
     if args.max_parallel is not None and not 1 <= args.max_parallel <= spec.MAX_MEMBERS:
         raise SuiteError(f"--max-parallel: must be in 1..{spec.MAX_MEMBERS}, got {args.max_parallel}")
     extra = _split("--sbatch-args", args.sbatch_args)
@@ -156,13 +155,12 @@ def _gpu_note(suite: spec.Suite) -> str | None:
 
 
 def cmd_status(suite: spec.Suite, args) -> int:
-    from mpippo.suite import state
     state.print_table(suite, state.table(suite))
     return 0
 
 
 def cmd_report(suite: spec.Suite, args) -> int:
-    from mpippo.suite import report
+    from mpippo.suite import report  # numpy and rliable: only the report needs them
     if not 1 <= args.reps <= MAX_REPS:
         raise SuiteError(f"--reps: bootstrap resamples must be in 1..{MAX_REPS:,} (rliable's default: 2,000), "
                          f"got {args.reps:,}")

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo.files import atomic_write_bytes
+from mpippo.runs import NotARun, load_runs
 from mpippo.suite import state
 from mpippo.suite.spec import Suite
 
@@ -29,7 +30,6 @@ def _save(fig, path: Path) -> None:
 
 def member_curves(suite: Suite) -> dict:
     """{(variant, game): [(steps, returns, done), ...]} of every member that has logged a return."""
-    from mpippo.runs import NotARun, load_runs
     out = {}
     for m in suite.members():
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mpippo import config as C
 from mpippo.files import atomic_write_bytes, read_run_config
 from mpippo import envs
 from mpippo.suite import state
@@ -135,7 +136,6 @@ RUN_KEYS = {("env", "name"), ("env", "distribution_mode"), ("env", "num_threads"
 def differs_from_default(suite: Suite, member_cfg: dict) -> list[str]:
     """What in a member's config differs from today's base config (its learning settings only):
     'model.init: torch (today: glorot)'. `auto` precision today matches what a member resolved it to."""
-    from mpippo import config as C
     # values only, not validated: the base config need not suit the suite's budget (the variants make it fit)
     errors: list[str] = []
     today = C.from_dict(C.load_yaml(suite.base_config), errors).to_dict()
@@ -192,7 +192,7 @@ def main(suite: Suite, out: str | None, reps: int) -> int:
     games = per_game(rows, ref, reps)
     mats, common = score_matrices(rows)
     agg = aggregates(mats, reps)
-    from mpippo.suite import figures
+    from mpippo.suite import figures  # matplotlib: loaded for the figures only
     drawn = figures.curves(suite, ref, out_dir / "curves.png")
     if agg:
         figures.aggregate(agg, out_dir / "aggregate.png")

@@ -213,9 +213,8 @@ def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
 def write_manifest(path: Path, members: list[Member]) -> None:
     """The members an array was submitted for, by array index (the member's index): the array
     element reads its own line, so a later edit of the suite file cannot shift a pending element."""
-    from mpippo.files import atomic_write_bytes
     rows = {m.index: {"key": m.key, "folder": str(m.folder), "args": list(m.args)} for m in members}
-    atomic_write_bytes(path, json.dumps(rows, indent=1).encode())
+    files.atomic_write_bytes(path, json.dumps(rows, indent=1).encode())
 
 
 def read_manifest(path: str | Path) -> dict[str, dict]:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from mpippo import runlock
+from mpippo.launch import die_with_parent
 from mpippo.files import missing_folders, remove_if_empty
 from mpippo.usage import UsageError
 from mpippo.suite import state
@@ -317,7 +318,6 @@ def _tee(cmd: list[str], m: Member, relay: Relay, lock_fds: tuple[int, ...] = ()
     passes it on once) and gets SIGTERM if this process dies (die_with_parent): it then checkpoints
     and stops. It holds the read end of its own output pipe too, so that its last lines never meet
     a closed pipe once we are gone (they wait in the pipe's buffer, enlarged to 1 MB)."""
-    from mpippo.launch import die_with_parent
     env = dict(os.environ)
     if sys.stderr.isatty():
         env.update(MPIPPO_TTY="1", COLUMNS=str(shutil.get_terminal_size().columns))

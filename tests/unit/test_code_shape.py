@@ -144,3 +144,39 @@ def test_bad_input_is_refused_before_torch_loads():
              "print(sorted(m for m in ('torch', 'procgen', 'gym3', 'tensorboard') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# packages whose import costs start-up time or may be absent: an import inside a function keeps them
+# out of the processes that do not need them (a refused config never loads torch)
+HEAVY_OR_OPTIONAL = {"torch", "numpy", "matplotlib", "ale_py", "gymnasium", "tensorboard", "rliable", "mujoco",
+                     "pettingzoo", "procgen", "gym3", "imageio", "tqdm", "wandb", "psutil", "yaml", "mpi4py"}
+
+
+def lazy_imports_without_reason(package: Path) -> list[str]:
+    """Imports inside functions of anything but HEAVY_OR_OPTIONAL with no comment on their line (or
+    the line above) saying why they are not at the top."""
+    found = []
+    for p in sorted(package.rglob("*.py")):
+        src = p.read_text()
+        lines = src.splitlines()
+        for fn in ast.walk(ast.parse(src)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                    said = "#" in lines[node.lineno - 1] or lines[node.lineno - 2].strip().startswith("#")
+                    if (mod or "").split(".")[0] not in HEAVY_OR_OPTIONAL and not said:
+                        found.append(f"{p.relative_to(package.parent)}:{node.lineno} {lines[node.lineno - 1].strip()}")
+    return sorted(set(found))
+
+
+def test_an_import_inside_a_function_says_why():
+    assert lazy_imports_without_reason(ROOT / "mpippo") == []
+
+
+def test_the_lazy_import_check_sees_a_bare_one(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def f():\n    import json\n    import torch\n    from pkg import b  # why: b is slow\n")
+    assert lazy_imports_without_reason(pkg) == ["pkg/a.py:2 import json"]
