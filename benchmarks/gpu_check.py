@@ -228,6 +228,7 @@ def learner_rows(budget: dict, device: str, tmp: Path, profile_out: Path, second
         sys.stderr.write("".join(f"  {ln}\n" for ln in res.stderr.strip().splitlines()[-20:]))
     rows = []
     for key, check in (("dqn", "dqn learner alone (prefilled replay, no actors)"),
+                       ("dqn_atari", "dqn learner alone on Atari (the Nature CNN, 84x84x4)"),
                        ("appo", "appo learner alone (prefilled segments, no actors)"),
                        ("profile", "ppo iteration profile (torch.profiler)")):
         r = got.get(key)

@@ -7,6 +7,8 @@
   ingest, update) with its replay prefilled by random frames through `ingest`, as chunks from actors
   would fill it, and no actors: prioritized sampling, the double-DQN step at `--dqn-batch` and the
   priority update, timed over `--seconds` after a warm-up. samples/s = updates x batch / seconds.
+  `dqn_atari` is the same on Atari (configs/dqn_atari.yaml: the Nature CNN on 84x84x4 frames, Pong's
+  6 actions), the learner the Ape-X paper's layout was made for.
 - **APPO learner alone**: the APPO learner of configs/appo_procgen.yaml (APPO: new_net, setup_learner,
   ingest, updates_allowed, update) fed the same batch of random segments again and again, each time
   stamped with the learner's version (no policy lag, none dropped): the batch's ingest (the copy a
@@ -43,6 +45,8 @@ from mpippo.toolcli import UsageError, Parser, check_trainer, count, number, out
 TOOL = "learner_bench"
 OBS = (64, 64, 3)  # procgen frames
 ACTIONS = 15
+# each DQN learner row: (its config, observation shape, actions)
+DQN_ROWS = {"dqn": ("configs/dqn_procgen.yaml", OBS, ACTIONS), "dqn_atari": ("configs/dqn_atari.yaml", (84, 84, 4), 6)}
 TRACE_MAX = 300_000  # bytes of a gzipped Chrome trace kept beside the profile table
 TRACE_EVENTS = 20_000  # ... which a trace of more events never is (about 25 bytes each, compressed)
 
@@ -66,7 +70,7 @@ def _setup(argv: list[str], ranks: int, what: str):
     return cfg, device
 
 
-def _random_items(fields, n: int, rng, version: int = 0) -> dict:
+def _random_items(fields, n: int, rng, version: int = 0, actions: int = ACTIONS) -> dict:
     """`n` chunk items of the algorithm's own fields (name, dtype, shape), filled plausibly."""
     import numpy as np
     out = {}
@@ -75,7 +79,7 @@ def _random_items(fields, n: int, rng, version: int = 0) -> dict:
         if name == "obs" or name == "next_obs":
             out[name] = rng.integers(0, 256, size=full, dtype=np.uint8)
         elif name == "actions":
-            out[name] = rng.integers(0, ACTIONS, size=full).astype(dtype)
+            out[name] = rng.integers(0, actions, size=full).astype(dtype)
         elif name == "next_legal":
             out[name] = np.full(full, -1, dtype=dtype)  # every action legal
         elif name == "discounts":
@@ -112,21 +116,23 @@ def _timed(step, seconds: float, min_steps: int, device) -> tuple[int, float]:
 
 
 def dqn_learner(device: str = "cuda", batch: int = 512, prefill: int = 100_000, seconds: float = 5.0,
-                warmup: int = 10, extra: list[str] = ()) -> dict:
-    """The Ape-X DQN learner with a prefilled replay and no actors (see the module's docstring)."""
+                warmup: int = 10, extra: list[str] = (), row: str = "dqn") -> dict:
+    """The Ape-X DQN learner with a prefilled replay and no actors (see the module's docstring);
+    row: a key of DQN_ROWS (the config and the frames)."""
     import numpy as np
     import torch
 
     from mpippo.algos.apex import ApeX
-    argv = ["--config", "configs/dqn_procgen.yaml", "--device", device, "--set", f"dqn.batch_size={batch}",
+    config, obs, actions = DQN_ROWS[row]
+    argv = ["--config", config, "--device", device, "--set", f"dqn.batch_size={batch}",
             "--set", f"dqn.buffer_size={prefill}", "--set", "dqn.learning_starts=0", *extra]
     cfg, dev = _setup(argv, 2, "the DQN learner bench")
-    algo = ApeX(cfg, OBS, ACTIONS, num_actors=1, masked=False)
+    algo = ApeX(cfg, obs, actions, num_actors=1, masked=False)
     net = algo.new_net().to(dev)
     algo.setup_learner(net, dev, seed=1, aug_seed=2)
     rng = np.random.default_rng(0)
     chunk = min(prefill, 4096)
-    items = _random_items(algo.fields(), chunk, rng)
+    items = _random_items(algo.fields(), chunk, rng, actions=actions)
     t0 = time.perf_counter()
     filled = 0
     while filled < prefill:  # as actors' chunks would, through the learner's own ingest
@@ -147,7 +153,7 @@ def dqn_learner(device: str = "cuda", batch: int = 512, prefill: int = 100_000, 
     losses = []  # as update() returns them: not read while timed (a read would wait for the device)
     n, dt = _timed(lambda: losses.append(step()), seconds, 3, dev)
     replay = getattr(getattr(algo, "replay", None), "device", None)
-    return {"algo": "dqn", "device": str(dev), "precision": cfg.training.precision,
+    return {"algo": "dqn", "config": config, "device": str(dev), "precision": cfg.training.precision,
             "deterministic": cfg.training.deterministic, "batch": batch, "replay_size": prefill,
             "replay_device": str(replay) if replay is not None else "host", "prefill_s": fill_s, "updates": n,
             "seconds": dt, "updates_per_s": n / dt, "ms_per_update": 1000 * dt / n,
@@ -301,6 +307,9 @@ DRY_PPO = ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank
            "--n-steps", "16"]
 
 
+ORDER = ("dqn", "dqn_atari", "appo", "profile")
+
+
 def main(argv=None) -> int:
     return run(TOOL, _main, argv)
 
@@ -311,7 +320,7 @@ def _main(argv) -> int:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     p = Parser(prog="learner_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
-    p.add_argument("--what", nargs="+", default=["dqn", "appo", "profile"], choices=("dqn", "appo", "profile"))
+    p.add_argument("--what", nargs="+", default=["dqn", "dqn_atari", "appo", "profile"], choices=ORDER)
     p.add_argument("--dqn-batch", type=count(1, 1 << 16), default=512)
     p.add_argument("--dqn-prefill", type=count(1, 10_000_000), default=100_000, help="replay transitions")
     p.add_argument("--seconds", type=number(0, 600), default=5.0, help="timed seconds per learner")
@@ -345,12 +354,13 @@ def _main(argv) -> int:
             write_bytes(args.out, (line + "\n").encode(), "--out")
         return line
     failed = []
-    for what in sorted(set(args.what), key=("dqn", "appo", "profile").index):  # the profile last: it starts MPI
+    for what in sorted(set(args.what), key=ORDER.index):  # the profile last: it starts MPI
         try:
-            if what == "dqn":
+            if what in DQN_ROWS:
                 sizes = DRY_DQN if args.dry_run else {"batch": args.dqn_batch, "prefill": args.dqn_prefill,
                                                       "seconds": args.seconds}
-                result["dqn"] = dqn_learner(device, extra=[*(DRY_MODEL if args.dry_run else []), *extra], **sizes)
+                dry = DRY_MODEL if what == "dqn" else DRY_MODEL[2:]  # the Nature CNN's stack is fixed
+                result[what] = dqn_learner(device, extra=[*(dry if args.dry_run else []), *extra], row=what, **sizes)
             elif what == "appo":
                 result["appo"] = appo_learner(device, 0.3 if args.dry_run else args.seconds,
                                               extra=[*(DRY_APPO if args.dry_run else []), *extra])

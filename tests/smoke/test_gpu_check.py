@@ -14,7 +14,8 @@ PPO = ["ppo fp32, 1 rank, deterministic", "ppo fp32, 1 rank, fast kernels", "ppo
        "ppo bf16, 1 rank, fast kernels", "ppo bf16, 1 rank, deterministic, eager policy step",
        "ppo fp32, 2 ranks on one device, deterministic", "ppo bf16 on Atari (Nature CNN), 1 rank, fast kernels"]
 NODE = ["6-GPU node: six independent 1-rank runs (modeled)", "6-GPU node: one synchronous 6-rank run (modeled)"]
-ALONE = ["dqn learner alone (prefilled replay, no actors)", "appo learner alone (prefilled segments, no actors)",
+ALONE = ["dqn learner alone (prefilled replay, no actors)", "dqn learner alone on Atari (the Nature CNN, 84x84x4)",
+         "appo learner alone (prefilled segments, no actors)",
          "ppo iteration profile (torch.profiler)"]
 END = ["dqn learner + 2 actors (end to end)", "appo learner + 3 actors (end to end)",
        "exact resume (2+2 vs 4 iterations)"]

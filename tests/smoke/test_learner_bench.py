@@ -30,6 +30,17 @@ def test_learners_alone_run_and_count_their_samples(tmp_path):
     assert 0 <= appo["ingest_share"] < 1
 
 
+def test_the_atari_dqn_learner_runs_on_its_own_frames(tmp_path):
+    """configs/dqn_atari.yaml's learner (the Nature CNN) on 84x84x4 frames and Pong's 6 actions."""
+    out = tmp_path / "atari.json"
+    ok(run([sys.executable, "benchmarks/learner_bench.py", "--device", "cpu", "--threads", "1", "--what", "dqn_atari",
+            "--dqn-batch", "8", "--dqn-prefill", "100", "--seconds", "0.2", "--out", str(out), "--",
+            "--set", "model.hidden_size=16"], timeout=120))
+    r = json.loads(out.read_text())["dqn_atari"]
+    assert r["config"] == "configs/dqn_atari.yaml" and r["finite"] and r["batch"] == 8 and r["updates"] >= 1
+    assert r["samples_per_s"] == pytest.approx(r["updates"] * 8 / r["seconds"])
+
+
 def test_bad_input_is_one_line(tmp_path):
     res = run([sys.executable, "benchmarks/learner_bench.py", "--dqn-batch", "0"], timeout=60)
     assert res.returncode == 2 and "--dqn-batch: 0 is out of range" in res.stderr and "Traceback" not in res.stderr
