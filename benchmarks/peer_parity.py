@@ -202,7 +202,9 @@ def _main(argv: list[str] | None) -> int:
                     csv.writer(f).writerows([("env_steps", column), *res.pop("curve")])
                 summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res}
                 summary_path.write_text(json.dumps(summary, indent=1) + "\n")
-                print(f"peer_parity: {name}: return {res['final_return']:.1f}, {res['steps_per_s']} steps/s", flush=True)
+                ret = "no episode ended" if res["final_return"] is None else f"return {res['final_return']:.1f}"
+                rate = f"{res['steps_per_s']:.0f} steps/s" if res["steps_per_s"] else "no rate printed"
+                print(f"peer_parity: {name}: {ret}, {rate}", flush=True)
     return 0
 
 
