@@ -8,8 +8,12 @@ at each start and requeue, and a sixth of the test suite's CPU time. mpippo comp
 keeps the arithmetic and drops the wrappers. The result is bit-identical to `torch.optim.Adam` (same
 function, same arguments; tests/unit/test_adam.py), and checkpoints of either load into the other.
 
-On a GPU it runs torch's fused kernel (`fused=True`: one launch per step, its step count on the
-device, so the update waits for nothing on the host), elsewhere the default kernels, as before.
+It runs torch's fused kernel (`fused=True`) on every device: one pass over the parameters instead of
+about ten elementwise ones (on one CPU thread, 1.5 ms a step instead of 13 for the Nature CNN's 1.7M
+parameters; a sixth of a 2-rank Atari run's update time went to Adam before); on a GPU one launch per
+step with its step count on the device, so the update waits for nothing on the host. Its numbers
+differ from the default kernels' in the last bits (torch.optim.Adam(fused=True) gives the same bits);
+fused=False keeps the default kernels (the tests compare both with torch.optim.Adam).
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ class Adam:
     def __init__(self, params, lr: float, eps: float, betas: tuple[float, float] = (0.9, 0.999),
                  fused: bool | None = None):
         params = list(params)
-        if fused is None:  # fused where the parameters are on a GPU; a CPU run keeps its numbers
-            fused = bool(params) and params[0].is_cuda
+        if fused is None:  # torch's fused kernel wherever there are parameters (the module docstring says why)
+            fused = bool(params)
         # the keys torch.optim.Adam writes into a state_dict, so that its checkpoints load here and back
         group = dict(lr=lr, betas=betas, eps=eps, weight_decay=0, amsgrad=False, maximize=False, foreach=None,
                      capturable=False, differentiable=False, fused=True if fused else None,

@@ -34,8 +34,11 @@ def _assert_equal(a, b):
 
 
 def test_steps_are_bit_identical_to_torch_adam():
+    """With the default kernels (fused=False) as torch.optim.Adam's default; the fused kernel, mpippo's
+    default, is compared with torch's fused Adam below."""
     a, b = _pair()
-    ours, theirs = Adam(a.parameters(), lr=1e-2, eps=1e-5), torch.optim.Adam(b.parameters(), lr=1e-2, eps=1e-5)
+    ours = Adam(a.parameters(), lr=1e-2, eps=1e-5, fused=False)
+    theirs = torch.optim.Adam(b.parameters(), lr=1e-2, eps=1e-5)
     _train(a, ours, 25)
     _train(b, theirs, 25)
     _assert_equal(a, b)
@@ -47,10 +50,11 @@ def test_steps_are_bit_identical_to_torch_adam():
 @pytest.mark.parametrize("direction", ["torch_to_ours", "ours_to_torch"])
 def test_state_dicts_load_into_each_other_and_training_continues_identically(direction):
     a, b = _pair()
-    first = (torch.optim.Adam if direction == "torch_to_ours" else Adam)(a.parameters(), lr=1e-2, eps=1e-5)
+    ours = lambda params, **kw: Adam(params, fused=False, **kw)  # noqa: E731 (torch.optim.Adam's default kernels)
+    first = (torch.optim.Adam if direction == "torch_to_ours" else ours)(a.parameters(), lr=1e-2, eps=1e-5)
     _train(a, first, 10)
     b.load_state_dict(a.state_dict())
-    second = (Adam if direction == "torch_to_ours" else torch.optim.Adam)(b.parameters(), lr=1.0, eps=1.0)
+    second = (ours if direction == "torch_to_ours" else torch.optim.Adam)(b.parameters(), lr=1.0, eps=1.0)
     second.load_state_dict(copy.deepcopy(first.state_dict()))  # as from a file: no tensors shared
     assert second.param_groups[0]["lr"] == first.param_groups[0]["lr"] and second.param_groups[0]["eps"] == 1e-5
     _train(a, first, 10, seed=2, anneal=False)
@@ -93,21 +97,21 @@ def test_training_with_it_does_not_import_the_compiler_stack():
 
 
 def test_fused_steps_are_torch_fused_adams_and_checkpoints_cross_kernels():
-    """fused=True (the GPU's default; torch runs the same fused kernel on a CPU, so it is checked
-    here): bit-identical to torch.optim.Adam(fused=True), its step count where that one keeps it;
-    a state of the default kernels loads into the fused one and back, each keeping its own kernel."""
+    """fused (the default on every device): bit-identical to torch.optim.Adam(fused=True), its step
+    count where that one keeps it; a state of the default kernels loads into the fused one and back,
+    each keeping its own kernel."""
     a, b = _pair()
-    ours = Adam(a.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    ours = Adam(a.parameters(), lr=1e-2, eps=1e-5)
     theirs = torch.optim.Adam(b.parameters(), lr=1e-2, eps=1e-5, fused=True)
     _train(a, ours, 12)
     _train(b, theirs, 12)
     _assert_equal(a, b)
     assert ours.param_groups[0]["fused"] is True and ours.state_dict()["state"][0]["step"].dtype == torch.float32
-    plain = Adam(b.parameters(), lr=1.0, eps=1.0)
-    assert plain.param_groups[0]["fused"] is None  # CPU parameters: the default kernels
+    plain = Adam(b.parameters(), lr=1.0, eps=1.0, fused=False)
+    assert plain.param_groups[0]["fused"] is None  # the default kernels, as torch.optim.Adam writes it
     plain.load_state_dict(copy.deepcopy(ours.state_dict()))
     assert plain.param_groups[0]["fused"] is None and plain.param_groups[0]["eps"] == 1e-5
-    back = Adam(a.parameters(), lr=1.0, eps=1.0, fused=True)
+    back = Adam(a.parameters(), lr=1.0, eps=1.0)
     back.load_state_dict(copy.deepcopy(plain.state_dict()))
     assert back.param_groups[0]["fused"] is True
     assert all(torch.equal(s["step"], torch.tensor(12.0)) for s in back.state.values())
