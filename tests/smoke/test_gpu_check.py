@@ -50,11 +50,12 @@ def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):
     assert sync["allreduce_6_ranks_s"] == pytest.approx(ring)
     assert sync["by_precision"]["fp32"] == pytest.approx(6 * batch / (batch / rows[PPO[0]]["steps_per_s"] + ring))
     assert "T1" in sync["model"] and "8" in indep["model"]
-    for name in ALONE[:2] + END[:2]:
+    for name in ALONE[:3] + END[:2]:
         assert rows[name]["samples_per_s"] > 0 and rows[name]["batch"] > 0
     dqn = rows[ALONE[0]]
     assert dqn["samples_per_s"] == pytest.approx(dqn["updates"] * dqn["batch"] / dqn["seconds"])
-    prof = rows[ALONE[2]]
+    assert rows[ALONE[1]]["config"] == "configs/dqn_atari.yaml"
+    prof = rows[ALONE[3]]
     table = tmp_path / "gpu-profile.txt"
     assert r["profile"] == prof["table"] == table.name and table.stat().st_size < 300_000
     assert "one PPO iteration on cpu" in table.read_text() and prof["top_ops"]
