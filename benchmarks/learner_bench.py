@@ -8,7 +8,7 @@
   would fill it, and no actors: prioritized sampling, the double-DQN step at `--dqn-batch` and the
   priority update, timed over `--seconds` after a warm-up. samples/s = updates x batch / seconds.
   `dqn_atari` is the same on Atari (configs/dqn_atari.yaml: the Nature CNN on 84x84x4 frames, Pong's
-  6 actions), the learner the Ape-X paper's layout was made for.
+  6 actions, at most 20,000 transitions prefilled), the learner the Ape-X paper's layout was made for.
 - **APPO learner alone**: the APPO learner of configs/appo_procgen.yaml (APPO: new_net, setup_learner,
   ingest, updates_allowed, update) fed the same batch of random segments again and again, each time
   stamped with the learner's version (no policy lag, none dropped): the batch's ingest (the copy a
@@ -45,8 +45,10 @@ from mpippo.toolcli import UsageError, Parser, check_trainer, count, number, out
 TOOL = "learner_bench"
 OBS = (64, 64, 3)  # procgen frames
 ACTIONS = 15
-# each DQN learner row: (its config, observation shape, actions)
-DQN_ROWS = {"dqn": ("configs/dqn_procgen.yaml", OBS, ACTIONS), "dqn_atari": ("configs/dqn_atari.yaml", (84, 84, 4), 6)}
+# each DQN learner row: (its config, observation shape, actions, the most replay it prefills: Atari's
+# transitions are 56 KB, so 20,000 of them are 1.1 GB, and the sampled batch's cost does not grow with the replay)
+DQN_ROWS = {"dqn": ("configs/dqn_procgen.yaml", OBS, ACTIONS, None),
+            "dqn_atari": ("configs/dqn_atari.yaml", (84, 84, 4), 6, 20_000)}
 TRACE_MAX = 300_000  # bytes of a gzipped Chrome trace kept beside the profile table
 TRACE_EVENTS = 20_000  # ... which a trace of more events never is (about 25 bytes each, compressed)
 
@@ -123,7 +125,8 @@ def dqn_learner(device: str = "cuda", batch: int = 512, prefill: int = 100_000, 
     import torch
 
     from mpippo.algos.apex import ApeX
-    config, obs, actions = DQN_ROWS[row]
+    config, obs, actions, most = DQN_ROWS[row]
+    prefill = min(prefill, most or prefill)
     argv = ["--config", config, "--device", device, "--set", f"dqn.batch_size={batch}",
             "--set", f"dqn.buffer_size={prefill}", "--set", "dqn.learning_starts=0", *extra]
     cfg, dev = _setup(argv, 2, "the DQN learner bench")
