@@ -82,16 +82,17 @@ def table(runs: dict) -> tuple[list[dict], str]:
         mine = [ours[s]["final_return"] for s in sorted(ours)]
         theirs = [peer[s]["final_return"] for s in sorted(peer)]
         ok = bool(mine and theirs and np.mean(mine) >= min(theirs))
-        rate = [float(np.mean(r)) if (r := [x["steps_per_s"] for x in side.values() if x["steps_per_s"]]) else np.nan
+        rate = [float(np.mean(r)) if (r := [x["steps_per_s"] for x in side.values() if x["steps_per_s"]]) else None
                 for side in (ours, peer)]
+        ratio = rate[0] / rate[1] if None not in rate else None
         rows.append({"env": env, "mpippo": mine, "cleanrl": theirs, "inside_or_above": ok,
-                     "steps_per_s": {"mpippo": rate[0], "cleanrl": rate[1]}, "ratio": rate[0] / rate[1]})
+                     "steps_per_s": {"mpippo": rate[0], "cleanrl": rate[1]}, "ratio": ratio})
         def nums(xs):
             return ", ".join(f"{x:.0f}" for x in xs) or "-"
         verdict = ("yes" if ok else "no") if mine and theirs else "(a side has no runs)"
+        speeds = " / ".join("-" if r is None else f"{r:.0f}" for r in rate) + (f" ({ratio:.2f}x)" if ratio else "")
         lines.append(f"| {env} | {nums(mine)} | {nums([np.mean(mine)] if mine else [])} | {nums(theirs)} | "
-                     f"{nums([np.mean(theirs)] if theirs else [])} | {verdict} | {rate[0]:.0f} / {rate[1]:.0f} "
-                     f"({rate[0] / rate[1]:.2f}x) |")
+                     f"{nums([np.mean(theirs)] if theirs else [])} | {verdict} | {speeds} |")
     return rows, "\n".join(lines) + "\n"
 
 
