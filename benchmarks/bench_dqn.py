@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
 from mpippo import launch  # noqa: E402
+from mpippo.machine import describe  # noqa: E402
 from mpippo.toolcli import MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
 from mpippo.toolcli import run as run_tool  # noqa: E402
 
@@ -85,7 +86,6 @@ def _main(argv: list[str] | None) -> int:
     print(f"\nlearner on {lm['learner_device']}: {lm['learner_updates_per_s']:.1f} updates/s, "
           f"{lm['learner_samples_per_s']:.0f} samples/s (batch {batch}), replay ratio reached {lm['replay_ratio']:.2f}, "
           f"weight lag {lm['weight_lag']:.1f} updates")
-    from mpippo.machine import describe
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": len(os.sched_getaffinity(0)),
               "env": args.env, "machine": describe(),
               "settings": vars(args) | {"out": None}, "collection": rows,

@@ -303,7 +303,8 @@ def profile_report(prof, cfg, trainer, dev, plain_s: float, profiled_s: float, p
 
 
 DRY_DQN = {"batch": 32, "prefill": 600, "seconds": 0.3, "warmup": 2}
-DRY_MODEL = ["--set", "model.channels=[4]", "--set", "model.hidden_size=16"]  # the plumbing, not the network
+DRY_HIDDEN = ["--set", "model.hidden_size=16"]  # the plumbing, not the network (the Nature CNN's convolutions are fixed)
+DRY_MODEL = ["--set", "model.channels=[4]", *DRY_HIDDEN]
 DRY_APPO = [*DRY_MODEL, "--set", "appo.batch_segments=8",
             "--set", "appo.rollout_length=8"]
 DRY_PPO = ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--num-envs-per-rank", "4",
@@ -362,7 +363,7 @@ def _main(argv) -> int:
             if what in DQN_ROWS:
                 sizes = DRY_DQN if args.dry_run else {"batch": args.dqn_batch, "prefill": args.dqn_prefill,
                                                       "seconds": args.seconds}
-                dry = DRY_MODEL if what == "dqn" else DRY_MODEL[2:]  # the Nature CNN's stack is fixed
+                dry = DRY_MODEL if what == "dqn" else DRY_HIDDEN
                 result[what] = dqn_learner(device, extra=[*(dry if args.dry_run else []), *extra], row=what, **sizes)
             elif what == "appo":
                 result["appo"] = appo_learner(device, 0.3 if args.dry_run else args.seconds,

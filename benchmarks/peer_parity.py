@@ -110,7 +110,8 @@ FAMILIES = {
 
 
 def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, precision: str | None = None) -> dict:
-    """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes."""
+    """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes, and
+    then its wall time and steps/s are those of the resumed part (`resumed` says so)."""
     from mpippo.runs import read_curve
     resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
     if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
@@ -124,7 +125,7 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
     curve = [(int(a), float(b)) for a, b in zip(steps_, returns)]
     return {"wall_s": time.monotonic() - t0, "steps_per_s": metrics["fps_steady"], "curve": curve,
             "final_return": metrics["episode_return_mean"], "episodes": metrics["episodes"],
-            "precision": metrics.get("precision")}
+            "precision": metrics.get("precision"), "resumed": bool(resume)}
 
 
 def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> dict:

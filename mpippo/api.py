@@ -30,7 +30,7 @@ def train_dqn(n_episodes: int = 1000, num_workers: int | None = None, episodes_p
     Returns the learner's metrics (benchmark_metrics.json) on the learner rank, None on actors.
     Exits with code 2 and a one-line message on bad input, like the command line.
     """
-    from mpippo import cli  # the trainer (mpi4py): `import mpippo` starts nothing
+    from mpippo import cli  # the trainer and its MPI bindings: `import mpippo` loads neither
 
     sets = {"training.algo": "dqn", "training.device": device, "training.total_timesteps": total_timesteps,
             "dqn.max_episodes": n_episodes, "dqn.episodes_per_batch": episodes_per_batch,

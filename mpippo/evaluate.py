@@ -324,7 +324,7 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mpippo.comm import World  # mpi4py: imported by the command, not by `import mpippo.evaluate`
+    from mpippo.comm import World  # MPI's bindings: loaded by the command, not by `import mpippo.evaluate`
     world = World()
     world.install_abort_hook()
     error = None

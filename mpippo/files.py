@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mpippo.config import UsageError, load_yaml, show
 from mpippo import config as C
+from mpippo.config import UsageError, load_yaml, show
 
 MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few MB); more is not one of ours
 METRICS = "benchmark_metrics.json"

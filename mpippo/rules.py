@@ -88,9 +88,20 @@ def envs_per_rank(cfg, stepping: int) -> int:
     return -(-e.num_envs // stepping)
 
 
+def actor_ranks(world_size: int, num_agents: int) -> int:
+    """The ranks that step envs in the actor-learner layout: all but each agent's learner."""
+    return max(world_size - num_agents, 1)
+
+
 def actor_envs(cfg, world_size: int, num_agents: int) -> int:
-    """Envs per actor in the actor-learner layout: each agent's learner steps none."""
-    return envs_per_rank(cfg, max(world_size - num_agents, 1))
+    """Envs per actor in the actor-learner layout."""
+    return envs_per_rank(cfg, actor_ranks(world_size, num_agents))
+
+
+def value_of(cfg, key: str):
+    """A setting by its dotted name ('training.num_minibatches')."""
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
 
 
 def cutoff_min_steps(t) -> int:
@@ -104,8 +115,7 @@ def check_sync(cfg, world_size: int, earlier: list[str], minibatches_key: str) -
     if earlier:  # the divisibility check below needs sane numbers
         return []
     t = cfg.training
-    section, name = minibatches_key.split(".")
-    n = getattr(getattr(cfg, section), name)
+    n = value_of(cfg, minibatches_key)
     envs_local = envs_per_rank(cfg, world_size)
     local_batch = envs_local * t.n_steps
     if local_batch % n != 0:

@@ -283,7 +283,7 @@ def check_trainer(argv: list[str], ranks: int, what: str):
     config file, values, memory, threads), run in this process without MPI or torch; returns
     (the parsed options, the resolved Config), or a UsageError whose lines start with `what`.
     (A tool is no MPI job: importing the trainer's cli starts no MPI here, comm/world.py.)"""
-    from mpippo import cli, hostmem  # the trainer's start-up (mpi4py's import): for the tools that check a run
+    from mpippo import cli, hostmem  # the trainer's start-up and its MPI bindings: for the tools that check a run
     try:
         if (bad := hostmem.error()):
             raise UsageError(bad)

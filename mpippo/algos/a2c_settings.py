@@ -36,7 +36,7 @@ def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
     if not a.rmsprop_eps > 0:
         errs.append(f"a2c.rmsprop_eps: must be > 0, got {a.rmsprop_eps}")
     errs += rules.within("a2c", a, {"num_minibatches": (1, None)})
-    return errs + rules.check_sync(cfg, world_size, earlier + errs, "a2c.num_minibatches")
+    return errs + rules.check_sync(cfg, world_size, earlier + errs, ALGORITHM.minibatches_key)
 
 
 ALGORITHM = Algorithm(

@@ -20,8 +20,8 @@ import torch
 
 from mpippo import ckpt_schema as schema
 from mpippo import models
-from mpippo.algos.buffers import RunningMeanStd
 from mpippo.algos.adam import Adam
+from mpippo.algos.buffers import RunningMeanStd
 from mpippo.algos.learner_parts import DeviceAdam, NonFiniteGuard, flat_parameters, nonfinite_message
 from mpippo.algos.policy_gradient import PPOLoss, autocast, device_mean_std, logprob_entropy
 from mpippo.algos.ppo import ppo_loss

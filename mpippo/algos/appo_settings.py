@@ -1,7 +1,7 @@
 """APPO's entry in the registry and what the config asks of it before torch loads: the appo
 section, its checks (ranges, V-trace's clips, the loss, the batch's split, the agents, the budget
 under which no update could happen), and the models of its messages and memory. The algorithm
-itself is algos/appo.py (the learner and the actors; it imports torch), named through a loader.
+itself is algos/appo.py (the learner and the actors; it imports torch), named in algos/implementations.py.
 
 The checks use the config's building blocks (mpippo/rules.py), which sit below the config and the
 registry: `mpippo.config` imports this module through the registry.

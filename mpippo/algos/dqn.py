@@ -10,6 +10,7 @@ Target: R + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a)).
 from __future__ import annotations
 
 import zipfile
+
 import numpy as np
 import torch
 import torch.nn.functional as F

@@ -1,8 +1,8 @@
 """Ape-X DQN's entry in the registry and what the config asks of it before torch loads: the dqn
 section, its checks (ranges, agents, the budget under which no update could happen), and the
 models of its messages and memory. The algorithm itself is algos/apex.py (the learner and the
-actors) with its parts in algos/dqn.py (replay, n-step returns, the loss); both import torch, so
-this module names them through a loader.
+actors) with its parts in algos/dqn.py (replay, n-step returns, the loss); both import torch, and
+algos/implementations.py, not this module, names them.
 
 The checks use the config's building blocks (mpippo/rules.py: ranges, agents, sizes), which sit
 below the config and the registry: `mpippo.config` imports this module through the registry.

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from mpippo.algos import registry
 from mpippo.config.schema import Config
-from mpippo.envs import canonical_env_name  # noqa: F401 (a name of config)
-from mpippo.rules import envs_per_rank, show
+from mpippo.envs import canonical_env_name
+from mpippo.rules import actor_ranks, envs_per_rank, show, value_of
 
 
 def algorithm(cfg: Config) -> registry.Algorithm:
@@ -25,9 +25,7 @@ def actor_learner(cfg: Config) -> bool:
 def sync_minibatches(cfg: Config) -> tuple[str, int]:
     """The sync layout's minibatches per update: (the key that sets them, their number)."""
     key = algorithm(cfg).minibatches_key
-    section, name = key.split(".")
-    return key, getattr(getattr(cfg, section), name)
-
+    return key, value_of(cfg, key)
 
 
 def stepping_ranks(cfg: Config, world_size: int) -> int:
@@ -35,7 +33,7 @@ def stepping_ranks(cfg: Config, world_size: int) -> int:
     actor-learner layout (DQN, APPO: learners step none)."""
     if not actor_learner(cfg):
         return world_size
-    return max(world_size - layout_section(cfg).num_agents, 1)
+    return actor_ranks(world_size, layout_section(cfg).num_agents)
 
 
 def layout_section(cfg: Config):
