@@ -20,12 +20,16 @@ whose properties they are now). EnvPool itself (about 930 MB with its
 dependencies, mostly MuJoCo assets) is installed with pip --target into .venv-peers/envpool, never
 into the project's environment.
 
-Writes --out/atari-throughput.json (both rates, the ratio, the machine) and prints one table.
+Before and after the runs it measures the machine's ceiling and kernel bound for this game and
+network (benchmarks/ceiling.py, as bench.py does for Procgen: the env step, the policy step and the
+updates of configs/ppo_atari.yaml at 2 ranks' per-rank sizes, one core each), and each row's share
+of them (--no-ceiling: the runs only).
+
+Writes --out/atari-throughput.json (both rates, the ratio, the ceiling, the machine) and prints one table.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -35,8 +39,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer  # noqa: E402
+from mpippo.toolcli import Parser, ToolFailure, count, number, output_folder, run, run_trainer, write_json  # noqa: E402
 from peers import CLEANRL_COMMIT, adapted_script, steady_sps, target_install  # noqa: E402 (the peers' set-up)
+import ceiling  # noqa: E402 (this folder's)
+from mpippo.config import load_yaml  # noqa: E402
+from mpippo.machine import describe  # noqa: E402
+from mpippo.runctl import bf16_native  # noqa: E402
+
+CONFIG = "configs/ppo_atari.yaml"
+RANKS = 2
 
 CLEANRL_BATCH = 8 * 128  # its envs x steps: one "SPS:" line per iteration of this many steps
 ENVPOOL = ["envpool==1.2.5", "numpy==1.26.4", "gymnasium==1.4.0"]
@@ -89,18 +100,36 @@ def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
     if "SPS:" not in text:
         raise ToolFailure(f"CleanRL on {game} printed no rate (its log: {log})")
     steady, overall = steady_sps(text.splitlines(), CLEANRL_BATCH)
-    return {"who": "cleanrl ppo_atari_envpool.py (EnvPool)", "steps_per_s": steady, "steps_per_s_from_start": overall,
+    return {"who": "cleanrl ppo_atari_envpool.py (EnvPool)", "precision": "fp32", "steps_per_s": steady, "steps_per_s_from_start": overall,
             "wall_s": time.monotonic() - t0}
 
 
 def run_mpippo(game: str, steps: int, folder: Path, precision: str | None) -> dict:
-    argv = ["--config", "configs/ppo_atari.yaml", "--set", f"env.name=atari:{game}", "--total-timesteps", str(steps),
+    argv = ["--config", CONFIG, "--set", f"env.name=atari:{game}", "--total-timesteps", str(steps),
             "--no-progress", "--set", "logging.tensorboard=false",
             *(["--set", f"training.precision={precision}"] if precision else [])]
     t0 = time.monotonic()
-    m = run_trainer(2, argv, folder, f"mpippo on atari:{game}", timeout=3 * 3600)
+    m = run_trainer(RANKS, argv, folder, f"mpippo on atari:{game}", timeout=3 * 3600)
     return {"who": "mpippo, 2 ranks (ale-py)", "steps_per_s": m["fps_steady"], "wall_s": time.monotonic() - t0,
             "precision": m.get("precision"), "phase_seconds": m.get("phase_seconds")}
+
+
+def components(game: str, precision: str, seconds: float) -> dict:
+    """The ceiling at the config's per-rank sizes on RANKS ranks (its batch is over all ranks)."""
+    t = load_yaml(ROOT / CONFIG)
+    envs = t["env"]["num_envs"] // RANKS
+    minibatch = envs * t["training"]["n_steps"] // t["training"]["num_minibatches"]
+    return ceiling.components(precision, f"atari:{game}", envs, minibatch, seconds, str(ROOT / CONFIG))
+
+
+def shares(rows: dict, c: dict) -> None:
+    """Each row's steps/s as a share of the machine's ceiling and kernel bound at its precision (in
+    place): both sides use every core, so both are measured against the whole machine."""
+    for r in rows.values():
+        if r.get("precision") != c["precision"]:
+            continue
+        r["of_ceiling"] = r["steps_per_s"] / c["ceiling"]
+        r["of_kernel_bound"] = r["steps_per_s"] / (c["kernel_bound_per_core"] * c["cores"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,10 +142,20 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--steps", type=count(1024, 10**8), default=40960, help="env steps per run (a multiple of 1,024)")
     p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])
     p.add_argument("--precision", choices=("fp32", "bf16"), default=None, help="mpippo's (default: auto)")
+    p.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure the machine's ceiling and kernel bound before and after the runs")
+    p.add_argument("--component-seconds", type=number(0, 600), default=8.0, help="timing per component cost")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "atari-throughput")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "atari-throughput")
     args = p.parse_args(argv)
-    from mpippo.machine import describe
+    out = output_folder(args.out, "--out", ("atari-throughput.json",))
+    import torch  # here: a refused command line costs no torch import
+    # the ceiling at the precision mpippo runs (auto: bf16 where the CPU has it natively)
+    precision = args.precision or ("bf16" if bf16_native(torch.device("cpu"))[0] else "fp32")
+    c = None
+    if args.ceiling:
+        print(f"atari_throughput: component costs ({precision}) ...", flush=True)
+        c = components(args.game, precision, args.component_seconds)
     rows = {}
     for who in args.who:  # one after the other: each measured on the whole machine
         folder = args.runs / f"{who}-{args.game}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -124,14 +163,23 @@ def _main(argv: list[str] | None) -> int:
         rows[who] = (run_mpippo(args.game, args.steps, folder, args.precision) if who == "mpippo"
                      else run_cleanrl(args.game, args.steps, folder))
         print(f"atari_throughput: {who}: {rows[who]['steps_per_s']:,.0f} steps/s", flush=True)
+    if c:
+        print(f"atari_throughput: component costs ({precision}) again, after the runs ...", flush=True)
+        c = ceiling.faster(c, components(args.game, precision, args.component_seconds))
+        shares(rows, c)
     ratio = (rows["mpippo"]["steps_per_s"] / rows["cleanrl"]["steps_per_s"]
              if {"mpippo", "cleanrl"} <= set(rows) and rows["cleanrl"]["steps_per_s"] else None)
     result = {"game": args.game, "steps": args.steps, "machine": describe(), "rows": rows, "mpippo_over_cleanrl": ratio,
+              "ceiling": c,
               "cleanrl_commit": CLEANRL_COMMIT, "date": time.strftime("%Y-%m-%d")}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "atari-throughput.json").write_text(json.dumps(result, indent=1))
+    write_json(out / "atari-throughput.json", result, "--out")
+    if c:
+        print(f"ceiling ({precision}, one thread per core): {ceiling.describe(c)}")
+        print(f"arithmetic ({precision}): {ceiling.arithmetic(c)}")
     for who, r in rows.items():
-        print(f"{r['who']:<44} {r['steps_per_s']:>10,.0f} steps/s")
+        share = (f"   {100 * r['of_ceiling']:.0f}% of the ceiling, {100 * r['of_kernel_bound']:.0f}% of the kernel bound"
+                 if "of_ceiling" in r else "")
+        print(f"{r['who']:<44} {r['steps_per_s']:>10,.0f} steps/s{share}")
     if ratio:
         print(f"mpippo / CleanRL: {ratio:.2f}x (target >= 2x)")
     return 0

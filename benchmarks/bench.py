@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from mpippo import hostmem, launch  # noqa: E402
 from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
+import ceiling  # noqa: E402  (benchmarks/)
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
 from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, ranks_fit, run)
@@ -70,47 +71,9 @@ def run_trainer(ranks: int, args, out_dir: Path, precision: str = "fp32", envs_p
 
 
 def components(args, precision: str) -> dict:
-    """Per-step component costs and the machine ceiling (benchmarks/components.py), measured twice:
-    one process alone, and one process per core at once. A core is slower when the others work
-    too (shared L3 and memory bandwidth, clocks, the host of a VM), so the machine ceiling uses
-    the loaded figure: it is what all cores can do together."""
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "components.py"), "--env", args.env,
-           "--envs-per-rank", str(args.envs_per_rank), "--precision", precision,
-           "--minibatch", str(args.envs_per_rank * args.n_steps // args.minibatches),
-           "--seconds", str(args.component_seconds)]
-    def measure(copies: int) -> list[dict]:
-        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                 for _ in range(copies)]
-        outs = [p.communicate(timeout=900)[0] for p in procs]
-        if any(p.returncode for p in procs):
-            raise ToolFailure(f"the component costs ({precision}) failed: {' '.join(cmd)}")
-        return [json.loads(o.strip().splitlines()[-1]) for o in outs]
-
-    alone = measure(1)[0]
-    loaded = measure(len(os.sched_getaffinity(0)))
-    out = {k: float(np.mean([c[k] for c in loaded])) for k in ("env_step_s", "inference_s", "update_s", "seconds_per_step")}
-    out.update(precision=precision, epochs=alone["epochs"], cores=alone["cores"], alone=alone)
-    # the arithmetic bound: every FLOP of an env step at the fastest convolution's rate (the faster measurement)
-    peak = max(c["conv_peak_flops_rate"] for c in [alone, *loaded])
-    out.update(flops_per_step=alone["flops_per_step"], conv_peak_flops_rate=peak,
-               kernel_bound_per_core=peak / alone["flops_per_step"])
-    return with_ceiling(out)
-
-
-def faster(first: dict, second: dict) -> dict:
-    """Of two component measurements (before and after the runs), the one with the higher ceiling,
-    the other kept beside it: the VM's speed drifts over the bench, and a ceiling taken at a slow
-    moment would be one the runs pass easily."""
-    best, other = (first, second) if first["ceiling_per_core"] >= second["ceiling_per_core"] else (second, first)
-    return dict(best, other_measurement=other)
-
-
-def with_ceiling(c: dict) -> dict:
-    """Per-core ceiling: the faster of the two measurements (on a shared VM either can come out
-    slow), so that the ceiling is a bound the runs must live up to, never an easy one."""
-    best = min(c["seconds_per_step"], c["alone"]["seconds_per_step"])
-    c.update(ceiling_per_core=1.0 / best, ceiling=c["cores"] / best)
-    return c
+    """The component costs and the ceiling (benchmarks/ceiling.py) at this bench's per-rank sizes."""
+    return ceiling.components(precision, args.env, args.envs_per_rank,
+                              args.envs_per_rank * args.n_steps // args.minibatches, args.component_seconds)
 
 
 def peer(args) -> dict | None:
@@ -227,7 +190,7 @@ def _main(argv: list[str] | None) -> int:
     if args.ceiling_after:
         for prec in precisions:
             print(f"bench: component costs ({prec}) again, after the runs ...", flush=True)
-            ceilings[prec] = faster(ceilings[prec], components(args, prec))
+            ceilings[prec] = ceiling.faster(ceilings[prec], components(args, prec))
     cleanrl = relate(rows, ceilings, peer_runs)
     print_report(rows, ceilings, cleanrl, full)
     default = print_targets(rows, cleanrl, memory)
@@ -335,19 +298,8 @@ def cpu_fp32(rows: list[dict]) -> list[dict]:
 def print_report(rows: list[dict], ceilings: dict, cleanrl: dict | None, full: int) -> None:
     """The ceilings and arithmetic per precision, the table of runs, and each run's phases."""
     for prec, c in ceilings.items():
-        print(f"\nceiling ({prec}, one thread per core): all cores busy: env {1e6 * c['env_step_s']:.0f} us + inference "
-              f"{1e6 * c['inference_s']:.0f} us + {c['epochs']} x update {1e6 * c['update_s']:.0f} us per step "
-              f"= {1 / c['seconds_per_step']:.1f} steps/s per core; one core alone: {c['alone']['ceiling_per_core']:.1f}; "
-              f"ceiling (the faster) {c['ceiling_per_core']:.1f} per core, {c['ceiling']:.1f} on {c['cores']} cores"
-              + (f" (the other measurement, before or after the runs: {c['other_measurement']['ceiling_per_core']:.1f}"
-                 " per core)" if "other_measurement" in c else ""))
-        a = c["alone"]
-        print(f"arithmetic ({prec}): {a['flops_per_step'] / 1e6:.0f} MFLOP per env step (forward "
-              f"{a['flops_forward'] / 1e6:.1f}, training {a['flops_train'] / 1e6:.1f} per sample and epoch); one core "
-              f"alone runs inference at {a['inference_flops_rate'] / 1e9:.1f} GFLOP/s, training at "
-              f"{a['update_flops_rate'] / 1e9:.1f}; the network's fastest convolution at "
-              f"{c['conv_peak_flops_rate'] / 1e9:.1f}: kernel bound {c['kernel_bound_per_core']:.1f} steps/s per core, "
-              f"the ceiling is {100 * c['ceiling_per_core'] / c['kernel_bound_per_core']:.0f}% of it")
+        print(f"\nceiling ({prec}, one thread per core): {ceiling.describe(c)}")
+        print(f"arithmetic ({prec}): {ceiling.arithmetic(c)}")
     hdr = (f"{'run':<36} {'steps/s':>8} {'vs CleanRL':>10} {'ceiling':>8} {'of ceil.':>8} {'speedup':>8} {'eff.':>6} "
            f"{'allreduce':>9} {'transfer':>8} {'MB/rank':>8}")
     print("\n" + hdr + "\n" + "-" * len(hdr))

@@ -1,9 +1,11 @@
 #!/usr/bin/env python
 """The machine's PPO ceiling from measured component costs, on one core (one process, one thread).
 
-Per env step a rank pays: one procgen step (per frame), one policy inference (per sample, at the
+Per env step a rank pays: one env step (per frame), one policy inference (per sample, at the
 rollout batch) and n_epochs training steps (loss + backward + clip + Adam, per sample, at the
-minibatch size). With every core running one rank and nothing else:
+minibatch size). The env, the network and n_epochs are the config's (--config, --env): Procgen with
+configs/ppo_procgen.yaml by default, Atari with configs/ppo_atari.yaml. With every core running one
+rank and nothing else:
     ceiling = cores / (env + inference + epochs x update)   steps/s.
 It also counts the network's arithmetic (convolutions and dense layers, with forward hooks) and times
 each of its convolutions alone at the minibatch size: the fastest one's rate is what this core does on
@@ -21,8 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mpippo import hostmem  # noqa: E402
-from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
-from mpippo.toolcli import Parser, count, number, run  # noqa: E402
+from mpippo.toolcli import Parser, check_trainer, count, number, run  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
 
@@ -32,8 +33,8 @@ import torch  # noqa: E402
 from mpippo.algos.adam import Adam  # noqa: E402
 from mpippo.algos.policy_gradient import autocast, local_grad_check  # noqa: E402
 from mpippo.algos.ppo import ppo_update  # noqa: E402
-from mpippo.config import TrainingConfig  # noqa: E402
-from mpippo.models import ImpalaCNNPolicy  # noqa: E402
+from mpippo.envs import make_env, spaces_of  # noqa: E402
+from mpippo.models import build  # noqa: E402
 
 
 def timed(fn, min_seconds: float) -> float:
@@ -48,6 +49,12 @@ def timed(fn, min_seconds: float) -> float:
             return dt / n
 
 
+def conv_flops(mod: torch.nn.Conv2d, out: torch.Tensor) -> float:
+    """2 x multiply-adds of a convolution, from its output's size (a strided one, as the Nature CNN's,
+    computes fewer points than its input has)."""
+    return 2.0 * out.numel() * (mod.in_channels // mod.groups) * mod.kernel_size[0] * mod.kernel_size[1]
+
+
 def network_flops(model: torch.nn.Module, obs: torch.Tensor) -> tuple[float, float, list]:
     """(forward FLOPs per sample, FLOPs of the first layer's forward, [(conv module, input shape)]).
 
@@ -55,13 +62,11 @@ def network_flops(model: torch.nn.Module, obs: torch.Tensor) -> tuple[float, flo
     counts, convs = [], []
 
     def hook(mod, inp, out):
-        x = inp[0]
         if isinstance(mod, torch.nn.Conv2d):
-            macs = out[0].numel() * (mod.in_channels // mod.groups) * mod.kernel_size[0] * mod.kernel_size[1]
-            convs.append((mod, tuple(x.shape[1:])))
+            counts.append(conv_flops(mod, out[0]))
+            convs.append((mod, tuple(inp[0].shape[1:])))
         else:
-            macs = mod.in_features * mod.out_features
-        counts.append(2.0 * macs)
+            counts.append(2.0 * mod.in_features * mod.out_features)
 
     handles = [m.register_forward_hook(hook) for m in model.modules()
                if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
@@ -82,8 +87,8 @@ def conv_peak(convs: list, batch: int, device, precision: str, seconds: float) -
         seen.add(key)
         c, h, w = shape  # channels-last, as the network's frames make it
         x = torch.randn(batch, h, w, c).permute(0, 3, 1, 2)
-        flops = 2.0 * batch * h * w * mod.out_channels * c * mod.kernel_size[0] * mod.kernel_size[1]
         with torch.no_grad(), autocast(device, precision):
+            flops = conv_flops(mod, mod(x))
             best = max(best, flops / timed(lambda: mod(x), seconds))
     return best
 
@@ -94,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     p = Parser(prog="components.py", description=__doc__.splitlines()[0])
-    p.add_argument("--env", default="coinrun", choices=PROCGEN_GAMES, metavar="GAME", help="a Procgen game")
+    p.add_argument("--config", type=Path, default=Path("configs/ppo_procgen.yaml"),
+                   help="the run's config: its env, network and n_epochs (default: configs/ppo_procgen.yaml)")
+    p.add_argument("--env", help="env.name instead of the config's: a Procgen game, atari:<Game>")
     p.add_argument("--envs-per-rank", type=count(1, 4096), default=32)
     p.add_argument("--minibatch", type=count(1, 1 << 16), default=1024, help="samples per rank per training step")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
@@ -103,18 +110,21 @@ def _main(argv: list[str] | None) -> int:
     torch.set_num_threads(1)
     device = torch.device("cpu")
 
-    from procgen import ProcgenGym3Env
-    env = ProcgenGym3Env(num=args.envs_per_rank, env_name=args.env, distribution_mode="easy", num_threads=0)
+    env_name = ["--set", f"env.name={args.env}"] if args.env else []
+    _, cfg = check_trainer(["--config", str(args.config), *env_name], 1, f"--config {args.config}")
+    spaces = spaces_of(cfg)
+    shape, actions = tuple(spaces.obs_shape), int(spaces.num_actions)
+    env = make_env(cfg, args.envs_per_rank, seed=0)
     rng = np.random.default_rng(0)
     n = args.envs_per_rank
 
     def env_step():
-        env.act(rng.integers(15, size=n))
+        env.act(rng.integers(actions, size=n))
         env.observe()
     env_s = timed(env_step, args.seconds / 4) / n
 
-    model = ImpalaCNNPolicy((64, 64, 3), 15)
-    obs = torch.from_numpy(env.observe()[1]["rgb"].copy())
+    model = build("actor_critic", shape, actions, cfg.model)
+    obs = torch.from_numpy(env.observe()[1].copy())
 
     @torch.inference_mode()
     def infer():
@@ -123,17 +133,17 @@ def _main(argv: list[str] | None) -> int:
         torch.multinomial(torch.softmax(logits.float(), -1), 1)
     infer_s = timed(infer, args.seconds) / n
 
-    cfg = TrainingConfig()
-    cfg.precision, cfg.n_epochs, cfg.num_minibatches = args.precision, 1, 2
+    epochs = cfg.training.n_epochs
+    t = cfg.training  # one epoch of two minibatches per call: the config's losses, this many samples
+    t.precision, t.n_epochs, t.num_minibatches = args.precision, 1, 2
     B = 2 * args.minibatch
-    batch = {"b_obs": torch.randint(0, 255, (B, 64, 64, 3), dtype=torch.uint8),
-             "b_actions": torch.randint(0, 15, (B,)), "b_logprobs": torch.full((B,), -2.7),
+    batch = {"b_obs": torch.randint(0, 255, (B, *shape), dtype=torch.uint8),
+             "b_actions": torch.randint(0, actions, (B,)), "b_logprobs": torch.full((B,), -2.7),
              "b_advantages": torch.randn(B), "b_returns": torch.randn(B), "b_values": torch.randn(B)}
-    opt = Adam(model.parameters(), lr=5e-4, eps=1e-5)
+    opt = Adam(model.parameters(), lr=t.learning_rate, eps=t.adam_eps)
     sync = local_grad_check(model.parameters())
-    update_s = timed(lambda: ppo_update(model, opt, batch, cfg, sync), args.seconds) / B
+    update_s = timed(lambda: ppo_update(model, opt, batch, t, sync), args.seconds) / B
 
-    epochs = TrainingConfig().n_epochs
     per_step = env_s + infer_s + epochs * update_s
     # Training = forward + backward (input and weight gradients, 2x the forward) for every layer but
     # the first, whose input gradient autograd skips (frames need none).
@@ -142,7 +152,7 @@ def _main(argv: list[str] | None) -> int:
     step_flops = fwd + epochs * train
     peak = conv_peak(convs, args.minibatch, device, args.precision, args.seconds / 16)
     cores = len(os.sched_getaffinity(0))
-    print(json.dumps({"precision": args.precision, "env_step_s": env_s, "inference_s": infer_s, "update_s": update_s,
+    print(json.dumps({"env": cfg.env.name, "precision": args.precision, "env_step_s": env_s, "inference_s": infer_s, "update_s": update_s,
                       "epochs": epochs, "seconds_per_step": per_step, "ceiling_per_core": 1.0 / per_step,
                       "cores": cores, "ceiling": cores / per_step,
                       "thp": os.environ.get("THP_MEM_ALLOC_ENABLE") == "1", "host_allocator": ALLOCATOR,

@@ -47,6 +47,20 @@ def test_bench_prints_the_table_and_writes_its_result(tmp_path, monkeypatch):
     assert c["flops_per_step"] == forward + c["epochs"] * c["flops_train"]
 
 
+def test_components_take_the_env_and_network_of_a_config():
+    """components.py on Atari: configs/ppo_atari.yaml's Nature CNN on 84x84x4 frames and its 4 epochs;
+    the hooks' count (the same arithmetic times the fastest convolution) against the layers written out."""
+    res = ok(run([sys.executable, str(ROOT / "benchmarks" / "components.py"), "--config", "configs/ppo_atari.yaml",
+                  "--env", "atari:Pong", "--envs-per-rank", "2", "--minibatch", "16", "--seconds", "0.05"], timeout=120))
+    c = json.loads(res.stdout.strip().splitlines()[-1])
+    conv = lambda hw_out, k, cin, cout: 2 * hw_out * hw_out * cin * cout * k * k  # noqa: E731
+    first = conv(20, 8, 4, 32)  # 84 -> 20 at stride 4: the strided convolutions count their output's points
+    forward = first + conv(9, 4, 32, 64) + conv(7, 3, 64, 64) + 2 * (3136 * 512 + 512 * 6 + 512)  # Pong: 6 actions
+    assert (c["env"], c["epochs"]) == ("atari:Pong", 4)
+    assert c["flops_forward"] == forward and c["flops_train"] == 3 * forward - first
+    assert c["env_step_s"] > 0 and c["kernel_bound_per_core"] == pytest.approx(c["conv_peak_flops_rate"] / c["flops_per_step"])
+
+
 def test_default_row_is_the_run_auto_would_choose():
     """Both branches on every machine: native bf16 -> the bf16 run (None when none ran), else fp32."""
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -292,6 +292,16 @@ CASES = [
          "--game: '../etc' is not an ALE game in CamelCase such as Pong"),
     Case("atari-throughput-who", tool("benchmarks/atari_throughput.py", "--who", "rllib", "--runs", "TMP/r"),
          "argument --who: invalid choice: 'rllib'"),
+    Case("atari-throughput-out-is-file", tool("benchmarks/atari_throughput.py", "--out", "TMP/f", "--runs", "TMP/r",
+                                              files={"f": "x"}), "f' is a file; give a folder"),
+    Case("atari-throughput-component-seconds", tool("benchmarks/atari_throughput.py", "--component-seconds", "0",
+                                                    "--runs", "TMP/r", "--out", "TMP/o"),
+         "--component-seconds: 0 is out of range"),
+    # ---- benchmarks/components.py (the ceiling's costs, for any env a config names) ----
+    Case("components-env", tool("benchmarks/components.py", "--config", "configs/ppo_atari.yaml", "--env", "atari:Nope"),
+         "env.name: 'Nope' is not an ALE game"),
+    Case("components-config-missing", tool("benchmarks/components.py", "--config", "TMP/none.yaml"),
+         "none.yaml: config file not found"),
     # ---- benchmarks/peer_parity.py and analysis/peer_parity.py (the side-by-side with CleanRL) ----
     Case("parity-no-family", tool("benchmarks/peer_parity.py", "--runs", "TMP/r"),
          "the following arguments are required: --family"),
