@@ -39,10 +39,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.toolcli import Parser, ToolFailure, count, number, output_folder, run, run_trainer, write_json  # noqa: E402
+from mpippo.toolcli import (Parser, ToolFailure, check_trainer, count, number, output_folder, run,  # noqa: E402
+                            run_trainer, write_json)
 from peers import CLEANRL_COMMIT, adapted_script, steady_sps, target_install  # noqa: E402 (the peers' set-up)
 import ceiling  # noqa: E402 (this folder's)
-from mpippo.config import load_yaml  # noqa: E402
 from mpippo.machine import describe  # noqa: E402
 from mpippo.runctl import bf16_native  # noqa: E402
 
@@ -104,22 +104,25 @@ def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
             "wall_s": time.monotonic() - t0}
 
 
-def run_mpippo(game: str, steps: int, folder: Path, precision: str | None) -> dict:
-    argv = ["--config", CONFIG, "--set", f"env.name=atari:{game}", "--total-timesteps", str(steps),
+def mpippo_argv(game: str, steps: int, precision: str | None) -> list[str]:
+    return ["--config", str(ROOT / CONFIG), "--set", f"env.name=atari:{game}", "--total-timesteps", str(steps),
             "--no-progress", "--set", "logging.tensorboard=false",
             *(["--set", f"training.precision={precision}"] if precision else [])]
+
+
+def run_mpippo(game: str, steps: int, folder: Path, precision: str | None) -> dict:
+    argv = mpippo_argv(game, steps, precision)
     t0 = time.monotonic()
     m = run_trainer(RANKS, argv, folder, f"mpippo on atari:{game}", timeout=3 * 3600)
     return {"who": "mpippo, 2 ranks (ale-py)", "steps_per_s": m["fps_steady"], "wall_s": time.monotonic() - t0,
             "precision": m.get("precision"), "phase_seconds": m.get("phase_seconds")}
 
 
-def components(game: str, precision: str, seconds: float) -> dict:
-    """The ceiling at the config's per-rank sizes on RANKS ranks (its batch is over all ranks)."""
-    t = load_yaml(ROOT / CONFIG)
-    envs = t["env"]["num_envs"] // RANKS
-    minibatch = envs * t["training"]["n_steps"] // t["training"]["num_minibatches"]
-    return ceiling.components(precision, f"atari:{game}", envs, minibatch, seconds, str(ROOT / CONFIG))
+def components(cfg, precision: str, seconds: float) -> dict:
+    """The ceiling at the per-rank sizes of mpippo's run (`cfg`, resolved on RANKS ranks)."""
+    envs, t = cfg.env.num_envs_per_rank, cfg.training
+    return ceiling.components(precision, cfg.env.name, envs, envs * t.n_steps // t.num_minibatches, seconds,
+                              str(ROOT / CONFIG))
 
 
 def shares(rows: dict, c: dict) -> None:
@@ -152,10 +155,11 @@ def _main(argv: list[str] | None) -> int:
     import torch  # here: a refused command line costs no torch import
     # the ceiling at the precision mpippo runs (auto: bf16 where the CPU has it natively)
     precision = args.precision or ("bf16" if bf16_native(torch.device("cpu"))[0] else "fp32")
+    _, cfg = check_trainer(mpippo_argv(args.game, args.steps, args.precision), RANKS, "mpippo's run")
     c = None
     if args.ceiling:
         print(f"atari_throughput: component costs ({precision}) ...", flush=True)
-        c = components(args.game, precision, args.component_seconds)
+        c = components(cfg, precision, args.component_seconds)
     rows = {}
     for who in args.who:  # one after the other: each measured on the whole machine
         folder = args.runs / f"{who}-{args.game}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -165,7 +169,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"atari_throughput: {who}: {rows[who]['steps_per_s']:,.0f} steps/s", flush=True)
     if c:
         print(f"atari_throughput: component costs ({precision}) again, after the runs ...", flush=True)
-        c = ceiling.faster(c, components(args.game, precision, args.component_seconds))
+        c = ceiling.faster(c, components(cfg, precision, args.component_seconds))
         shares(rows, c)
     ratio = (rows["mpippo"]["steps_per_s"] / rows["cleanrl"]["steps_per_s"]
              if {"mpippo", "cleanrl"} <= set(rows) and rows["cleanrl"]["steps_per_s"] else None)

@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     p = Parser(prog="components.py", description=__doc__.splitlines()[0])
-    p.add_argument("--config", type=Path, default=Path("configs/ppo_procgen.yaml"),
-                   help="the run's config: its env, network and n_epochs (default: configs/ppo_procgen.yaml)")
+    p.add_argument("--config", type=Path, help="the run's config: its env, network and n_epochs (default: the "
+                   "trainer's, configs/ppo_procgen.yaml)")
     p.add_argument("--env", help="env.name instead of the config's: a Procgen game, atari:<Game>")
     p.add_argument("--envs-per-rank", type=count(1, 4096), default=32)
     p.add_argument("--minibatch", type=count(1, 1 << 16), default=1024, help="samples per rank per training step")
@@ -110,8 +110,8 @@ def _main(argv: list[str] | None) -> int:
     torch.set_num_threads(1)
     device = torch.device("cpu")
 
-    env_name = ["--set", f"env.name={args.env}"] if args.env else []
-    _, cfg = check_trainer(["--config", str(args.config), *env_name], 1, f"--config {args.config}")
+    argv = [*(["--config", str(args.config)] if args.config else []), *(["--set", f"env.name={args.env}"] if args.env else [])]
+    _, cfg = check_trainer(argv, 1, f"--config {args.config}" if args.config else "--env")
     spaces = spaces_of(cfg)
     shape, actions = tuple(spaces.obs_shape), int(spaces.num_actions)
     env = make_env(cfg, args.envs_per_rank, seed=0)

@@ -30,7 +30,7 @@ SETTLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 def settle() -> None:
     """The run's outcome is decided: further SIGUSR1/SIGUSR2/SIGTERM are ignored from here to the
     process's end. Python's shutdown puts every signal it handled back to its default action (which
-    kills) before mpi4py's MPI_Finalize runs, and that can wait for other ranks for a while; Slurm
+    kills) before MPI_Finalize runs, and that can wait for other ranks for a while; Slurm
     may send SIGUSR1 more than once, so a second one there would turn exit 3 into death by signal.
     Ignored signals stay ignored through the shutdown. SIGINT is left alone (a person's Ctrl-C)."""
     for sig in SETTLED:
