@@ -187,11 +187,20 @@ def mpirun_command(ranks: int, argv: list[str], threads: int | None = None) -> t
     return [mpirun_path(), *where, "-n", str(ranks), sys.executable, *argv], env
 
 
+class TrainerError(RuntimeError):
+    """A run_trainer run that ended with a nonzero status: `code` (the trainer's exit codes,
+    mpippo/preemption.py: 3 and 4 mean it stopped on a signal after writing its checkpoint)."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
 def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int | None = None, timeout: float = 3600,
                 extra_env: dict | None = None) -> dict:
     """Run run_mpi.py to the end with --output-dir out_dir (benchmarks, sweeps): its
     benchmark_metrics.json (checked: mpippo.files) plus `wall_s_with_startup`. RuntimeError with the
-    stderr tail on failure; subprocess.TimeoutExpired after `timeout` s, with the whole job killed
+    stderr tail on failure (a TrainerError with its exit code); subprocess.TimeoutExpired after `timeout` s, with the whole job killed
     (mpirun and its ranks: a killed mpirun alone would leave its ranks running).
     extra_env: variables for the ranks (one node: mpirun passes its environment on)."""
     from mpippo.files import read_metrics  # the config behind it: the launcher itself never loads it
@@ -207,7 +216,7 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
             end_job(proc)
             raise
     if proc.returncode != 0:
-        raise RuntimeError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}")
+        raise TrainerError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}", proc.returncode)
     m = read_metrics(out_dir)
     m["wall_s_with_startup"] = time.perf_counter() - t0
     return m

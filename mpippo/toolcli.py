@@ -33,11 +33,12 @@ from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo import config as C
 from mpippo import launch
 from mpippo.config import INT64_MAX, UsageError, memory_available, show
+from mpippo.preemption import EXIT_REQUEUE
 from mpippo.usage import Parser as _Parser
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
 
-EXIT_FAILURE, EXIT_USAGE, EXIT_STOPPED = 1, 2, 4
+EXIT_FAILURE, EXIT_USAGE, EXIT_STOPPED = 1, 2, 4  # EXIT_STOPPED: as the trainer's (mpippo/preemption.py)
 SEED_MAX = INT64_MAX  # seeds end up in int64 arrays and torch's 64-bit generator
 # a rank's interpreter with numpy, torch and procgen loaded, before it allocates anything of its own
 # (docs/cluster.md: about 350 MB per procgen process); the trainer's own floor comes on top
@@ -52,6 +53,11 @@ def Parser(**kwargs) -> _Parser:
 
 class ToolFailure(RuntimeError):
     """A run or a write that failed after every check passed: one line, exit 1."""
+
+
+class RunStopped(ToolFailure):
+    """A run the tool started stopped on a signal after writing its checkpoint (the trainer's exit 3
+    or 4): the tool ends with the trainer's exit 4, stopped and resumable."""
 
 
 class Stopped(BaseException):
@@ -92,6 +98,9 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     except UsageError as e:
         say(e.errors[0] + (f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""))
         return EXIT_USAGE
+    except RunStopped as e:
+        sys.stderr.write(f"mpippo: {tool}: {e}\n")
+        return EXIT_STOPPED
     except ToolFailure as e:
         say(str(e))
         return EXIT_FAILURE
@@ -296,12 +305,16 @@ def check_trainer(argv: list[str], ranks: int, what: str):
         raise UsageError([f"{what}: {line}" for line in e.errors]) from None
 
 
-def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, **kw) -> dict:
+def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, resume: str = "", **kw) -> dict:
     """mpippo.launch.run_trainer (the run's metrics); a failed or hung run is a ToolFailure whose
-    line gives the run's own last error (its stderr tail goes to stderr first, indented)."""
+    line gives the run's own last error (its stderr tail goes to stderr first, indented); a run
+    stopped on a signal after its checkpoint is a RunStopped, with `resume` (how to go on) if given."""
     try:
         return launch.run_trainer(ranks, argv, out_dir, **kw)
     except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail
+        if getattr(e, "code", None) in (EXIT_REQUEUE, EXIT_STOPPED):  # the trainer's own exits after a signal
+            raise RunStopped(f"{what} in '{shown(out_dir)}' stopped on a signal (exit {e.code}) with its "
+                             f"checkpoint written" + (f"; {resume}" if resume else "")) from None
         head, _, tail = str(e).partition("\n")
         lines = [ln.strip() for ln in tail.replace("\x00", "").splitlines() if ln.strip(" -\x00")]
         sys.stderr.write("".join(f"  {ln}\n" for ln in lines[-40:]))

@@ -50,7 +50,10 @@ class ApeX:
     def __init__(self, cfg, obs_shape, num_actions: int, num_actors: int, masked: bool = False):
         self.cfg, self.d, self.t = cfg, cfg.dqn, cfg.training
         self.obs_shape, self.num_actions, self.masked = tuple(obs_shape), num_actions, masked
-        self.epsilons = apex_epsilons(num_actors, self.d.eps, self.d.eps_alpha)
+        # the ladder runs over every env of every actor: the paper's actors each stepped one env, and a
+        # ladder over ranks would leave a 2-rank job (one actor) exploring at 0.4 in all its envs
+        self.envs_per_actor = max(int(cfg.env.num_envs_per_rank or 1), 1)
+        self.epsilons = apex_epsilons(num_actors * self.envs_per_actor, self.d.eps, self.d.eps_alpha)
         self.samples_per_update = self.d.batch_size
         self.max_nonfinite = cfg.guards.max_nonfinite_skips
         self.guard = None  # (setup_learner) updates skipped for a non-finite loss or gradient, on the device
@@ -89,11 +92,12 @@ class ApeX:
     def describe(self) -> str:
         where = f" on {self.replay.device}" if hasattr(self, "replay") else ""
         return (f"replay {self.d.buffer_size:,} transitions = {self.learner_bytes() / 2**30:.2f} GiB{where}, epsilons "
-                f"{', '.join(f'{e:.4f}' for e in self.epsilons)}")
+                f"{self.epsilons[0]:.4f} to {self.epsilons[-1]:.4f} over {len(self.epsilons)} env(s)")
 
     # ---------------------------------------------------------------- actor side
     def actor(self, index: int, net: torch.nn.Module, num_envs: int, rng: np.random.Generator) -> "ApeXActing":
-        return ApeXActing(self, float(self.epsilons[index]), net, num_envs, rng)
+        rungs = self.epsilons[index * self.envs_per_actor:(index + 1) * self.envs_per_actor]  # one per env
+        return ApeXActing(self, np.resize(rungs, num_envs), net, num_envs, rng)
 
     # -------------------------------------------------------------- learner side
     def learner_bytes(self) -> int:
@@ -274,7 +278,7 @@ class ApeX:
 class ApeXActing:
     """One actor's half of Ape-X: epsilon-greedy actions and n-step transitions packed for a chunk."""
 
-    def __init__(self, algo: ApeX, eps: float, net: torch.nn.Module, num_envs: int, rng: np.random.Generator):
+    def __init__(self, algo: ApeX, eps: np.ndarray, net: torch.nn.Module, num_envs: int, rng: np.random.Generator):
         self.algo, self.eps, self.net, self.rng, self.num_envs = algo, eps, net, rng, num_envs
         self.acc = NStepAccumulator(algo.d.n_step, algo.t.gamma, num_envs, algo.obs_shape)
 

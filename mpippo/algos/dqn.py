@@ -18,12 +18,13 @@ import torch.nn.functional as F
 from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
 
 
-def apex_epsilons(num_actors: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:
-    """Ape-X: actor i explores with eps ** (1 + alpha * i / (N - 1)); one actor gets eps."""
-    if num_actors == 1:
+def apex_epsilons(n: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:
+    """Ape-X: explorer i of n (an env: the paper's actors stepped one each) uses eps ** (1 + alpha * i / (n - 1));
+    a lone one gets eps."""
+    if n == 1:
         return np.array([eps])
-    i = np.arange(num_actors)
-    return eps ** (1.0 + alpha * i / (num_actors - 1))
+    i = np.arange(n)
+    return eps ** (1.0 + alpha * i / (n - 1))
 
 
 class SumTree:

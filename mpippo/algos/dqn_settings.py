@@ -33,7 +33,7 @@ class DQNConfig:
     replay_ratio: float = setting(4.0, "Samples trained per env step received; actors wait for the learner beyond it.")
     target_update_period: int = setting(2000, "Learner updates between target-network copies.")
     weight_sync_period: int = setting(25, "Learner updates between weight sends to the actors (non-blocking).")
-    eps: float = setting(0.4, "Ape-X exploration base: actor i uses eps ** (1 + eps_alpha * i / (N - 1)).")
+    eps: float = setting(0.4, "Ape-X exploration base: env i of the N envs of all actors (actor by actor) uses eps ** (1 + eps_alpha * i / (N - 1)).")
     eps_alpha: float = setting(7.0, "Ape-X exploration exponent.")
     per_alpha: float = setting(0.6, "Prioritized replay exponent (0 = uniform).")
     per_beta: float = setting(0.4, "Importance-weight exponent at the start; annealed to 1 over total_timesteps.")

@@ -295,6 +295,28 @@ def test_apex_epsilon_ladder():
     assert apex_epsilons(1)[0] == pytest.approx(0.4)
 
 
+@pytest.mark.parametrize("num_actors", [1, 2])
+def test_the_apex_ladder_runs_over_every_env_of_every_actor(num_actors):
+    """Each env explores at its own rung of one ladder over all actors' envs (the paper's actors
+    stepped one env each): one actor alone still spans 0.4 .. 0.4^8, and a greedy action is kept
+    at each env's own rate."""
+    from mpippo import config as C
+    from mpippo.algos.apex import ApeX
+    cfg = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "dqn_toy.yaml"),
+                  [("env", "num_envs_per_rank", 4), ("training", "precision", "fp32")], num_actors + 1)
+    algo = ApeX(cfg, C.obs_shape_of(cfg), 4, num_actors=num_actors, masked=False)
+    assert np.allclose(algo.epsilons, apex_epsilons(4 * num_actors))
+    net = lambda obs: torch.tensor([[0.0, 0.0, 9.0, 0.0]]).repeat(len(obs), 1)  # greedy: action 2  # noqa: E731
+    rungs = []
+    for i in range(num_actors):
+        acting = algo.actor(i, net, 4, np.random.default_rng(i))
+        kept = np.mean([acting.act(np.zeros((4, 1)), None) == 2 for _ in range(4000)], axis=0)
+        rungs.append(acting.eps)
+        assert np.allclose(1 - kept, 0.75 * acting.eps, atol=0.03)  # a random action is action 2 a quarter of the time
+    assert np.allclose(np.concatenate(rungs), algo.epsilons)
+    assert algo.epsilons[0] == pytest.approx(0.4) and algo.epsilons[-1] == pytest.approx(0.4 ** 8)
+
+
 def test_double_dqn_target_uses_online_argmax_and_target_values():
     q_online = torch.tensor([[1.0, 2.0]], requires_grad=True)
     q_next_online = torch.tensor([[0.0, 5.0]])   # online picks action 1

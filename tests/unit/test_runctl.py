@@ -214,3 +214,22 @@ def test_the_avx2_emulation_gives_avx2_kernels_and_fp32(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mpippo.machine"], env=env, capture_output=True, text=True, timeout=120)
     native, evidence = runctl.bf16_native(torch.device("cpu"), env={})
     assert out.stdout.strip().endswith(f"precision auto -> {'bf16' if native else 'fp32'} ({evidence})"), out.stdout
+
+
+@pytest.mark.parametrize("code, exit_code, says", [
+    (4, 4, "mpippo: tool: mpippo on Pong in 'run' stopped on a signal (exit 4) with its checkpoint written; "
+           "the same command resumes it"),
+    (3, 4, "stopped on a signal (exit 3)"),
+    (1, 1, "mpippo: error: tool: mpippo on Pong in 'run': 2 rank(s) failed (exit 1): ValueError: bad"),
+])
+def test_a_tool_reports_a_run_stopped_by_a_signal_as_stopped_not_failed(monkeypatch, capsys, code, exit_code, says):
+    """A trainer's exit after a signal (3 requeue, 4 stopped: checkpointed, resumable) is the tool's
+    exit 4 with how to go on; any other exit stays a failure with the run's last error."""
+    from mpippo import launch, toolcli
+
+    def stopped(*args, **kwargs):
+        raise launch.TrainerError(f"2 rank(s) failed (exit {code}):\nValueError: bad", code)
+    monkeypatch.setattr(launch, "run_trainer", stopped)
+    main = lambda argv: toolcli.run_trainer(2, [], "run", "mpippo on Pong", resume="the same command resumes it")  # noqa: E731
+    assert toolcli.run("tool", main, []) == exit_code
+    assert says in capsys.readouterr().err
