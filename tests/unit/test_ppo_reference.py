@@ -17,6 +17,11 @@ here from its documented behaviour:
 Both run on the same rollouts (collected by mpippo), from the same initial weights, with the same
 minibatch order; parameters must agree to 1e-5 after each of two iterations. The old behaviour
 (advantages normalized per rollout, reward statistics per rollout) must not.
+
+The same comparison runs on Atari with configs/ppo_atari.yaml's choices (CleanRL's
+ppo_atari_envpool.py: no reward scaling, the env's rewards clipped to their sign, GAE at 0.99, clip
+0.1, the Nature CNN with orthogonal weights), on Breakout frames whose lost lives end episodes
+inside the rollout: the arithmetic mpippo's Atari runs learn with is the reference's.
 """
 from __future__ import annotations
 
@@ -52,14 +57,14 @@ class RefRewardNorm:
         return out
 
 
-def ref_gae(rewards, values, firsts, last_value, last_first):
+def ref_gae(rewards, values, firsts, last_value, last_first, gamma=GAMMA):
     T = rewards.shape[0]
     advs, lastgaelam = torch.zeros_like(rewards), 0.0
     for t in reversed(range(T)):
         nextnonterminal = 1.0 - (last_first if t == T - 1 else firsts[t + 1])
         nextvalues = last_value if t == T - 1 else values[t + 1]
-        delta = rewards[t] + GAMMA * nextvalues * nextnonterminal - values[t]
-        advs[t] = lastgaelam = delta + GAMMA * LAM * nextnonterminal * lastgaelam
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advs[t] = lastgaelam = delta + gamma * LAM * nextnonterminal * lastgaelam
     return advs, advs + values
 
 
@@ -78,12 +83,12 @@ def ref_minibatch_loss(model, t, obs, actions, old_neglogp, advs, returns, old_v
 def ref_iteration(model, opt, norm: RefRewardNorm, roll: dict, t, generator: torch.Generator) -> None:
     T, N = roll["rewards"].shape
     news = np.concatenate([roll["firsts"][1:], roll["next_first"][None]]).astype(bool)
-    rewards = torch.tensor(np.stack([norm.step(roll["rewards"][i].astype(np.float64), news[i]) for i in range(T)]),
-                           dtype=torch.float32)
+    rewards = torch.tensor(np.stack([norm.step(roll["rewards"][i].astype(np.float64), news[i]) for i in range(T)])
+                           if norm is not None else roll["rewards"], dtype=torch.float32)
     with torch.no_grad():
         _, last_value = model(roll["next_obs"])
     advs, returns = ref_gae(rewards, roll["values"], torch.tensor(roll["firsts"], dtype=torch.float32),
-                            last_value, torch.tensor(roll["next_first"], dtype=torch.float32))
+                            last_value, torch.tensor(roll["next_first"], dtype=torch.float32), t.gamma)
     flat = {"obs": roll["obs"].reshape(T * N, *roll["obs"].shape[2:]), "actions": roll["actions"].reshape(-1),
             "neglogp": -roll["logprobs"].reshape(-1), "advs": advs.reshape(-1), "returns": returns.reshape(-1),
             "values": roll["values"].reshape(-1)}
@@ -100,7 +105,14 @@ def ref_iteration(model, opt, norm: RefRewardNorm, roll: dict, t, generator: tor
             opt.step()
 
 
-def make_trainer(tmp_path, **training):
+# configs/ppo_atari.yaml at a test's size: 4 Breakout games (a random player loses a life every few
+# dozen steps), a narrow dense layer; its rewards unscaled, as CleanRL's
+ATARI = [("env", "name", "atari:Breakout"), ("env", "num_envs", 4), ("model", "hidden_size", 32),
+         ("training", "n_steps", 64), ("training", "n_epochs", 2), ("training", "learning_rate", 3e-3),
+         ("training", "precision", "fp32")]
+
+
+def make_trainer(tmp_path, atari=False, **training):
     from mpippo.comm import World
     from mpippo.runners.sync import SyncTrainer
     over = [("env", "name", "toy-cue"), ("env", "num_envs", 8), ("model", "channels", [8, 16]),
@@ -108,19 +120,20 @@ def make_trainer(tmp_path, **training):
             ("training", "num_minibatches", 4), ("training", "gamma", GAMMA), ("training", "gae_lambda", LAM),
             ("training", "reward_norm_gamma", NORM_GAMMA),
             ("training", "learning_rate", 3e-3), ("training", "normalize_reward", True),
-            ("training", "precision", "fp32"),  # the formulas, compared in fp32 whatever the hardware
-            *[("training", k, v) for k, v in training.items()]]
-    cfg = C.resolve(C.build({}, over, 1), 1)
+            ("training", "precision", "fp32")]  # the formulas, compared in fp32 whatever the hardware
+    base = C.load_yaml(C.DEFAULT_CONFIG.parent / "ppo_atari.yaml") if atari else {}
+    over = [*(ATARI if atari else over), *[("training", k, v) for k, v in training.items()]]
+    cfg = C.resolve(C.build(base, over, 1), 1)
     return SyncTrainer(cfg, World(), tmp_path, None), cfg.training
 
 
-def run_both(tmp_path, iterations=2, **training) -> list[float]:
+def run_both(tmp_path, iterations=2, atari=False, **training) -> list[float]:
     """Max |mpippo - reference| over the parameters after each iteration."""
     torch.manual_seed(0)
-    trainer, t = make_trainer(tmp_path, **training)
+    trainer, t = make_trainer(tmp_path, atari, **training)
     ref = copy.deepcopy(trainer.model)  # the same initial weights
     ref_opt = torch.optim.Adam(ref.parameters(), lr=t.learning_rate, eps=t.adam_eps)
-    norm = RefRewardNorm(trainer.num_envs)
+    norm = RefRewardNorm(trainer.num_envs) if t.normalize_reward else None
     _, trainer.obs, trainer.first = trainer.env.observe()
     gaps = []
     for _ in range(iterations):
@@ -130,6 +143,8 @@ def run_both(tmp_path, iterations=2, **training) -> list[float]:
                 "values": b.values.clone(), "rewards": b.rewards.numpy().copy(), "firsts": b.dones.numpy().copy(),
                 "next_obs": torch.from_numpy(trainer.obs.copy()), "next_first": trainer.first.copy()}
         assert roll["firsts"][1:].any(), "no episode ended inside the rollout: the test would miss the resets"
+        if trainer.bootstraps:  # the reference has no time limits: none may have cut an episode here
+            assert not trainer.buf.trunc_values.any()
         generator = torch.Generator()
         generator.set_state(trainer.generator.get_state())  # the same minibatch order
         trainer.learn()
@@ -143,6 +158,16 @@ def run_both(tmp_path, iterations=2, **training) -> list[float]:
 def test_one_iteration_equals_the_reference_ppo(tmp_path):
     gaps = run_both(tmp_path)
     assert max(gaps) < 1e-5, gaps
+
+
+def test_an_atari_iteration_equals_the_reference_ppo(tmp_path):
+    trainer, t = make_trainer(tmp_path / "cfg", atari=True)
+    assert (t.normalize_reward, t.gamma, t.clip_range, t.num_minibatches) == (False, 0.99, 0.1, 4)
+    assert trainer.cfg.model.arch == "nature" and trainer.cfg.model.init == "orthogonal"
+    trainer.env.close()
+    gaps = run_both(tmp_path / "run", atari=True)
+    assert max(gaps) < 1e-5, gaps
+    assert run_both(tmp_path / "old", iterations=1, atari=True, adv_norm="rollout")[0] > 1e-4  # it can fail
 
 
 @pytest.mark.parametrize("old", [{"adv_norm": "rollout"}, {"reward_norm": "rollout"}, {"reward_norm_gamma": None}])
