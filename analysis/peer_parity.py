@@ -7,7 +7,8 @@ Reads what benchmarks/peer_parity.py wrote (a CSV per run, runs.json) and writes
 folder <folder>.png (the mean return of the last 100 episodes over env steps: each seed thin,
 the seeds' mean thick), <folder>.md and <folder>.json: per env each side's final return
 per seed and mean, the peer's seed range, and whether mpippo's mean lies inside that range or above
-it; and each side's steps/s on this machine with their ratio.
+it; and each side's steps/s on this machine with their ratio. Runs of mpippo's Ape-X DQN (`apex`, Atari)
+get their own curves and a table of their own below (no CleanRL script to pair them with).
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from mpippo.usage import UsageError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 WINDOW = 100
+SIDES = {"mpippo": ("mpippo", "tab:blue"), "cleanrl": ("CleanRL", "tab:orange"),
+         "apex": ("mpippo Ape-X DQN", "tab:green")}  # runs.json's `who`: (label, color)
 
 
 KEYS = {"who": str, "env": str, "seed": int, "budget": int, "final_return": float, "steps_per_s": (int, float, type(None))}
@@ -44,9 +47,9 @@ def load_runs(data: Path) -> dict:
         raise UsageError(f"--data: '{shown(path)}' holds no runs (expected a mapping of run names)")
     for name, r in runs.items():
         where = f"--data: '{shown(path)}': run {name[:60]!r}"
-        if not isinstance(r, dict) or r.get("who") not in ("mpippo", "cleanrl"):
+        if not isinstance(r, dict) or r.get("who") not in SIDES:
             who = r.get("who") if isinstance(r, dict) else r
-            raise UsageError(f"{where}: who is {who!r:.60}; allowed: mpippo, cleanrl")
+            raise UsageError(f"{where}: who is {who!r:.60}; allowed: {', '.join(SIDES)}")
         for key, kind in KEYS.items():
             value = r.get(key)
             ok = isinstance(value, kind) and not isinstance(value, bool) or (kind is float and type(value) is int)
@@ -93,7 +96,21 @@ def table(runs: dict) -> tuple[list[dict], str]:
         speeds = " / ".join("-" if r is None else f"{r:.0f}" for r in rate) + (f" ({ratio:.2f}x)" if ratio else "")
         lines.append(f"| {env} | {nums(mine)} | {nums([np.mean(mine)] if mine else [])} | {nums(theirs)} | "
                      f"{nums([np.mean(theirs)] if theirs else [])} | {verdict} | {speeds} |")
-    return rows, "\n".join(lines) + "\n"
+    return rows, "\n".join(lines) + "\n" + apex_table(by_env, rows)
+
+
+def apex_table(by_env: dict, rows: list[dict]) -> str:
+    """Ape-X DQN's final returns per env (added to `rows`), or nothing without such runs."""
+    lines = []
+    for row in rows:
+        runs = by_env[row["env"]].get("apex", {})
+        if runs:
+            row["apex"] = [runs[s]["final_return"] for s in sorted(runs)]
+            rate = [r["steps_per_s"] for r in runs.values() if r["steps_per_s"]]
+            lines.append(f"| {row['env']} | {', '.join(f'{x:.0f}' for x in row['apex'])} | {np.mean(row['apex']):.0f} | "
+                         f"{f'{np.mean(rate):.0f}' if rate else '-'} |")
+    head = ["", "| env | Ape-X DQN (seeds) | mean | steps/s |", "|---|---|---:|---:|"]
+    return "\n".join(head + lines) + "\n" if lines else ""
 
 
 def figure(data: Path, runs: dict, out: Path) -> None:
@@ -103,7 +120,7 @@ def figure(data: Path, runs: dict, out: Path) -> None:
     envs = sorted({r["env"] for r in runs.values()})
     fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
     for ax, env in zip(axes[0], envs):
-        for who, color in (("mpippo", "tab:blue"), ("cleanrl", "tab:orange")):
+        for who, (label, color) in SIDES.items():
             names = [n for n, r in runs.items() if r["env"] == env and r["who"] == who]
             grid = np.linspace(0, max(r["budget"] for r in runs.values()), 200)
             ys = []
@@ -111,12 +128,12 @@ def figure(data: Path, runs: dict, out: Path) -> None:
                 x, y = curve(data / f"{n}.csv")
                 if len(x):
                     ax.plot(x, y, color=color, alpha=0.3 if len(names) > 1 else 1.0, lw=1,
-                            label=None if len(names) > 1 else f"{who} (1 seed)")
+                            label=None if len(names) > 1 else f"{label} (1 seed)")
                     ys.append(np.interp(grid, x, y, left=np.nan))
             if len(ys) > 1:  # (before any seed's first episode the mean is empty: left out, not warned about)
                 ys = np.array(ys)
                 some = ~np.isnan(ys).all(0)
-                ax.plot(grid[some], np.nanmean(ys[:, some], axis=0), color=color, lw=2, label=f"{who} ({len(ys)} seeds)")
+                ax.plot(grid[some], np.nanmean(ys[:, some], axis=0), color=color, lw=2, label=f"{label} ({len(ys)} seeds)")
         ax.set(title=env, xlabel="env steps", ylabel="return (last 100 episodes)")
         ax.legend()
     save_figure(fig, out, "--data")

@@ -5,13 +5,17 @@
         [--steps 1000000] [--who mpippo cleanrl] [--runs runs/mujoco-parity] [--out analysis/data/mujoco_parity]
         [--precision bf16]
     python benchmarks/peer_parity.py --family atari [--envs Pong Breakout] [--seeds 1 2] [--steps 2000000]
+        [--who mpippo cleanrl apex]
 
 Each family pairs a config of mpippo with the CleanRL script it copies (FAMILIES):
 - mujoco: `configs/ppo_mujoco.yaml` (2 envs x 1,024 steps per update, 1 torch thread per rank) beside
   `ppo_continuous_action.py` (1 env x 2,048 steps, the same batch and hyperparameters), Gymnasium ids;
 - atari: `configs/ppo_atari.yaml` (ale-py) beside `ppo_atari_envpool.py` (EnvPool; the settings are
   that script's), ALE games in CamelCase (mpippo's `atari:Pong`, EnvPool's `Pong-v5`); both report the
-  real game's return (all lives), and anneal the learning rate to 0 over --steps.
+  real game's return (all lives), and anneal the learning rate to 0 over --steps. `--who apex` adds
+  mpippo's Ape-X DQN (`configs/dqn_atari.yaml`, 1 learner + 1 actor of 64 envs on the 2 cores) at the same
+  budget, with the settings a budget of millions of steps needs (APEX_SHORT: the paper's target
+  period, 2,500 updates of 512, would be 320,000 env steps at its replay ratio of 4).
 
 Runs go one after another (never two at once: the throughput of each is measured on the whole
 machine): mpippo as `python -m mpippo.launch -n 2 --config <config>`, CleanRL's script as one process
@@ -85,6 +89,13 @@ def continuous_script() -> Path:
         raise ToolFailure(str(e)) from None
 
 
+# Ape-X at a budget of a few million env steps: batches of 128 (4x the updates at the same replay ratio),
+# the target network every 2,000 updates (64,000 env steps, Dopamine's DQN's cadence in updates), learning
+# from 20,000 transitions (Dopamine's) instead of 50,000
+APEX_SHORT = ("--set", "dqn.batch_size=128", "--set", "dqn.target_update_period=2000",
+              "--set", "dqn.learning_starts=20000")
+
+
 @dataclass(frozen=True)
 class Family:
     """One benchmark family: mpippo's config and env name beside the CleanRL script it copies."""
@@ -97,6 +108,7 @@ class Family:
     envs: tuple[str, ...]
     steps: int
     data: str  # the default --out (under analysis/data) and --runs (under runs/)
+    apex: tuple[str, ...] = ()  # mpippo's Ape-X DQN (--who apex): its config and settings; () = none
 
 
 FAMILIES = {
@@ -105,18 +117,21 @@ FAMILIES = {
                      "mujoco_parity"),
     "atari": Family("configs/ppo_atari.yaml", atari_throughput.game_name, "atari:{}", "{}-v5",
                     atari_throughput.cleanrl_script, atari_throughput.peer_path, ("Pong", "Breakout"), 2_000_000,
-                    "atari_parity"),
+                    "atari_parity", ("--config", "configs/dqn_atari.yaml", *APEX_SHORT)),
 }
 
 
-def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, precision: str | None = None) -> dict:
+def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, precision: str | None = None,
+               apex: bool = False) -> dict:
     """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes, and
-    then its wall time and steps/s are those of the resumed part (`resumed` says so)."""
+    then its wall time and steps/s are those of the resumed part (`resumed` says so). `apex`: the
+    family's Ape-X DQN instead of its PPO config."""
     from mpippo.runs import read_curve
     resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
     if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
         shutil.rmtree(folder)
-    argv = ["--config", fam.config, "--set", f"env.name={fam.ours.format(env)}", "--seed", str(seed),
+    argv = [*(fam.apex if apex else ("--config", fam.config)), "--set", f"env.name={fam.ours.format(env)}",
+            "--seed", str(seed),
             "--total-timesteps", str(steps), "--no-progress", *resume,
             *(["--set", f"training.precision={precision}"] if precision else [])]
     t0 = time.monotonic()
@@ -160,7 +175,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--envs", nargs="+", help="Gymnasium ids (mujoco) or ALE games (atari); default: the family's")
     p.add_argument("--seeds", nargs="+", type=count(0, 2**31 - 1), default=[1, 2])
     p.add_argument("--steps", type=count(2048, 10**9), help="env steps per run (default: the family's)")
-    p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])
+    p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl", "apex"), default=["mpippo", "cleanrl"],
+                   help="apex: mpippo's Ape-X DQN (--family atari)")
     p.add_argument("--runs", type=Path, help="the runs' folder (default: runs/<family>-parity)")
     p.add_argument("--out", type=Path, help="the results' folder (default: analysis/data/<family>_parity)")
     p.add_argument("--precision", choices=("fp32", "bf16"), help="mpippo's training.precision (default: the "
@@ -172,6 +188,8 @@ def _main(argv: list[str] | None) -> int:
         args.envs = [fam.env_arg(e) for e in args.envs or fam.envs]
     except argparse.ArgumentTypeError as e:
         p.error(f"argument --envs: {e}")
+    if "apex" in args.who and not fam.apex:
+        p.error(f"argument --who: apex: the {args.family} family has no Ape-X config; allowed: mpippo, cleanrl")
     args.steps = args.steps or fam.steps
     args.runs = args.runs or ROOT / "runs" / fam.data.replace("_", "-")
     args.out = args.out or ROOT / "analysis" / "data" / fam.data
@@ -188,7 +206,7 @@ def _main(argv: list[str] | None) -> int:
     for env in args.envs:
         for seed in args.seeds:
             for who in who_runs:
-                tag = f"-{args.precision}" if who == "mpippo" and args.precision not in (None, "fp32") else ""
+                tag = f"-{args.precision}" if who != "cleanrl" and args.precision not in (None, "fp32") else ""
                 name = f"{who}-{env}-s{seed}{tag}"
                 if args.fresh and (args.runs / name).exists():
                     shutil.rmtree(args.runs / name)
@@ -196,10 +214,10 @@ def _main(argv: list[str] | None) -> int:
                     print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
                     continue
                 print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)
-                res = (run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision) if who == "mpippo"
-                       else run_cleanrl(fam, env, seed, args.steps, args.runs / name))
-                # mpippo logs the mean of the last 100 episodes per iteration; CleanRL prints every episode
-                column = "return_mean_100" if who == "mpippo" else "episode_return"
+                res = (run_cleanrl(fam, env, seed, args.steps, args.runs / name) if who == "cleanrl"
+                       else run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision, who == "apex"))
+                # mpippo logs the mean of the last 100 episodes as it goes; CleanRL prints every episode
+                column = "episode_return" if who == "cleanrl" else "return_mean_100"
                 with open(args.out / f"{name}.csv", "w", newline="") as f:
                     csv.writer(f).writerows([("env_steps", column), *res.pop("curve")])
                 summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res}

@@ -33,7 +33,7 @@ from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USA
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="run_mpi.py", description=f"Reinforcement learning over MPI on Procgen, Gymnasium and PettingZoo envs (training.algo: "
+    p = Parser(prog="run_mpi.py", description=f"Reinforcement learning over MPI on Procgen, Atari, Gymnasium and PettingZoo envs (training.algo: "
                 f"{', '.join(C.ALGOS)}). Run as `mpirun -n K python run_mpi.py ...`, under srun, or as plain python "
                 "(one rank).")
     p.add_argument("--config", help=f"YAML config (default: {C.DEFAULT_CONFIG.relative_to(C.DEFAULT_CONFIG.parent.parent)}; "

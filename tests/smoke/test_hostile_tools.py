@@ -330,7 +330,9 @@ CASES = [
          "run 'x': budget is None; expected int"),
     Case("mujoco-analysis-bad-side", tool("analysis/peer_parity.py", "--data", "TMP/d",
                                           files={"d/runs.json": {"x": {"who": "me"}}}),
-         "run 'x': who is 'me'; allowed: mpippo, cleanrl"),
+         "run 'x': who is 'me'; allowed: mpippo, cleanrl, apex"),
+    Case("mujoco-parity-apex", tool("benchmarks/peer_parity.py", "--family", "mujoco", "--who", "apex", "--runs", "TMP/r"),
+         "argument --who: apex: the mujoco family has no Ape-X config; allowed: mpippo, cleanrl"),
     Case("mujoco-analysis-bad-curve", tool("analysis/peer_parity.py", "--data", "TMP/d", files={
         "d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0,
                               "steps_per_s": 2}}, "d/x.csv": "env_steps,return_mean_100\nten,1\n"}),
