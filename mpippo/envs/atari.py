@@ -9,7 +9,9 @@ node of one rank per core), unpinned, so the rank's own binding holds.
 
 The preprocessing is the one CleanRL's ppo_atari_envpool.py and the Ape-X paper use: 4 frames
 skipped with the last two max-pooled, 84x84 grayscale, 4 frames stacked (the observation is
-(84, 84, 4) uint8, frames last as every image here), up to 30 no-op starts, FIRE on reset where the
+(84, 84, 4) uint8, frames last as every image here; a game's first observation repeats its first frame
+in the older slots, as EnvPool and baselines' FrameStack do, where ale-py's vector env leaves them black:
+after that the frames are EnvPool's, pixel for pixel), up to 30 no-op starts, FIRE on reset where the
 game needs it, no sticky actions (env.kwargs: repeat_action_probability 0.25 for the "v5"
 protocol of Machado et al.), the minimal action set, 27,000 agent steps (108,000 frames, 30
 minutes of play) at most per game.
@@ -149,7 +151,8 @@ class AtariVecEnv:
         self.num_envs, self.obs_shape = num_envs, (SIZE, SIZE, STACK)
         self.num_actions = int(self.env.single_action_space.n)
         obs, info = self.env.reset(seed=np.arange(num_envs, dtype=np.int64) + int(seed))
-        self.obs = self._frames_last(obs)
+        self.age = np.zeros(num_envs, dtype=np.int64)  # agent steps since each game's start
+        self.obs = self._pad(self._frames_last(obs))
         self.frame = info["episode_frame_number"].copy()
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
@@ -163,17 +166,27 @@ class AtariVecEnv:
     def _frames_last(obs: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(obs.transpose(0, 2, 3, 1))  # (N, 4, 84, 84) -> (N, 84, 84, 4)
 
+    def _pad(self, obs: np.ndarray) -> np.ndarray:
+        """The slots older than a young game's first frame hold that frame (ale-py leaves them zero)."""
+        for i in np.flatnonzero(self.age < STACK - 1):
+            first = STACK - 1 - self.age[i]
+            obs[i, :, :, :first] = obs[i, :, :, first:first + 1]
+        return obs
+
     def observe(self):
         return self.rew, self.obs, self.first
 
     def act(self, actions: np.ndarray) -> None:
         obs, rew, term, trunc, info = self.env.step(np.asarray(actions, dtype=np.int64))
-        self.obs, raw = self._frames_last(obs), np.asarray(rew, dtype=np.float32)
+        raw = np.asarray(rew, dtype=np.float32)
         self.game_return += raw
         self.game_length += 1
         frame = info["episode_frame_number"]
         over = trunc | (frame < self.frame)  # the game was reset in this step: it ended (lost lives do not reset)
         self.frame = frame.copy()
+        self.age += 1
+        self.age[over] = 0
+        self.obs = self._pad(self._frames_last(obs))
         self.ended = (np.flatnonzero(over), self.game_return[over].copy(), self.game_length[over].copy())
         self.game_return[over], self.game_length[over] = 0.0, 0
         self.rew = np.sign(raw) if self.clip else raw

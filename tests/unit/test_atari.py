@@ -78,6 +78,34 @@ def test_the_time_limit_truncates_with_the_final_frames_to_bootstrap_from():
     env.close()
 
 
+def test_a_new_games_stack_repeats_its_first_frame_and_then_shifts():
+    """As EnvPool and baselines' FrameStack (ale-py alone leaves the older slots black): a game's first
+    observation is its first frame four times; each step shifts the stack by one frame, so the
+    copies leave one per step; a game the time limit restarts starts over the same way; lost lives
+    do not restart the stack (Breakout at random loses one every few dozen steps)."""
+    for name, kwargs in (("atari:Pong", {"max_episode_steps": 6}), ("atari:Breakout", {})):
+        env = envs.make_env(cfg_of(name, **kwargs), 2, seed=3)
+        rng = np.random.default_rng(0)
+        _, obs, _ = env.observe()
+        age = np.zeros(2, dtype=np.int64)
+        for _ in range(200 if name == "atari:Breakout" else 14):
+            prev = obs.copy()
+            env.act(rng.integers(0, env.num_actions, 2))
+            _, obs, first = env.observe()
+            games = np.isin(np.arange(2), envs.ended_episodes(env, first, None, None)[0])
+            age = np.where(games, 0, age + 1)
+            for i in range(2):
+                if age[i] < 3:  # the slots before the game's first frame hold that frame
+                    start = 3 - age[i]
+                    assert (obs[i, :, :, :start] == obs[i, :, :, start:start + 1]).all()
+                if age[i] > 0:  # one frame in, the oldest out
+                    assert (obs[i, :, :, :3] == prev[i, :, :, 1:]).all()
+                assert obs[i, :, :, 3].any()  # (a real frame: never a black one)
+        if name == "atari:Pong":
+            assert (age == 14 - 12).all()  # two restarts by the time limit
+        env.close()
+
+
 def test_the_nature_cnn_is_built_counted_and_refused_where_it_cannot_go():
     """model.arch nature: the network the configs build, its parameters as the memory model counts
     them, and one line for frames too small or IMPALA-only keys set beside it."""
