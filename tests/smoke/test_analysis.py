@@ -138,21 +138,24 @@ def test_shipped_sample_data_runs_both_notebooks(two_runs, tmp_path):
 def test_peer_parity_tabulates_both_sides_and_says_when_one_is_missing(tmp_path):
     """analysis/peer_parity.py on runs as benchmarks/peer_parity.py writes them: mpippo logs the mean of
     the last 100 episodes, CleanRL every episode (averaged here); the verdict is mpippo's mean seed
-    inside or above CleanRL's range; an env with one side only says so, with no made-up rate."""
+    inside or above CleanRL's range; an env with one side only says so, with no made-up rate; mpippo's
+    Ape-X runs get a table of their own."""
     def side(who, env, seed, ret, rate):
         return {"who": who, "env": env, "seed": seed, "budget": 3000, "wall_s": 1.0, "steps_per_s": rate,
                 "final_return": ret, "episodes": 3}
     runs = {"mpippo-Pong-s1": side("mpippo", "Pong", 1, -5.0, 300.0), "mpippo-Pong-s2": side("mpippo", "Pong", 2, 1.0, 320.0),
             "cleanrl-Pong-s1": side("cleanrl", "Pong", 1, -10.0, 200.0), "cleanrl-Pong-s2": side("cleanrl", "Pong", 2, 0.0, 220.0),
-            "mpippo-Breakout-s1": side("mpippo", "Breakout", 1, 12.0, 310.0)}
+            "mpippo-Breakout-s1": side("mpippo", "Breakout", 1, 12.0, 310.0), "apex-Pong-s1": side("apex", "Pong", 1, 5.5, 150.0)}
     (tmp_path / "runs.json").write_text(json.dumps(runs))
     for name, r in runs.items():
-        column = "return_mean_100" if r["who"] == "mpippo" else "episode_return"
+        column = "episode_return" if r["who"] == "cleanrl" else "return_mean_100"
         (tmp_path / f"{name}.csv").write_text(f"env_steps,{column}\n1000,-21\n3000,{r['final_return']}\n")
     ok(run([sys.executable, "analysis/peer_parity.py", "--data", str(tmp_path)], timeout=120))
     rows = {r["env"]: r for r in json.loads((tmp_path / f"{tmp_path.name}.json").read_text())}
     assert rows["Pong"]["inside_or_above"] is True and rows["Pong"]["ratio"] == pytest.approx(310 / 210)
     assert rows["Breakout"]["cleanrl"] == [] and rows["Breakout"]["ratio"] is None
     md = (tmp_path / f"{tmp_path.name}.md").read_text()
-    assert "| Breakout | 12 | 12 | - | - | (a side has no runs) | 310 / - |" in md
+    assert "| Breakout | 12.0 | 12.0 | - | - | (a side has no runs) | 310 / - |" in md
+    assert rows["Pong"]["apex"] == [5.5] and "apex" not in rows["Breakout"]
+    assert "| Ape-X DQN (seeds) | mean | steps/s |" in md and "| Pong | 5.5 | 5.5 | 150 |" in md
     assert (tmp_path / f"{tmp_path.name}.png").stat().st_size > 10_000
