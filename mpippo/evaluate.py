@@ -171,11 +171,12 @@ def check_env(cfg: C.Config, state: dict, imports: str | None) -> None:
 
 
 def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None, video_episodes: int):
-    """Step until every env slot finished its quota; returns (returns, lengths) of counted episodes."""
+    """Step until every env slot finished its quota; returns (returns, lengths, start frames) of counted
+    episodes (start frames: Atari's, the frame each game began at; else empty)."""
     n = env.num_envs
     done_count = np.zeros(n, dtype=np.int64)
     ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
-    returns, lengths = [], []
+    returns, lengths, starts = [], [], []
     _, obs, _ = env.observe()
     for _ in range(max_steps):
         if (done_count >= quota).all():
@@ -186,13 +187,17 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
         rew, obs, first = env.observe()
         ep_ret += rew
         ep_len += 1
-        for i, ret, length in zip(*envs.ended_episodes(env, first, ep_ret, ep_len)):
+        ended = envs.ended_episodes(env, first, ep_ret, ep_len)
+        began = env.episode_start_frames() if hasattr(env, "episode_start_frames") else None
+        for k, (i, ret, length) in enumerate(zip(*ended)):
             if done_count[i] < quota[i]:
                 returns.append(float(ret))
                 lengths.append(int(length))
+                if began is not None:
+                    starts.append(int(began[k]))
             done_count[i] += 1
         ep_ret[first], ep_len[first] = 0.0, 0
-    return returns, lengths
+    return returns, lengths, starts
 
 
 def write_video(path: Path, frames: list, fps: int = 15, scale: int = VIDEO_SCALE) -> None:
@@ -207,6 +212,17 @@ def write_video(path: Path, frames: list, fps: int = 15, scale: int = VIDEO_SCAL
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)  # a failed write leaves no stray file
+
+
+def by_start_parity(returns: list, starts: list) -> dict | None:
+    """Atari: the games' returns by the parity of the frame each began at (its no-op start). A policy
+    that wins one parity and loses the other plays by rote, which deterministic ALE games allow
+    (docs/envs.md); None without start frames."""
+    if not starts:
+        return None
+    r, odd = np.asarray(returns, dtype=np.float64), np.asarray(starts) % 2 == 1
+    return {name: {"episodes": int(part.sum()), "return_mean": float(r[part].mean()) if part.any() else None}
+            for name, part in (("odd", odd), ("even", ~odd))}
 
 
 def summarize(returns: list, lengths: list) -> dict:
@@ -354,13 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),
                      state.get("obs_rms"), state["config"]["training"].get("obs_clip", 10.0))
     t0 = time.perf_counter()
-    returns, lengths = play(env, act, quota, args.max_steps, frames, args.video_episodes) if mine else ([], [])
+    played = play(env, act, quota, args.max_steps, frames, args.video_episodes) if mine else ([], [], [])
     env.close()
-    gathered = world.gather_obj((returns, lengths))
+    gathered = world.gather_obj(played)
     if not world.is_root:
         return 0
-    returns = [x for r, _ in gathered for x in r]
-    lengths = [x for _, ln in gathered for x in ln]
+    returns, lengths, starts = ([x for part in gathered for x in part[k]] for k in range(3))
     if len(returns) < args.num_episodes:
         sys.stderr.write(f"mpippo: error: only {len(returns)} of {args.num_episodes} episodes ended within "
                          f"--max-steps {args.max_steps}\n")
@@ -371,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
            "deterministic": greedy(state["algo"], args.deterministic),
            "trained_timesteps": int(state["timesteps"]), "ranks": world.size,
            **summarize(returns, lengths), "seconds": time.perf_counter() - t0, "notes": notes}
+    if (phases := by_start_parity(returns, starts)) is not None:
+        res["by_start_parity"] = phases
     if "num_levels" not in envs.family(cfg).keys:  # an env without levels (gym:<id>): none to report
         res.update(distribution_mode=None, levels=None, num_levels=None, start_level=None)
     if two_player:  # +1 win, 0 draw, -1 loss
@@ -422,6 +439,10 @@ def print_table(res: dict) -> None:
     if "wins" in res:
         rows.append((f"vs {res['opponent']}", f"{res['wins']} wins, {res['draws']} draws, {res['losses']} losses "
                                               f"(win rate {res['win_rate']:.2f})"))
+    if "by_start_parity" in res:  # Atari: a policy that wins one frame phase only plays by rote
+        rows.append(("start frame", ", ".join(
+            f"{name} {p['episodes']} game(s) {'-' if p['return_mean'] is None else format(p['return_mean'], '.2f')}"
+            for name, p in res["by_start_parity"].items())))
     if "video" in res:
         rows.append(("video", f"{res['video']} ({res['video_frames']} frames)"))
     for k, v in rows:

@@ -154,11 +154,13 @@ class AtariVecEnv:
         self.age = np.zeros(num_envs, dtype=np.int64)  # agent steps since each game's start
         self.obs = self._pad(self._frames_last(obs))
         self.frame = info["episode_frame_number"].copy()
+        self.start = self.frame.copy()  # each game's frame number at its first observation (after its no-ops)
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
         self.game_return = np.zeros(num_envs, dtype=np.float64)
         self.game_length = np.zeros(num_envs, dtype=np.int64)
         self.ended = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
+        self.ended_start = np.zeros(0, dtype=np.int64)
         self.no_cut = (np.zeros(0, dtype=np.int64), np.zeros((0, *self.obs_shape), dtype=np.uint8))
         self.cut = self.no_cut
 
@@ -188,6 +190,7 @@ class AtariVecEnv:
         self.age[over] = 0
         self.obs = self._pad(self._frames_last(obs))
         self.ended = (np.flatnonzero(over), self.game_return[over].copy(), self.game_length[over].copy())
+        self.ended_start, self.start[over] = self.start[over].copy(), frame[over]
         self.game_return[over], self.game_length[over] = 0.0, 0
         self.rew = np.sign(raw) if self.clip else raw
         self.first = np.logical_or(term, trunc)
@@ -203,6 +206,11 @@ class AtariVecEnv:
         """(env indices, returns, lengths in agent steps) of the real games that ended at the last
         act: unclipped, over all lives; what runs report instead of their sums of training rewards."""
         return self.ended
+
+    def episode_start_frames(self) -> np.ndarray:
+        """The frame number at which each game `episodes()` last gave began (after its no-op start):
+        its parity is the game's frame phase, which a policy playing by rote depends on (evaluate)."""
+        return self.ended_start
 
     def render(self) -> np.ndarray:
         """The newest frame of env 0, as the RGB picture a video takes."""

@@ -24,6 +24,7 @@ def test_ppo_on_atari_trains_resumes_with_fresh_games_and_evaluates_the_real_gam
     r = json.loads(out.read_text())
     # one real game: to 21 points, over every life (Pong has one), unclipped; a random policy loses it
     assert r["episodes"] == 1 and -21 <= r["return_mean"] <= 21 and r["length_mean"] > 500
+    assert sum(p["episodes"] for p in r["by_start_parity"].values()) == 1  # the game's phase, counted once
     assert (tmp_path / "pong.mp4").stat().st_size > 10_000
 
 

@@ -106,6 +106,26 @@ def test_a_new_games_stack_repeats_its_first_frame_and_then_shifts():
         env.close()
 
 
+def test_each_ended_game_carries_the_frame_it_began_at_and_evaluate_splits_by_its_parity():
+    """The frame a game's first observation came at (after its random no-ops) is its phase; evaluate
+    tables the returns by its parity (a policy winning one parity only plays by rote)."""
+    from mpippo.evaluate import by_start_parity
+    env = envs.make_env(cfg_of("atari:Pong", max_episode_steps=3), 4, seed=5)
+    start, seen = env.frame.copy(), []
+    for _ in range(60):
+        env.act(np.zeros(4, dtype=np.int64))
+        idx, _, _ = env.episodes()
+        assert list(env.episode_start_frames()) == list(start[idx])
+        seen += list(start[idx])
+        start[idx] = env.frame[idx]
+    assert len(seen) == 80 and {s % 2 for s in seen} == {0, 1} and max(seen) <= 30  # no-ops up to 30 frames
+    env.close()
+    split = by_start_parity([10.0, -20.0, 6.0, -18.0, -16.0], [3, 8, 29, 2, 14])
+    assert split == {"odd": {"episodes": 2, "return_mean": 8.0}, "even": {"episodes": 3, "return_mean": -18.0}}
+    assert by_start_parity([1.0], []) is None
+    assert by_start_parity([1.0], [4])["odd"] == {"episodes": 0, "return_mean": None}
+
+
 def test_the_nature_cnn_is_built_counted_and_refused_where_it_cannot_go():
     """model.arch nature: the network the configs build, its parameters as the memory model counts
     them, and one line for frames too small or IMPALA-only keys set beside it."""
