@@ -199,9 +199,9 @@ class TrainerError(RuntimeError):
 def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int | None = None, timeout: float = 3600,
                 extra_env: dict | None = None) -> dict:
     """Run run_mpi.py to the end with --output-dir out_dir (benchmarks, sweeps): its
-    benchmark_metrics.json (checked: mpippo.files) plus `wall_s_with_startup`. RuntimeError with the
-    stderr tail on failure (a TrainerError with its exit code); subprocess.TimeoutExpired after `timeout` s, with the whole job killed
-    (mpirun and its ranks: a killed mpirun alone would leave its ranks running).
+    benchmark_metrics.json (checked: mpippo.files) plus `wall_s_with_startup`. A TrainerError (its
+    exit code, the stderr tail) on failure; subprocess.TimeoutExpired after `timeout` s, with the whole
+    job killed (mpirun and its ranks: a killed mpirun alone would leave its ranks running).
     extra_env: variables for the ranks (one node: mpirun passes its environment on)."""
     from mpippo.files import read_metrics  # the config behind it: the launcher itself never loads it
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
