@@ -135,7 +135,7 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
             "--total-timesteps", str(steps), "--no-progress", *resume,
             *(["--set", f"training.precision={precision}"] if precision else [])]
     t0 = time.monotonic()
-    metrics = run_trainer(2, argv, folder, f"mpippo on {env}", timeout=12 * 3600,
+    metrics = run_trainer(2, argv, folder, ("mpippo's Ape-X DQN" if apex else "mpippo") + f" on {env}", timeout=12 * 3600,
                           resume="the same command resumes it")
     steps_, returns, _ = read_curve(folder / "logs")
     curve = [(int(a), float(b)) for a, b in zip(steps_, returns)]
