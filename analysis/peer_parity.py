@@ -74,6 +74,11 @@ def curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return steps, values
 
 
+def scores(xs) -> str:
+    """Returns for the tables: a game's score to a tenth, a MuJoCo return to a unit; never "-0"."""
+    return ", ".join(f"{x + 0.0:.1f}" if abs(x) < 100 else f"{x:.0f}" for x in xs) or "-"
+
+
 def table(runs: dict) -> tuple[list[dict], str]:
     by_env = defaultdict(lambda: defaultdict(dict))
     for r in runs.values():
@@ -90,12 +95,10 @@ def table(runs: dict) -> tuple[list[dict], str]:
         ratio = rate[0] / rate[1] if None not in rate else None
         rows.append({"env": env, "mpippo": mine, "cleanrl": theirs, "inside_or_above": ok,
                      "steps_per_s": {"mpippo": rate[0], "cleanrl": rate[1]}, "ratio": ratio})
-        def nums(xs):  # (a game's score to a tenth, a MuJoCo return to a unit; never "-0")
-            return ", ".join(f"{x + 0.0:.1f}" if abs(x) < 100 else f"{x:.0f}" for x in xs) or "-"
         verdict = ("yes" if ok else "no") if mine and theirs else "(a side has no runs)"
         speeds = " / ".join("-" if r is None else f"{r:.0f}" for r in rate) + (f" ({ratio:.2f}x)" if ratio else "")
-        lines.append(f"| {env} | {nums(mine)} | {nums([np.mean(mine)] if mine else [])} | {nums(theirs)} | "
-                     f"{nums([np.mean(theirs)] if theirs else [])} | {verdict} | {speeds} |")
+        lines.append(f"| {env} | {scores(mine)} | {scores([np.mean(mine)] if mine else [])} | {scores(theirs)} | "
+                     f"{scores([np.mean(theirs)] if theirs else [])} | {verdict} | {speeds} |")
     return rows, "\n".join(lines) + "\n" + apex_table(by_env, rows)
 
 
@@ -107,7 +110,7 @@ def apex_table(by_env: dict, rows: list[dict]) -> str:
         if runs:
             row["apex"] = [runs[s]["final_return"] for s in sorted(runs)]
             rate = [r["steps_per_s"] for r in runs.values() if r["steps_per_s"]]
-            lines.append(f"| {row['env']} | {', '.join(f'{x + 0.0:.1f}' for x in row['apex'])} | {np.mean(row['apex']):.1f} | "
+            lines.append(f"| {row['env']} | {scores(row['apex'])} | {scores([np.mean(row['apex'])])} | "
                          f"{f'{np.mean(rate):.0f}' if rate else '-'} |")
     head = ["", "| env | Ape-X DQN (seeds) | mean | steps/s |", "|---|---|---:|---:|"]
     return "\n".join(head + lines) + "\n" if lines else ""

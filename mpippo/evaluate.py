@@ -177,6 +177,7 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
     done_count = np.zeros(n, dtype=np.int64)
     ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
     returns, lengths, starts = [], [], []
+    start_frames = getattr(env, "episode_start_frames", None)  # Atari's
     _, obs, _ = env.observe()
     for _ in range(max_steps):
         if (done_count >= quota).all():
@@ -188,7 +189,7 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
         ep_ret += rew
         ep_len += 1
         ended = envs.ended_episodes(env, first, ep_ret, ep_len)
-        began = env.episode_start_frames() if hasattr(env, "episode_start_frames") else None
+        began = start_frames() if start_frames is not None else None
         for k, (i, ret, length) in enumerate(zip(*ended)):
             if done_count[i] < quota[i]:
                 returns.append(float(ret))

@@ -312,7 +312,7 @@ def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, resume: s
     try:
         return launch.run_trainer(ranks, argv, out_dir, **kw)
     except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail
-        if getattr(e, "code", None) in (EXIT_REQUEUE, EXIT_STOPPED):  # the trainer's own exits after a signal
+        if isinstance(e, launch.TrainerError) and e.code in (EXIT_REQUEUE, EXIT_STOPPED):  # its exits after a signal
             raise RunStopped(f"{what} in '{shown(out_dir)}' stopped on a signal (exit {e.code}) with its "
                              f"checkpoint written" + (f"; {resume}" if resume else "")) from None
         head, _, tail = str(e).partition("\n")

@@ -96,8 +96,8 @@ class ApeX:
 
     # ---------------------------------------------------------------- actor side
     def actor(self, index: int, net: torch.nn.Module, num_envs: int, rng: np.random.Generator) -> "ApeXActing":
-        rungs = self.epsilons[index * self.envs_per_actor:(index + 1) * self.envs_per_actor]  # one per env
-        return ApeXActing(self, np.resize(rungs, num_envs), net, num_envs, rng)
+        rungs = self.epsilons.reshape(-1, self.envs_per_actor)[index]  # one per env (every actor has envs_per_actor)
+        return ApeXActing(self, rungs, net, num_envs, rng)
 
     # -------------------------------------------------------------- learner side
     def learner_bytes(self) -> int:

@@ -151,14 +151,13 @@ class AtariVecEnv:
         self.num_envs, self.obs_shape = num_envs, (SIZE, SIZE, STACK)
         self.num_actions = int(self.env.single_action_space.n)
         obs, info = self.env.reset(seed=np.arange(num_envs, dtype=np.int64) + int(seed))
-        self.age = np.zeros(num_envs, dtype=np.int64)  # agent steps since each game's start
+        self.game_return = np.zeros(num_envs, dtype=np.float64)
+        self.game_length = np.zeros(num_envs, dtype=np.int64)  # agent steps since each game's start
         self.obs = self._pad(self._frames_last(obs))
         self.frame = info["episode_frame_number"].copy()
         self.start = self.frame.copy()  # each game's frame number at its first observation (after its no-ops)
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
-        self.game_return = np.zeros(num_envs, dtype=np.float64)
-        self.game_length = np.zeros(num_envs, dtype=np.int64)
         self.ended = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
         self.ended_start = np.zeros(0, dtype=np.int64)
         self.no_cut = (np.zeros(0, dtype=np.int64), np.zeros((0, *self.obs_shape), dtype=np.uint8))
@@ -170,8 +169,8 @@ class AtariVecEnv:
 
     def _pad(self, obs: np.ndarray) -> np.ndarray:
         """The slots older than a young game's first frame hold that frame (ale-py leaves them zero)."""
-        for i in np.flatnonzero(self.age < STACK - 1):
-            first = STACK - 1 - self.age[i]
+        for i in np.flatnonzero(self.game_length < STACK - 1):
+            first = STACK - 1 - self.game_length[i]
             obs[i, :, :, :first] = obs[i, :, :, first:first + 1]
         return obs
 
@@ -186,12 +185,10 @@ class AtariVecEnv:
         frame = info["episode_frame_number"]
         over = trunc | (frame < self.frame)  # the game was reset in this step: it ended (lost lives do not reset)
         self.frame = frame.copy()
-        self.age += 1
-        self.age[over] = 0
-        self.obs = self._pad(self._frames_last(obs))
         self.ended = (np.flatnonzero(over), self.game_return[over].copy(), self.game_length[over].copy())
         self.ended_start, self.start[over] = self.start[over].copy(), frame[over]
         self.game_return[over], self.game_length[over] = 0.0, 0
+        self.obs = self._pad(self._frames_last(obs))  # (after the reset above: a new game is 0 steps old)
         self.rew = np.sign(raw) if self.clip else raw
         self.first = np.logical_or(term, trunc)
         cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
