@@ -7,7 +7,8 @@ Reads what benchmarks/peer_parity.py wrote (a CSV per run, runs.json) and writes
 folder <folder>.png (the mean return of the last 100 episodes over env steps: each seed thin,
 the seeds' mean thick), <folder>.md and <folder>.json: per env each side's final return
 per seed and mean, the peer's seed range, and whether mpippo's mean lies inside that range or above
-it; and each side's steps/s on this machine with their ratio. Runs of mpippo's Ape-X DQN (`apex`, Atari)
+it; and each side's steps/s on this machine with their ratio. The .md adds each run's curve at a
+quarter, half, three quarters and all of its budget. Runs of mpippo's Ape-X DQN (`apex`, Atari)
 get their own curves and a table of their own below (no CleanRL script to pair them with).
 """
 from __future__ import annotations
@@ -116,6 +117,21 @@ def apex_table(by_env: dict, rows: list[dict]) -> str:
     return "\n".join(head + lines) + "\n" if lines else ""
 
 
+def waypoints(data: Path, runs: dict) -> str:
+    """Each run's curve at a quarter, half, three quarters and all of its budget (the last point logged
+    at or before each): where the curves part, in numbers the docs can quote instead of reading the figure."""
+    fractions = (0.25, 0.5, 0.75, 1.0)
+    lines = ["", "| run | " + " | ".join(f"{f:.0%} of the budget" for f in fractions) + " |",
+             "|---|" + "---:|" * len(fractions)]
+    order = sorted(runs, key=lambda n: (runs[n]["env"], list(SIDES).index(runs[n]["who"]), runs[n]["seed"]))
+    for name in order:
+        x, y = curve(data / f"{name}.csv")
+        at = [np.searchsorted(x, f * runs[name]["budget"], side="right") - 1 for f in fractions]
+        cells = [scores([y[i]]) if i >= 0 else "-" for i in at]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def figure(data: Path, runs: dict, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -152,6 +168,7 @@ def _main(argv: list[str] | None) -> int:
     args = p.parse_args(argv)
     runs = load_runs(args.data)
     rows, md = table(runs)
+    md += waypoints(args.data, runs)
     name = args.data.resolve().name  # mujoco_parity.png in analysis/data/mujoco_parity/
     figure(args.data, runs, args.data / f"{name}.png")
     write_bytes(args.data / f"{name}.md", md.encode(), "--data")

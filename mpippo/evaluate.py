@@ -379,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     returns, lengths, starts = ([x for part in gathered for x in part[k]] for k in range(3))
     if len(returns) < args.num_episodes:
         sys.stderr.write(f"mpippo: error: only {len(returns)} of {args.num_episodes} episodes ended within "
-                         f"--max-steps {args.max_steps}\n")
+                         f"--max-steps {args.max_steps} per env; raise it to the episodes per env ({int(quota.max())}) x "
+                         f"the longest episode (an Atari game: up to 27,000 steps), or --num-envs\n")
         return 1
     res = {"checkpoint": str(path), "algo": state["algo"], "env": cfg.env.name,
            "distribution_mode": cfg.env.distribution_mode, "levels": args.levels,

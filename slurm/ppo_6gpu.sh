@@ -11,8 +11,9 @@
 # CPUs (procgen threads = the rank's CPU share; env.num_threads overrides). The default config's
 # 64 envs become 11 per rank (66 in all); the gradient Allreduce goes through a pinned host copy.
 # When to prefer it over ppo_48core.sh: whenever the node's GPUs are free. The Procgen paper's
-# PPO ran 3.8-4.8k steps/s on one GPU; 48 CPU ranks reach about 6k on this project's measured
-# per-core cost (modeled, docs/performance.md), so six GPU ranks should be several times faster.
+# PPO ran 3.8-4.8k steps/s on one GPU; 48 CPU ranks reach about 6k (fp32) to 10k (bf16) on this
+# project's measured per-core cost (modeled, docs/cluster.md), so six GPU ranks should be several
+# times faster.
 # GPU numbers: not yet measured on such a node (make gpu-check prints them where a GPU is at hand).
 # On a node whose CUDA is not usable the ranks fall back to the CPU with one warning.
 # Run it from the repository root. For your site, edit the --partition / --account lines and the

@@ -59,6 +59,17 @@ def test_evaluate_splits_episodes_over_ranks_and_plays_unseen_levels(two_runs, t
     assert (r["levels"], r["num_levels"], r["start_level"]) == ("test", 0, 10) and r["deterministic"]
 
 
+def test_evaluate_whose_episodes_outlast_max_steps_says_so_and_writes_nothing(two_runs, tmp_path):
+    seq, _ = two_runs  # starpilot's episodes last far more than 3 steps
+    out = tmp_path / "eval.json"
+    res = evaluate(["--checkpoint", str(seq), "--num-episodes", "4", "--num-envs", "2", "--max-steps", "3",
+                    "--json", str(out)])
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("mpippo: error:")]
+    assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "of 4 episodes ended within --max-steps 3" in lines[0] and "episodes per env (2)" in lines[0], lines[0]
+    assert not out.exists()
+
+
 def test_evaluate_bad_checkpoint_is_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"garbage")
@@ -158,4 +169,6 @@ def test_peer_parity_tabulates_both_sides_and_says_when_one_is_missing(tmp_path)
     assert "| Breakout | 12.0 | 12.0 | - | - | (a side has no runs) | 310 / - |" in md
     assert rows["Pong"]["apex"] == [5.5] and "apex" not in rows["Breakout"]
     assert "| Ape-X DQN (seeds) | mean | steps/s |" in md and "| Pong | 5.5 | 5.5 | 150 |" in md
+    # each run at a quarter, half, three quarters and all of its budget (CleanRL's: the mean of its episodes so far)
+    assert "| mpippo-Pong-s1 | - | -21.0 | -21.0 | -5.0 |" in md and "| cleanrl-Pong-s1 | - | -21.0 | -21.0 | -15.5 |" in md
     assert (tmp_path / f"{tmp_path.name}.png").stat().st_size > 10_000
