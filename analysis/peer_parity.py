@@ -66,11 +66,12 @@ def curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open(path) as f:
             rows = list(csv.reader(f))
+        column = rows[0][1]
         steps = np.array([int(r[0]) for r in rows[1:]])
         values = np.array([float(r[1]) for r in rows[1:]])
     except (OSError, ValueError, IndexError, UnicodeDecodeError) as e:
         raise UsageError(f"--data: cannot read the curve '{shown(path)}' ({type(e).__name__}: {str(e)[:80]})") from None
-    if rows[0][1] == "episode_return":
+    if column == "episode_return":
         values = np.array([values[max(0, i - WINDOW + 1):i + 1].mean() for i in range(len(values))])
     return steps, values
 

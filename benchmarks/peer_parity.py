@@ -19,15 +19,17 @@ Each family pairs a config of mpippo with the CleanRL script it copies (FAMILIES
 
 Runs go one after another (never two at once: the throughput of each is measured on the whole
 machine): mpippo as `python -m mpippo.launch -n 2 --config <config>`, CleanRL's script as one process
-with torch's default threads. A run --out already records at this budget is not run again; an mpippo
-run stopped early resumes (hours-long runs continue across sessions).
+with torch's default threads. A run --out already records at this budget is not run again; a run
+stopped early (mpippo's, CleanRL's on Atari) resumes: hours-long runs continue across sessions.
 
 CleanRL's scripts are not stored here: they are read at a pinned commit into .venv-peers/ (offline:
 MPIPPO_CLEANRL_CONTINUOUS / MPIPPO_CLEANRL_ATARI name a copy), with the edits Gymnasium 1.x (and EnvPool
-1.2.5) need and nothing else. For MuJoCo: TransformObservation's observation space argument, and the
+1.2.5) need, nothing in how they learn. For MuJoCo: TransformObservation's observation space argument, and the
 episode statistics in the vector env's info (1.x reports them under `episode` with a `_episode` mask
 instead of `final_info`); the script keeps Gymnasium's default autoreset mode and treats a time limit as
-a termination. For Atari: the edits listed in benchmarks/atari_throughput.py.
+a termination. For Atari: the edits listed in benchmarks/atari_throughput.py, and RESUMABLE's below (a
+checkpoint at an iteration's end on SIGTERM or Ctrl-C, a resume from it with fresh games, the final weights
+kept): its 2M steps take longer than a sitting.
 
 Writes, per run, `<who>-<env>-s<seed>.csv` (env steps, episode return) and `runs.json` (steps/s,
 wall time, final return: the mean of the last 100 episodes) to --out; `analysis/peer_parity.py`
@@ -52,7 +54,8 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.toolcli import Parser, ToolFailure, count, run, run_trainer, shown  # noqa: E402
+from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailure, count, run,  # noqa: E402
+                            run_trainer, shown)
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
 from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
 
@@ -72,6 +75,53 @@ ADAPT = [
                     if info and "episode" in info:
                         print(f"global_step={global_step}, episodic_return={info['episode']['r']}")'''),
 ]
+
+
+# CleanRL's Atari run takes hours on 2 cores, longer than one sitting: beside the Gymnasium edits, the parity
+# runs' copy of ppo_atari_envpool.py checkpoints at an iteration's end on SIGTERM or Ctrl-C (exit 4, as mpippo's
+# trainer) and resumes from it with fresh games (EnvPool cannot save them; mpippo's Atari resume does the same),
+# and keeps its final weights (agent_final.pt) for a look at the policy. The learning code is untouched.
+RESUMABLE = [
+    ('    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")\n',
+     '    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")\n'
+     '    import signal  # (peer_parity) stop at an iteration\'s end with a checkpoint; resume from it\n'
+     '    stop_requests = []\n'
+     '    for sig in (signal.SIGTERM, signal.SIGINT):\n'
+     '        signal.signal(sig, lambda *_: stop_requests.append(1))\n'
+     '    resumed = torch.load("checkpoint.pt", weights_only=True) if os.path.exists("checkpoint.pt") else None\n'),
+    ("        seed=args.seed,\n    )\n",
+     '        seed=args.seed + (resumed["iteration"] if resumed else 0),  # a resume plays fresh games\n    )\n'),
+    ("    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)\n",
+     "    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)\n"
+     "    if resumed:\n"
+     '        agent.load_state_dict(resumed["agent"])\n'
+     '        optimizer.load_state_dict(resumed["optimizer"])\n'),
+    ("    global_step = 0\n",
+     '    global_step = resumed_step = resumed["global_step"] if resumed else 0\n'),
+    ("    for iteration in range(1, args.num_iterations + 1):\n",
+     '    for iteration in range((resumed["iteration"] if resumed else 0) + 1, args.num_iterations + 1):\n'),
+    ('        print("SPS:", int(global_step / (time.time() - start_time)))\n'
+     '        writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)\n',
+     '        print("SPS:", int((global_step - resumed_step) / (time.time() - start_time)))\n'
+     '        writer.add_scalar("charts/SPS", int((global_step - resumed_step) / (time.time() - start_time)), global_step)\n'
+     "        if stop_requests:\n"
+     '            torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,\n'
+     '                        "global_step": global_step}, "checkpoint.tmp")\n'
+     '            os.replace("checkpoint.tmp", "checkpoint.pt")\n'
+     '            print(f"stopped at global_step={global_step} with checkpoint.pt written", flush=True)\n'
+     "            raise SystemExit(4)\n"),
+    ("    envs.close()\n    writer.close()\n",
+     '    torch.save(agent.state_dict(), "agent_final.pt")\n    envs.close()\n    writer.close()\n'),
+]
+
+
+def atari_script() -> Path:
+    """ppo_atari_envpool.py with the Gymnasium edits (atari_throughput.ADAPT) and RESUMABLE's."""
+    try:
+        return adapted_script("ppo_atari_envpool.py", "MPIPPO_CLEANRL_ATARI", atari_throughput.ADAPT + RESUMABLE,
+                              "cleanrl_ppo_atari_envpool_resumable.py")
+    except ValueError as e:
+        raise ToolFailure(str(e)) from None
 
 
 def gym_id(text: str) -> str:
@@ -116,7 +166,7 @@ FAMILIES = {
                      lambda: target_install("site", "tyro", [TYRO]), ("HalfCheetah-v5", "Hopper-v5"), 1_000_000,
                      "mujoco_parity"),
     "atari": Family("configs/ppo_atari.yaml", atari_throughput.game_name, "atari:{}", "{}-v5",
-                    atari_throughput.cleanrl_script, atari_throughput.peer_path, ("Pong", "Breakout"), 2_000_000,
+                    atari_script, atari_throughput.peer_path, ("Pong", "Breakout"), 2_000_000,
                     "atari_parity", ("--config", "configs/dqn_atari.yaml", *APEX_SHORT)),
 }
 
@@ -145,24 +195,50 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
 
 
 def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> dict:
+    """The family's CleanRL script in `folder` (its output to stdout.txt); a run the script checkpointed
+    (Atari's, RESUMABLE) continues from it, its output appended, and its rate is then the resumed part's."""
     folder.mkdir(parents=True, exist_ok=True)
     log, finished = folder / "stdout.txt", folder / "finished"
+    resumed = (folder / "checkpoint.pt").exists()
     if not finished.exists():  # CleanRL prints as it goes: only its exit says the run reached its budget
         cmd = [sys.executable, str(fam.script()), "--env-id", fam.theirs.format(env), "--seed", str(seed),
                "--total-timesteps", str(steps), "--no-cuda"]
-        with open(log, "w") as out:
-            done = subprocess.run(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
-                                  env=os.environ | {"PYTHONPATH": fam.peer_path()})
-        if done.returncode != 0:
+        with open(log, "a" if resumed else "w") as out:
+            code = wait_passing_stop(subprocess.Popen(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
+                                                      env=os.environ | {"PYTHONPATH": fam.peer_path()}))
+        if code == EXIT_STOPPED:
+            raise RunStopped(f"CleanRL on {env} in '{shown(folder)}' stopped on a signal with its checkpoint "
+                             f"written; the same command resumes it")
+        if code != 0:
             tail = log.read_text().strip().splitlines()[-1:] or [""]
-            raise ToolFailure(f"CleanRL on {env} failed (exit {done.returncode}): {tail[0][:300]}")
+            raise ToolFailure(f"CleanRL on {env} failed (exit {code}): {tail[0][:300]}")
         finished.write_text("exit 0\n")
     text = log.read_text()
     pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?[\d.e+-]+)", text)]
     sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
     returns = [r for _, r in pairs]
     return {"wall_s": steps / sps[-1] if sps else None, "steps_per_s": sps[-1] if sps else None, "curve": pairs,
-            "final_return": sum(returns[-100:]) / max(len(returns[-100:]), 1), "episodes": len(returns)}
+            "final_return": sum(returns[-100:]) / max(len(returns[-100:]), 1), "episodes": len(returns),
+            "resumed": resumed}
+
+
+def wait_passing_stop(proc: subprocess.Popen) -> int:
+    """The script's exit code. A stop signal to this tool goes on to the script as SIGTERM: a script that
+    checkpoints on it (RESUMABLE) ends its iteration and exits 4; one that does not, or takes more than
+    5 minutes, ends the tool as any stop does (the script killed)."""
+    try:
+        return proc.wait()
+    except Stopped:
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != EXIT_STOPPED:
+            proc.kill()
+            proc.wait()
+            raise
+        return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -337,6 +337,10 @@ CASES = [
         "d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0,
                               "steps_per_s": 2}}, "d/x.csv": "env_steps,return_mean_100\nten,1\n"}),
          "cannot read the curve"),
+    Case("parity-analysis-empty-curve", tool("analysis/peer_parity.py", "--data", "TMP/d", files={
+        "d/runs.json": {"x": {"who": "cleanrl", "env": "Pong", "seed": 1, "budget": 9, "final_return": 1.0,
+                              "steps_per_s": 2}}, "d/x.csv": ""}),
+         "cannot read the curve '"),
 ]
 
 

@@ -1,0 +1,99 @@
+"""benchmarks/peer_parity.py's side of a CleanRL run that spans sittings: a stop signal to the tool goes on
+to the script, which checkpoints and exits 4 (the tool then says how to go on, exit 4 as mpippo's runs);
+the next call resumes it, its output appended; a script that does not checkpoint is killed, and the stop
+ends the tool as any stop does. The script here stands in for CleanRL's (RESUMABLE's edits, which need
+the real script and EnvPool, run in the parity runs themselves)."""
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import peer_parity  # noqa: E402
+from mpippo import toolcli  # noqa: E402
+
+# prints episodes as CleanRL does, one per "iteration"; SIGTERM -> checkpoint.pt (its step), exit 4
+STAND_IN = '''
+import os, signal, sys, time
+stop = []
+if "{checkpoints}" == "yes":
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+step = int(open("checkpoint.pt").read()) if os.path.exists("checkpoint.pt") else 0
+total = int(sys.argv[sys.argv.index("--total-timesteps") + 1])
+print("started", flush=True)
+while step < total:
+    step += 100
+    print(f"global_step={{step}}, episodic_return={{step / 100 - 21}}")
+    print("SPS: 250", flush=True)
+    time.sleep(0.05)
+    if stop:
+        open("checkpoint.pt", "w").write(str(step))
+        sys.exit(4)
+'''
+
+
+def family(tmp_path: Path, checkpoints: bool) -> peer_parity.Family:
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN.format(checkpoints="yes" if checkpoints else "no"))
+    return peer_parity.Family("unused.yaml", str, "atari:{}", "{}-v5", lambda: script, lambda: "", ("Pong",), 2000,
+                              "x")
+
+
+def stop_once_started(folder: Path):
+    """SIGTERM to this process once the stand-in printed its first line, as a user's kill of the tool."""
+    def fire():
+        log = folder / "stdout.txt"
+        for _ in range(400):
+            if log.exists() and "started" in log.read_text():
+                break
+            threading.Event().wait(0.05)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)  # (to the thread waiting on the script)
+    t = threading.Thread(target=fire)
+    t.start()
+    return t
+
+
+@pytest.fixture
+def tool_handlers():
+    """The tool's stop handlers (toolcli.run installs them), restored after."""
+    old = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, toolcli._raise_stopped)
+    yield
+    toolcli._stopping.clear()
+    signal.signal(signal.SIGTERM, old)
+
+
+def test_a_stop_is_passed_on_and_the_next_call_resumes_with_the_output_appended(tmp_path, tool_handlers):
+    fam, folder = family(tmp_path, checkpoints=True), tmp_path / "cleanrl-Pong-s1"
+    t = stop_once_started(folder)
+    with pytest.raises(toolcli.RunStopped, match="stopped on a signal with its checkpoint written; the same "
+                                                 "command resumes it"):
+        peer_parity.run_cleanrl(fam, "Pong", 1, 200_000, folder)
+    t.join()
+    stopped_at = int((folder / "checkpoint.pt").read_text())
+    assert 0 < stopped_at < 200_000 and not (folder / "finished").exists()
+    toolcli._stopping.clear()
+    res = peer_parity.run_cleanrl(fam, "Pong", 1, stopped_at + 300, folder)
+    steps = [s for s, _ in res["curve"]]
+    assert res["resumed"] and (folder / "finished").exists()
+    assert steps == list(range(100, stopped_at + 400, 100))  # the first part's episodes kept, then the resumed ones
+    assert res["steps_per_s"] == 250
+
+
+def test_a_script_that_does_not_checkpoint_is_killed_and_the_stop_ends_the_tool(tmp_path, tool_handlers):
+    fam, folder = family(tmp_path, checkpoints=False), tmp_path / "cleanrl-Pong-s1"
+    t = stop_once_started(folder)
+    with pytest.raises(toolcli.Stopped):
+        peer_parity.run_cleanrl(fam, "Pong", 1, 200_000, folder)
+    t.join()
+    assert not (folder / "checkpoint.pt").exists() and not (folder / "finished").exists()
+
+
+def test_the_resumable_edits_touch_no_learning_line():
+    """RESUMABLE adds lines around the script's own: each edit keeps the text it replaces, except the env's
+    seed, the first step and iteration, and the rate (which count from the resumed point)."""
+    changed = [old for old, new in peer_parity.RESUMABLE if old not in new]
+    assert all(any(word in old for word in ("seed=", "global_step = 0", "range(1,", "SPS")) for old in changed), changed
