@@ -11,6 +11,7 @@ way bench.py computes mpippo's. Prints one JSON line; exits 3 when the peer cann
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
+from mpippo.files import atomic_write_bytes  # noqa: E402
 from mpippo.toolcli import Parser, count, run  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"
@@ -47,25 +49,39 @@ def setup() -> Path:
 
 def adapted_script(file: str, local_var: str, adapt: list[tuple[str, str]], saved_as: str) -> Path:
     """CleanRL's cleanrl/<file> at CLEANRL_COMMIT in .venv-peers/<saved_as>, with each (old, new) of
-    `adapt` applied and nothing else; read from $<local_var> (a copy at that commit) or downloaded.
-    A line to adapt that is not there raises ValueError (the commit is not the one pinned)."""
+    `adapt` applied and nothing else; read from $<local_var> (a copy at that commit), the pristine copy
+    kept from an earlier call, or downloaded. The copy's first line names the edits it holds (a digest),
+    so a change to `adapt` makes a new copy rather than running the old one. A line to adapt that is
+    not there raises ValueError (the commit is not the one pinned)."""
     script = PEERS / saved_as
-    if script.exists():
+    digest = hashlib.sha256(json.dumps(adapt).encode()).hexdigest()[:16]
+    stamp = f"# CleanRL's {file} at {CLEANRL_COMMIT}, adapted by mpippo's benchmarks (edits {digest})\n"
+    if script.exists() and script.read_text().startswith(stamp):
         return script
-    PEERS.mkdir(exist_ok=True)
-    local = os.environ.get(local_var)
-    if local:
-        text = Path(local).read_text()
-    else:
-        url = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/{file}"
-        with urllib.request.urlopen(url, timeout=60) as r:
-            text = r.read().decode()
+    text = _pristine(file, local_var)
     for old, new in adapt:
         if old not in text:
             raise ValueError(f"CleanRL's {file} at {CLEANRL_COMMIT} lacks a line to adapt: {old.strip()[:60]}")
         text = text.replace(old, new)
-    script.write_text(text)
+    atomic_write_bytes(script, (stamp + text).encode())
     return script
+
+
+def _pristine(file: str, local_var: str) -> str:
+    """cleanrl/<file> at CLEANRL_COMMIT as published, kept in .venv-peers/cleanrl-<commit>/ once read."""
+    kept = PEERS / f"cleanrl-{CLEANRL_COMMIT}" / file
+    local = os.environ.get(local_var)
+    if local:
+        text = Path(local).read_text()
+    elif kept.exists():
+        return kept.read_text()
+    else:
+        url = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/{file}"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            text = r.read().decode()
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(kept, text.encode())
+    return text
 
 
 def target_install(folder: str, probe: str, packages: list[str]) -> str:

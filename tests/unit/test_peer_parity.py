@@ -97,3 +97,26 @@ def test_the_resumable_edits_touch_no_learning_line():
     seed, the first step and iteration, and the rate (which count from the resumed point)."""
     changed = [old for old, new in peer_parity.RESUMABLE if old not in new]
     assert all(any(word in old for word in ("seed=", "global_step = 0", "range(1,", "SPS")) for old in changed), changed
+
+
+def test_the_adapted_copy_follows_its_edits(tmp_path, monkeypatch):
+    """The copy of a CleanRL script names the edits it holds: the same edits reuse it, other edits make a
+    new one from the pristine text kept on first read (offline: no copy of the script needed again);
+    a line to adapt that the script lacks is refused."""
+    import peers
+    monkeypatch.setattr(peers, "PEERS", tmp_path / "peers")
+    original = tmp_path / "cleanrl.py"
+    original.write_text("lr = 1\nsteps = 2\n")
+    monkeypatch.setenv("MPIPPO_TEST_SCRIPT", str(original))
+    first = peers.adapted_script("x.py", "MPIPPO_TEST_SCRIPT", [("lr = 1", "lr = 3")], "copy.py")
+    assert first.read_text().splitlines()[1:] == ["lr = 3", "steps = 2"]
+    monkeypatch.delenv("MPIPPO_TEST_SCRIPT")
+    original.unlink()  # from here on only the kept pristine text can serve
+    stamp = first.stat().st_mtime_ns
+    assert peers.adapted_script("x.py", "MPIPPO_TEST_SCRIPT", [("lr = 1", "lr = 3")], "copy.py") == first
+    assert first.stat().st_mtime_ns == stamp  # reused as it was
+    peers.adapted_script("x.py", "MPIPPO_TEST_SCRIPT", [("lr = 1", "lr = 3"), ("steps = 2", "steps = 5")], "copy.py")
+    assert first.read_text().splitlines()[1:] == ["lr = 3", "steps = 5"]  # not the old edits'
+    with pytest.raises(ValueError, match="lacks a line to adapt: epochs"):
+        peers.adapted_script("x.py", "MPIPPO_TEST_SCRIPT", [("epochs = 4", "epochs = 1")], "copy.py")
+    assert first.read_text().splitlines()[1:] == ["lr = 3", "steps = 5"]  # a refused call changes nothing
