@@ -128,12 +128,17 @@ done
 # wait for as many nodes as it had (a --nodes=2-4 job that got 4 would never start on 3). One
 # node's worth resets it: the next grant, anywhere in the range, sets the count again. (Only a
 # pending job takes the update; the requeue's TERM to this allocation may kill a try: a few.)
+# Slurm answers a requeue by sending TERM to every process of this allocation, scontrol included:
+# one still running when it lands dies of it (under load it often is), and its requeue or update
+# reads as failed though it took effect. These two run with TERM ignored.
+unkillable_scontrol() { ( trap '' TERM; exec scontrol "$@" ); }
+
 reopen_node_range() {
     local per_node=${SLURM_NTASKS_PER_NODE:-}
     case "$per_node" in ''|*[!0-9]*) return ;; esac
     [ "$SLURM_NTASKS" -eq $(( ${SLURM_JOB_NUM_NODES:-1} * per_node )) ] || return
     for _ in 1 2 3 4 5; do
-        scontrol update "JobId=$SLURM_JOB_ID" "NumTasks=$per_node" 2>/dev/null && return
+        unkillable_scontrol update "JobId=$SLURM_JOB_ID" "NumTasks=$per_node" 2>/dev/null && return
         sleep 1
     done
     echo "mpippo: could not reset the task count; the requeued job waits for $SLURM_JOB_NUM_NODES node(s)"
@@ -143,7 +148,7 @@ case $RC in
   0) echo "mpippo: finished" ;;
   2) echo "mpippo: bad input (see the error line above); not requeued" ;;
   3) echo "mpippo: checkpointed after USR1; requeueing job $SLURM_JOB_ID"
-     if scontrol requeue "$SLURM_JOB_ID"; then RC=0; reopen_node_range
+     if unkillable_scontrol requeue "$SLURM_JOB_ID"; then RC=0; reopen_node_range
      else echo "mpippo: scontrol requeue failed (already requeued by a preemption?)"; fi ;;
   4) echo "mpippo: checkpointed and stopped after TERM" ;;
   *) echo "mpippo: trainer exited with status $RC" ;;

@@ -1,0 +1,50 @@
+"""slurm/common.sh's self-requeue without a Slurm: stand-ins for mpirun (a trainer that checkpointed after
+USR1, exit 3) and scontrol. Slurm answers `scontrol requeue` by sending TERM to every process of the
+allocation, and on a loaded machine scontrol is often still running when it lands: the stand-in sends
+that TERM to itself and to the batch shell before it answers. The requeue must still count, and a job
+of a node range must still reset its task count, or the requeued job waits for every node it had (the
+local-Slurm test of ppo_multinode.sh once waited 10 minutes for a drained node that way)."""
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCONTROL = """#!/bin/bash
+echo "$*" >> "$CALLS"
+if [ "$1" = requeue ]; then
+    kill -TERM "$PPID" $$  # the requeue's TERM, to the batch shell and to this process alike
+    sleep 0.3
+fi
+exit 0
+"""
+TRAINER = "#!/bin/bash\necho trainer \"$@\" >> \"$CALLS\"\nexit 3\n"
+
+
+def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str) -> tuple[str, list[str], int]:
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, text in (("scontrol", SCONTROL), ("mpirun", TRAINER)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", CALLS=str(calls), MPIPPO_ROOT=str(ROOT),
+               MPIPPO_MPIRUN=str(stubs / "mpirun"), MPIPPO_RUN_DIR=str(tmp_path / "run"), TMPDIR=str(tmp_path),
+               SLURM_JOB_ID="77", SLURM_NTASKS=tasks, SLURM_NTASKS_PER_NODE=per_node,
+               SLURM_JOB_NUM_NODES=nodes, SLURM_JOB_NODELIST="n[1-2]", SLURM_TASKS_PER_NODE=per_node)
+    res = subprocess.run(["bash", "slurm/ppo_multinode.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    return res.stdout + res.stderr, calls.read_text().splitlines(), res.returncode
+
+
+def test_a_requeue_whose_term_lands_during_scontrol_still_counts_and_reopens_the_node_range(tmp_path):
+    out, calls, rc = run_batch_script(tmp_path, per_node="2", nodes="2", tasks="4")
+    assert "requeueing job 77" in out and "requeue failed" not in out, out
+    assert calls[1:] == ["requeue 77", "update JobId=77 NumTasks=2"], calls
+    assert rc == 0, out  # the job's end is the requeue, not a failure
+
+
+def test_a_job_of_fixed_size_requeues_without_touching_its_task_count(tmp_path):
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2")
+    assert calls[1:] == ["requeue 77"], calls
+    assert rc == 0, out
