@@ -1,7 +1,13 @@
 #!/usr/bin/env python
 """Entry point: `mpirun -n K python run_mpi.py [options]` (or plain `python run_mpi.py`)."""
+import gc
+
+# No cyclic collection during start-up: its passes over what torch's import makes find nothing
+# (mpippo/runctl.py, end_startup_gc_pause, turns it on once the trainer is built).
+gc.disable()
+
 # First, before anything slow: a preemption signal during start-up is a flag, not a kill.
-from mpippo import preemption
+from mpippo import preemption  # noqa: E402
 
 preemption.install()
 

@@ -199,6 +199,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     run_dir = _run_dir(world, args, start)
     cfg, note = _config(world, args, overrides, run_dir, start)
     trainer = _trainer(world, args, cfg, run_dir, start)
+    runctl.end_startup_gc_pause()
     if note and world.is_root:
         print(f"mpippo: note: {note}", flush=True)
     if (unread := C.ignored_note(cfg)) and world.is_root:

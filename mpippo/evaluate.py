@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo import config as C
+from mpippo import runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import load_checkpoint, read_checkpoint_bytes
 from mpippo.files import atomic_write_json, missing_folders, remove_if_empty
@@ -370,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),
                      state.get("obs_rms"), state["config"]["training"].get("obs_clip", 10.0))
+    runctl.end_startup_gc_pause()
     t0 = time.perf_counter()
     played = play(env, act, quota, args.max_steps, frames, args.video_episodes) if mine else ([], [], [])
     env.close()
@@ -455,4 +457,6 @@ def print_table(res: dict) -> None:
 
 
 if __name__ == "__main__":
+    import gc
+    gc.disable()  # for start-up (torch's import); on again once the evaluator is built (runctl.end_startup_gc_pause)
     raise SystemExit(main())

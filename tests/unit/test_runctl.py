@@ -233,3 +233,22 @@ def test_a_tool_reports_a_run_stopped_by_a_signal_as_stopped_not_failed(monkeypa
     main = lambda argv: toolcli.run_trainer(2, [], "run", "mpippo on Pong", resume="the same command resumes it")  # noqa: E731
     assert toolcli.run("tool", main, []) == exit_code
     assert says in capsys.readouterr().err
+
+
+def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
+    """run_mpi.py turns the cyclic collector off first thing; once the trainer is built, what start-up made
+    is frozen and the collector is on again for the run (a run without it would keep every reference
+    cycle it makes). In-process: a no-op where the collector was on."""
+    import gc
+    import subprocess
+    import sys
+    frozen = gc.get_freeze_count()
+    runctl.end_startup_gc_pause()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    probe = ("import atexit, gc, runpy, sys\n"
+             "atexit.register(lambda: print('collector', gc.isenabled(), gc.get_freeze_count() > 100_000))\n"
+             "sys.argv = ['run_mpi.py', *sys.argv[1:]]\nrunpy.run_path('run_mpi.py', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", probe, "--config", "configs/toy_cue.yaml", "--total-timesteps", "64",
+                          "--no-progress", "--output-dir", str(tmp_path / "run")], capture_output=True, text=True,
+                         timeout=120, cwd=runctl.__file__.rsplit("/mpippo/", 1)[0])
+    assert out.returncode == 0 and out.stdout.strip().endswith("collector True True"), out.stdout[-2000:] + out.stderr
