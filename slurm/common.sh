@@ -123,16 +123,16 @@ while true; do
     kill -0 "$PID" 2>/dev/null || break
 done
 
-# A job whose task count follows its nodes (--ntasks-per-node: nodes granted x tasks per node) and
-# that requeues itself: Slurm keeps the first grant's task count in the job, so the requeued job would
-# wait for as many nodes as it had (a --nodes=2-4 job that got 4 would never start on 3). One
-# node's worth resets it: the next grant, anywhere in the range, sets the count again. (Only a
-# pending job takes the update; the requeue's TERM to this allocation may kill a try: a few.)
 # Slurm answers a requeue by sending TERM to every process of this allocation, scontrol included:
 # one still running when it lands dies of it (under load it often is), and its requeue or update
 # reads as failed though it took effect. These two run with TERM ignored.
 unkillable_scontrol() { ( trap '' TERM; exec scontrol "$@" ); }
 
+# A job whose task count follows its nodes (--ntasks-per-node: nodes granted x tasks per node) and
+# that requeues itself: Slurm keeps the first grant's task count in the job, so the requeued job would
+# wait for as many nodes as it had (a --nodes=2-4 job that got 4 would never start on 3). One
+# node's worth resets it: the next grant, anywhere in the range, sets the count again. (Only a
+# pending job takes the update, and the requeue may not have made it pending yet: a few tries.)
 reopen_node_range() {
     local per_node=${SLURM_NTASKS_PER_NODE:-}
     case "$per_node" in ''|*[!0-9]*) return ;; esac
