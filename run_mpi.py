@@ -2,7 +2,7 @@
 """Entry point: `mpirun -n K python run_mpi.py [options]` (or plain `python run_mpi.py`)."""
 import gc
 
-# No cyclic collection during start-up: its passes over what torch's import makes find nothing
+# No cyclic collection during start-up: its passes over what torch's import makes find next to nothing
 # (mpippo/runctl.py, end_startup_gc_pause, turns it on once the trainer is built).
 gc.disable()
 
