@@ -40,13 +40,13 @@ STOP_WHY = {"done": "run finished", "duration": "run finished (time budget reach
 
 
 def end_startup_gc_pause() -> None:
-    """Start-up (torch's import above all) leaves about 180,000 objects the cyclic collector tracks, nearly
-    all living as long as the process, and its passes over them during start-up find next to nothing: a
-    one-rank toy-cue run took 2.8 s of CPU with it on, 2.3 s with it off until here and this function as
-    it is (AMD EPYC, AVX2, median of 10 each, beside a training run). Here one pass frees what start-up left in cycles (a few thousand objects; freezing them
-    would keep them for good, a loaded checkpoint's among them), the rest is frozen (never scanned again)
-    and the collector turned back on for the run. A no-op where nothing turned it off (the Python API in
-    a user's own process)."""
+    """Start-up (torch's import above all) leaves about 180,000 objects the cyclic collector tracks,
+    nearly all living as long as the process, and its passes over them during start-up find next to
+    nothing: a one-rank toy-cue run took 2.8 s of CPU with it on, 2.3 s with it off until here (AMD
+    EPYC, AVX2, median of 10 each, beside a training run). Here one pass frees what start-up left in
+    cycles (a few thousand objects; freezing them would keep them for good, a loaded checkpoint's
+    among them), the rest is frozen (never scanned again) and the collector turned back on for the
+    run. A no-op where nothing turned it off (the Python API in a user's own process)."""
     if not gc.isenabled():
         gc.collect()
         gc.freeze()

@@ -1,6 +1,7 @@
 """Shared run control: stop reasons and their precedence, exit codes, the episode window, device
 and thread policy; and that PPO and DQN report episode_return_mean the same way."""
 import os
+from pathlib import Path
 import numpy as np
 import pytest
 import torch
@@ -265,5 +266,5 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
              "sys.argv = ['run_mpi.py', *sys.argv[1:]]\nrunpy.run_path('run_mpi.py', run_name='__main__')")
     out = subprocess.run([sys.executable, "-c", probe, "--config", "configs/toy_cue.yaml", "--total-timesteps", "64",
                           "--no-progress", "--output-dir", str(tmp_path / "run")], capture_output=True, text=True,
-                         timeout=120, cwd=runctl.__file__.rsplit("/mpippo/", 1)[0])
+                         timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0 and out.stdout.strip().endswith("collector True True"), out.stdout[-2000:] + out.stderr
