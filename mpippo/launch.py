@@ -197,12 +197,15 @@ class TrainerError(RuntimeError):
 
 
 def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int | None = None, timeout: float = 3600,
-                extra_env: dict | None = None) -> dict:
+                extra_env: dict | None = None, stop_grace_s: float = 0.0) -> dict:
     """Run run_mpi.py to the end with --output-dir out_dir (benchmarks, sweeps): its
     benchmark_metrics.json (checked: mpippo.files) plus `wall_s_with_startup`. A TrainerError (its
     exit code, the stderr tail) on failure; subprocess.TimeoutExpired after `timeout` s, with the whole
     job killed (mpirun and its ranks: a killed mpirun alone would leave its ranks running).
-    extra_env: variables for the ranks (one node: mpirun passes its environment on)."""
+    extra_env: variables for the ranks (one node: mpirun passes its environment on).
+    stop_grace_s: for a run whose folder is kept (one that resumes), a stop of the caller is passed on
+    as "checkpoint and stop" and the job gets this long to do it (a TrainerError with its exit 4);
+    0 (runs in temporary folders): the job is killed at once."""
     from mpippo.files import read_metrics  # the config behind it: the launcher itself never loads it
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
     env.update(extra_env or {})
@@ -212,14 +215,34 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
                                 start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
         try:
             _, err = proc.communicate(timeout=timeout)
-        except BaseException:  # a timeout, or the tool stopped (toolcli.Stopped): the whole job goes
+        except subprocess.TimeoutExpired:
             end_job(proc)
             raise
+        except BaseException:  # the tool stopped (toolcli.Stopped)
+            if not stop_grace_s or (err := checkpoint_and_stop(proc, ranks, stop_grace_s)) is None:
+                end_job(proc)  # the whole job goes
+                raise
+            raise TrainerError(f"{ranks} rank(s) stopped (exit {proc.returncode}):\n{err.strip()[-3000:]}",
+                               proc.returncode) from None
     if proc.returncode != 0:
         raise TrainerError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}", proc.returncode)
     m = read_metrics(out_dir)
     m["wall_s_with_startup"] = time.perf_counter() - t0
     return m
+
+
+def checkpoint_and_stop(proc: subprocess.Popen, ranks: int, grace_s: float) -> str | None:
+    """SIGUSR2 to mpirun (forwarded: every rank checkpoints at its next iteration boundary and exits 4);
+    the job's stderr if it did so within `grace_s`, else None (the caller ends the job). Ranks that do
+    not listen yet have nothing to keep, and SIGUSR2 would kill them uncleanly: None at once."""
+    if proc.poll() is not None or not ranks_listening(proc.pid, ranks):
+        return None
+    proc.send_signal(signal.SIGUSR2)
+    try:
+        _, err = proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return None
+    return err if proc.returncode in (3, 4) else None
 
 
 def end_job(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

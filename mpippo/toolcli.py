@@ -308,9 +308,11 @@ def check_trainer(argv: list[str], ranks: int, what: str):
 def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, resume: str = "", **kw) -> dict:
     """mpippo.launch.run_trainer (the run's metrics); a failed or hung run is a ToolFailure whose
     line gives the run's own last error (its stderr tail goes to stderr first, indented); a run
-    stopped on a signal after its checkpoint is a RunStopped, with `resume` (how to go on) if given."""
+    stopped on a signal after its checkpoint is a RunStopped, with `resume` (how to go on) if given.
+    A run that resumes keeps its folder: a stop of the tool becomes the run's own checkpoint and stop
+    (up to 5 minutes, far longer than an iteration takes)."""
     try:
-        return launch.run_trainer(ranks, argv, out_dir, **kw)
+        return launch.run_trainer(ranks, argv, out_dir, **({"stop_grace_s": 300.0} if resume else {}) | kw)
     except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail
         if isinstance(e, launch.TrainerError) and e.code in (EXIT_REQUEUE, EXIT_STOPPED):  # its exits after a signal
             raise RunStopped(f"{what} in '{shown(out_dir)}' stopped on a signal (exit {e.code}) with its "

@@ -480,3 +480,47 @@ def _in_session(p, sid: int) -> bool:
         return os.getsid(p.pid) == sid
     except OSError:
         return False
+
+
+# a tool (as benchmarks/peer_parity.py) training a run that resumes: the folder is kept
+_RESUMABLE_TOOL = """
+import sys
+from pathlib import Path
+from mpippo import toolcli
+argv = ["--config", "configs/toy_cue.yaml", "--total-timesteps", "10000000", "--no-progress"]
+main = lambda _: toolcli.run_trainer(1, argv, Path(sys.argv[1]), "toy", resume="the same command resumes it")
+raise SystemExit(toolcli.run("tool", main, []))
+"""
+
+
+@pytest.mark.mpi
+def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path):
+    """A tool stopped while a run it keeps trains (a multi-hour parity run): the run checkpoints where
+    it is and stops, exit 4 with how to go on, instead of being killed and losing what it trained
+    since its last periodic checkpoint (the toy config writes none before its end)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import ROOT, mpi_env
+    from mpippo import launch, toolcli
+    from mpippo.checkpoint import load_checkpoint
+    env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", _RESUMABLE_TOOL, str(run)], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list((run / "logs").glob("events.out.tfevents.*")):  # its ranks listen: config.yaml came first
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    time.sleep(3)  # some iterations in
+    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, signal.SIGTERM)  # a second one changes nothing
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4, err[-2000:]
+    assert err.strip().splitlines()[-1] == (f"mpippo: tool: toy in '{toolcli.shown(run)}' stopped on a signal (exit 4) with its "
+                                            f"checkpoint written; the same command resumes it"), err[-2000:]
+    ckpt = load_checkpoint((run / "checkpoints" / "latest.pt").read_bytes())
+    assert 0 < ckpt["timesteps"] < 10_000_000 and ckpt["iteration"] > 0
+    assert not [p for p in __import__("psutil").process_iter() if _in_session(p, proc.pid)]
