@@ -131,11 +131,11 @@ def test_a_dying_dqn_actor_or_learner_ends_the_job(tmp_path, monkeypatch, where,
         assert f"[rank {rank}]" in res.stderr and "InjectedFault" in res.stderr
 
 
-# Not `alone`: the replay ratio caps the learner's updates per transition and actors wait beyond it, so
-# the CPU it gets sets the run's pace, not its data (1,967 updates alone and beside two busy processes;
-# there 93-98% against random and 18-40% against lookahead, AMD EPYC AVX2, fp32).
+# alone: in the parallel part it made the part 162 s longer where alone it takes 84 s (AMD EPYC AVX2, 2 cores),
+# although it learned as well there (the replay ratio caps the learner's updates per transition)
+@pytest.mark.alone
 def test_selfplay_dqn_beats_the_random_player_and_gains_on_the_lookahead_player(tmp_path):
-    """Self-play on Connect Four, 1 learner + 2 actors, 65,000 env steps (about 65 s on 2 cores; half of
+    """Self-play on Connect Four, 1 learner + 2 actors, 65,000 env steps (about 65 s on 2 AVX2 cores; half of
     `make selfplay`'s budget, with the same annealed rate). The starting network wins 60-87%
     against the random player (a fixed column stacks up to four) and 0-7% against the one-step
     lookahead player (which blocks that); a broken update stays there. Trained runs win 92-96% of
