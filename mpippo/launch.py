@@ -234,15 +234,31 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
 def checkpoint_and_stop(proc: subprocess.Popen, ranks: int, grace_s: float) -> str | None:
     """SIGUSR2 to mpirun (forwarded: every rank checkpoints at its next iteration boundary and exits 4);
     the job's stderr if it did so within `grace_s`, else None (the caller ends the job). Ranks that do
-    not listen yet have nothing to keep, and SIGUSR2 would kill them uncleanly: None at once."""
+    not listen yet have nothing to keep, and SIGUSR2 would kill them uncleanly: None at once. A Ctrl-C
+    while it waits is a person's "now", as mpippo.launch's second one: None at once."""
     if proc.poll() is not None or not ranks_listening(proc.pid, ranks):
         return None
-    proc.send_signal(signal.SIGUSR2)
+    now: list[int] = []
+    hears = _main_thread()  # (only the main thread may set a handler)
+    old = signal.signal(signal.SIGINT, lambda *_: now.append(1)) if hears else None
     try:
-        _, err = proc.communicate(timeout=grace_s)
-    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + grace_s
+        while not now and time.monotonic() < deadline:
+            try:
+                _, err = proc.communicate(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))
+                return err if proc.returncode in (3, 4) else None
+            except subprocess.TimeoutExpired:
+                continue
         return None
-    return err if proc.returncode in (3, 4) else None
+    finally:
+        if hears:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if old is None else old)
+
+
+def _main_thread() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread()
 
 
 def end_job(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

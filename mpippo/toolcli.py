@@ -310,7 +310,7 @@ def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, resume: s
     line gives the run's own last error (its stderr tail goes to stderr first, indented); a run
     stopped on a signal after its checkpoint is a RunStopped, with `resume` (how to go on) if given.
     A run that resumes keeps its folder: a stop of the tool becomes the run's own checkpoint and stop
-    (up to 5 minutes, far longer than an iteration takes)."""
+    (up to 5 minutes, far longer than an iteration takes; a second Ctrl-C ends it at once)."""
     try:
         return launch.run_trainer(ranks, argv, out_dir, **({"stop_grace_s": 300.0} if resume else {}) | kw)
     except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail

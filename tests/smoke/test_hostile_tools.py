@@ -494,10 +494,13 @@ raise SystemExit(toolcli.run("tool", main, []))
 
 
 @pytest.mark.mpi
-def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path):
+@pytest.mark.parametrize("signals", ["SIGTERM+SIGTERM", "SIGINT+SIGINT"])
+def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, signals):
     """A tool stopped while a run it keeps trains (a multi-hour parity run): the run checkpoints where
     it is and stops, exit 4 with how to go on, instead of being killed and losing what it trained
-    since its last periodic checkpoint (the toy config writes none before its end)."""
+    since its last periodic checkpoint (the toy config writes none before its end); a second SIGTERM
+    changes nothing. A second Ctrl-C is a person's "now" (as mpippo.launch's): the job ends at once,
+    inside an iteration that sleeps 60 s here, with nothing written and nothing left running."""
     import os
     import signal
     import subprocess
@@ -506,21 +509,33 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path):
     from conftest import ROOT, mpi_env
     from mpippo import launch, toolcli
     from mpippo.checkpoint import load_checkpoint
+    hard = signals == "SIGINT+SIGINT"
     env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
+    if hard:
+        env["MPIPPO_FAULT"] = "rank=0,iteration=0,kind=slow,count=1000,seconds=60"
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", _RESUMABLE_TOOL, str(run)], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 120
     while not list((run / "logs").glob("events.out.tfevents.*")):  # its ranks listen: config.yaml came first
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.1)
-    time.sleep(3)  # some iterations in
-    os.kill(proc.pid, signal.SIGTERM)
-    os.kill(proc.pid, signal.SIGTERM)  # a second one changes nothing
+    time.sleep(3)  # some iterations in (or into the slow one)
+    for name in signals.split("+"):
+        os.kill(proc.pid, getattr(signal, name))
+        time.sleep(1)
+    t0 = time.monotonic()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 4, err[-2000:]
-    assert err.strip().splitlines()[-1] == (f"mpippo: tool: toy in '{toolcli.shown(run)}' stopped on a signal (exit 4) with its "
-                                            f"checkpoint written; the same command resumes it"), err[-2000:]
-    ckpt = load_checkpoint((run / "checkpoints" / "latest.pt").read_bytes())
-    assert 0 < ckpt["timesteps"] < 10_000_000 and ckpt["iteration"] > 0
+    last = err.strip().splitlines()[-1]
+    if hard:
+        assert last == "mpippo: tool: stopped by Ctrl-C; its runs ended and its temporary folders removed", err[-2000:]
+        assert time.monotonic() - t0 < 30 and not (run / "checkpoints" / "latest.pt").exists()
+    else:
+        assert last == (f"mpippo: tool: toy in '{toolcli.shown(run)}' stopped on a signal (exit 4) with its "
+                        f"checkpoint written; the same command resumes it"), err[-2000:]
+        ckpt = load_checkpoint((run / "checkpoints" / "latest.pt").read_bytes())
+        assert 0 < ckpt["timesteps"] < 10_000_000 and ckpt["iteration"] > 0
+    assert "Traceback" not in err
     assert not [p for p in __import__("psutil").process_iter() if _in_session(p, proc.pid)]
