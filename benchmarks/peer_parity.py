@@ -172,10 +172,11 @@ FAMILIES = {
 
 
 def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, precision: str | None = None,
-               apex: bool = False) -> dict:
-    """2 ranks (the launcher's placement: each bound to its core); a run stopped early resumes, and
-    then its wall time and steps/s are those of the resumed part (`resumed` says so). `apex`: the
-    family's Ape-X DQN instead of its PPO config."""
+               apex: bool = False, ranks: int = 2) -> dict:
+    """`ranks` ranks (the launcher's placement: each bound to its core; the configs' env count is the
+    job's, so the data per update is the same on any); a run stopped early resumes, and then its wall
+    time and steps/s are those of the resumed part (`resumed` says so). `apex`: the family's Ape-X DQN
+    instead of its PPO config."""
     from mpippo.runs import read_curve
     resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
     if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
@@ -185,13 +186,13 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
             "--total-timesteps", str(steps), "--no-progress", *resume,
             *(["--set", f"training.precision={precision}"] if precision else [])]
     t0 = time.monotonic()
-    metrics = run_trainer(2, argv, folder, ("mpippo's Ape-X DQN" if apex else "mpippo") + f" on {env}", timeout=12 * 3600,
+    metrics = run_trainer(ranks, argv, folder, ("mpippo's Ape-X DQN" if apex else "mpippo") + f" on {env}", timeout=12 * 3600,
                           resume="the same command resumes it")
     steps_, returns, _ = read_curve(folder / "logs")
     curve = [(int(a), float(b)) for a, b in zip(steps_, returns)]
     return {"wall_s": time.monotonic() - t0, "steps_per_s": metrics["fps_steady"], "curve": curve,
             "final_return": metrics["episode_return_mean"], "episodes": metrics["episodes"],
-            "precision": metrics.get("precision"), "resumed": bool(resume)}
+            "precision": metrics.get("precision"), "resumed": bool(resume), "ranks": ranks}
 
 
 def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> dict:
@@ -257,6 +258,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--out", type=Path, help="the results' folder (default: analysis/data/<family>_parity)")
     p.add_argument("--precision", choices=("fp32", "bf16"), help="mpippo's training.precision (default: the "
                    "config's); runs of another one than fp32 are named -<precision>")
+    p.add_argument("--ranks", type=count(1, 64), default=2, help="mpippo's ranks (default 2; runs on another "
+                   "count are named -<n>rank, e.g. one rank of 8 envs, CleanRL's layout: --ranks 1)")
     p.add_argument("--fresh", action="store_true", help="run again what --runs already holds (a throughput row)")
     args = p.parse_args(argv)
     fam = FAMILIES[args.family]
@@ -266,6 +269,8 @@ def _main(argv: list[str] | None) -> int:
         p.error(f"argument --envs: {e}")
     if "apex" in args.who and not fam.apex:
         p.error(f"argument --who: apex: the {args.family} family has no Ape-X config; allowed: mpippo, cleanrl")
+    if "apex" in args.who and args.ranks < 2:
+        p.error(f"argument --ranks: Ape-X needs a learner and an actor, 2 ranks or more; got {args.ranks}")
     args.steps = args.steps or fam.steps
     args.runs = args.runs or ROOT / "runs" / fam.data.replace("_", "-")
     args.out = args.out or ROOT / "analysis" / "data" / fam.data
@@ -282,7 +287,8 @@ def _main(argv: list[str] | None) -> int:
     for env in args.envs:
         for seed in args.seeds:
             for who in who_runs:
-                tag = f"-{args.precision}" if who != "cleanrl" and args.precision not in (None, "fp32") else ""
+                tag = "" if who == "cleanrl" else ((f"-{args.precision}" if args.precision not in (None, "fp32") else "")
+                                                   + (f"-{args.ranks}rank" if args.ranks != 2 else ""))
                 name = f"{who}-{env}-s{seed}{tag}"
                 if args.fresh and (args.runs / name).exists():
                     shutil.rmtree(args.runs / name)
@@ -291,7 +297,8 @@ def _main(argv: list[str] | None) -> int:
                     continue
                 print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)
                 res = (run_cleanrl(fam, env, seed, args.steps, args.runs / name) if who == "cleanrl"
-                       else run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision, who == "apex"))
+                       else run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision, who == "apex",
+                                       args.ranks))
                 # mpippo logs the mean of the last 100 episodes as it goes; CleanRL prints every episode
                 column = "episode_return" if who == "cleanrl" else "return_mean_100"
                 with open(args.out / f"{name}.csv", "w", newline="") as f:

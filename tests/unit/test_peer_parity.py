@@ -3,6 +3,8 @@ to the script, which checkpoints and exits 4 (the tool then says how to go on, e
 the next call resumes it, its output appended; a script that does not checkpoint is killed, and the stop
 ends the tool as any stop does. The script here stands in for CleanRL's (RESUMABLE's edits, which need
 the real script and EnvPool, run in the parity runs themselves)."""
+import dataclasses
+import json
 import signal
 import sys
 import threading
@@ -120,3 +122,25 @@ def test_the_adapted_copy_follows_its_edits(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="lacks a line to adapt: epochs"):
         peers.adapted_script("x.py", "MPIPPO_TEST_SCRIPT", [("epochs = 4", "epochs = 1")], "copy.py")
     assert first.read_text().splitlines()[1:] == ["lr = 3", "steps = 5"]  # a refused call changes nothing
+
+
+def test_a_run_on_another_rank_count_is_named_for_it_and_trained_on_it(tmp_path, monkeypatch):
+    """--ranks 1 (CleanRL's layout, one process of 8 envs): mpippo's run gets its own name and folder, so it
+    never resumes or replaces the 2-rank run of the same seed; CleanRL's keeps its name (one process always)."""
+    calls = []
+
+    def fake(fam, env, seed, steps, folder, precision=None, apex=False, ranks=2):
+        calls.append((folder.name, ranks))
+        return {"wall_s": 1.0, "steps_per_s": 1.0, "curve": [(steps, 1.0)], "final_return": 1.0, "episodes": 1}
+    monkeypatch.setattr(peer_parity, "run_mpippo", fake)
+    monkeypatch.setattr(peer_parity, "run_cleanrl", lambda fam, env, seed, steps, folder: fake(fam, env, seed, steps,
+                                                                                               folder, ranks=None))
+    monkeypatch.setitem(peer_parity.FAMILIES, "atari", dataclasses.replace(
+        peer_parity.FAMILIES["atari"], script=lambda: tmp_path / "script.py", peer_path=lambda: ""))
+    argv = ["--family", "atari", "--envs", "Pong", "--seeds", "1", "--runs", str(tmp_path / "r"), "--out",
+            str(tmp_path / "o"), "--steps", "4096"]
+    assert peer_parity._main(argv + ["--ranks", "1"]) == 0
+    assert peer_parity._main(argv) == 0  # the 2-rank run is not the 1-rank one's: it runs too
+    assert calls == [("mpippo-Pong-s1-1rank", 1), ("cleanrl-Pong-s1", None), ("mpippo-Pong-s1", 2)]
+    assert set(json.loads((tmp_path / "o" / "runs.json").read_text())) == {"mpippo-Pong-s1-1rank", "cleanrl-Pong-s1",
+                                                                          "mpippo-Pong-s1"}
