@@ -505,7 +505,8 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     it is and stops, exit 4 with how to go on, instead of being killed and losing what it trained
     since its last periodic checkpoint (the toy config writes none before its end); a second SIGTERM
     changes nothing. A second Ctrl-C is a person's "now" (as mpippo.launch's): the job ends at once,
-    inside an iteration that sleeps 60 s here, with nothing written and nothing left running."""
+    inside an iteration that sleeps 60 s here, with nothing written and nothing left running. (The
+    signals come once the first iteration is done: a stop during start-up ends a run with nothing to keep.)"""
     import os
     import signal
     import subprocess
@@ -516,17 +517,16 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     from mpippo.checkpoint import load_checkpoint
     hard = signals == "SIGINT+SIGINT"
     env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
-    if hard:
-        env["MPIPPO_FAULT"] = "rank=0,iteration=0,kind=slow,count=1000,seconds=60"
+    if hard:  # from the second iteration on, each sleeps 60 s: the signals land inside one
+        env["MPIPPO_FAULT"] = "rank=0,iteration=2,kind=slow,count=1000,seconds=60"
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", _RESUMABLE_TOOL, str(run)], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 120
-    while not list((run / "logs").glob("events.out.tfevents.*")):  # its ranks listen: config.yaml came first
+    while not (run / "benchmark_metrics.json").exists():  # its first iteration done: start-up is over
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.1)
-    time.sleep(3)  # some iterations in (or into the slow one)
     for name in signals.split("+"):
         os.kill(proc.pid, getattr(signal, name))
         time.sleep(1)

@@ -217,20 +217,28 @@ def test_the_avx2_emulation_gives_avx2_kernels_and_fp32(tmp_path):
     assert out.stdout.strip().endswith(f"precision auto -> {'bf16' if native else 'fp32'} ({evidence})"), out.stdout
 
 
-@pytest.mark.parametrize("code, exit_code, says", [
-    (4, 4, "mpippo: tool: mpippo on Pong in 'run' stopped on a signal (exit 4) with its checkpoint written; "
-           "the same command resumes it"),
-    (3, 4, "stopped on a signal (exit 3)"),
-    (1, 1, "mpippo: error: tool: mpippo on Pong in 'run': 2 rank(s) failed (exit 1): ValueError: bad"),
+@pytest.mark.parametrize("code, checkpoint, exit_code, says", [
+    (4, True, 4, "mpippo: tool: mpippo on Pong in 'run' stopped on a signal (exit 4) with its checkpoint written; "
+                 "the same command resumes it"),
+    (3, True, 4, "stopped on a signal (exit 3) with its checkpoint written"),
+    (4, False, 4, "mpippo: tool: mpippo on Pong in 'run' stopped on a signal (exit 4) before it trained anything; "
+                  "the same command resumes it"),
+    (1, True, 1, "mpippo: error: tool: mpippo on Pong in 'run': 2 rank(s) failed (exit 1): ValueError: bad"),
 ])
-def test_a_tool_reports_a_run_stopped_by_a_signal_as_stopped_not_failed(monkeypatch, capsys, code, exit_code, says):
+def test_a_tool_reports_a_run_stopped_by_a_signal_as_stopped_not_failed(monkeypatch, capsys, tmp_path, code,
+                                                                        checkpoint, exit_code, says):
     """A trainer's exit after a signal (3 requeue, 4 stopped: checkpointed, resumable) is the tool's
-    exit 4 with how to go on; any other exit stays a failure with the run's last error."""
+    exit 4 with how to go on (a run stopped during its start-up has no checkpoint: it says so); any
+    other exit stays a failure with the run's last error."""
     from mpippo import launch, toolcli
 
     def stopped(*args, **kwargs):
         raise launch.TrainerError(f"2 rank(s) failed (exit {code}):\nValueError: bad", code)
     monkeypatch.setattr(launch, "run_trainer", stopped)
+    monkeypatch.chdir(tmp_path)
+    if checkpoint:
+        (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+        (tmp_path / "run" / "checkpoints" / "latest.pt").write_bytes(b"")
     main = lambda argv: toolcli.run_trainer(2, [], "run", "mpippo on Pong", resume="the same command resumes it")  # noqa: E731
     assert toolcli.run("tool", main, []) == exit_code
     assert says in capsys.readouterr().err
