@@ -529,7 +529,7 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
         time.sleep(0.1)
     for name in signals.split("+"):
         os.kill(proc.pid, getattr(signal, name))
-        time.sleep(1)
+        time.sleep(2)  # (the second comes once the tool waits for the checkpoint, as a person's would)
     t0 = time.monotonic()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 4, err[-2000:]
