@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -239,7 +240,7 @@ def checkpoint_and_stop(proc: subprocess.Popen, ranks: int, grace_s: float) -> s
     if proc.poll() is not None or not ranks_listening(proc.pid, ranks):
         return None
     now: list[int] = []
-    hears = _main_thread()  # (only the main thread may set a handler)
+    hears = threading.current_thread() is threading.main_thread()  # (only it may set a handler)
     old = signal.signal(signal.SIGINT, lambda *_: now.append(1)) if hears else None
     try:
         proc.send_signal(signal.SIGUSR2)
@@ -254,11 +255,6 @@ def checkpoint_and_stop(proc: subprocess.Popen, ranks: int, grace_s: float) -> s
     finally:
         if hears:
             signal.signal(signal.SIGINT, signal.SIG_DFL if old is None else old)
-
-
-def _main_thread() -> bool:
-    import threading
-    return threading.current_thread() is threading.main_thread()
 
 
 def end_job(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
