@@ -9,7 +9,9 @@ the seeds' mean thick), <folder>.md and <folder>.json: per env each side's final
 per seed and mean, the peer's seed range, and whether mpippo's mean lies inside that range or above
 it; and each side's steps/s on this machine with their ratio. The .md adds each run's curve at a
 quarter, half, three quarters and all of its budget. Runs of mpippo's Ape-X DQN (`apex`, Atari)
-get their own curves and a table of their own below (no CleanRL script to pair them with).
+get their own curves and a table of their own below (no CleanRL script to pair them with), as do
+mpippo's runs on another rank count than 2 (`--ranks`: runs.json's `ranks`), so that a layout's
+runs never mix into the seeds' verdict.
 """
 from __future__ import annotations
 
@@ -32,6 +34,22 @@ SIDES = {"mpippo": ("mpippo", "tab:blue"), "cleanrl": ("CleanRL", "tab:orange"),
 
 
 KEYS = {"who": str, "env": str, "seed": int, "budget": int, "final_return": float, "steps_per_s": (int, float, type(None))}
+OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive")  # mpippo's runs on other rank counts
+
+
+def side(r: dict) -> str:
+    """A run's side: its `who`, or `<who>@<ranks>` for mpippo's runs on another rank count than the 2 of
+    the comparison (`--ranks`): a layout's runs are shown apart, never mixed into the seeds' verdict."""
+    ranks = r.get("ranks", 2)
+    return r["who"] if r["who"] == "cleanrl" or ranks == 2 else f"{r['who']}@{ranks}"
+
+
+def side_label(key: str, i: int = 0) -> tuple[str, str]:
+    """(label, color) of a side key."""
+    if key in SIDES:
+        return SIDES[key]
+    who, ranks = key.split("@")
+    return f"{SIDES[who][0]}, {ranks} rank{'s' if ranks != '1' else ''}", OTHER_COLORS[i % len(OTHER_COLORS)]
 
 
 def load_runs(data: Path) -> dict:
@@ -57,6 +75,9 @@ def load_runs(data: Path) -> dict:
             if not ok:
                 raise UsageError(f"{where}: {key} is {value!r:.60}; expected "
                                  f"{getattr(kind, '__name__', 'a number or null')}")
+        ranks = r.get("ranks", 2)  # (runs written before --ranks have none: 2)
+        if type(ranks) is not int or not 1 <= ranks <= 64:
+            raise UsageError(f"{where}: ranks is {ranks!r:.60}; expected an int from 1 to 64")
     return runs
 
 
@@ -84,7 +105,7 @@ def scores(xs) -> str:
 def table(runs: dict) -> tuple[list[dict], str]:
     by_env = defaultdict(lambda: defaultdict(dict))
     for r in runs.values():
-        by_env[r["env"]][r["who"]][r["seed"]] = r
+        by_env[r["env"]][side(r)][r["seed"]] = r
     rows, lines = [], ["| env | mpippo (seeds) | mean | CleanRL (seeds) | mean | inside or above the peer's range | "
                        "steps/s mpippo / CleanRL |", "|---|---|---:|---|---:|---|---:|"]
     for env, sides in sorted(by_env.items()):
@@ -101,20 +122,23 @@ def table(runs: dict) -> tuple[list[dict], str]:
         speeds = " / ".join("-" if r is None else f"{r:.0f}" for r in rate) + (f" ({ratio:.2f}x)" if ratio else "")
         lines.append(f"| {env} | {scores(mine)} | {scores([np.mean(mine)] if mine else [])} | {scores(theirs)} | "
                      f"{scores([np.mean(theirs)] if theirs else [])} | {verdict} | {speeds} |")
-    return rows, "\n".join(lines) + "\n" + apex_table(by_env, rows)
+    others = sorted({k for sides in by_env.values() for k in sides} - {"mpippo", "cleanrl"})
+    return rows, "\n".join(lines) + "\n" + "".join(other_table(by_env, rows, key) for key in others)
 
 
-def apex_table(by_env: dict, rows: list[dict]) -> str:
-    """Ape-X DQN's final returns per env (added to `rows`), or nothing without such runs."""
+def other_table(by_env: dict, rows: list[dict], key: str) -> str:
+    """The final returns per env of a side beside the comparison (Ape-X DQN, mpippo on another rank
+    count), added to `rows` under its key, or nothing without such runs."""
     lines = []
     for row in rows:
-        runs = by_env[row["env"]].get("apex", {})
+        runs = by_env[row["env"]].get(key, {})
         if runs:
-            row["apex"] = [runs[s]["final_return"] for s in sorted(runs)]
+            row[key] = [runs[s]["final_return"] for s in sorted(runs)]
             rate = [r["steps_per_s"] for r in runs.values() if r["steps_per_s"]]
-            lines.append(f"| {row['env']} | {scores(row['apex'])} | {scores([np.mean(row['apex'])])} | "
+            lines.append(f"| {row['env']} | {scores(row[key])} | {scores([np.mean(row[key])])} | "
                          f"{f'{np.mean(rate):.0f}' if rate else '-'} |")
-    head = ["", "| env | Ape-X DQN (seeds) | mean | steps/s |", "|---|---|---:|---:|"]
+    label = "Ape-X DQN" if key == "apex" else side_label(key)[0]
+    head = ["", f"| env | {label} (seeds) | mean | steps/s |", "|---|---|---:|---:|"]
     return "\n".join(head + lines) + "\n" if lines else ""
 
 
@@ -124,7 +148,7 @@ def waypoints(data: Path, runs: dict) -> str:
     fractions = (0.25, 0.5, 0.75, 1.0)
     lines = ["", "| run | " + " | ".join(f"{f:.0%} of the budget" for f in fractions) + " |",
              "|---|" + "---:|" * len(fractions)]
-    order = sorted(runs, key=lambda n: (runs[n]["env"], list(SIDES).index(runs[n]["who"]), runs[n]["seed"]))
+    order = sorted(runs, key=lambda n: (runs[n]["env"], list(SIDES).index(runs[n]["who"]), side(runs[n]), runs[n]["seed"]))
     for name in order:
         x, y = curve(data / f"{name}.csv")
         at = [np.searchsorted(x, f * runs[name]["budget"], side="right") - 1 for f in fractions]
@@ -139,9 +163,12 @@ def figure(data: Path, runs: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
     envs = sorted({r["env"] for r in runs.values()})
     fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
+    keys = [k for k in SIDES if any(side(r) == k for r in runs.values())]
+    keys += sorted({side(r) for r in runs.values()} - set(keys))
     for ax, env in zip(axes[0], envs):
-        for who, (label, color) in SIDES.items():
-            names = [n for n, r in runs.items() if r["env"] == env and r["who"] == who]
+        for i, key in enumerate(keys):
+            label, color = side_label(key, i)
+            names = [n for n, r in runs.items() if r["env"] == env and side(r) == key]
             grid = np.linspace(0, max(r["budget"] for r in runs.values()), 200)
             ys = []
             for n in names:

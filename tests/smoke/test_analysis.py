@@ -150,13 +150,14 @@ def test_peer_parity_tabulates_both_sides_and_says_when_one_is_missing(tmp_path)
     """analysis/peer_parity.py on runs as benchmarks/peer_parity.py writes them: mpippo logs the mean of
     the last 100 episodes, CleanRL every episode (averaged here); the verdict is mpippo's mean seed
     inside or above CleanRL's range; an env with one side only says so, with no made-up rate; mpippo's
-    Ape-X runs get a table of their own."""
+    Ape-X runs and its runs on another rank count get tables of their own."""
     def side(who, env, seed, ret, rate):
         return {"who": who, "env": env, "seed": seed, "budget": 3000, "wall_s": 1.0, "steps_per_s": rate,
                 "final_return": ret, "episodes": 3}
     runs = {"mpippo-Pong-s1": side("mpippo", "Pong", 1, -5.0, 300.0), "mpippo-Pong-s2": side("mpippo", "Pong", 2, 1.0, 320.0),
             "cleanrl-Pong-s1": side("cleanrl", "Pong", 1, -10.0, 200.0), "cleanrl-Pong-s2": side("cleanrl", "Pong", 2, 0.0, 220.0),
-            "mpippo-Breakout-s1": side("mpippo", "Breakout", 1, 12.0, 310.0), "apex-Pong-s1": side("apex", "Pong", 1, 5.5, 150.0)}
+            "mpippo-Breakout-s1": side("mpippo", "Breakout", 1, 12.0, 310.0), "apex-Pong-s1": side("apex", "Pong", 1, 5.5, 150.0),
+            "mpippo-Pong-s1-1rank": dict(side("mpippo", "Pong", 1, 3.0, 250.0), ranks=1)}
     (tmp_path / "runs.json").write_text(json.dumps(runs))
     for name, r in runs.items():
         column = "episode_return" if r["who"] == "cleanrl" else "return_mean_100"
@@ -169,6 +170,9 @@ def test_peer_parity_tabulates_both_sides_and_says_when_one_is_missing(tmp_path)
     assert "| Breakout | 12.0 | 12.0 | - | - | (a side has no runs) | 310 / - |" in md
     assert rows["Pong"]["apex"] == [5.5] and "apex" not in rows["Breakout"]
     assert "| Ape-X DQN (seeds) | mean | steps/s |" in md and "| Pong | 5.5 | 5.5 | 150 |" in md
+    # a run on one rank (--ranks 1) is a layout beside the comparison: its own table, not a third mpippo seed
+    assert rows["Pong"]["mpippo"] == [-5.0, 1.0] and rows["Pong"]["mpippo@1"] == [3.0]
+    assert "| env | mpippo, 1 rank (seeds) | mean | steps/s |" in md and "| Pong | 3.0 | 3.0 | 250 |" in md
     # each run at a quarter, half, three quarters and all of its budget (CleanRL's: the mean of its episodes so far)
     assert "| mpippo-Pong-s1 | - | -21.0 | -21.0 | -5.0 |" in md and "| cleanrl-Pong-s1 | - | -21.0 | -21.0 | -15.5 |" in md
     assert (tmp_path / f"{tmp_path.name}.png").stat().st_size > 10_000

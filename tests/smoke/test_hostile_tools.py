@@ -333,6 +333,12 @@ CASES = [
     Case("mujoco-analysis-bad-run", tool("analysis/peer_parity.py", "--data", "TMP/d",
                                          files={"d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1}}}),
          "run 'x': budget is None; expected int"),
+    Case("mujoco-analysis-bad-ranks", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": {"x": {
+        "who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0, "steps_per_s": 2, "ranks": 0}}}),
+         "run 'x': ranks is 0; expected an int from 1 to 64"),
+    Case("atari-analysis-ranks-text", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": {"x": {
+        "who": "mpippo", "env": "Pong", "seed": 1, "budget": 9, "final_return": 1.0, "steps_per_s": 2, "ranks": "1"}}}),
+         "run 'x': ranks is '1'; expected an int from 1 to 64"),
     Case("mujoco-analysis-bad-side", tool("analysis/peer_parity.py", "--data", "TMP/d",
                                           files={"d/runs.json": {"x": {"who": "me"}}}),
          "run 'x': who is 'me'; allowed: mpippo, cleanrl, apex"),
