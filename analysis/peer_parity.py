@@ -44,6 +44,12 @@ def side(r: dict) -> str:
     return r["who"] if r["who"] == "cleanrl" or ranks == 2 else f"{r['who']}@{ranks}"
 
 
+def side_order(key: str) -> tuple[str, int]:
+    """Sides by who, then by rank count as a number (mpippo@4 before mpippo@16)."""
+    who, _, ranks = key.partition("@")
+    return who, int(ranks or 2)
+
+
 def side_label(key: str, i: int = 0) -> tuple[str, str]:
     """(label, color) of a side key."""
     if key in SIDES:
@@ -122,7 +128,7 @@ def table(runs: dict) -> tuple[list[dict], str]:
         speeds = " / ".join("-" if r is None else f"{r:.0f}" for r in rate) + (f" ({ratio:.2f}x)" if ratio else "")
         lines.append(f"| {env} | {scores(mine)} | {scores([np.mean(mine)] if mine else [])} | {scores(theirs)} | "
                      f"{scores([np.mean(theirs)] if theirs else [])} | {verdict} | {speeds} |")
-    others = sorted({k for sides in by_env.values() for k in sides} - {"mpippo", "cleanrl"})
+    others = sorted({k for sides in by_env.values() for k in sides} - {"mpippo", "cleanrl"}, key=side_order)
     return rows, "\n".join(lines) + "\n" + "".join(other_table(by_env, rows, key) for key in others)
 
 
@@ -164,7 +170,7 @@ def figure(data: Path, runs: dict, out: Path) -> None:
     envs = sorted({r["env"] for r in runs.values()})
     fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
     keys = [k for k in SIDES if any(side(r) == k for r in runs.values())]
-    keys += sorted({side(r) for r in runs.values()} - set(keys))
+    keys += sorted({side(r) for r in runs.values()} - set(keys), key=side_order)
     for ax, env in zip(axes[0], envs):
         for i, key in enumerate(keys):
             label, color = side_label(key, i)

@@ -192,7 +192,7 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
     curve = [(int(a), float(b)) for a, b in zip(steps_, returns)]
     return {"wall_s": time.monotonic() - t0, "steps_per_s": metrics["fps_steady"], "curve": curve,
             "final_return": metrics["episode_return_mean"], "episodes": metrics["episodes"],
-            "precision": metrics.get("precision"), "resumed": bool(resume), "ranks": ranks}
+            "precision": metrics.get("precision"), "resumed": bool(resume)}
 
 
 def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> dict:
@@ -303,7 +303,8 @@ def _main(argv: list[str] | None) -> int:
                 column = "episode_return" if who == "cleanrl" else "return_mean_100"
                 with open(args.out / f"{name}.csv", "w", newline="") as f:
                     csv.writer(f).writerows([("env_steps", column), *res.pop("curve")])
-                summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res}
+                summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res,
+                                 **({} if who == "cleanrl" else {"ranks": args.ranks})}  # (the analysis keeps layouts apart)
                 summary_path.write_text(json.dumps(summary, indent=1) + "\n")
                 ret = "no episode ended" if res["final_return"] is None else f"return {res['final_return']:.1f}"
                 rate = f"{res['steps_per_s']:.0f} steps/s" if res["steps_per_s"] else "no rate printed"

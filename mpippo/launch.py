@@ -205,8 +205,9 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
     job killed (mpirun and its ranks: a killed mpirun alone would leave its ranks running).
     extra_env: variables for the ranks (one node: mpirun passes its environment on).
     stop_grace_s: for a run whose folder is kept (one that resumes), a stop of the caller is passed on
-    as "checkpoint and stop" and the job gets this long to do it (a TrainerError with its exit 4);
-    0 (runs in temporary folders): the job is killed at once."""
+    as "checkpoint and stop" and the job gets this long to do it (a TrainerError with its exit code:
+    4 stopped, 3 requeued, another if it failed meanwhile); 0 (runs in temporary folders): the job is
+    killed at once."""
     from mpippo.files import read_metrics  # the config behind it: the launcher itself never loads it
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
     env.update(extra_env or {})
@@ -219,12 +220,13 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
         except subprocess.TimeoutExpired:
             end_job(proc)
             raise
-        except BaseException:  # the tool stopped (toolcli.Stopped)
-            if not stop_grace_s or (err := checkpoint_and_stop(proc, ranks, stop_grace_s)) is None:
+        except BaseException:  # the caller stopped (toolcli.Stopped; a KeyboardInterrupt without a tool's handlers)
+            err = checkpoint_and_stop(proc, ranks, stop_grace_s) if stop_grace_s else None
+            if err is None or proc.returncode == 0:  # not ended in time (or finished: the stop stands)
                 end_job(proc)  # the whole job goes
                 raise
-            raise TrainerError(f"{ranks} rank(s) stopped (exit {proc.returncode}):\n{err.strip()[-3000:]}",
-                               proc.returncode) from None
+            raise TrainerError(f"{ranks} rank(s) ended on the stop (exit {proc.returncode}):\n"
+                               f"{err.strip()[-3000:]}", proc.returncode) from None
     if proc.returncode != 0:
         raise TrainerError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}", proc.returncode)
     m = read_metrics(out_dir)
@@ -234,21 +236,23 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
 
 def checkpoint_and_stop(proc: subprocess.Popen, ranks: int, grace_s: float) -> str | None:
     """SIGUSR2 to mpirun (forwarded: every rank checkpoints at its next iteration boundary and exits 4);
-    the job's stderr if it did so within `grace_s`, else None (the caller ends the job). Ranks that do
-    not listen yet have nothing to keep, and SIGUSR2 would kill them uncleanly: None at once. A Ctrl-C
-    while it waits is a person's "now", as mpippo.launch's second one: None at once."""
-    if proc.poll() is not None or not ranks_listening(proc.pid, ranks):
-        return None
+    the job's stderr once it has ended within `grace_s` (its exit code says how), else None (the caller
+    ends the job). Ranks that do not listen yet have nothing to keep, and SIGUSR2 would kill them
+    uncleanly: None at once. A Ctrl-C while it waits is a person's "now", as mpippo.launch's second
+    one: None at once (its handler comes first, so that none is lost; an ignored SIGINT stays so)."""
     now: list[int] = []
-    hears = threading.current_thread() is threading.main_thread()  # (only it may set a handler)
+    hears = (threading.current_thread() is threading.main_thread()  # (only it may set a handler)
+             and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
     old = signal.signal(signal.SIGINT, lambda *_: now.append(1)) if hears else None
     try:
-        proc.send_signal(signal.SIGUSR2)
+        if proc.poll() is None and not ranks_listening(proc.pid, ranks):
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGUSR2)
         deadline = time.monotonic() + grace_s
         while not now and time.monotonic() < deadline:
             try:
-                _, err = proc.communicate(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))
-                return err if proc.returncode in (3, 4) else None
+                return proc.communicate(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))[1]
             except subprocess.TimeoutExpired:
                 continue
         return None

@@ -317,8 +317,8 @@ def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, resume: s
         if isinstance(e, launch.TrainerError) and e.code in (EXIT_REQUEUE, EXIT_STOPPED):  # its exits after a signal
             kept = (Path(out_dir) / "checkpoints" / "latest.pt").exists()  # (none: stopped during its start-up)
             raise RunStopped(f"{what} in '{shown(out_dir)}' stopped on a signal (exit {e.code}) "
-                             + ("with its checkpoint written" if kept else "before it trained anything")
-                             + (f"; {resume}" if resume else "")) from None
+                             + (f"with its checkpoint written{f'; {resume}' if resume else ''}" if kept
+                                else "before it trained anything; the same command starts it again")) from None
         head, _, tail = str(e).partition("\n")
         lines = [ln.strip() for ln in tail.replace("\x00", "").splitlines() if ln.strip(" -\x00")]
         sys.stderr.write("".join(f"  {ln}\n" for ln in lines[-40:]))

@@ -142,5 +142,8 @@ def test_a_run_on_another_rank_count_is_named_for_it_and_trained_on_it(tmp_path,
     assert peer_parity._main(argv + ["--ranks", "1"]) == 0
     assert peer_parity._main(argv) == 0  # the 2-rank run is not the 1-rank one's: it runs too
     assert calls == [("mpippo-Pong-s1-1rank", 1), ("cleanrl-Pong-s1", None), ("mpippo-Pong-s1", 2)]
-    assert set(json.loads((tmp_path / "o" / "runs.json").read_text())) == {"mpippo-Pong-s1-1rank", "cleanrl-Pong-s1",
-                                                                          "mpippo-Pong-s1"}
+    runs = json.loads((tmp_path / "o" / "runs.json").read_text())
+    assert set(runs) == {"mpippo-Pong-s1-1rank", "cleanrl-Pong-s1", "mpippo-Pong-s1"}
+    # the field the analysis keeps layouts apart by (the names are only for people)
+    assert runs["mpippo-Pong-s1-1rank"]["ranks"] == 1 and runs["mpippo-Pong-s1"]["ranks"] == 2
+    assert "ranks" not in runs["cleanrl-Pong-s1"]

@@ -222,7 +222,7 @@ def test_the_avx2_emulation_gives_avx2_kernels_and_fp32(tmp_path):
                  "the same command resumes it"),
     (3, True, 4, "stopped on a signal (exit 3) with its checkpoint written"),
     (4, False, 4, "mpippo: tool: mpippo on Pong in 'run' stopped on a signal (exit 4) before it trained anything; "
-                  "the same command resumes it"),
+                  "the same command starts it again"),
     (1, True, 1, "mpippo: error: tool: mpippo on Pong in 'run': 2 rank(s) failed (exit 1): ValueError: bad"),
 ])
 def test_a_tool_reports_a_run_stopped_by_a_signal_as_stopped_not_failed(monkeypatch, capsys, tmp_path, code,
