@@ -467,6 +467,9 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.1)
     assert len(made()) == 2  # a temporary folder, and the job's shared-memory folder
+    import psutil
+    job = psutil.Process(proc.pid).children(recursive=True)  # mpirun and its ranks (in a session of their own)
+    assert any("run_mpi.py" in " ".join(p.cmdline()) for p in job)
     for name in sig.split("+"):
         os.kill(proc.pid, getattr(signal, name))
     out, err = proc.communicate(timeout=60)
@@ -475,7 +478,7 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
             f"and its temporary folders removed" for name in sig.split("+")}  # (pending ones: Python's order)
     assert err.strip().splitlines()[-1] in said and err.count("mpippo:") == 1, err[-2000:]
     assert "Traceback" not in err and made() == [] and not (tmp_path / "r.json").exists()
-    assert not [p for p in __import__("psutil").process_iter() if _in_session(p, proc.pid)]
+    assert not [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _as_from_a_terminal():
@@ -483,14 +486,6 @@ def _as_from_a_terminal():
     ignored signal stays ignored in a child (Python then installs no KeyboardInterrupt handler)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _in_session(p, sid: int) -> bool:
-    import os
-    try:
-        return os.getsid(p.pid) == sid
-    except OSError:
-        return False
 
 
 # a tool (as benchmarks/peer_parity.py) training a run that resumes: the folder is kept
