@@ -242,6 +242,11 @@ def wait_passing_stop(proc: subprocess.Popen) -> int:
         return code
 
 
+def run_tag(precision: str | None, ranks: int) -> str:
+    """The suffix of an mpippo run's name off the comparison's defaults (fp32, 2 ranks): -bf16, -1rank."""
+    return (f"-{precision}" if precision not in (None, "fp32") else "") + (f"-{ranks}rank" if ranks != 2 else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     return run("peer_parity", _main, argv)
 
@@ -287,8 +292,7 @@ def _main(argv: list[str] | None) -> int:
     for env in args.envs:
         for seed in args.seeds:
             for who in who_runs:
-                tag = "" if who == "cleanrl" else ((f"-{args.precision}" if args.precision not in (None, "fp32") else "")
-                                                   + (f"-{args.ranks}rank" if args.ranks != 2 else ""))
+                tag = "" if who == "cleanrl" else run_tag(args.precision, args.ranks)
                 name = f"{who}-{env}-s{seed}{tag}"
                 if args.fresh and (args.runs / name).exists():
                     shutil.rmtree(args.runs / name)

@@ -245,9 +245,9 @@ def checkpoint_and_stop(proc: subprocess.Popen, ranks: int, grace_s: float) -> s
              and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
     old = signal.signal(signal.SIGINT, lambda *_: now.append(1)) if hears else None
     try:
-        if proc.poll() is None and not ranks_listening(proc.pid, ranks):
-            return None
-        if proc.poll() is None:
+        if proc.poll() is None:  # (one that has ended already: its stderr below)
+            if not ranks_listening(proc.pid, ranks):
+                return None
             proc.send_signal(signal.SIGUSR2)
         deadline = time.monotonic() + grace_s
         while not now and time.monotonic() < deadline:

@@ -467,9 +467,7 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.1)
     assert len(made()) == 2  # a temporary folder, and the job's shared-memory folder
-    import psutil
-    job = psutil.Process(proc.pid).children(recursive=True)  # mpirun and its ranks (in a session of their own)
-    assert any("run_mpi.py" in " ".join(p.cmdline()) for p in job)
+    job = _job_under(proc)
     for name in sig.split("+"):
         os.kill(proc.pid, getattr(signal, name))
     out, err = proc.communicate(timeout=60)
@@ -478,7 +476,21 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
             f"and its temporary folders removed" for name in sig.split("+")}  # (pending ones: Python's order)
     assert err.strip().splitlines()[-1] in said and err.count("mpippo:") == 1, err[-2000:]
     assert "Traceback" not in err and made() == [] and not (tmp_path / "r.json").exists()
-    assert not [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not _still_running(job)
+
+
+def _job_under(proc) -> list:
+    """The training job a tool started: mpirun and its ranks, in a session of their own (so the tool's
+    session never holds them); taken while it trains, to check afterwards that none is left."""
+    import psutil
+    job = psutil.Process(proc.pid).children(recursive=True)
+    assert any("run_mpi.py" in " ".join(p.cmdline()) for p in job)
+    return job
+
+
+def _still_running(job: list) -> list:
+    import psutil
+    return [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _as_from_a_terminal():
@@ -513,7 +525,6 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     import subprocess
     import time
 
-    import psutil
     from conftest import ROOT, mpi_env
     from mpippo import launch, toolcli
     from mpippo.checkpoint import load_checkpoint
@@ -530,8 +541,7 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     while not (run / "benchmark_metrics.json").exists():  # its first iteration done: start-up is over
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.1)
-    job = psutil.Process(proc.pid).children(recursive=True)  # mpirun and its rank (in a session of their own)
-    assert any("run_mpi.py" in " ".join(p.cmdline()) for p in job)
+    job = _job_under(proc)
     for name in signals.split("+"):
         os.kill(proc.pid, getattr(signal, name))
         time.sleep(2)  # (the second comes once the tool waits for the checkpoint, as a person's would)
@@ -548,4 +558,4 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
         ckpt = load_checkpoint((run / "checkpoints" / "latest.pt").read_bytes())
         assert ckpt["iteration"] == 2  # where it was: the end of the iteration the signals came in
     assert "Traceback" not in err
-    assert not [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not _still_running(job)
