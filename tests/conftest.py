@@ -279,8 +279,9 @@ def pytest_runtest_protocol(item, nextitem):
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         return r.ru_utime + r.ru_stime
-    c0, t0 = cpu(), time.monotonic()
+    c0, t0, start = cpu(), time.monotonic(), time.time()
     yield
-    with open(path, "a") as f:
+    with open(path, "a") as f:  # the start and the worker: each worker's timeline, its waits beside the other's work
         f.write(json.dumps({"test": item.nodeid, "cpu_s": round(cpu() - c0, 2),
-                            "wall_s": round(time.monotonic() - t0, 2)}) + "\n")
+                            "wall_s": round(time.monotonic() - t0, 2), "start": round(start, 2),
+                            "worker": os.environ.get("PYTEST_XDIST_WORKER", "-")}) + "\n")

@@ -17,9 +17,9 @@ from conftest import PYTHONPATH, ROOT, SMOKE_TOY, metrics, ok, trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "local_cluster.sh"
+# 2 ranks x 4 envs x 32 steps of starpilot per iteration: slow enough for a signal to land mid-run
+STARPILOT = ["--config", "configs/smoke.yaml", "--set", "env.name=starpilot"]
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
-# 2 ranks x 4 envs x 32 steps of starpilot per iteration, replica checks at every iteration
-SMALL = ["--config", "configs/smoke.yaml", "--set", "env.name=starpilot"]
 
 
 def _can_run_slurm() -> str | None:
@@ -151,16 +151,19 @@ def test_ppo_48core_at_48_ranks(cluster, tmp_path):
           f"peak memory {m['peak_rss_mb_total'] / 1024:.1f} GiB total, {max(m['peak_rss_mb_per_rank']):.0f} MB max per rank")
 
 
+# toy-cue: the point is the node-range script's requeue onto fewer nodes and the re-sharded resume, which
+# every env family takes alike (procgen's own re-sharding is test_reshard.py's); procgen's first env cost
+# each of the job's 6 rank starts about 2 s of CPU
 def test_node_range_job_runs_on_both_nodes_and_requeued_onto_one_continues_to_its_budget(cluster, tmp_path):
     """ppo_multinode.sh with a node range (--nodes=1-2, 2 tasks per node): it starts on both nodes
     (4 ranks over TCP); then one node is drained and the job requeued by USR1: it resumes on the
-    one node it gets (2 ranks), its 8 starpilot games re-sharded, and ends on its exact budget."""
+    one node it gets (2 ranks), its 8 games re-sharded, and ends on its exact budget."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     budget = 6 * 256  # 6 iterations of 8 envs x 32 steps
     # rank 0 sleeps 2 s in iterations 3 and 4: the USR1 sent after iteration 2 lands mid-run
     env = job_env(run_dir, OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,tcp",
                   MPIPPO_FAULT="rank=0,iteration=3,kind=slow,count=2,seconds=2")
-    args = SMALL + ["--total-timesteps", str(budget), "--set", "logging.print_interval=1"]
+    args = SMOKE_TOY + ["--total-timesteps", str(budget), "--set", "logging.print_interval=1"]
     job = sbatch("ppo_multinode.sh", ["--partition=multi", "--nodes=1-2", "--ntasks-per-node=2"], args, env, out)
     wait_for_text(out, "iter     2", 300)
     m = metrics(run_dir)
@@ -188,10 +191,10 @@ def test_requeued_by_usr1_then_preempted_resumes_to_the_exact_uninterrupted_resu
     on its budget with the parameters of the same run left alone. (One job for both ways: each requeue
     costs a job's start, and two jobs proved nothing one does not.)"""
     steps, ref_dir = 16 * 256, tmp_path / "uninterrupted"
-    ok(trainer(2, SMALL + ["--total-timesteps", str(steps), "--output-dir", str(ref_dir), "--no-progress",
+    ok(trainer(2, STARPILOT + ["--total-timesteps", str(steps), "--output-dir", str(ref_dir), "--no-progress",
                            "--set", "parallel.threads_per_rank=1"]))
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    args = SMALL + ["--total-timesteps", str(steps), "--set", "logging.print_interval=1",
+    args = STARPILOT + ["--total-timesteps", str(steps), "--set", "logging.print_interval=1",
                     "--set", "checkpoint.interval_iterations=0"]
     job = sbatch("ppo_48core.sh", ["--ntasks=2"], args, job_env(run_dir), out)
     wait_for_text(out, "iter     2", 240)

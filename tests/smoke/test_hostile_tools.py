@@ -456,7 +456,8 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
     from mpippo import launch
     env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
     proc = subprocess.Popen([sys.executable, "benchmarks/cutoff_bench.py", "--slow", "0", "--iterations", "10000",
-                             "--envs-per-rank", "2", "--n-steps", "8", "--no-learning", "--out", str(tmp_path / "r.json")],
+                             "--envs-per-rank", "2", "--n-steps", "8", "--no-learning", "--env", "toy-cue",
+                             "--out", str(tmp_path / "r.json")],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_as_from_a_terminal)
     mine = launch.owned_prefix("x").replace(f".{os.getpid()}-", f".{proc.pid}-").split("-x-")[1]
