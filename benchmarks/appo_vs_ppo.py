@@ -24,6 +24,7 @@ from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, UsageError, Maybe, Parser,
                      conform, count, number, output_folder, ranks_fit, run, shown, write_json)
 
 from mpippo import launch  # noqa: E402
+from mpippo.checkpoint import latest_path  # noqa: E402
 from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
 from mpippo.runlock import LOCK_NAME  # noqa: E402
 
@@ -42,7 +43,7 @@ def fresh_args(config: str, args) -> list[str]:
 
 
 def checkpoint_of(folder: Path) -> Path | None:
-    return next((p for p in (folder / "checkpoints" / "latest.pt", folder / "agent_0" / "checkpoints" / "latest.pt")
+    return next((p for p in (latest_path(folder), latest_path(folder / "agent_0"))
                  if p.is_file()), None)
 
 

@@ -68,6 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from results_file import check_out, result_path  # noqa: E402  (benchmarks/)
 from mpippo import launch  # noqa: E402
+from mpippo.checkpoint import latest_path  # noqa: E402
 from mpippo.toolcli import UsageError, Parser, ToolFailure, count, number, run, run_trainer, write_json  # noqa: E402
 
 TOOL = "gpu-check"
@@ -276,7 +277,7 @@ def resume_row(budget: dict, device: str, tmp: Path) -> dict:
     trainer(1, [*base, "--total-timesteps", str(half)], tmp / "halves", device, cores_per_rank(1))
     run_trainer(1, ["--resume", "--total-timesteps", str(2 * half), "--no-progress"], tmp / "halves", "the resumed run",
                 timeout=600, threads=cores_per_rank(1))
-    a, b, c = (torch.load(tmp / d / "checkpoints" / "latest.pt", weights_only=False)["model"]
+    a, b, c = (torch.load(latest_path(tmp / d), weights_only=False)["model"]
                for d in ("whole", "halves", "again"))
     gap = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
     repeat = max(float((a[k].float() - c[k].float()).abs().max()) for k in a)

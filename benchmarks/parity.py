@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, output_folder, ranks_fit, run, seed, shown)
 
+from mpippo.checkpoint import latest_path  # noqa: E402
 from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
 from mpippo.runlock import LOCK_NAME  # noqa: E402
 
@@ -73,7 +74,7 @@ def trainer_args(run_dir: Path, game: str, seed_: int, args) -> list[str]:
     if args.parallel > 1:  # runs side by side share the cores, and none may bind (they would stack)
         cores = len(os.sched_getaffinity(0))
         out += ["--set", f"parallel.threads_per_rank={max(1, cores // (args.parallel * args.ranks))}"]
-    if (run_dir / "checkpoints" / "latest.pt").is_file():
+    if latest_path(run_dir).is_file():
         return out + ["--resume"]
     return out + ["--set", f"env.name={game}", "--total-timesteps", str(BUDGETS[game]), "--seed", str(seed_),
                   "--set", f"training.precision={args.precision}", *[a for s in args.set for a in ("--set", s)]]

@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailure, count, run,  # noqa: E402
                             run_trainer, shown)
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
+from mpippo.checkpoint import latest_path  # noqa: E402
 from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
 
 TYRO = "tyro==1.0.17"
@@ -178,7 +179,7 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
     time and steps/s are those of the resumed part (`resumed` says so). `apex`: the family's Ape-X DQN
     instead of its PPO config."""
     from mpippo.runs import read_curve
-    resume = ["--resume"] if (folder / "checkpoints" / "latest.pt").exists() else []
+    resume = ["--resume"] if latest_path(folder).exists() else []
     if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
         shutil.rmtree(folder)
     argv = [*(fam.apex if apex else ("--config", fam.config)), "--set", f"env.name={fam.ours.format(env)}",

@@ -22,7 +22,17 @@ from mpippo import faults
 from mpippo.config import UsageError, show
 from mpippo.files import atomic_write_bytes
 
-LATEST = "latest.pt"
+CHECKPOINTS, LATEST = "checkpoints", "latest.pt"  # a run folder's checkpoints/latest.pt: this module owns the place
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    """Where a run folder keeps its checkpoints (a multi-agent run: each agent's folder has its own)."""
+    return Path(run_dir) / CHECKPOINTS
+
+
+def latest_path(run_dir: str | Path) -> Path:
+    """The checkpoint --resume, evaluate and the suite read from a run folder."""
+    return checkpoint_dir(run_dir) / LATEST
 
 
 def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last: int) -> Path:

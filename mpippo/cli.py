@@ -24,7 +24,7 @@ import yaml
 
 from mpippo import config as C
 from mpippo import hostmem, preemption, runctl, runlock
-from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes, require_checkpoint
+from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo.comm import World
 from mpippo.errors import JobFailure
@@ -133,8 +133,8 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
     if resume:
         if run_dir.is_dir():  # first: a run still training there may not have written its checkpoint yet
             _lock(run_dir, start)
-        if not (run_dir / "agent_0" / "checkpoints" / LATEST).is_file():  # several DQN agents: one folder each
-            require_checkpoint(run_dir / "checkpoints" / LATEST)
+        if not latest_path(run_dir / "agent_0").is_file():  # several DQN agents: one folder each
+            require_checkpoint(latest_path(run_dir))
         return run_dir
     if run_dir.exists() and (not run_dir.is_dir() or any(p.name != runlock.LOCK_NAME for p in run_dir.iterdir())):
         if run_dir.is_dir() and (who := runlock.holder(run_dir)):
@@ -177,10 +177,10 @@ def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:
 
 
 def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
-    if not (run_dir / "checkpoints" / LATEST).is_file():
+    if not latest_path(run_dir).is_file():
         raise C.UsageError(f"--resume: '{run_dir}' holds actor-learner agent checkpoints (agent_*/), not a "
                             f"{algo} run")
-    return read_checkpoint_bytes(run_dir / "checkpoints" / LATEST)
+    return read_checkpoint_bytes(latest_path(run_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +294,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
         else:
             state = None
             if args.resume:
-                path = run_dir / "checkpoints" / LATEST
+                path = latest_path(run_dir)
                 state = load_checkpoint(_on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
                                         str(path), cfg.training.algo)
             from mpippo.runners.sync import SyncTrainer  # torch: after the config is agreed
@@ -320,7 +320,7 @@ def _write_config(run_dir: Path, cfg: C.Config) -> None:
     try:
         atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
         if not C.actor_learner(cfg):  # (a learner makes its agent's folder)
-            (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise C.UsageError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({e.strerror or e})") from None
 

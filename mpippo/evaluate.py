@@ -27,8 +27,8 @@ import numpy as np
 from mpippo import config as C
 from mpippo import runctl
 from mpippo.algos import registry
-from mpippo.checkpoint import load_checkpoint, read_checkpoint_bytes
-from mpippo.files import atomic_write_json, missing_folders, remove_if_empty
+from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
+from mpippo.files import METRICS, atomic_write_json, missing_folders, remove_if_empty
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
@@ -62,7 +62,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def resolve_checkpoint(path: str) -> Path:
     p = Path(path)
-    return p / "checkpoints" / "latest.pt" if p.is_dir() else p
+    return latest_path(p) if p.is_dir() else p
 
 
 def build_policy(state: dict):
@@ -268,9 +268,9 @@ def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
     if path is None:
         return
     out, ckpt = _real(path), _real(checkpoint)
-    run_files = {ckpt.parent.parent / "benchmark_metrics.json", ckpt.parent.parent / "config.yaml"} \
-        if ckpt.parent.name == "checkpoints" else set()
-    if out == ckpt or (ckpt.parent.name == "checkpoints" and out.parent == ckpt.parent) or out in run_files:
+    in_run = ckpt.parent.name == CHECKPOINTS
+    run_files = {ckpt.parent.parent / METRICS, ckpt.parent.parent / "config.yaml"} if in_run else set()
+    if out == ckpt or (in_run and out.parent == ckpt.parent) or out in run_files:
         raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files "
                             f"({'the checkpoint' if out == ckpt else out.name}); give another name")
 

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from mpippo.checkpoint import latest_path
 from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo import config as C
 from mpippo import launch
@@ -315,7 +316,7 @@ def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, resume: s
         return launch.run_trainer(ranks, argv, out_dir, **({"stop_grace_s": 300.0} if resume else {}) | kw)
     except RuntimeError as e:  # "<n> rank(s) failed (exit <code>):" and the trainer's stderr tail
         if isinstance(e, launch.TrainerError) and e.code in (EXIT_REQUEUE, EXIT_STOPPED):  # its exits after a signal
-            kept = (Path(out_dir) / "checkpoints" / "latest.pt").exists()  # (none: stopped during its start-up)
+            kept = latest_path(out_dir).exists()  # (none: stopped during its start-up)
             raise RunStopped(f"{what} in '{shown(out_dir)}' stopped on a signal (exit {e.code}) "
                              + (f"with its checkpoint written{f'; {resume}' if resume else ''}" if kept
                                 else "before it trained anything; the same command starts it again")) from None

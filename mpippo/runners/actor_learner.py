@@ -30,7 +30,7 @@ import torch
 from mpippo import models, resume
 from mpippo.algos import implementations
 from mpippo.algos.policy_gradient import autocast
-from mpippo.checkpoint import LATEST, load_checkpoint, read_checkpoint_bytes
+from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 from mpippo.config import Config, UsageError, agent_folder, algorithm, layout_section
@@ -64,7 +64,7 @@ class Agent:
 
     @property
     def ckpt_dir(self) -> Path:
-        return self.run_dir / "checkpoints"
+        return checkpoint_dir(self.run_dir)
 
     @property
     def model_spec(self) -> dict:
@@ -146,7 +146,7 @@ class ActorLearnerRun:
         return state
 
     def read_checkpoint(self) -> dict:
-        path = self.agent.ckpt_dir / LATEST
+        path = latest_path(self.agent.run_dir)
         state = load_checkpoint(read_checkpoint_bytes(path), str(path), self.algo.name)
         self.resume_notes = resume.check(state["config"], self.cfg)  # the same game and levels, or one line
         if self.cfg.selfplay.enabled and "selfplay" not in state:

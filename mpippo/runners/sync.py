@@ -27,7 +27,7 @@ from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
 from mpippo.algos.contracts import REPORTED_STATS
 from mpippo.algos.policy_gradient import (GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std,
                                           minibatch_shares)
-from mpippo.checkpoint import save_checkpoint
+from mpippo.checkpoint import checkpoint_dir, save_checkpoint
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
@@ -418,7 +418,7 @@ class SyncTrainer:
         error = ""
         if self.world.is_root:
             try:
-                save_checkpoint(self.run_dir / "checkpoints", self.state_dict(rank_states), self.iteration,
+                save_checkpoint(checkpoint_dir(self.run_dir), self.state_dict(rank_states), self.iteration,
                                 self.cfg.checkpoint.keep_last)
             except OSError as e:  # disk full, quota, permissions: the previous latest.pt is untouched
                 error = (f"checkpoint: writing iteration {self.iteration} to '{self.run_dir / 'checkpoints'}' failed "

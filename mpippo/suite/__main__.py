@@ -136,7 +136,7 @@ def _plan(suite: spec.Suite, args, members: list, elsewhere: list = ()) -> int |
         print(note, flush=True)
     if args.dry_run:
         for m in members:
-            print(f"  {m.index:>3} {m.key}: {'resume' if (m.folder / 'checkpoints' / 'latest.pt').is_file() else ' '.join(m.args)}")
+            print(f"  {m.index:>3} {m.key}: {'resume' if state.has_checkpoint(m) else ' '.join(m.args)}")
         return 0
     return None if members else 0
 

@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from mpippo import files, runlock
+from mpippo.checkpoint import latest_path
 from mpippo.config import UsageError, canonical_env_name, show
 from mpippo.suite.spec import Member, Suite, SuiteError, read_manifest
 
@@ -52,7 +53,7 @@ def finished(member: Member, budget: int, m: dict | None = None) -> bool:
 
 
 def has_checkpoint(member: Member) -> bool:
-    return (member.folder / "checkpoints" / "latest.pt").is_file()
+    return latest_path(member.folder).is_file()
 
 
 def running(member: Member) -> str | None:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from mpippo import runlock
+from mpippo.checkpoint import latest_path
 from mpippo.launch import die_with_parent
 from mpippo.files import missing_folders, remove_if_empty
 from mpippo.usage import UsageError
@@ -41,7 +42,7 @@ def set_aside(folder: Path) -> Path | None:
     nothing to resume, and the trainer refuses a non-empty folder without --resume: it is renamed
     aside (kept, never deleted) so the member can start afresh. Returns the new name, if moved.
     A folder whose lock a trainer holds is never moved (SuiteError): it is being written."""
-    if not folder.is_dir() or (folder / "checkpoints" / "latest.pt").is_file() \
+    if not folder.is_dir() or latest_path(folder).is_file() \
             or not any(p.name != runlock.LOCK_NAME for p in folder.iterdir()):  # a lock file alone: empty
         return None
     who = runlock.holder(folder)
