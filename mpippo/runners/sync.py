@@ -417,11 +417,11 @@ class SyncTrainer:
         rank_states = self.world.gather_obj(self.rank_state())
         error = ""
         if self.world.is_root:
+            folder = checkpoint_dir(self.run_dir)
             try:
-                save_checkpoint(checkpoint_dir(self.run_dir), self.state_dict(rank_states), self.iteration,
-                                self.cfg.checkpoint.keep_last)
+                save_checkpoint(folder, self.state_dict(rank_states), self.iteration, self.cfg.checkpoint.keep_last)
             except OSError as e:  # disk full, quota, permissions: the previous latest.pt is untouched
-                error = (f"checkpoint: writing iteration {self.iteration} to '{self.run_dir / 'checkpoints'}' failed "
+                error = (f"checkpoint: writing iteration {self.iteration} to '{folder}' failed "
                          f"({e.strerror or e}); the previous checkpoint is intact")
         (failed,) = self.world.agree([bool(error)])
         if failed:
