@@ -42,6 +42,28 @@ def test_wins_in_rows_columns_and_both_diagonals(rows, col, expect):
     assert won is expect
 
 
+def four_through(board: np.ndarray, r: int, c: int) -> bool:
+    """The rule read literally: some window of four cells in a line holds (r, c) and only its stone's colour."""
+    who = board[r, c]
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        for start in range(-3, 1):
+            cells = [(r + (start + k) * dr, c + (start + k) * dc) for k in range(4)]
+            if all(0 <= y < ROWS and 0 <= x < COLS and board[y, x] == who for y, x in cells):
+                return True
+    return False
+
+
+def test_wins_at_agrees_with_the_rule_read_literally_on_random_boards():
+    """wins_at gathers the 24 cells of a padded board at once; here every window of four is scanned."""
+    rng = np.random.default_rng(7)
+    boards = rng.integers(-1, 2, size=(3000, ROWS, COLS)).astype(np.int8)
+    rows, cols = rng.integers(0, ROWS, 3000), rng.integers(0, COLS, 3000)
+    boards[np.arange(3000), rows, cols] = rng.choice(np.array([-1, 1], dtype=np.int8), 3000)
+    expect = np.array([four_through(b, r, c) for b, r, c in zip(boards, rows, cols)])
+    assert 100 < expect.sum() < 2900  # both verdicts are well represented
+    assert (wins_at(boards, rows, cols) == expect).all()
+
+
 def test_stone_lands_on_top_and_full_columns_are_masked():
     board = board_from([".x.....", ".o.....", ".x.....", ".o.....", ".x.....", ".o....x"])
     assert legal_mask(board)[0].tolist() == [True, False, True, True, True, True, True]
