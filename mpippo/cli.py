@@ -290,14 +290,16 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     try:
         if C.actor_learner(cfg):  # each learner reads its own agent's checkpoint
             from mpippo.runners.actor_learner import ActorLearnerRun  # torch: after the config is agreed
+            runctl.freeze_imports()
             trainer = ActorLearnerRun(cfg, world, run_dir, resume=args.resume)
         else:
+            from mpippo.runners.sync import SyncTrainer  # torch: after the config is agreed
+            runctl.freeze_imports()
             state = None
             if args.resume:
                 path = latest_path(run_dir)
                 state = load_checkpoint(_on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
                                         str(path), cfg.training.algo)
-            from mpippo.runners.sync import SyncTrainer  # torch: after the config is agreed
             trainer = SyncTrainer(cfg, world, run_dir, resume_state=state)
     except C.UsageError as e:
         errors = e.errors

@@ -321,6 +321,8 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     except OSError as e:
         raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
     data = read_checkpoint_bytes(path)  # size-checked before it is read
+    import mpippo.algos.implementations  # noqa: F401  (torch and the algorithms: what the checkpoint needs)
+    runctl.freeze_imports()
     state = load_checkpoint(data, str(path))
     if (problem := memory_problem(state, args.num_envs)):
         raise C.UsageError(problem)

@@ -245,14 +245,15 @@ def test_a_tool_reports_a_run_stopped_by_a_signal_as_stopped_not_failed(monkeypa
 
 
 def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
-    """run_mpi.py turns the cyclic collector off first thing; once the trainer is built, what start-up made
-    is frozen and the collector is on again for the run (a run without it would keep every reference
+    """run_mpi.py turns the cyclic collector off first thing and freezes what the imports made; once the
+    trainer is built, what start-up made is frozen too and the collector is on again for the run (a run without it would keep every reference
     cycle it makes). In-process: a no-op where the collector was on."""
     import gc
     import subprocess
     import sys
     import weakref
     frozen = gc.get_freeze_count()
+    runctl.freeze_imports()
     runctl.end_startup_gc_pause()
     assert gc.isenabled() and gc.get_freeze_count() == frozen
 
@@ -260,7 +261,9 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
         pass
     gc.disable()
     try:
-        node = Node()
+        runctl.freeze_imports()  # what the imports made: set aside, never scanned
+        assert gc.get_freeze_count() > frozen
+        node = Node()  # made after the imports (a checkpoint is read after them)
         node.me = node
         dropped = weakref.ref(node)
         del node
