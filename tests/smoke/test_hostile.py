@@ -8,6 +8,7 @@ The cases run two at a time; each has its own test.
 """
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ import torch
 import hostile
 from conftest import MPIRUN, ROOT, fake_wandb, finish, mpi_env, ok, start, trainer, wait_for_line, wandb_home
 from mpippo import runlock
+from mpippo.checkpoint import latest_path
 from hostile import Case
 from mpippo.launch import catches_usr1
 
@@ -57,16 +59,22 @@ def bases(tmp_path_factory) -> dict[str, Path]:
     return {"ppo": root / "ppo", "coinrun": root / "coinrun", "dqn": root / "dqn", "appo": root / "appo"}
 
 
-def edited(bases, tmp: Path, base: str, edit: Callable[[dict], object]) -> Path:
-    """A copy of a base run whose latest.pt went through edit(state) (test side: a trusted load)."""
-    run_dir = tmp / "run"
-    shutil.copytree(bases[base], run_dir)
-    path = run_dir / "checkpoints" / "latest.pt"
-    if edit is None:
-        return run_dir
+def edited_checkpoint(path: Path, edit: Callable[[dict], object]) -> bytes:
+    """The checkpoint at `path` after edit(state) (test side: a trusted load); edit may return a new state."""
     state = torch.load(path, weights_only=False)
     out = edit(state)
-    torch.save(state if out is None else out, path)
+    buf = io.BytesIO()
+    torch.save(state if out is None else out, buf)
+    return buf.getvalue()
+
+
+def edited(bases, tmp: Path, base: str, edit: Callable[[dict], object]) -> Path:
+    """A copy of a base run whose latest.pt went through edit(state)."""
+    run_dir = tmp / "run"
+    shutil.copytree(bases[base], run_dir)
+    if edit is not None:
+        path = latest_path(run_dir)
+        path.write_bytes(edited_checkpoint(path, edit))
     return run_dir
 
 
@@ -360,15 +368,10 @@ SCHEMA = [  # (id, base run, edit of its latest.pt's state, what the message say
 @pytest.mark.slow
 @pytest.mark.parametrize("base,edit,expect", [pytest.param(*c[1:], id=f"ckpt-{c[0]}") for c in SCHEMA])
 def test_the_checkpoint_schema_refuses_in_one_line(bases, base, edit, expect):
-    import io
-    from mpippo.checkpoint import latest_path, load_checkpoint
+    from mpippo.checkpoint import load_checkpoint
     from mpippo.usage import UsageError
-    state = torch.load(latest_path(bases[base]), weights_only=False)
-    out = edit(state)
-    buf = io.BytesIO()
-    torch.save(state if out is None else out, buf)
     with pytest.raises(UsageError) as e:  # the base's algorithm is the run's, as the trainer passes it
-        load_checkpoint(buf.getvalue(), "checkpoint", base)
+        load_checkpoint(edited_checkpoint(latest_path(bases[base]), edit), "checkpoint", base)
     assert len(e.value.errors) == 1 and "\n" not in e.value.errors[0] and expect in e.value.errors[0], e.value.errors
 
 
@@ -429,7 +432,7 @@ def _sparse(tmp: Path, bases, base: str, ranks=None, evaluate=False):
 def _truncated(tmp, bases):
     run_dir = tmp / "run"
     shutil.copytree(bases["ppo"], run_dir)
-    latest = run_dir / "checkpoints" / "latest.pt"
+    latest = latest_path(run_dir)
     latest.write_bytes(latest.read_bytes()[:1000])
     return None, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir)]
 
