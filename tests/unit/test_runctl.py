@@ -1,6 +1,7 @@
 """Shared run control: stop reasons and their precedence, exit codes, the episode window, device
 and thread policy; and that PPO and DQN report episode_return_mean the same way."""
 import os
+import re
 from pathlib import Path
 import numpy as np
 import pytest
@@ -215,6 +216,15 @@ def test_the_avx2_emulation_gives_avx2_kernels_and_fp32(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mpippo.machine"], env=env, capture_output=True, text=True, timeout=120)
     native, evidence = runctl.bf16_native(torch.device("cpu"), env={})
     assert out.stdout.strip().endswith(f"precision auto -> {'bf16' if native else 'fp32'} ({evidence})"), out.stdout
+    # a fresh process: the CPU seconds of its torch import, the VM's speed index (the probe above imported
+    # torch before asking, so its line has none); the family and model numbers tell VMs of one name apart
+    took = re.search(r"CPU kernels \w+, its import (\d+\.\d) s of CPU; ", out.stdout)
+    assert took and float(took.group(1)) > 0 and ", its import" not in line, (out.stdout, line)
+    with open("/proc/cpuinfo") as f:
+        first = f.read().split("\n\n", 1)[0]
+    family = re.search(r"^cpu family\s*:\s*(\d+)$", first, re.M)
+    model = re.search(r"^model\s*:\s*(\d+)$", first, re.M)
+    assert not (family and model) or f"(family {family.group(1)}, model {model.group(1)})," in out.stdout, out.stdout
 
 
 @pytest.mark.parametrize("code, checkpoint, exit_code, says", [
