@@ -186,6 +186,13 @@ def _section_classes() -> dict[str, type]:
     return {name: hints[name] for name in SECTIONS}
 
 
+def mapping_keys() -> set[tuple[str, str]]:
+    """(section, key) of the keys whose value is a mapping (env.kwargs): `--set env.kwargs.name=value`
+    sets one entry of it, the rest kept."""
+    return {(sec, file_key(sec, name)) for sec, cls in _section_classes().items()
+            for name, tp in typing.get_type_hints(cls).items() if tp is dict}
+
+
 def _type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is typing.Union:

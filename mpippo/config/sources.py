@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from mpippo.config.schema import MAX_CONFIG_BYTES, SECTIONS
+from mpippo.config.schema import MAX_CONFIG_BYTES, SECTIONS, mapping_keys
 from mpippo.rules import show
 from mpippo.usage import UsageError
 
@@ -90,12 +90,20 @@ def parse_override(item: str) -> tuple[str, str, Any]:
 
 
 def merge_overrides(data: dict, overrides: list[tuple[str, str, Any]]) -> dict:
+    """The overrides over the file's data (neither is changed). `section.key.entry=value` sets one entry
+    of a mapping key (`env.kwargs.noop_max=0`), where `section.key={...}` replaces the whole mapping."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or {}).items()}
+    mappings = mapping_keys()
     for section, key, value in overrides:
         sec = data.get(section)
         if sec is None:
             sec = data[section] = {}
-        if isinstance(sec, dict):  # a section that is not a mapping stays as it is: from_dict reports it
+        if not isinstance(sec, dict):  # a section that is not a mapping stays as it is: from_dict reports it
+            continue
+        head, _, entry = key.partition(".")
+        if entry and (section, head) in mappings and isinstance(sec.get(head, {}), (dict, type(None))):
+            sec[head] = {**(sec.get(head) or {}), entry: value}
+        else:  # (a damaged mapping stays as it is, with the dotted key beside it: from_dict reports both)
             sec[key] = value
     return data
 

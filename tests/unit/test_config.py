@@ -120,6 +120,24 @@ def test_override_parsing_types_values():
         C.parse_override("learning_rate")
 
 
+def test_a_dotted_override_sets_one_entry_of_a_mapping_key():
+    """--set env.kwargs.name=value sets that entry and keeps the others (the form the docs give for
+    Atari's options); --set env.kwargs={...} still replaces the mapping; a dotted key into a key that is
+    no mapping stays an unknown key; the file's data is not changed."""
+    base = {"env": {"name": "atari:Pong", "kwargs": {"noop_max": 10}}}
+    merged = C.merge_overrides(base, [C.parse_override("env.kwargs.repeat_action_probability=0.25")])
+    assert merged["env"]["kwargs"] == {"noop_max": 10, "repeat_action_probability": 0.25}
+    assert base["env"]["kwargs"] == {"noop_max": 10}
+    cfg = build({"env.name": "atari:Pong", "env.kwargs.noop_max": 0, "env.kwargs.reward_clip": False})
+    assert cfg.env.kwargs == {"noop_max": 0, "reward_clip": False}
+    later = [C.parse_override(o) for o in ("env.kwargs.noop_max=3", "env.kwargs={reward_clip: false}")]
+    assert C.merge_overrides(base, later)["env"]["kwargs"] == {"reward_clip": False}
+    assert any("env.kwargs.noop_max: 5000 is not an integer in [0, 1000]" in e
+               for e in errors_of({"env.name": "atari:Pong", "env.kwargs.noop_max": 5000}))
+    assert any(e.startswith("unknown key 'training.learning_rate.x'")
+               for e in errors_of({"training.learning_rate.x": 1}))
+
+
 def test_describe_lists_every_key():
     text = C.describe()
     assert "training:" in text and "learning_rate" in text and "num_envs_per_rank" in text
