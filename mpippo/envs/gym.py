@@ -146,6 +146,9 @@ class GymFamily(EnvFamily):
         if eid not in gym.envs.registry:
             near = difflib.get_close_matches(eid, list(gym.envs.registry), n=1)
             hint = f" (did you mean 'gym:{near[0]}'?)" if near else ""
+            game = re.fullmatch(r"ALE/([A-Za-z0-9]+)-v\d+|([A-Za-z0-9]+)NoFrameskip-v4", eid)
+            if game:  # ale-py's own ids: the Atari family has the games, with the preprocessing they need
+                hint = f" (Atari games are atari:<Game>: did you mean 'atari:{game.group(1) or game.group(2)}'?)"
             return [f"env.name: '{eid}' is not a registered Gymnasium id{hint}; your own env: name its module in "
                     f"env.import"]
         try:

@@ -80,6 +80,8 @@ def set_(key, value):
 CASES = [
     Case("gym-unknown-id", train(*CARTPOLE, *set_("env.name", "gym:CartPol-v1"), ranks=2),
          "'CartPol-v1' is not a registered Gymnasium id (did you mean 'gym:CartPole-v1'?)"),
+    Case("gym-ale-id", train(*CARTPOLE, *set_("env.name", "gym:ALE/Pong-v5")),
+         "'ALE/Pong-v5' is not a registered Gymnasium id (Atari games are atari:<Game>: did you mean 'atari:Pong'?)"),
     Case("gym-empty-id", train("--config", "TMP/c.yaml", "--no-progress", files={"c.yaml": 'env: {name: "gym:"}\n'}),
          "env.name: 'gym:' is not gym:<id> with a Gymnasium id"),
     Case("gym-module-in-id", train(*CARTPOLE, *set_("env.name", "gym:os:system")),
