@@ -2,6 +2,7 @@
 objects, a size bound) and `--set section.key=value` overrides merged into it."""
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,20 @@ def _strict_mapping(loader, node, deep=False):
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
 
 
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
+            "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+
+
 def _read_text(path: Path) -> str:
     """The file's text, or one UsageError line naming the path and what is wrong with it."""
     try:
         if path.is_dir():
             raise UsageError(f"config file: '{path}' is a folder; give a YAML file")
         if not path.is_file():
+            if path.exists():  # a FIFO would block the read, a device never end it
+                raise UsageError(f"config file: '{path}' is {_kind(path)}, not a regular file; give a YAML file")
             raise UsageError(f"config file not found: '{path}'")
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise UsageError(f"config file '{path}' has {path.stat().st_size:,} bytes; a config is a small YAML "

@@ -138,6 +138,14 @@ def drop(key: str):
 LOCK_IS = ".mpippo.lock' is {}, not mpippo's lock; mpippo keeps a folder's writer lock there"  # (after its path)
 
 
+def _fifo_config():
+    """A trainer given a FIFO for its config file (nothing ever writes into it)."""
+    def setup(tmp, bases):
+        os.mkfifo(tmp / "c.yaml")
+        return train("--config", "TMP/c.yaml")(tmp, bases)
+    return setup
+
+
 def _odd_lock(kind: str, base: str | None = None, ranks=None, extra=()):
     """A run folder whose lock file is `kind` (a link to a file of the user's, to the run's own
     checkpoint or to nothing; a FIFO; a folder; a hard link to the user's file): a fresh run into
@@ -218,6 +226,9 @@ CASES = [
     Case("config-too-large", train("--config", "TMP/c.yaml", files={"c.yaml": "#" * (2 << 20)}),
          "a config is a small YAML file"),
     Case("config-missing", train("--config", "configs/does_not_exist.yaml"), "config file not found"),
+    # a FIFO would block the read until a writer comes, a device never end it
+    Case("config-is-a-fifo", _fifo_config(), "is a FIFO, not a regular file"),
+    Case("config-is-a-device", train("--config", "/dev/zero"), "'/dev/zero' is a character device, not a regular file"),
     Case("config-malformed", train("--config", "TMP/c.yaml", files={"c.yaml": "training:\n  n_steps: [1, 2\n"}),
          "malformed YAML"),
     Case("config-non-string-key", train("--config", "TMP/c.yaml", files={"c.yaml": "training: {1: 2}\n"}),

@@ -1,4 +1,5 @@
 import dataclasses
+import os
 
 import pytest
 import yaml
@@ -110,6 +111,9 @@ def test_malformed_yaml_and_missing_file(tmp_path):
         C.load_yaml(bad)
     with pytest.raises(C.UsageError, match="config file not found: '.*nope.yaml'"):
         C.load_yaml(tmp_path / "nope.yaml")
+    os.mkfifo(tmp_path / "fifo.yaml")  # refused by what it is, without opening it (that would block)
+    with pytest.raises(C.UsageError, match="config file: '.*fifo.yaml' is a FIFO, not a regular file"):
+        C.load_yaml(tmp_path / "fifo.yaml")
 
 
 def test_override_parsing_types_values():
