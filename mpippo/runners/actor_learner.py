@@ -173,7 +173,10 @@ class ActorLearnerRun:
 
     def train(self, signals: SignalFlags | None = None) -> dict:
         signals = signals or SignalFlags()
-        return self.learn(signals) if self.is_learner else self.act(signals)
+        if self.is_learner:
+            self.env.close()  # it gave the spaces; the learner steps no env
+            return self.learn(signals)
+        return self.act(signals)
 
     # ---- the two roles, assembled ----
     def act(self, signals: SignalFlags) -> dict:
