@@ -43,6 +43,7 @@ from mpippo.toolcli import (Parser, ToolFailure, check_trainer, count, number, o
                             run_trainer, write_json)
 from peers import CLEANRL_COMMIT, adapted_script, steady_sps, target_install  # noqa: E402 (the peers' set-up)
 import ceiling  # noqa: E402 (this folder's)
+from mpippo.envs.atari import unknown_game  # noqa: E402
 from mpippo.machine import describe  # noqa: E402
 from mpippo.runctl import bf16_native  # noqa: E402
 
@@ -69,6 +70,9 @@ def game_name(text: str) -> str:
     """A game as both sides name it (EnvPool's '<Game>-v5', mpippo's 'atari:<Game>')."""
     if not re.fullmatch(r"[A-Z][A-Za-z0-9]{1,40}", text):
         raise argparse.ArgumentTypeError(f"{text[:60]!r} is not an ALE game in CamelCase such as Pong or MsPacman")
+    unknown = unknown_game(text, prefix="")  # before any run starts: a name no side can play
+    if unknown:
+        raise argparse.ArgumentTypeError(unknown)
     return text
 
 

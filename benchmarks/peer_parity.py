@@ -54,10 +54,11 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailure, count, run,  # noqa: E402
-                            run_trainer, shown)
+from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
+                            run, run_trainer, shown)
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
 from mpippo.checkpoint import latest_path  # noqa: E402
+from mpippo.envs.gym import unknown_id  # noqa: E402
 from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
 
 TYRO = "tyro==1.0.17"
@@ -126,9 +127,12 @@ def atari_script() -> Path:
 
 
 def gym_id(text: str) -> str:
-    """A Gymnasium id as both sides take it (name-vN); the trainer checks that it exists."""
+    """A Gymnasium id as both sides take it (name-vN), registered here."""
     if not re.fullmatch(r"[A-Za-z0-9_./-]{1,100}-v\d+", text):
         raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a Gymnasium id such as HalfCheetah-v5")
+    unknown = unknown_id(text, prefix="")  # before any run starts: an id neither side can make
+    if unknown:
+        raise argparse.ArgumentTypeError(unknown)
     return text
 
 
@@ -172,6 +176,13 @@ FAMILIES = {
 }
 
 
+def mpippo_argv(fam: Family, env: str, seed: int, steps: int, precision: str | None, apex: bool) -> list[str]:
+    """The trainer's options for mpippo's run (its PPO config, or with `apex` its Ape-X DQN)."""
+    return [*(fam.apex if apex else ("--config", fam.config)), "--set", f"env.name={fam.ours.format(env)}",
+            "--seed", str(seed), "--total-timesteps", str(steps), "--no-progress",
+            *(["--set", f"training.precision={precision}"] if precision else [])]
+
+
 def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, precision: str | None = None,
                apex: bool = False, ranks: int = 2) -> dict:
     """`ranks` ranks (the launcher's placement: each bound to its core; the configs' env count is the
@@ -182,10 +193,7 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
     resume = ["--resume"] if latest_path(folder).exists() else []
     if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
         shutil.rmtree(folder)
-    argv = [*(fam.apex if apex else ("--config", fam.config)), "--set", f"env.name={fam.ours.format(env)}",
-            "--seed", str(seed),
-            "--total-timesteps", str(steps), "--no-progress", *resume,
-            *(["--set", f"training.precision={precision}"] if precision else [])]
+    argv = [*mpippo_argv(fam, env, seed, steps, precision, apex), *resume]
     t0 = time.monotonic()
     metrics = run_trainer(ranks, argv, folder, ("mpippo's Ape-X DQN" if apex else "mpippo") + f" on {env}", timeout=12 * 3600,
                           resume="the same command resumes it")
@@ -278,6 +286,10 @@ def _main(argv: list[str] | None) -> int:
     if "apex" in args.who and args.ranks < 2:
         p.error(f"argument --ranks: Ape-X needs a learner and an actor, 2 ranks or more; got {args.ranks}")
     args.steps = args.steps or fam.steps
+    for env in args.envs:  # the trainer's own checks of every run mpippo will start (env, memory), before any starts
+        for who in set(args.who) - {"cleanrl"}:
+            check_trainer(mpippo_argv(fam, env, args.seeds[0], args.steps, args.precision, who == "apex"), args.ranks,
+                          f"{'Ape-X DQN' if who == 'apex' else 'mpippo'} on {env}")
     args.runs = args.runs or ROOT / "runs" / fam.data.replace("_", "-")
     args.out = args.out or ROOT / "analysis" / "data" / fam.data
     args.out.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,17 @@ def _roms() -> list[str]:
     return list(roms.get_all_rom_ids())
 
 
+def unknown_game(game: str, prefix: str = "atari:") -> str | None:
+    """Why `game` is not one of ale-py's games (with the closest one, as `prefix` + name), or None if it is."""
+    roms = _roms()
+    if rom_id(game) in roms:
+        return None
+    near = difflib.get_close_matches(rom_id(game), roms, n=1)
+    hint = f" (did you mean '{prefix}{camel(near[0])}'?)" if near else ""
+    return f"'{game}' is not an ALE game{hint}; allowed: the {len(roms)} games of ale-py " \
+           f"{', '.join(camel(r) for r in roms[:6])}, ..."
+
+
 def options(cfg) -> dict:
     """The env's settings: env.kwargs over the defaults (checked by AtariFamily.check)."""
     return {k: cfg.env.kwargs.get(k, default) for k, (default, _, _) in OPTIONS.items()}
@@ -94,14 +105,11 @@ class AtariFamily(EnvFamily):
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", game):
             return [f"env.name: '{cfg.env.name[:80]}' is not atari:<Game> with an ALE game such as atari:Breakout"]
         try:
-            roms = _roms()
+            unknown = unknown_game(game)
         except ImportError as e:
             return [f"env.name: '{cfg.env.name}' needs the ale-py package, which does not import ({e})"]
-        if rom_id(game) not in roms:
-            near = difflib.get_close_matches(rom_id(game), roms, n=1)
-            hint = f" (did you mean 'atari:{camel(near[0])}'?)" if near else ""
-            errs.append(f"env.name: '{game}' is not an ALE game{hint}; allowed: the {len(roms)} games of ale-py "
-                        f"{', '.join(camel(r) for r in roms[:6])}, ...")
+        if unknown:
+            errs.append(f"env.name: {unknown}")
         for key, value in cfg.env.kwargs.items():
             if key not in OPTIONS:
                 errs.append(f"env.kwargs.{key}: not an option of atari envs; allowed: {', '.join(OPTIONS)}")

@@ -21,6 +21,7 @@ import difflib
 import importlib
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -114,6 +115,20 @@ def _space(space) -> str:
     return str(space)[:120]
 
 
+def unknown_id(eid: str, prefix: str = "gym:") -> str | None:
+    """Why `eid` is not a Gymnasium id one can make here (with the closest one, as `prefix` + id), or
+    None if it is."""
+    registry = _gym().envs.registry
+    if eid in registry:
+        return None
+    near = difflib.get_close_matches(eid, list(registry), n=1)
+    hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
+    game = re.fullmatch(r"ALE/([A-Za-z0-9]+)-v\d+|([A-Za-z0-9]+)NoFrameskip-v4", eid)
+    if game:  # ale-py's own ids: the Atari family has the games, with the preprocessing they need
+        hint = f" (Atari games are atari:<Game>: did you mean 'atari:{game.group(1) or game.group(2)}'?)"
+    return f"'{eid}' is not a registered Gymnasium id{hint}"
+
+
 class GymFamily(EnvFamily):
     name = "gymnasium"
     exact_resume = False  # a Gymnasium env's state cannot be saved in general: episodes start fresh
@@ -142,15 +157,9 @@ class GymFamily(EnvFamily):
                 _user_import(cfg.env.imports, cfg.env.name)
         except UsageError as e:
             return e.errors
-        eid = env_id(cfg.env.name)
-        if eid not in gym.envs.registry:
-            near = difflib.get_close_matches(eid, list(gym.envs.registry), n=1)
-            hint = f" (did you mean 'gym:{near[0]}'?)" if near else ""
-            game = re.fullmatch(r"ALE/([A-Za-z0-9]+)-v\d+|([A-Za-z0-9]+)NoFrameskip-v4", eid)
-            if game:  # ale-py's own ids: the Atari family has the games, with the preprocessing they need
-                hint = f" (Atari games are atari:<Game>: did you mean 'atari:{game.group(1) or game.group(2)}'?)"
-            return [f"env.name: '{eid}' is not a registered Gymnasium id{hint}; your own env: name its module in "
-                    f"env.import"]
+        unknown = unknown_id(env_id(cfg.env.name))
+        if unknown:
+            return [f"env.name: {unknown}; your own env: name its module in env.import"]
         try:
             self.spaces(cfg)
         except UsageError as e:
@@ -202,12 +211,24 @@ def _make_one(cfg, render: bool = False):
     _mujoco_warnings_to_stderr(env_id(cfg.env.name))
     if render:
         kwargs["render_mode"] = "rgb_array"
-    try:
-        return gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
-    except Exception as e:  # noqa: BLE001 (an env's constructor may raise anything)
-        why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
-        raise UsageError(f"env.name: making '{env_id(cfg.env.name)}' with env.kwargs {_kw(cfg.env.kwargs)} "
-                         f"failed ({why})") from None
+    with warnings.catch_warnings(record=True) as said:  # (Gymnasium's, e.g. that the id is out of date)
+        warnings.simplefilter("always")
+        try:
+            env = gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
+        except Exception as e:  # noqa: BLE001 (an env's constructor may raise anything)
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
+            warned = "".join(f"; it warned: {_plain(w.message)}" for w in said[:1])
+            raise UsageError(f"env.name: making '{env_id(cfg.env.name)}' with env.kwargs {_kw(cfg.env.kwargs)} "
+                             f"failed ({why}){warned}") from None
+    for w in said:  # a refusal is one line (above); an env that was made says what it warned of, as before
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return env
+
+
+def _plain(message) -> str:
+    """A warning's first line without Gymnasium's colour codes and 'WARN: ' prefix."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(message)).strip()
+    return text.removeprefix("WARN: ").splitlines()[0][:200] if text else ""
 
 
 def _kw(kwargs: dict) -> str:

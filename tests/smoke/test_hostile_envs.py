@@ -82,6 +82,9 @@ CASES = [
          "'CartPol-v1' is not a registered Gymnasium id (did you mean 'gym:CartPole-v1'?)"),
     Case("gym-ale-id", train(*CARTPOLE, *set_("env.name", "gym:ALE/Pong-v5")),
          "'ALE/Pong-v5' is not a registered Gymnasium id (Atari games are atari:<Game>: did you mean 'atari:Pong'?)"),
+    Case("gym-id-out-of-date", train(*CARTPOLE, *set_("env.name", "gym:HalfCheetah-v3")),
+         "making 'HalfCheetah-v3' with env.kwargs {} failed (ImportError: The mujoco v2 and v3 based environments have "
+         "been moved to the gymnasium-robotics project"),
     Case("gym-empty-id", train("--config", "TMP/c.yaml", "--no-progress", files={"c.yaml": 'env: {name: "gym:"}\n'}),
          "env.name: 'gym:' is not gym:<id> with a Gymnasium id"),
     Case("gym-module-in-id", train(*CARTPOLE, *set_("env.name", "gym:os:system")),
@@ -191,3 +194,14 @@ def test_every_class_of_env_input_is_covered():
     classes = ("-id", "kwargs", "import", "entry", "actions", "observations", "obs-", "resume-", "evaluate-", "ckpt-",
                "pz-", "atari-")
     assert hostile.uncovered(CASES, classes) == []
+
+
+def test_an_env_gymnasium_warns_of_and_cannot_make_is_one_line():
+    """Gymnasium warns that HalfCheetah-v3 is out of date, then cannot make it: the refusal is the one
+    line on stderr, with what Gymnasium warned of inside it (its own warning printed lines before it)."""
+    res = run([sys.executable, "run_mpi.py", *CARTPOLE, "--set", "env.name=gym:HalfCheetah-v3", "--output-dir",
+               str(ROOT / "runs" / "never-made")], 120)
+    assert res.returncode == 2 and res.stdout == "" and not (ROOT / "runs" / "never-made").exists()
+    assert res.stderr.splitlines() == [res.stderr.strip()], res.stderr
+    assert res.stderr.endswith("it warned: The environment HalfCheetah-v3 is out of date. You should consider upgrading "
+                               "to version `v5`.\n"), res.stderr
