@@ -7,6 +7,7 @@ the event files (a resume purges the steps it repeats, so each step appears once
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,10 +107,17 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not logs.is_dir():
         return np.zeros(0), np.zeros(0), np.zeros(0)
     acc = EventAccumulator(str(logs), size_guidance={"scalars": 0})
+    # A resumed run logs again from its checkpoint's step: TensorBoard drops the first life's later
+    # events (wanted: the run redid those steps) and warns of "a TensorFlow restart", not ours to print.
+    quiet = logging.getLogger("tensorboard")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         acc.Reload()
     except (OSError, OpError) as e:
         raise NotARun(f"logs '{shown(logs)}': cannot read its event files ({getattr(e, 'strerror', None) or e})") from None
+    finally:
+        quiet.setLevel(level)
     tags = acc.Tags().get("scalars", [])
     tag = next((t for t in (*readable(chart("episode_return_mean")), *readable(chart("episode_return"))) if t in tags),
                None)

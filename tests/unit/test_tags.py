@@ -28,3 +28,21 @@ def test_a_runs_curve_reads_todays_tag_and_the_former_one(tmp_path, tag):
     steps, returns, _ = read_curve(tmp_path / "logs")
     assert steps.tolist() == [256, 512] and np.allclose(returns, [1.0, 3.0])
     assert tags.readable(tags.chart("episode_return")) == ("charts/episodic_return", "charts/episode_return")
+
+
+def test_a_resumed_runs_curve_keeps_the_redone_steps_and_says_nothing(tmp_path, caplog):
+    """A run resumed from its checkpoint at step 768 logs 768 and 1,024 again: the curve holds the
+    second life's values there (the first life's later events are stale), and TensorBoard's warning of
+    "a TensorFlow restart" does not reach the tools' output."""
+    import time
+    from torch.utils.tensorboard import SummaryWriter
+    for life, steps in ((0.0, (256, 512, 768, 1024)), (10.0, (768, 1024, 1280))):
+        w = SummaryWriter(str(tmp_path / "logs"), purge_step=steps[0] if life else None)  # as metrics.sinks
+        for step in steps:
+            w.add_scalar(tags.chart("episode_return_mean"), life + step / 256, step)
+        w.close()
+        time.sleep(1.1)  # the event file's name holds the second it was made: the lives' order
+    steps, returns, _ = read_curve(tmp_path / "logs")
+    assert steps.tolist() == [256, 512, 768, 1024, 1280]
+    assert returns.tolist() == [1.0, 2.0, 13.0, 14.0, 15.0]
+    assert not [r for r in caplog.records if "restart" in r.getMessage()]  # pytest's handler takes stderr's place
