@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import re
@@ -55,9 +56,11 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
-                            run, run_trainer, shown)
+                            output_folder, run, run_trainer, shown, write_bytes)
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
 from mpippo.checkpoint import latest_path  # noqa: E402
+from mpippo.files import read_json  # noqa: E402
+from mpippo.usage import UsageError  # noqa: E402
 from mpippo.envs.gym import unknown_id  # noqa: E402
 from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
 
@@ -286,15 +289,18 @@ def _main(argv: list[str] | None) -> int:
     if "apex" in args.who and args.ranks < 2:
         p.error(f"argument --ranks: Ape-X needs a learner and an actor, 2 ranks or more; got {args.ranks}")
     args.steps = args.steps or fam.steps
+    args.runs = output_folder(args.runs or ROOT / "runs" / fam.data.replace("_", "-"), "--runs")
+    args.out = output_folder(args.out or ROOT / "analysis" / "data" / fam.data, "--out", ("runs.json",))
+    summary_path = args.out / "runs.json"  # what an earlier call recorded: runs it finished are not run again
+    summary = read_json(summary_path, "--out's runs file") if summary_path.exists() else {}
+    not_runs = [name for name, r in summary.items() if not isinstance(r, dict)]
+    if not_runs:
+        raise UsageError(f"--out's runs file '{shown(summary_path)}': entry '{not_runs[0]}' is not a run's record "
+                         f"(a JSON object); it is not one peer_parity wrote")
     for env in args.envs:  # the trainer's own checks of every run mpippo will start (env, memory), before any starts
         for who in set(args.who) - {"cleanrl"}:
             check_trainer(mpippo_argv(fam, env, args.seeds[0], args.steps, args.precision, who == "apex"), args.ranks,
                           f"{'Ape-X DQN' if who == 'apex' else 'mpippo'} on {env}")
-    args.runs = args.runs or ROOT / "runs" / fam.data.replace("_", "-")
-    args.out = args.out or ROOT / "analysis" / "data" / fam.data
-    args.out.mkdir(parents=True, exist_ok=True)
-    summary_path = args.out / "runs.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     who_runs = list(args.who)
     if "cleanrl" in who_runs:
         try:
@@ -309,7 +315,7 @@ def _main(argv: list[str] | None) -> int:
                 name = f"{who}-{env}-s{seed}{tag}"
                 if args.fresh and (args.runs / name).exists():
                     shutil.rmtree(args.runs / name)
-                elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
+                elif not args.fresh and (summary.get(name) or {}).get("budget") == args.steps:
                     print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
                     continue
                 print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)
@@ -318,11 +324,12 @@ def _main(argv: list[str] | None) -> int:
                                        args.ranks))
                 # mpippo logs the mean of the last 100 episodes as it goes; CleanRL prints every episode
                 column = "episode_return" if who == "cleanrl" else "return_mean_100"
-                with open(args.out / f"{name}.csv", "w", newline="") as f:
-                    csv.writer(f).writerows([("env_steps", column), *res.pop("curve")])
+                table = io.StringIO(newline="")
+                csv.writer(table).writerows([("env_steps", column), *res.pop("curve")])
+                write_bytes(args.out / f"{name}.csv", table.getvalue().encode(), "--out")
                 summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res,
                                  **({} if who == "cleanrl" else {"ranks": args.ranks})}  # (the analysis keeps layouts apart)
-                summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+                write_bytes(summary_path, (json.dumps(summary, indent=1) + "\n").encode(), "--out")
                 ret = "no episode ended" if res["final_return"] is None else f"return {res['final_return']:.1f}"
                 rate = f"{res['steps_per_s']:.0f} steps/s" if res["steps_per_s"] else "no rate printed"
                 print(f"peer_parity: {name}: {ret}, {rate}", flush=True)
