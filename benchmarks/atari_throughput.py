@@ -156,6 +156,7 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "atari-throughput")
     args = p.parse_args(argv)
     out = output_folder(args.out, "--out", ("atari-throughput.json",))
+    args.runs = output_folder(args.runs, "--runs")  # now: not a failed run after a minute of component costs
     import torch  # here: a refused command line costs no torch import
     # the ceiling at the precision mpippo runs (auto: bf16 where the CPU has it natively)
     precision = args.precision or ("bf16" if bf16_native(torch.device("cpu"))[0] else "fp32")
