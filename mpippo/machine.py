@@ -15,6 +15,7 @@ import sys
 import time
 
 from mpippo.runctl import bf16_native
+from mpippo.toolcli import Parser, run
 
 
 def cpu_model() -> str:
@@ -42,5 +43,11 @@ def describe() -> str:
             f"({evidence})")
 
 
-if __name__ == "__main__":
+def _main(argv: list[str] | None) -> int:
+    Parser(prog="python -m mpippo.machine", description=__doc__.splitlines()[0]).parse_args(argv)  # --help; no options
     print(describe(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run("machine", _main))

@@ -329,6 +329,9 @@ CASES = [
          "mpippo on HalfCheetah-v3: env.name: making 'HalfCheetah-v3' with env.kwargs {} failed (ImportError"),
     Case("atari-throughput-unknown-game", tool("benchmarks/atari_throughput.py", "--game", "Pongg", "--runs", "TMP/r"),
          "argument --game: 'Pongg' is not an ALE game (did you mean 'Pong'?)"),
+    # ---- python -m mpippo.machine (CI's first line): it takes no options, and says so ----
+    Case("machine-option", tool("-m", "mpippo.machine", "--fast"), "unrecognized arguments: --fast"),
+    Case("machine-argument", tool("-m", "mpippo.machine", "node01"), "unrecognized arguments: node01"),
     Case("atari-throughput-runs-unwritable", tool("benchmarks/atari_throughput.py", "--runs", "/proc/runs",
                                                   "--out", "TMP/o"), "--runs: cannot write '/proc/runs'"),
     Case("atari-throughput-runs-is-a-file", tool("benchmarks/atari_throughput.py", "--runs", "TMP/f", "--out", "TMP/o",
