@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,11 +27,12 @@ from mpippo import config as C
 from mpippo import runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
-from mpippo.files import METRICS, atomic_write_json, missing_folders, remove_if_empty
+from mpippo.files import METRICS, atomic_write_json
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
 from mpippo.usage import Parser
+from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
@@ -275,25 +275,6 @@ def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
                             f"({'the checkpoint' if out == ckpt else out.name}); give another name")
 
 
-def probe_output(path: Path | None, flag: str) -> None:
-    """Make the output's folder and write a probe file there now (named as the atomic write's), so a
-    path that cannot be written is refused before the first episode, not after the whole evaluation."""
-    if path is None:
-        return
-    made = missing_folders(path.parent)
-    try:
-        if path.is_dir():
-            raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is a folder; give a file name")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # as the write will
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise C.UsageError(f"{flag}: cannot write '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
-    finally:
-        remove_if_empty(made)  # the write makes them again; an early exit leaves nothing
-
-
 def memory_problem(state: dict, num_envs: int) -> str | None:
     """The envs' frames and the network's first activations for one batch, against this node."""
     cfg = state["config"]
@@ -337,9 +318,9 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     if args.opponent is not None and not two_player:
         raise C.UsageError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
                             f"'{cfg.env.name}' (allowed: {', '.join(f.name for f in envs.FAMILIES if f.two_player)})")
-    if world.is_root:  # only rank 0 writes
-        probe_output(args.json, "--json")
-        probe_output(args.video, "--video")
+    for path_, flag in ((args.json, "--json"), (args.video, "--video")):
+        if world.is_root and path_ is not None:  # only rank 0 writes; a path it cannot write is refused now, not
+            output_file(path_, flag)             # after the whole evaluation
     return path, state, net, cfg, notes, two_player
 
 

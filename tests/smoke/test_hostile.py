@@ -282,6 +282,8 @@ CASES = [
     Case("evaluate-video-not-mp4", evaluate("ppo", extra=["--video", "x.gif"]), "must end in .mp4"),
     Case("evaluate-video-unwritable", lambda t, b: _with_file(t, evaluate("ppo", extra=["--video", f"{t}/f/v.mp4"])(t, b)),
          "--video: cannot write", check=lambda t: sorted(p.name for p in t.iterdir()) == ["f"]),
+    Case("evaluate-json-under-a-file", lambda t, b: _with_file(t, evaluate("ppo", extra=["--json", f"{t}/f/r.json"])(t, b)),
+         "/f' is a file, not a folder", check=lambda t: sorted(p.name for p in t.iterdir()) == ["f"]),
     Case("evaluate-json-is-folder", lambda t, b: evaluate("ppo", extra=["--json", str(t)])(t, b), "is a folder"),
     Case("evaluate-huge-envs", evaluate("ppo", extra=["--num-envs", "1000000000"]), "--num-envs: 1,000,000,000 envs"),
     Case("evaluate-no-checkpoint", evaluate("ppo", extra=["--checkpoint", "/nonexistent"]), "no checkpoint at"),
