@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import re
 import sys
 import warnings
@@ -211,6 +212,7 @@ def _make_one(cfg, render: bool = False):
     _mujoco_warnings_to_stderr(env_id(cfg.env.name))
     if render:
         kwargs["render_mode"] = "rgb_array"
+    _check_kwarg_types(gym, env_id(cfg.env.name), cfg.env.kwargs)
     with warnings.catch_warnings(record=True) as said:  # (Gymnasium's, e.g. that the id is out of date)
         warnings.simplefilter("always")
         try:
@@ -223,6 +225,31 @@ def _make_one(cfg, render: bool = False):
     for w in said:  # a refusal is one line (above); an env that was made says what it warned of, as before
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return env
+
+
+# a YAML scalar of another type than the constructor's default is a typo Python would take silently
+# ('maybe' is a true bool, "5" a frame_skip that fails deep in the env): bool is no int here, an int is a float
+_KINDS = {bool: ((bool,), "true or false"), int: ((int,), "a whole number"), float: ((int, float), "a number"),
+          str: ((str,), "text")}
+
+
+def _check_kwarg_types(gym, eid: str, kwargs: dict) -> None:
+    """Each entry of env.kwargs whose constructor parameter has a plain default (a bool, int, float or
+    str) must be of that type; others (None, containers, **kwargs) are the env's to judge."""
+    spec = gym.envs.registry.get(eid)
+    if not kwargs or spec is None:
+        return  # (an unknown id: gym.make names it)
+    try:
+        entry = spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(
+            spec.entry_point)
+        params = inspect.signature(entry).parameters
+    except (TypeError, ValueError):
+        return  # no signature to read (a builtin): the env judges its kwargs
+    for key, value in kwargs.items():
+        default = params[key].default if key in params else None
+        kinds, what = _KINDS.get(type(default), (None, ""))
+        if kinds and not (isinstance(value, kinds) and (type(value) is bool) == (type(default) is bool)):
+            raise UsageError(f"env.kwargs.{key}: {value!r} is not {what}, as {eid}'s default ({default!r}) is")
 
 
 def _plain(message) -> str:

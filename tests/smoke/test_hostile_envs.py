@@ -93,6 +93,12 @@ CASES = [
     Case("gym-kwargs-bad-key", train(*CARTPOLE, *set_("env.kwargs", "{1: 2}")), "env.kwargs: keys must be keyword"),
     Case("gym-kwargs-refused-by-env", train(*CARTPOLE, *set_("env.kwargs", "{bogus: 1}"), ranks=2),
          "making 'CartPole-v1' with env.kwargs {'bogus': 1} failed (TypeError"),
+    # a value of another type than the constructor's default, which Python would take: 'maybe' is a true bool
+    Case("gym-kwargs-type-bool", train(*CARTPOLE, *set_("env.kwargs.sutton_barto_reward", "maybe"), ranks=2),
+         "env.kwargs.sutton_barto_reward: 'maybe' is not true or false, as CartPole-v1's default (False) is"),
+    Case("gym-kwargs-type-int", train(*CARTPOLE, *set_("env.name", "gym:HalfCheetah-v5"),
+                                      *set_("env.kwargs.frame_skip", "2.5")),
+         "env.kwargs.frame_skip: 2.5 is not a whole number, as HalfCheetah-v5's default (5) is"),
     Case("gym-kwargs-reserved", train(*CARTPOLE, *set_("env.kwargs", "{render_mode: human}")),
          "env.kwargs.render_mode: set by mpippo"),
     Case("gym-kwargs-huge", train(*CARTPOLE, *set_("env.kwargs", "{a: " + "x" * 5000 + "}")),
