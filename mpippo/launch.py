@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from mpippo.config.memory import ranks_fit
 from mpippo.preemption import settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError
 
@@ -350,19 +352,33 @@ class _Relay:
                 continue
 
 
+HOST_OPTIONS = {"--host", "-H", "--hostfile", "--machinefile", "--default-hostfile"}  # ranks beyond this node
+
+
+def mpirun_options(text: str) -> list[str]:
+    """--mpirun-args split as a shell would ('--map-by "ppr:2:node"'), or one line naming what is wrong."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise UsageError(f"--mpirun-args: '{text}' cannot be split as a shell would ({e}); e.g. "
+                         f"--mpirun-args='--map-by core --bind-to core'") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     relay = _Relay()
     p = Parser(prog="python -m mpippo.launch", description=__doc__.splitlines()[0])
     p.add_argument("-n", "--np", type=int, default=os.cpu_count() or 1, help="ranks (default: all cores)")
-    p.add_argument("--mpirun-args", default="", help="extra mpirun options, one string")
+    p.add_argument("--mpirun-args", default="", help="extra mpirun options, one string: --mpirun-args='--map-by core'")
     try:
         args, trainer_args = p.parse_known_args(argv)
         if args.np < 1:
             raise UsageError(f"-n: the number of ranks must be >= 1, got {args.np}")
+        user = mpirun_options(args.mpirun_args)
+        if not HOST_OPTIONS.intersection(o.split("=")[0] for o in user):  # all on this node (or Slurm's nodes)
+            ranks_fit(args.np, "-n")  # now: 100,000 ranks would be started before any could refuse
     except UsageError as e:
         sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
         return EXIT_USAGE
-    user = args.mpirun_args.split()
     where, extra = placement(args.np, user)
     if "--oversubscribe" in user and where[:1] != ["--oversubscribe"] and not extra:
         # a permission the job does not need (its ranks fit), and Open MPI unbinds every rank with it

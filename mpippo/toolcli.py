@@ -33,7 +33,8 @@ from mpippo.checkpoint import latest_path
 from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo import config as C
 from mpippo import launch
-from mpippo.config import INT64_MAX, UsageError, memory_available, show
+from mpippo.config import INT64_MAX, UsageError, show
+from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE
 from mpippo.usage import Parser as _Parser
 
@@ -41,9 +42,6 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, con
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_STOPPED = 1, 2, 4  # EXIT_STOPPED: as the trainer's (mpippo/preemption.py)
 SEED_MAX = INT64_MAX  # seeds end up in int64 arrays and torch's 64-bit generator
-# a rank's interpreter with numpy, torch and procgen loaded, before it allocates anything of its own
-# (docs/cluster.md: about 350 MB per procgen process); the trainer's own floor comes on top
-RANK_BASE_BYTES = 300 << 20
 MAX_RANKS = 4096
 
 
@@ -153,16 +151,6 @@ def distinct(values: list, flag: str) -> list:
             raise UsageError(f"{flag}: {show(v)} is given twice; each value once")
         seen.add(v)
     return values
-
-
-def ranks_fit(ranks: int, flag: str) -> None:
-    """`ranks` processes on this node (or on each node of a Slurm allocation) must have memory to start."""
-    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
-    per_node = -(-ranks // (int(nodes) if nodes.isdigit() and int(nodes) > 0 else 1))
-    need, have = per_node * RANK_BASE_BYTES, memory_available(1)
-    if need > have:
-        raise UsageError(f"{flag}: {ranks:,} rank(s) need at least {need / 2**30:,.1f} GiB on this node to start "
-                          f"({RANK_BASE_BYTES >> 20} MB each), {have / 2**30:,.1f} GiB are available; give fewer")
 
 
 # ---- outputs: checked before any work, written atomically after it ----

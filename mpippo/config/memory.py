@@ -13,6 +13,7 @@ from mpippo.config.layout import actor_learner, algorithm, layout_section, local
 from mpippo.config.schema import Config
 from mpippo.netshape import NATURE_LAYERS, nature_out
 from mpippo.rules import frame_bytes, obs_shape_of
+from mpippo.usage import UsageError
 
 
 def network_params(obs_shape, channels, hidden_size: int, num_actions: int = 15, downsample: bool = True,
@@ -154,6 +155,21 @@ def memory_available(ranks_on_node: int) -> int:
     except (OSError, ValueError):
         pass
     return max(avail, 0) // max(ranks_on_node, 1)
+
+
+# a rank's interpreter with numpy, torch and procgen loaded, before it allocates anything of its own
+# (docs/cluster.md: about 350 MB per procgen process); the trainer's own floor comes on top
+RANK_BASE_BYTES = 300 << 20
+
+
+def ranks_fit(ranks: int, flag: str) -> None:
+    """`ranks` processes on this node (or on each node of a Slurm allocation) must have memory to start."""
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
+    per_node = -(-ranks // (int(nodes) if nodes.isdigit() and int(nodes) > 0 else 1))
+    need, have = per_node * RANK_BASE_BYTES, memory_available(1)
+    if need > have:
+        raise UsageError(f"{flag}: {ranks:,} rank(s) need at least {need / 2**30:,.1f} GiB on this node to start "
+                          f"({RANK_BASE_BYTES >> 20} MB each), {have / 2**30:,.1f} GiB are available; give fewer")
 
 
 def host_problems(cfg: Config, world_size: int, ranks_on_node: int) -> list[str]:

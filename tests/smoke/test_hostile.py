@@ -292,6 +292,9 @@ CASES = [
     Case("launch-n-0", launch("-n", "0"), "-n: the number of ranks must be >= 1, got 0"),
     Case("launch-n-negative", launch("-n", "-3"), "got -3"),
     Case("launch-n-not-int", launch("-n", "two"), "invalid int value: 'two'"),
+    Case("launch-n-beyond-memory", launch("-n", "100000"), "-n: 100,000 rank(s) need at least"),  # was started
+    Case("launch-mpirun-args-quote", launch("-n", "1", "--mpirun-args", '--map-by "core'),
+         "--mpirun-args: '--map-by \"core' cannot be split as a shell would (No closing quotation)"),
     # ---- one writer per run folder (another process holds the folder's lock) ----
     Case("lock-fresh-run-into-a-locked-folder", lambda t, b: _locked(t, None, TOY), "is in use: process",
          check=lambda t: _unlock(t)),
