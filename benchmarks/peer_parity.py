@@ -315,7 +315,7 @@ def _main(argv: list[str] | None) -> int:
                 name = f"{who}-{env}-s{seed}{tag}"
                 if args.fresh and (args.runs / name).exists():
                     shutil.rmtree(args.runs / name)
-                elif not args.fresh and (summary.get(name) or {}).get("budget") == args.steps:
+                elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
                     print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
                     continue
                 print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)

@@ -162,6 +162,7 @@ class GymFamily(EnvFamily):
         if unknown:
             return [f"env.name: {unknown}; your own env: name its module in env.import"]
         try:
+            _check_kwarg_types(gym, env_id(cfg.env.name), cfg.env.kwargs)  # once, before any env is made
             self.spaces(cfg)
         except UsageError as e:
             return e.errors
@@ -212,7 +213,6 @@ def _make_one(cfg, render: bool = False):
     _mujoco_warnings_to_stderr(env_id(cfg.env.name))
     if render:
         kwargs["render_mode"] = "rgb_array"
-    _check_kwarg_types(gym, env_id(cfg.env.name), cfg.env.kwargs)
     with warnings.catch_warnings(record=True) as said:  # (Gymnasium's, e.g. that the id is out of date)
         warnings.simplefilter("always")
         try:
