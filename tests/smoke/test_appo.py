@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, finish, metrics, mpi_env, ok, run, start, trainer, wait_for_line
+from conftest import MPIRUN, ROOT, finish, learner_line_by, metrics, mpi_env, ok, run, start, trainer, wait_for_line
 
 pytestmark = pytest.mark.slow  # 3-rank runs of 10-40 s: left out by make test-fast
 
@@ -61,8 +61,8 @@ def test_sigusr1_checkpoints_requeues_and_resume_finishes_the_budget_exactly(tmp
     # the PPO test's budget and a fifth (the signal lands at the first log line: 17-25k steps); was twice it
     run_dir, total = tmp_path / "run", 49152
     proc = start([MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", *APPO, "--total-timesteps",
-                  str(total), "--output-dir", str(run_dir)])
-    wait_for_line(proc, "agent 0 |")  # learning has started
+                  str(total), "--output-dir", str(run_dir)], env=learner_line_by(update=20))
+    wait_for_line(proc, "agent 0 |")  # learning has started: 20 of the budget's 96 updates done
     proc.send_signal(signal.SIGUSR1)
     rc, out, _ = finish(proc)
     assert rc == 3, out[-2000:]

@@ -9,7 +9,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import MPIRUN, finish, metrics, ok, start, trainer, wait_for_line
+from conftest import MPIRUN, finish, learner_line_by, metrics, ok, start, trainer, wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,8 @@ def load(run_dir):
 def test_sigusr1_checkpoints_replay_requeues_and_resume_finishes_the_budget(tmp_path):
     run_dir = tmp_path / "run"
     proc = start([MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", *DQN, "--total-timesteps", str(TOTAL),
-                  "--output-dir", str(run_dir), "--set", "dqn.save_replay=true"])
-    wait_for_line(proc, "agent 0 |")  # learning has started
+                  "--output-dir", str(run_dir), "--set", "dqn.save_replay=true"], env=learner_line_by(update=200))
+    wait_for_line(proc, "agent 0 |")  # learning has started: 200 of the budget's ~900 updates done
     proc.send_signal(signal.SIGUSR1)
     rc, out, _ = finish(proc)
     assert rc == 3, out[-2000:]
