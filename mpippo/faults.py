@@ -1,7 +1,7 @@
 """Fault injection for tests of fail-stop behaviour.
 
 MPIPPO_FAULT="rank=1,iteration=3,kind=raise|kill|hang|nan|slow[,count=N][,seconds=S]" makes
-that rank, at the start of that iteration, raise an exception, die with SIGKILL, block forever,
+that rank (rank=0+2: each of those ranks, e.g. every learner of a two-agent job), at the start of that iteration, raise an exception, die with SIGKILL, block forever,
 (nan) poison its next `count` gradient steps, or (slow) sleep S seconds in each of `count`
 iterations from there on (a slow learner: in the actor-learner layout an iteration is an update).
 kind=lag,factor=F makes that rank of the sync layout F slower throughout (0.3: 30%): after each
@@ -32,7 +32,7 @@ def parse(spec: str | None) -> dict | None:
     if not spec:
         return None
     fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
-    fault = {"rank": int(fields.get("rank", 0)), "iteration": int(fields.get("iteration", 1)),
+    fault = {"ranks": frozenset(int(r) for r in fields.get("rank", "0").split("+")), "iteration": int(fields.get("iteration", 1)),
              "kind": fields.get("kind", "raise"), "count": int(fields.get("count", 1)),
              "seconds": float(fields.get("seconds", 1.0)), "factor": float(fields.get("factor", 0.0))}
     if fault["kind"] not in KINDS:
@@ -45,7 +45,7 @@ FAULT = parse(os.environ.get("MPIPPO_FAULT"))
 
 def maybe_inject(rank: int, iteration: int) -> int:
     """Trigger the configured fault here; returns how many gradient steps to poison with NaN."""
-    if FAULT is None or FAULT["rank"] != rank:
+    if FAULT is None or rank not in FAULT["ranks"]:
         return 0
     kind = FAULT["kind"]
     if kind == "slow" and FAULT["iteration"] <= iteration < FAULT["iteration"] + FAULT["count"]:
@@ -83,7 +83,7 @@ class LaggingTimer(PhaseTimer):
 
 def phase_timer(rank: int) -> PhaseTimer:
     """The sync layout's phase timer: a LaggingTimer on the rank MPIPPO_FAULT makes lag."""
-    if FAULT is not None and FAULT["kind"] == "lag" and FAULT["rank"] == rank:
+    if FAULT is not None and FAULT["kind"] == "lag" and rank in FAULT["ranks"]:
         return LaggingTimer(FAULT["factor"])
     return PhaseTimer()
 

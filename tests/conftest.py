@@ -173,12 +173,13 @@ def start(cmd: list[str], **kw) -> Started:
                    stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
 
 
-def learner_line_by(update: int) -> dict:
-    """The env of a job whose learner pauses 5.5 s at `update` (MPIPPO_FAULT kind=slow): the
-    actor-learner layout prints its console line every 5 s, so the line a test signals at comes
-    right after that update on every machine, however fast (a 49k-step APPO run takes 3.9 s on
-    a Zen 5 core in bf16, before any line at all)."""
-    return {"MPIPPO_FAULT": f"rank=0,iteration={update},kind=slow,seconds=5.5,count=1"}
+def learner_line_by(update: int, learners: str = "0") -> dict:
+    """The env of a job whose learners (job ranks, "0+2" for two agents of 2 ranks) pause 5.5 s at
+    `update` and the next (MPIPPO_FAULT kind=slow): the actor-learner layout prints its console line
+    every 5 s, so the line a test signals at comes after the first pause on every machine, however
+    fast (a 49k-step APPO run took 3.9 s on a Zen 5 core, before any line), and the second gives the
+    signal 5.5 s to land before the budget is spent."""
+    return {"MPIPPO_FAULT": f"rank={learners},iteration={update},kind=slow,seconds=5.5,count=2"}
 
 
 def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 120) -> str:

@@ -255,6 +255,8 @@ class Learner:
                 self.writer.add_scalar(tags.chart("episode_return"), self.interval[0] / self.interval[1], self.transitions)
             if self.c["updates"] > self.updates0:  # the losses' last point (a short run may have logged none)
                 self.algo.log(self.writer, self.transitions, self.loss)
+            if self.hook is not None:  # (its points too: log() writes on a 5 s clock a fast run may beat)
+                self.hook.log(self.transitions)
             self.log_phases(time.perf_counter())
             self.writer.close()
         if self.error is None:

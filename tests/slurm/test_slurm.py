@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PYTHONPATH, ROOT, SMOKE_TOY, metrics, ok, trainer
+from conftest import PYTHONPATH, ROOT, SMOKE_TOY, learner_line_by, metrics, ok, trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "local_cluster.sh"
@@ -196,7 +196,11 @@ def test_requeued_by_usr1_then_preempted_resumes_to_the_exact_uninterrupted_resu
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     args = STARPILOT + ["--total-timesteps", str(steps), "--set", "logging.print_interval=1",
                     "--set", "checkpoint.interval_iterations=0"]
-    job = sbatch("ppo_48core.sh", ["--ntasks=2"], args, job_env(run_dir), out)
+    # rank 0 sleeps 1 s in each of iterations 3-16 (counted over both restarts; no number changes): the
+    # USR1 after iteration 2 and the preemption after the resume land mid-run on any machine (16
+    # iterations take about 3 s on a Zen 5 core)
+    job = sbatch("ppo_48core.sh", ["--ntasks=2"], args,
+                 job_env(run_dir, MPIPPO_FAULT="rank=0,iteration=3,kind=slow,count=14,seconds=1"), out)
     wait_for_text(out, "iter     2", 240)
     subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], check=True, timeout=30)
     wait_for_text(out, "iter ", 300, after="resuming at")  # resumed, and trained an iteration more
@@ -251,10 +255,12 @@ def test_dqn_6gpu_script_runs_ape_x_on_atari_learner_falling_back_to_cpu(cluster
 DQN_TINY = ["--config", "configs/dqn_toy.yaml", "--total-timesteps", "6000", "--set", "logging.tensorboard=false"]
 
 
-def requeued_once(script: str, sbatch_args: list[str], args: list[str], run_dir: Path, out: Path, started: str) -> str:
+def requeued_once(script: str, sbatch_args: list[str], args: list[str], run_dir: Path, out: Path, started: str,
+                  env: dict) -> str:
     """Submit, send USR1 to the batch script once `started` is in the output, and wait for the
-    job to finish after its requeue; its whole output."""
-    job = sbatch(script, sbatch_args, args, job_env(run_dir), out)
+    job to finish after its requeue; its whole output. env: what the job adds (the pause that
+    makes `started` come mid-run)."""
+    job = sbatch(script, sbatch_args, args, job_env(run_dir, **env), out)
     wait_for_text(out, started, 300)
     subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], check=True, timeout=30)
     info = wait_state(job, FINAL, 600, out)
@@ -273,7 +279,9 @@ def test_dqn_6agents_script_requeues_and_each_agent_resumes_its_own_folder(clust
     per_agent, agents = 16000, 2
     args = DQN_TINY + ["--total-timesteps", str(agents * per_agent), "--set", "dqn.save_replay=true",
                        "--set", f"dqn.num_agents={agents}"]
-    log = requeued_once("dqn_6agents.sh", [f"--ntasks={2 * agents}"], args, run_dir, out, "agent 0 |")
+    # the learners (job ranks 0 and 2) pause at update 100 of about 470: a console line, then the USR1, mid-run
+    log = requeued_once("dqn_6agents.sh", [f"--ntasks={2 * agents}"], args, run_dir, out, "agent 0 |",
+                        learner_line_by(100, learners="0+2"))
     for k in range(agents):
         m = metrics(run_dir / f"agent_{k}")
         assert m["agent"] == k and m["num_actors"] == 1 and m["world_size"] == 2 * agents, m
@@ -291,7 +299,8 @@ def test_appo_script_as_two_agents_requeues_and_each_resumes_to_its_exact_budget
     args = ["--config", "configs/appo_toy.yaml", "--total-timesteps", str(2 * per_agent), "--set", "appo.num_agents=2",
             "--set", "training.device=auto", "--set", "logging.tensorboard=false", "--set", "model.channels=[4]",
             "--set", "model.hidden_size=16"]
-    log = requeued_once("appo_6gpu.sh", ["--ntasks=4", "--gpus-per-node=2"], args, run_dir, out, "agent 1 |")
+    log = requeued_once("appo_6gpu.sh", ["--ntasks=4", "--gpus-per-node=2"], args, run_dir, out, "agent 1 |",
+                        learner_line_by(20, learners="0+2"))  # (of 80 updates an agent)
     assert "learner on cpu" in log and "CUDA is not usable here" in log
     for k in range(2):
         m = metrics(run_dir / f"agent_{k}")
@@ -342,7 +351,9 @@ def test_suite_job_array_requeues_a_preempted_member_and_resubmits_only_a_killed
     import yaml
 
     from mpippo.suite import spec
-    env = job_env(tmp_path / "unused")
+    # every member's rank 0 sleeps 3 s in its iteration 2, so the signals sent at its first checkpoint
+    # (iteration 1 of 8) land before it ends on any machine
+    env = job_env(tmp_path / "unused", MPIPPO_FAULT="rank=0,iteration=2,kind=slow,seconds=3")
     env.pop("MPIPPO_RUN_DIR")
     data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
     tiny = tmp_path / "tiny.yaml"  # (a second seed: four more members that prove nothing more)

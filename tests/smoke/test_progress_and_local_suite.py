@@ -17,12 +17,12 @@ from conftest import ROOT, mpi_env
 SMOKE = ["--config", "configs/smoke.yaml", "--total-timesteps", "768"]
 
 
-def on_terminal(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
+def on_terminal(cmd: list[str], timeout: float = 300, env: dict | None = None) -> tuple[int, str]:
     """Run `cmd` with a pseudo-terminal as its stdin/stdout/stderr; everything it printed."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the terminal is ours
         os.chdir(ROOT)
-        os.execvpe(cmd[0], cmd, dict(mpi_env(), COLUMNS="120"))
+        os.execvpe(cmd[0], cmd, dict(mpi_env(), COLUMNS="120", **(env or {})))
     out, deadline = b"", time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -37,11 +37,14 @@ def on_terminal(cmd: list[str], timeout: float = 300) -> tuple[int, str]:
 
 
 def test_launcher_shows_a_live_bar_on_a_terminal_and_none_on_a_pipe(tmp_path):
+    # rank 0 sleeps 1.2 s in iteration 2 of 3: the bar (redrawn at most once a second) moves mid-run on any machine
     rc, out = on_terminal([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *SMOKE,
-                           "--output-dir", str(tmp_path / "tty")])
+                           "--output-dir", str(tmp_path / "tty")],
+                          env={"MPIPPO_FAULT": "rank=0,iteration=2,kind=slow,seconds=1.2"})
     assert rc == 0, out[-2000:]
     bars = [seg for seg in out.split("\r") if "step/s" in seg and "|" in seg]
-    assert len(bars) >= 2, out[-2000:]  # redrawn as it goes, not printed once at the end
+    # redrawn as it goes, not printed once at the start and the end
+    assert any(f"{n}/768 [" in bar for bar in bars for n in (256, 512)), out[-2000:]
     assert "/768 [" in bars[-1] and "<" in bars[-1]  # steps of the total, elapsed<remaining (ETA)
     res = subprocess.run([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *SMOKE,
                           "--output-dir", str(tmp_path / "pipe")], cwd=ROOT, env=mpi_env(), capture_output=True,
@@ -79,9 +82,9 @@ def test_ctrl_c_in_a_local_suite_checkpoints_the_member_and_the_same_command_res
     member = tmp_path / "suites" / "tiny" / "default" / "starpilot" / "seed_1"
     cmd = [sys.executable, "-m", "mpippo.suite", "run", str(suite), "--root", str(tmp_path), "--local"]
     pid, fd = pty.fork()
-    if pid == 0:
+    if pid == 0:  # (rank 0 sleeps 2 s in iteration 2 of 32: the Ctrl-C at the first checkpoint lands mid-run)
         os.chdir(ROOT)
-        os.execvpe(cmd[0], cmd, dict(mpi_env(), COLUMNS="120"))
+        os.execvpe(cmd[0], cmd, dict(mpi_env(), COLUMNS="120", MPIPPO_FAULT="rank=0,iteration=2,kind=slow,seconds=2"))
     out, pressed, deadline = b"", False, time.monotonic() + 300
     os.set_blocking(fd, False)
     while time.monotonic() < deadline:

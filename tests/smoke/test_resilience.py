@@ -69,9 +69,9 @@ def test_sigusr1_mid_iteration_checkpoints_requeues_and_resumes_exactly(referenc
     run_dir = tmp_path / "run"
     proc = start([MPIRUN, "-n", "2", sys.executable, "run_mpi.py", *FAST, "--total-timesteps", str(K_STEPS),
                   "--output-dir", str(run_dir), "--set", "logging.print_interval=1",
-                  "--set", "checkpoint.interval_iterations=0"])
+                  "--set", "checkpoint.interval_iterations=0"], env={"MPIPPO_FAULT": "rank=0,iteration=2,kind=slow,seconds=2"})
     wait_for_line(proc, "iter     1")
-    proc.send_signal(signal.SIGUSR1)  # to mpirun, which forwards it; lands during iteration 2
+    proc.send_signal(signal.SIGUSR1)  # to mpirun, which forwards it; lands during iteration 2 (rank 0 sleeps 2 s in it)
     rc, out, _ = finish(proc)
     assert rc == 3, out[-2000:]
     assert "stopped by SIGUSR1" in out

@@ -70,3 +70,17 @@ def test_a_streamed_job_that_keeps_failing_to_start_fails_the_test(tmp_path):
     with pytest.raises(pytest.fail.Exception, match=f"never printed 'iter '.*{LAUNCH_FAILED}"):
         wait_for_line(proc, "iter ")
     assert proc.starts == 3 and (tmp_path / "starts").read_text() == "3"
+
+
+def test_a_fault_can_name_several_ranks_and_only_those_ranks_act_on_it(monkeypatch):
+    """MPIPPO_FAULT's rank=0+2 (both learners of a two-agent job): each of them, no other rank."""
+    import time
+    from mpippo import faults
+    monkeypatch.setattr(faults, "FAULT", faults.parse("rank=0+2,iteration=3,kind=slow,seconds=0.2,count=1"))
+    assert faults.FAULT["ranks"] == {0, 2} and faults.parse("kind=raise")["ranks"] == {0}
+    slept = {}
+    for rank in range(4):
+        t0 = time.perf_counter()
+        faults.maybe_inject(rank, 3)
+        slept[rank] = time.perf_counter() - t0
+    assert slept[0] >= 0.2 and slept[2] >= 0.2 and slept[1] < 0.1 and slept[3] < 0.1, slept
