@@ -9,6 +9,8 @@ env step and each backward pass it sleeps F times what that took (a slow node; t
 cut-off's measurement). kind=kill_in_save|enospc act inside the checkpoint
 write of that iteration on rank 0: die half-way through writing the temp file, or fail
 there as a full disk would. Unset (the normal case) it costs one lookup per iteration.
+MPIPPO_FAULT_STAMP=<file>: a raise, kill or hang first writes its wall-clock time there, so a test
+times the job's end from the fault, not from a launch whose start-up a slow machine stretches.
 """
 from __future__ import annotations
 
@@ -53,6 +55,9 @@ def maybe_inject(rank: int, iteration: int) -> int:
         return 0
     if FAULT["iteration"] != iteration:
         return 0
+    if kind in ("raise", "kill", "hang") and os.environ.get("MPIPPO_FAULT_STAMP"):
+        with open(os.environ["MPIPPO_FAULT_STAMP"], "w") as f:
+            f.write(repr(time.time()))
     if kind == "raise":
         raise InjectedFault(f"injected fault on rank {rank} at iteration {iteration}")
     if kind == "kill":

@@ -182,6 +182,20 @@ def learner_line_by(update: int, learners: str = "0") -> dict:
     return {"MPIPPO_FAULT": f"rank={learners},iteration={update},kind=slow,seconds=5.5,count=2"}
 
 
+def fault_stamp(monkeypatch, tmp_path: Path) -> Path:
+    """Where the injected fault writes its moment (MPIPPO_FAULT_STAMP): fail-stop bounds count from
+    there, not from the launch, whose start-up (torch imports, MPI) a slow machine stretches."""
+    stamp = tmp_path / "fault-stamp"
+    monkeypatch.setenv("MPIPPO_FAULT_STAMP", str(stamp))
+    return stamp
+
+
+def seconds_since(stamp: Path) -> float:
+    """Wall-clock seconds from the fault's stamp to now (the job has ended); fails if it never fired."""
+    assert stamp.exists(), "the injected fault never fired"
+    return time.time() - float(stamp.read_text())
+
+
 def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 120) -> str:
     """The first line of the job's output that starts with `prefix`; the test fails if none comes."""
     deadline, err = time.monotonic() + timeout, ""
