@@ -64,7 +64,9 @@ def test_train_dqn_api_stops_on_its_episode_budget(tmp_path):
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 1  # the learner returns its metrics, actors None
     m = rows[0]
-    assert 300 <= m["episodes"] < 300 + 2 * 8 * 4  # stopped soon after the budget (2 actors x 8 envs, a few steps late)
+    # stopped soon after the budget whatever the learner's pace: credit holds each actor to 4 chunks unacknowledged
+    # (+1 being filled) of 32 transitions, 2 of toy-cue's 16-step episodes each, so at most about 2 x 5 x 2 = 20 late
+    assert 300 <= m["episodes"] < 300 + 2 * 8 * 4
     assert m["total_timesteps"] < 24000  # long before dqn_toy.yaml's step budget
     assert m["transitions_sent"] == m["transitions_received"]
     # 8 updates per 4 episodes, minus warm-up: the learner follows the episode-based budget
