@@ -2,8 +2,9 @@
 
 MPIPPO_FAULT="rank=1,iteration=3,kind=raise|kill|hang|nan|slow[,count=N][,seconds=S]" makes
 that rank (rank=0+2: each of those, e.g. both learners of a two-agent job), at the start of that
-iteration, raise an exception, die with SIGKILL, block forever, (nan) poison its next `count` gradient steps, or (slow) sleep S seconds in each of `count`
-iterations from there on (a slow learner: in the actor-learner layout an iteration is an update).
+iteration, raise an exception, die with SIGKILL, block forever, (nan) poison its next `count`
+gradient steps, or (slow) sleep S seconds in each of `count` iterations from there on (a slow
+learner: in the actor-learner layout an iteration is an update).
 kind=lag,factor=F makes that rank of the sync layout F slower throughout (0.3: 30%): after each
 env step and each backward pass it sleeps F times what that took (a slow node; the balanced
 cut-off's measurement). kind=kill_in_save|enospc act inside the checkpoint
@@ -35,8 +36,9 @@ def parse(spec: str | None) -> dict | None:
         return None
     fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
     fault = {"ranks": frozenset(int(r) for r in fields.get("rank", "0").split("+")),
-             "iteration": int(fields.get("iteration", 1)), "kind": fields.get("kind", "raise"), "count": int(fields.get("count", 1)),
-             "seconds": float(fields.get("seconds", 1.0)), "factor": float(fields.get("factor", 0.0))}
+             "iteration": int(fields.get("iteration", 1)), "kind": fields.get("kind", "raise"),
+             "count": int(fields.get("count", 1)), "seconds": float(fields.get("seconds", 1.0)),
+             "factor": float(fields.get("factor", 0.0))}
     if fault["kind"] not in KINDS:
         raise ValueError(f"MPIPPO_FAULT: kind '{fault['kind']}' is not one of {', '.join(KINDS)}")
     return fault

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from conftest import MPIRUN, ROOT, error_lines, metrics, mpi_env, seconds_since
+from mpippo import faults
 
 # 3-rank runs of tens of seconds, mostly asleep: they run beside other tests (make test's parallel part),
 # whose load only lengthens the learner's sleeps and the hang's detection, never shortens them
@@ -22,8 +23,7 @@ def run_faulty(tmp_path, fault: str, extra=(), limit=90):
     env = mpi_env() | {"MPIPPO_FAULT": fault, "MPIPPO_FAULT_STAMP": str(stamp)}
     cmd = [MPIRUN, "--oversubscribe", "-n", "3", sys.executable, *DQN, "--output-dir", str(tmp_path / "run"), *extra]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
-    kind = dict(field.split("=", 1) for field in fault.split(","))["kind"]
-    return res, (seconds_since(stamp) if kind in ("raise", "kill", "hang") else None)
+    return res, (seconds_since(stamp) if faults.parse(fault)["kind"] in ("raise", "kill", "hang") else None)
 
 
 @pytest.mark.parametrize("rank,role,iteration", [(2, "actor", 150), (0, "learner", 40)])
