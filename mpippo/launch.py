@@ -49,7 +49,7 @@ def mpi_env() -> dict:
 SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
 
 
-# ---- folders a process makes for itself, named so that what a killed one left can be found ----
+# ---- folders (and marks) a process makes for itself, named so that what a killed one left can be found ----
 # mpippo-<what>-<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one, so
 # the next process that makes one removes those of this user whose maker no longer runs (the pid
 # namespace in the name: a process of another container sharing /dev/shm is never taken for dead).
@@ -79,7 +79,8 @@ def _gone(pid: int) -> bool:
 
 def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
     """Remove the folders of `places` (/dev/shm and the temporary folder) that a process of this
-    user named as its own and left behind when killed; returns their paths."""
+    user named as its own and left behind when killed, and the files so named (a batch script's
+    listening mark, slurm/common.sh); returns their paths. A link is left alone."""
     ns, uid, removed = _pid_namespace(), os.getuid(), []
     for place in places or ("/dev/shm", tempfile.gettempdir()):
         try:
@@ -89,12 +90,17 @@ def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
         for e in entries:
             m = OWNED.match(e.name)
             try:
-                mine = (m and int(m[1]) == ns and e.is_dir(follow_symlinks=False)
+                folder = e.is_dir(follow_symlinks=False)
+                mine = (m and int(m[1]) == ns and (folder or e.is_file(follow_symlinks=False))
                         and e.stat(follow_symlinks=False).st_uid == uid)
             except OSError:
                 continue
             if mine and _gone(int(m[2])):
-                shutil.rmtree(e.path, ignore_errors=True)
+                if folder:
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(e.path)
                 removed.append(e.path)
     return removed
 

@@ -45,12 +45,13 @@ def announce_listening() -> None:
     create the file named by $MPIPPO_LISTENING, if any. slurm/common.sh holds a signal that
     arrives before it exists, because a rank whose interpreter has not yet run its first line would
     die of it, and passes it on the moment it appears (no guessed delay, so a short run is still
-    stopped by a signal in its first seconds)."""
+    stopped by a signal in its first seconds). Made new or not at all (O_EXCL): whatever already
+    stands at the path (a link to someone's file, a FIFO that would block the open) is never
+    followed, opened or written; the script made the path free and only checks that it exists."""
     path = os.environ.get(LISTENING_ENV)
     if path:
         try:
-            with open(path, "a"):
-                pass
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         except OSError:  # the script then passes held signals on after its longest wait
             pass
 

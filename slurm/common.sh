@@ -20,7 +20,11 @@ set -uo pipefail
 # or after LISTEN_MAX_S if it never does (a trainer that ends first is past needing it).
 # (a script that sourced this file may have kept signals from before: suite_member.sh)
 PID="" PENDING=(${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}) LISTEN_MAX_S=60
-export MPIPPO_LISTENING="${TMPDIR:-/tmp}/mpippo-listening.${SLURM_JOB_ID:-0}.$$"
+# Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<pid namespace>.<pid>-):
+# a batch shell killed before its end leaves the mark, and the next job here (below), launcher or
+# tool removes it once that shell is gone.
+PID_NS=$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || echo 0)
+export MPIPPO_LISTENING="${TMPDIR:-/tmp}/mpippo-listening-$PID_NS.$$-job${SLURM_JOB_ID:-0}"
 rm -f "$MPIPPO_LISTENING"
 send_when_listening() {
     ( for _ in $(seq $((LISTEN_MAX_S * 5))); do
@@ -99,10 +103,10 @@ esac
 # Named as mpippo/launch.py names its own (mpippo-sm-<pid namespace>.<pid>-...): a job killed with no
 # chance to remove it (kill -9, a node reboot spares /dev/shm only by accident) leaves a folder that
 # the next job here, or the next launcher or tool, removes once that batch shell is gone.
-PID_NS=$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || echo 0)
-for d in /dev/shm/mpippo-*-"$PID_NS".*-*; do
-    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || continue
-    pid=${d#*-"$PID_NS".}; pid=${pid%%-*}
+for d in /dev/shm/mpippo-*-"$PID_NS".*-* "${TMPDIR:-/tmp}"/mpippo-listening-"$PID_NS".*-*; do
+    [ -d "$d" ] || [ -f "$d" ] || continue
+    [ ! -L "$d" ] && [ -O "$d" ] || continue
+    pid=${d##*/mpippo-*-"$PID_NS".}; pid=${pid%%-*}
     case "$pid" in ''|*[!0-9]*) continue ;; esac
     kill -0 "$pid" 2>/dev/null || rm -rf "$d"
 done

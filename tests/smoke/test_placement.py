@@ -138,11 +138,20 @@ def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_
     for d in left + kept:
         d.mkdir()
         (d / "sm_segment.x").write_bytes(b"x")
+    # a batch script's listening mark (a file), of a shell that is gone and of a live one
+    marks = [tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job17",
+             tmp_path / f"mpippo-listening-{ns}.{os.getpid()}-job18"]
+    for f in marks:
+        f.touch()
     target = tmp_path / "target"
     target.mkdir()
     (tmp_path / f"mpippo-sm-{ns}.{dead.pid}-link").symlink_to(target)  # a link is never followed
-    assert sorted(launch.sweep_leftovers((str(tmp_path),))) == sorted(map(str, left))
+    (tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job19").symlink_to(target / "f")  # nor removed
+    (target / "f").write_bytes(b"kept")
+    assert sorted(launch.sweep_leftovers((str(tmp_path),))) == sorted(map(str, left + marks[:1]))
     assert all(d.is_dir() for d in kept) and not any(d.exists() for d in left) and (target).is_dir()
+    assert not marks[0].exists() and marks[1].is_file() and (target / "f").read_bytes() == b"kept"
+    assert (tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job19").is_symlink()
     with launch.temp_folder("probe") as made:  # what a tool makes: named so, and gone at its end
         assert Path(made).name.startswith(f"mpippo-probe-{ns}.{os.getpid()}-")
     assert not Path(made).exists()

@@ -3,10 +3,15 @@ USR1, exit 3) and scontrol. Slurm answers `scontrol requeue` by sending TERM to 
 allocation, and on a loaded machine scontrol is often still running when it lands: the stand-in sends
 that TERM to itself and to the batch shell before it answers. The requeue must still count, and a job
 of a node range must still reset its task count, or the requeued job waits for every node it had (the
-local-Slurm test of ppo_multinode.sh once waited 10 minutes for a drained node that way)."""
+local-Slurm test of ppo_multinode.sh once waited 10 minutes for a drained node that way). Also the
+listening mark's life: made new by rank 0, removed at the job's end, and removed by the next job when a
+killed one left it."""
 import os
 import subprocess
+import sys
 from pathlib import Path
+
+from mpippo import preemption
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,3 +53,39 @@ def test_a_job_of_fixed_size_requeues_without_touching_its_task_count(tmp_path):
     out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2")
     assert calls[1:] == ["requeue 77"], calls
     assert rc == 0, out
+
+
+def test_marks_a_killed_batch_shell_left_are_removed_by_the_next_job_and_its_own_at_its_end(tmp_path):
+    """The mark is named after its shell (pid namespace and pid): one whose shell is gone is removed by
+    the next job; a live shell's mark, another name, a link of that name (and what it points to) stay."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    gone = tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job5"
+    live = tmp_path / f"mpippo-listening-{ns}.{os.getpid()}-job6"
+    other, link = tmp_path / "mpippo-listening.5.123", tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job7"
+    for f in (gone, live, other):
+        f.touch()
+    (tmp_path / "target").write_text("kept")
+    link.symlink_to(tmp_path / "target")
+    out, _, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2")
+    assert rc == 0, out
+    assert not gone.exists() and live.exists() and other.exists() and link.is_symlink()
+    assert (tmp_path / "target").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.glob("mpippo-listening*")) == sorted([live.name, other.name, link.name])
+
+
+def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_path, monkeypatch):
+    mark = tmp_path / "mark"
+    monkeypatch.setenv(preemption.LISTENING_ENV, str(mark))
+    preemption.announce_listening()
+    assert mark.is_file()
+    preemption.announce_listening()  # already there: left as it is
+    assert mark.is_file() and mark.read_bytes() == b""
+    (tmp_path / "theirs").write_text("data")
+    for name, make in (("link", lambda p: p.symlink_to(tmp_path / "theirs")),
+                       ("dangling", lambda p: p.symlink_to(tmp_path / "nowhere")), ("fifo", os.mkfifo)):
+        make(tmp_path / name)
+        monkeypatch.setenv(preemption.LISTENING_ENV, str(tmp_path / name))
+        preemption.announce_listening()  # a FIFO opened for writing would block here
+    assert (tmp_path / "theirs").read_text() == "data" and not (tmp_path / "nowhere").exists()
