@@ -16,6 +16,7 @@ runs never mix into the seeds' verdict.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from collections import defaultdict
@@ -25,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.toolcli import Parser, run, save_figure, shown, write_bytes, write_json  # noqa: E402
+from mpippo.files import open_regular  # noqa: E402
 from mpippo.usage import UsageError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -62,7 +64,8 @@ def load_runs(data: Path) -> dict:
     """runs.json as benchmarks/peer_parity.py writes it, or one line naming what is wrong."""
     path = data / "runs.json"
     try:
-        runs = json.loads(path.read_text())
+        with open_regular(path) as f:  # (a FIFO by that name is refused, not waited on)
+            runs = json.loads(f.read())
     except OSError as e:
         raise UsageError(f"--data: cannot read '{shown(path)}' ({e.strerror or e}); run benchmarks/peer_parity.py "
                          f"first") from None
@@ -91,8 +94,8 @@ def curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(env steps, mean return of the last 100 episodes) from one run's CSV: mpippo's is logged as
     that mean; CleanRL's lists every episode, averaged here the same way."""
     try:
-        with open(path) as f:
-            rows = list(csv.reader(f))
+        with open_regular(path) as f:
+            rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8")))
         column = rows[0][1]
         steps = np.array([int(r[0]) for r in rows[1:]])
         values = np.array([float(r[1]) for r in rows[1:]])

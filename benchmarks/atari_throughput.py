@@ -43,6 +43,7 @@ from mpippo.toolcli import (Parser, ToolFailure, check_trainer, count, number, o
                             run_trainer, write_json)
 from peers import CLEANRL_COMMIT, adapted_script, steady_sps, target_install  # noqa: E402 (the peers' set-up)
 import ceiling  # noqa: E402 (this folder's)
+from mpippo import files  # noqa: E402
 from mpippo.envs.atari import unknown_game  # noqa: E402
 from mpippo.machine import describe  # noqa: E402
 from mpippo.runctl import bf16_native  # noqa: E402
@@ -94,10 +95,11 @@ def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
     cmd = [sys.executable, str(cleanrl_script()), "--env-id", f"{game}-v5", "--total-timesteps", str(steps),
            "--no-cuda", "--no-track"]
     t0 = time.monotonic()
-    with open(log, "w") as out:
+    with files.open_append(log, "CleanRL's output") as out:  # (never through a link, nor a FIFO's wait)
+        out.truncate(0)
         done = subprocess.run(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
                               env=os.environ | {"PYTHONPATH": peer_path()})
-    text = log.read_text()
+    text = files.read_text(log, "CleanRL's output")
     if done.returncode != 0:
         tail = text.strip().splitlines()[-1:] or [""]
         raise ToolFailure(f"CleanRL on {game} failed (exit {done.returncode}): {tail[0][:300]}")

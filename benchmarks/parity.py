@@ -31,7 +31,7 @@ from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_tr
                      number, output_folder, ranks_fit, run, seed, shown)
 
 from mpippo.checkpoint import latest_path  # noqa: E402
-from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
+from mpippo.files import METRICS, open_append, read_metrics, read_run_config  # noqa: E402
 from mpippo.runlock import LOCK_NAME  # noqa: E402
 
 TOOL = "benchmarks/parity"
@@ -95,7 +95,7 @@ def run_queue(todo: list[tuple[Path, list[str]]], parallel: int, stop_after: flo
         while todo and len(running) < parallel and not late:
             run_dir, cmd = todo.pop(0)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
-            log = open(run_dir.parent / f"{run_dir.name}.log", "a") if parallel > 1 else None
+            log = open_append(run_dir.parent / f"{run_dir.name}.log", "the run's console log") if parallel > 1 else None
             print(f"parity: {run_dir.name}: {'resuming' if '--resume' in cmd else 'starting'}", flush=True)
             running[run_dir] = (subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None), log)
         if late:

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
-from mpippo.files import atomic_write_bytes  # noqa: E402
+from mpippo.files import atomic_write_bytes, read_bytes, read_text  # noqa: E402
 from mpippo.toolcli import Parser, count, run  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"
@@ -40,10 +40,10 @@ def setup() -> Path:
     if not script.exists():
         local = os.environ.get("MPIPPO_CLEANRL_SCRIPT")  # a copy at that commit, for machines without the web
         if local:
-            script.write_bytes(Path(local).read_bytes())
+            atomic_write_bytes(script, read_bytes(local, "MPIPPO_CLEANRL_SCRIPT", limit=1 << 20))
         else:
             with urllib.request.urlopen(CLEANRL_URL, timeout=60) as r:
-                script.write_bytes(r.read())
+                atomic_write_bytes(script, r.read())  # whole or not at all: an existing script is used as is
     return script
 
 
@@ -72,7 +72,7 @@ def _pristine(file: str, local_var: str) -> str:
     kept = PEERS / f"cleanrl-{CLEANRL_COMMIT}" / file
     local = os.environ.get(local_var)
     if local:
-        text = Path(local).read_text()
+        text = read_text(local, local_var, limit=1 << 20)  # (a FIFO named there is refused, not waited on)
     elif kept.exists():
         return kept.read_text()
     else:

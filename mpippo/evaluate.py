@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from mpippo import config as C
 from mpippo import runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
-from mpippo.files import METRICS, atomic_write_json
+from mpippo.files import METRICS, atomic_write_json, file_mode
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
@@ -205,8 +206,13 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
 def write_video(path: Path, frames: list, fps: int = 15, scale: int = VIDEO_SCALE) -> None:
     import imageio.v2 as imageio
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    # a name of its own (two evaluations of one --video never share it, a link planted there is never
+    # written through), ending in the container's suffix, which ffmpeg reads the format from
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    tmp = Path(name)
     try:
+        os.chmod(tmp, file_mode())  # as any file of the user's (mkstemp makes 0600)
         with imageio.get_writer(tmp, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=16,
                                 ffmpeg_log_level="error") as w:
             for f in frames:

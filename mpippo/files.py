@@ -17,9 +17,11 @@ JSON and safe YAML build plain data only.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,70 @@ def atomic_write_with(path: str | Path, write) -> None:
         os.close(dir_fd)
 
 
+def open_append(path: str | Path, what: str):
+    """A log of ours to append to (text), made if missing: never through a link, never blocking on a
+    FIFO (a reader-less FIFO would hold the open forever); a name that is anything but a regular file
+    is refused in one line naming it."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o666)  # the umask applies, as to any file of the user's
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link, a reader-less FIFO, a folder
+            check_appendable(path, what)
+        raise _problem(path, what, f"cannot write it ({e.strerror or e})") from None
+    try:
+        _refuse_other_kind(path, what, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+
+
+def check_appendable(path: str | Path, what: str) -> None:
+    """`path` is free or a regular file (not a link, FIFO, folder or device): what a shell's `>>` may
+    open (slurm/suite_member.sh checks through here first)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise _problem(Path(path), what, f"cannot look at it ({e.strerror or e})") from None
+    _refuse_other_kind(Path(path), what, mode)
+
+
+def _kind(mode: int) -> str:
+    return ("a file" if stat.S_ISREG(mode) else "a symbolic link" if stat.S_ISLNK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device")
+
+
+def _refuse_other_kind(path: Path, what: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise _problem(path, what, f"is {_kind(mode)}, not a file; mpippo writes its logs to files of its own "
+                                   f"only: remove or rename it")
+
+
+class NotAFile(OSError):
+    """What open_regular found by the name instead of a file; its text names the kind."""
+
+
+def open_regular(path: str | Path):
+    """A file of ours to read back in binary (a link to one is followed), opened without blocking: a
+    FIFO by that name would hold a plain open until someone writes to it. Anything but a regular file
+    is NotAFile, naming its kind."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotAFile(f"it is {_kind(mode)}, not a file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 def missing_folders(folder: Path) -> list[Path]:
     """`folder` and its parents that do not exist yet, outermost first: what a mkdir(parents=True)
     of it will create, so that an early exit can remove exactly those (remove_if_empty)."""
@@ -117,7 +183,8 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> byte
         if path.is_dir():
             raise _problem(path, what, "is a folder, not a file")
         if not path.is_file():
-            raise _problem(path, what, "no such file")
+            raise _problem(path, what, f"is {_kind(path.stat().st_mode)}, not a file" if path.exists()
+                           else "no such file")
         size = path.stat().st_size
         if size > limit:
             raise _problem(path, what, f"{size:,} bytes, more than the {limit:,} such a file can hold; "

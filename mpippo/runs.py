@@ -8,6 +8,7 @@ the event files (a resume purges the steps it repeats, so each step appears once
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,12 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from tensorboard.compat.tensorflow_stub.errors import OpError
     if not logs.is_dir():
         return np.zeros(0), np.zeros(0), np.zeros(0)
+    try:  # TensorBoard opens each event file plainly: a FIFO by such a name would hold it forever
+        odd = [e.name for e in os.scandir(logs) if "tfevents" in e.name and not e.is_file()]
+    except OSError as e:
+        raise NotARun(f"logs '{shown(logs)}': cannot list it ({e.strerror or e})") from None
+    if odd:
+        raise NotARun(f"logs '{shown(logs)}': '{odd[0]}' is not a file (an event file's name on something else)")
     acc = EventAccumulator(str(logs), size_guidance={"scalars": 0})
     # A resumed run logs again from its checkpoint's step: TensorBoard drops the first life's later
     # events (wanted: the run redid those steps) and warns of "a TensorFlow restart", not ours to print.

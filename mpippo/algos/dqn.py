@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
+from mpippo.files import NotAFile, open_regular
 
 
 def apex_epsilons(n: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -268,7 +269,7 @@ class PrioritizedReplay:
         """Refill from a file written by save(); returns why it was not used, or None when it was."""
         names = ("obs", "next_obs", "actions", "returns", "discounts", "next_legal", "leaves")
         try:
-            with np.load(path, allow_pickle=False) as z:  # never unpickles: a file we load runs no code
+            with open_regular(path) as f, np.load(f, allow_pickle=False) as z:  # never unpickles: runs no code
                 if int(z["tag"]) != tag:
                     return f"it belongs to update {int(z['tag'])}, the checkpoint to update {tag}"
                 if int(z["capacity"]) != self.capacity or z["obs"].shape[1:] != tuple(self.obs.shape[1:]):
@@ -290,6 +291,8 @@ class PrioritizedReplay:
                 self.pos, self.size = pos, n
         except FileNotFoundError:
             return "the file is missing"
+        except NotAFile as e:  # a FIFO there would have held the open (and the learner) forever
+            return str(e)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
             return f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
         return None

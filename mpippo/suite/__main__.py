@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from mpippo import config as C
-from mpippo import runlock
+from mpippo import files, runlock
 from mpippo.usage import UsageError
 from mpippo.suite import spec, state, submit
 from mpippo.suite.submit import set_aside
@@ -85,6 +85,8 @@ def cmd_member(args) -> int:
     if who:
         raise SuiteError(f"suite member {entry['key']}: its folder '{folder}' is in use: {who} holds its lock; "
                          f"one writer per folder: this element leaves it alone")
+    # the script appends the element's output to <folder>.log (bash's >> follows links, blocks on a FIFO)
+    files.check_appendable(folder.with_name(folder.name + ".log"), f"suite member {entry['key']}: its log")
     aside = set_aside(folder)
     if aside:
         sys.stderr.write(f"mpippo: note: {entry['key']}: its last attempt left no checkpoint; kept as {aside.name}\n")

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from mpippo import runlock
+from mpippo import files, runlock
 from mpippo.checkpoint import latest_path
 from mpippo.launch import die_with_parent
 from mpippo.files import missing_folders, remove_if_empty
@@ -71,6 +71,7 @@ def todo(suite: Suite, elsewhere: list | None = None) -> list[Member]:
             if elsewhere is not None:
                 elsewhere.append((m, who))
             continue
+        files.check_appendable(m.log, f"suite member {m.key}: its log")  # a link or FIFO there: refused now
         out.append(m)
     return out
 
@@ -178,10 +179,23 @@ def submit_slurm(suite: Suite, members: list[Member], max_parallel: int | None, 
         raise refuse(f"printed {state.quote(out, 120) if out else 'nothing'} instead of a job id "
                      f"(sbatch --parsable prints one; {cancel})")
     job = int(found.group(1))
-    with open(suite.folder / state.SUBMISSIONS, "a") as f:
-        f.write(json.dumps({"job": job, "manifest": str(manifest), "members": [m.key for m in members],
-                            "time": stamp}) + "\n")
+    record(suite, {"job": job, "manifest": str(manifest), "members": [m.key for m in members], "time": stamp})
     return job
+
+
+def record(suite: Suite, row: dict) -> None:
+    """Add a submission to submissions.jsonl, rewritten whole (the suite's lock is held): an append cut
+    short (a full disk) would leave a torn last line, and every later status, run and report would
+    refuse the file; a link there is replaced, never written through. The job is queued by now, so a
+    failure names it (its manifest stays: the array reads it)."""
+    path = suite.folder / state.SUBMISSIONS
+    rows = [*state.submissions(suite), row]
+    try:
+        files.atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in rows).encode())
+    except OSError as e:
+        raise SuiteError(f"suite run: sbatch queued job {row['job']}, but recording it in '{path}' failed "
+                         f"({e.strerror or e}): `suite status` will not see it; cancel it (scancel {row['job']}), "
+                         f"free the folder and run again") from None
 
 
 class Relay:
@@ -322,7 +336,7 @@ def _tee(cmd: list[str], m: Member, relay: Relay, lock_fds: tuple[int, ...] = ()
     env = dict(os.environ)
     if sys.stderr.isatty():
         env.update(MPIPPO_TTY="1", COLUMNS=str(shutil.get_terminal_size().columns))
-    with open(m.log, "a") as log:
+    with files.open_append(m.log, f"suite member {m.key}: its log") as log:
         log.write(f"mpippo: suite member {m.key}: {' '.join(cmd[2:])}\n")
         log.flush()
         read_end, write_end = os.pipe()

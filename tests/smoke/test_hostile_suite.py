@@ -172,6 +172,19 @@ def odd_lock(tmp, where: str, make, manifest=False, slurm=False):
     return fake_bin(tmp, sbatch=CALLED + "echo 7") if slurm else None
 
 
+def odd_log(tmp, make, manifest=False):
+    """A stopped member whose log (<member>.log, appended to by `run --local` and by the array
+    element's script) is made by make(path): a FIFO, a link to a file of the user's."""
+    s, m = member_run(tmp)
+    (tmp / "mine.txt").write_text("the user's file\n")
+    m.log.unlink()
+    make(m.log)
+    if manifest:
+        spec.write_manifest(s.folder / "manifest-1.json", [m])
+        return s
+    return None
+
+
 def locked_suite(tmp):
     s, m = member_run(tmp)
     hold(s.folder, "suite folder")
@@ -289,6 +302,16 @@ CASES = [
         t, "suite", lambda lock: lock.symlink_to(t / "mine.txt"))), "tiny/.mpippo.lock' is a symbolic link"),
     Case("suite-lock-dangling-symlink-slurm", suite("run", prepare=lambda t: odd_lock(
         t, "suite", lambda lock: lock.symlink_to(t / "made-by-nobody"), slurm=True)), "tiny/.mpippo.lock' is a symbolic link"),
+    # ---- a member's log that is something else: refused before anything starts (a link would be written
+    # through, a FIFO would hold `run --local` or the element's `exec >>` until its time limit) ----
+    Case("member-log-fifo-run", suite("run", "--local", prepare=lambda t: odd_log(t, os.mkfifo)),
+         "seed_1.log': is a FIFO, not a file"),
+    Case("member-log-symlink-run", suite("run", "--local", prepare=lambda t: odd_log(
+        t, lambda log: log.symlink_to(t / "mine.txt"))), "seed_1.log': is a symbolic link, not a file"),
+    Case("member-log-fifo-job-script", job_script(lambda t: odd_log(t, os.mkfifo, manifest=True)),
+         "seed_1.log': is a FIFO, not a file"),
+    Case("member-log-symlink-lookup", lookup(0, lambda t: odd_log(t, lambda log: log.symlink_to(t / "mine.txt"),
+                                                                 manifest=True)), "seed_1.log': is a symbolic link"),
 ]
 
 

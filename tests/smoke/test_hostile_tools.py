@@ -9,6 +9,7 @@ folders written here (a benchmark_metrics.json and a config.yaml), never trained
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,10 +45,13 @@ def with_metrics(**changes) -> dict:
     return run_files(dict(GOOD, **changes))
 
 
-def tool(script: str, *args: str, files: dict | None = None, env: dict | None = None):
+def tool(script: str, *args: str, files: dict | None = None, env: dict | None = None, prepare=None):
     """A case's setup: `files` written into the case folder ({name: text, bytes or a dict as JSON; a
-    name ending in / is a folder}), then `python script args`, where TMP/ stands for that folder."""
+    name ending in / is a folder}) and prepare(folder) run (what files cannot hold: a FIFO, a link),
+    then `python script args`, where TMP/ stands for that folder."""
     def setup(tmp: Path, shared):
+        if prepare is not None:
+            prepare(tmp)
         for name, data in (files or {}).items():
             path = tmp / name
             if name.endswith("/"):
@@ -70,6 +74,11 @@ CUT_OUT = ("--out", "TMP/out.json")  # never the default (benchmarks/results/)
 SWEEP_OUT = ("--out", "TMP/out")  # never the default (analysis/data/)
 BPAR_OUT = ("--out", "TMP/out")  # never the default (runs/parity)
 AVP_DIRS = ("--root", "TMP/root", "--out", "TMP/out")  # never the defaults (runs/, analysis/data/)
+
+
+def event_fifo(tmp: Path) -> None:
+    (tmp / "run" / "logs").mkdir(parents=True)
+    os.mkfifo(tmp / "run" / "logs" / "events.out.tfevents.1.host")
 
 
 def evaluate(*args, files=None):
@@ -144,6 +153,11 @@ CASES = [
     Case("curves-out-not-png", tool(CURVES, "TMP/run", "--out", "TMP/c.gif", files=run_files()), "must end in .png"),
     Case("curves-out-is-folder", tool(CURVES, "TMP/run", "--out", "TMP/d.png", files={**run_files(), "d.png/": None}),
          "is a folder; give a file name"),
+    # TensorBoard opens a run's event files plainly: a FIFO by such a name would hold the tool forever
+    Case("curves-metrics-event-file-fifo", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=run_files(),
+                                                prepare=event_fifo), "'events.out.tfevents.1.host' is not a file"),
+    Case("compare-metrics-event-file-fifo", tool(CMP, "TMP/run", "--out", "TMP/out", files=run_files(),
+                                                 prepare=event_fifo), "'events.out.tfevents.1.host' is not a file"),
     Case("curves-metrics-truncated", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=run_files('{"env": "co')),
          "not valid JSON"),
     Case("curves-metrics-env-list", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=with_metrics(env=["x"])),
@@ -352,6 +366,14 @@ CASES = [
          "entry 'mpippo-Hopper-v5-s1' is not a run's record (a JSON object)"),
     Case("mujoco-analysis-no-data", tool("analysis/peer_parity.py", "--data", "TMP/none"),
          "runs.json' (No such file or directory); run benchmarks/peer_parity.py first"),
+    Case("mujoco-analysis-runs-file-fifo", tool("analysis/peer_parity.py", "--data", "TMP/d",
+                                                prepare=lambda t: (t.joinpath("d").mkdir(), os.mkfifo(t / "d/runs.json"))),
+         "runs.json' (it is a FIFO, not a file)"),
+    Case("mujoco-analysis-curve-fifo", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": {
+        "mpippo-Hopper-v5-s1": {"who": "mpippo", "env": "Hopper-v5", "seed": 1, "budget": 2048, "wall_s": 1.0,
+                                "steps_per_s": 2.0, "final_return": 3.0, "episodes": 4}}},
+        prepare=lambda t: (t.joinpath("d").mkdir(), os.mkfifo(t / "d/mpippo-Hopper-v5-s1.csv"))),
+         "mpippo-Hopper-v5-s1.csv' (NotAFile: it is a FIFO, not a file)"),
     Case("mujoco-analysis-not-runs", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": "[1, 2]"}),
          "holds no runs (expected a mapping of run names)"),
     Case("mujoco-analysis-bad-run", tool("analysis/peer_parity.py", "--data", "TMP/d",

@@ -1,4 +1,5 @@
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -143,6 +144,16 @@ def test_replay_save_load_round_trip_is_bit_exact_and_reads_the_previous_format(
     with np.load(tmp_path / "replay.npz", allow_pickle=False) as a, np.load(tmp_path / "old.npz") as b:
         assert sorted(a.files) == sorted(b.files) and all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype
                                                           for k in a.files)
+
+
+def test_a_replay_file_that_is_a_fifo_or_folder_is_not_used_and_never_waited_on(tmp_path):
+    """A resume reads checkpoints/replay.npz back: a FIFO by that name would hold a plain open (and
+    the learner) until someone wrote to it; it is named and the buffer refills from empty."""
+    os.mkfifo(tmp_path / "replay.npz")
+    (tmp_path / "folder.npz").mkdir()
+    buf = PrioritizedReplay(50, (3, 2, 1))
+    assert buf.load(tmp_path / "replay.npz", tag=7) == "it is a FIFO, not a file" and buf.size == 0
+    assert buf.load(tmp_path / "folder.npz", tag=7) == "it is a folder, not a file" and buf.size == 0
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])

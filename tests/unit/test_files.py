@@ -1,0 +1,93 @@
+"""Files at names mpippo writes to or reads back, when something else stands there: a link is never
+written through, a FIFO never waited on (a plain open of one blocks until the other side comes), and
+each is named in one line. The logs we append to, the files we read back, the suite's submissions
+record and evaluate's video."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mpippo import files
+from mpippo.evaluate import write_video
+from mpippo.suite import spec, state, submit
+from mpippo.usage import UsageError
+
+from test_suite import TINY
+
+
+@pytest.fixture
+def theirs(tmp_path):
+    """A file of the user's that a link planted at one of our names points to."""
+    f = tmp_path / "theirs.txt"
+    f.write_text("the user's data")
+    return f
+
+
+def test_a_log_is_appended_to_and_made_with_the_umask(tmp_path):
+    log = tmp_path / "run.log"
+    for line in ("one\n", "two\n"):
+        with files.open_append(log, "the log") as f:
+            f.write(line)
+    assert log.read_text() == "one\ntwo\n" and log.stat().st_mode & 0o777 == files.file_mode()
+
+
+@pytest.mark.parametrize("kind", ["link", "dangling", "fifo", "folder"])
+def test_a_log_name_on_anything_but_a_file_is_refused_and_left_as_it_is(tmp_path, theirs, kind):
+    log = tmp_path / "run.log"
+    {"link": lambda: log.symlink_to(theirs), "dangling": lambda: log.symlink_to(tmp_path / "nowhere"),
+     "fifo": lambda: os.mkfifo(log), "folder": log.mkdir}[kind]()
+    said = {"link": "a symbolic link", "dangling": "a symbolic link", "fifo": "a FIFO", "folder": "a folder"}[kind]
+    for check in (lambda: files.open_append(log, "the log"), lambda: files.check_appendable(log, "the log")):
+        with pytest.raises(UsageError, match=f"the log '.*run.log': is {said}, not a file"):
+            check()  # a FIFO without a reader: refused at once, no wait
+    assert theirs.read_text() == "the user's data" and not (tmp_path / "nowhere").exists()
+
+
+def test_files_read_back_name_a_fifo_or_folder_and_never_wait(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    for name, kind in (("fifo", "a FIFO"), ("folder", "a folder")):
+        with pytest.raises(files.NotAFile, match=f"it is {kind}, not a file"):
+            files.open_regular(tmp_path / name)
+        with pytest.raises(UsageError, match=f"is {kind}, not a file"):
+            files.read_bytes(tmp_path / name, "the file")
+    with pytest.raises(UsageError, match="no such file"):
+        files.read_bytes(tmp_path / "none", "the file")
+
+
+def test_a_submission_is_recorded_whole_and_never_through_a_link(tmp_path, theirs):
+    """The record is rewritten whole under the suite's lock (an append cut short by a full disk would
+    leave a torn line that every later status refuses); a link there is replaced, its target kept."""
+    suite = spec.load(TINY, tmp_path)
+    suite.folder.mkdir(parents=True)
+    first = {"job": 11, "manifest": "manifest-a.json", "members": [], "time": "t"}
+    theirs.write_text(json.dumps(first) + "\n")
+    (suite.folder / state.SUBMISSIONS).symlink_to(theirs)
+    submit.record(suite, {"job": 12, "manifest": "manifest-b.json", "members": ["x"], "time": "u"})
+    assert [r["job"] for r in state.submissions(suite)] == [11, 12]
+    assert not (suite.folder / state.SUBMISSIONS).is_symlink() and theirs.read_text() == json.dumps(first) + "\n"
+    assert not [p for p in suite.folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_failed_record_names_the_queued_job(tmp_path, monkeypatch):
+    suite = spec.load(TINY, tmp_path)
+    suite.folder.mkdir(parents=True)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
+    with pytest.raises(UsageError, match=r"sbatch queued job 12, but recording it .* \(No space left on device\)"
+                                         r".*scancel 12"):
+        submit.record(suite, {"job": 12, "manifest": "m.json", "members": [], "time": "t"})
+
+
+def test_the_video_is_written_under_a_name_of_its_own_never_through_a_planted_link(tmp_path, theirs):
+    """The temp file once had a fixed name beside the video (.play.tmp.mp4): a link planted there had
+    ffmpeg write through it, and two evaluations of one --video shared it."""
+    (tmp_path / ".play.tmp.mp4").symlink_to(theirs)
+    frames = [np.full((8, 8, 3), i * 20, dtype=np.uint8) for i in range(6)]
+    write_video(tmp_path / "play.mp4", frames, scale=2)
+    assert theirs.read_text() == "the user's data" and (tmp_path / ".play.tmp.mp4").is_symlink()
+    assert (tmp_path / "play.mp4").stat().st_size > 0 and (tmp_path / "play.mp4").stat().st_mode & 0o777 == files.file_mode()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".play.tmp.mp4", "play.mp4", "theirs.txt"]
