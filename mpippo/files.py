@@ -185,11 +185,14 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> byte
         if not path.is_file():
             raise _problem(path, what, f"is {_kind(path.stat().st_mode)}, not a file" if path.exists()
                            else "no such file")
-        size = path.stat().st_size
-        if size > limit:
-            raise _problem(path, what, f"{size:,} bytes, more than the {limit:,} such a file can hold; "
-                                       f"it is not one mpippo wrote")
-        return path.read_bytes()
+        with open_regular(path) as f:  # what was looked at above may have been swapped since: checked on the fd
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise _problem(path, what, f"{size:,} bytes, more than the {limit:,} such a file can hold; "
+                                           f"it is not one mpippo wrote")
+            return f.read()
+    except NotAFile as e:
+        raise _problem(path, what, str(e).removeprefix("it ")) from None
     except OSError as e:  # permissions, a name too long, an I/O error, a path through a file
         raise _problem(path, what, f"cannot read it ({e.strerror or e})") from None
 

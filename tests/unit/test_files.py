@@ -91,3 +91,13 @@ def test_the_video_is_written_under_a_name_of_its_own_never_through_a_planted_li
     assert theirs.read_text() == "the user's data" and (tmp_path / ".play.tmp.mp4").is_symlink()
     assert (tmp_path / "play.mp4").stat().st_size > 0 and (tmp_path / "play.mp4").stat().st_mode & 0o777 == files.file_mode()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".play.tmp.mp4", "play.mp4", "theirs.txt"]
+
+
+def test_a_file_swapped_for_a_fifo_after_its_check_is_still_refused_unread(tmp_path, monkeypatch):
+    """read_bytes looks at the name, then opens it: what stands there by the open (a FIFO put in place
+    of the file in between, as is_file answering for the old one stands for here) is checked again on the
+    opened descriptor, never read blocking."""
+    os.mkfifo(tmp_path / "swapped")
+    monkeypatch.setattr(type(tmp_path), "is_file", lambda self: True)
+    with pytest.raises(UsageError, match="the file '.*swapped': is a FIFO, not a file"):
+        files.read_bytes(tmp_path / "swapped", "the file")
