@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.toolcli import Parser, run, save_figure, shown, write_bytes, write_json  # noqa: E402
-from mpippo.files import open_regular  # noqa: E402
+from mpippo.files import NotAFile, open_regular  # noqa: E402
 from mpippo.usage import UsageError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -99,6 +99,8 @@ def curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
         column = rows[0][1]
         steps = np.array([int(r[0]) for r in rows[1:]])
         values = np.array([float(r[1]) for r in rows[1:]])
+    except NotAFile as e:
+        raise UsageError(f"--data: cannot read the curve '{shown(path)}' ({e})") from None
     except (OSError, ValueError, IndexError, UnicodeDecodeError) as e:
         raise UsageError(f"--data: cannot read the curve '{shown(path)}' ({type(e).__name__}: {str(e)[:80]})") from None
     if column == "episode_return":

@@ -95,11 +95,11 @@ def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
     cmd = [sys.executable, str(cleanrl_script()), "--env-id", f"{game}-v5", "--total-timesteps", str(steps),
            "--no-cuda", "--no-track"]
     t0 = time.monotonic()
+    files.remove_file(log)  # a new file (a hard link's other name keeps its bytes)
     with files.open_append(log, "CleanRL's output") as out:  # (never through a link, nor a FIFO's wait)
-        out.truncate(0)
         done = subprocess.run(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
                               env=os.environ | {"PYTHONPATH": peer_path()})
-    text = files.read_text(log, "CleanRL's output")
+    text = files.read_text(log, "CleanRL's output", files.LOG_LIMIT)
     if done.returncode != 0:
         tail = text.strip().splitlines()[-1:] or [""]
         raise ToolFailure(f"CleanRL on {game} failed (exit {done.returncode}): {tail[0][:300]}")

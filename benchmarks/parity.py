@@ -31,7 +31,7 @@ from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_tr
                      number, output_folder, ranks_fit, run, seed, shown)
 
 from mpippo.checkpoint import latest_path  # noqa: E402
-from mpippo.files import METRICS, open_append, read_metrics, read_run_config  # noqa: E402
+from mpippo.files import METRICS, check_appendable, open_append, read_metrics, read_run_config  # noqa: E402
 from mpippo.runlock import LOCK_NAME  # noqa: E402
 
 TOOL = "benchmarks/parity"
@@ -141,6 +141,7 @@ def check_run(run_dir: Path, game: str, seed_: int, args) -> None:
     resumable (a checkpoint, and a config the trainer accepts); its options pass the trainer's checks."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"'{shown(run_dir)}' is a file, where the run folder of {game} seed {seed_} goes")
+    check_appendable(run_dir.parent / f"{run_dir.name}.log", "the run's console log")  # (--parallel writes it)
     if (run_dir / METRICS).exists() and read_metrics(run_dir).get("finished"):
         read_run_config(run_dir)
         if not (run_dir / "logs").is_dir():

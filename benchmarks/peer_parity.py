@@ -217,19 +217,19 @@ def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> d
     if not finished.exists():  # CleanRL prints as it goes: only its exit says the run reached its budget
         cmd = [sys.executable, str(fam.script()), "--env-id", fam.theirs.format(env), "--seed", str(seed),
                "--total-timesteps", str(steps), "--no-cuda"]
+        if not resumed:
+            files.remove_file(log)  # a fresh run's output starts a new file (a hard link's other name keeps its bytes)
         with files.open_append(log, "CleanRL's output") as out:  # (never through a link, nor a FIFO's wait)
-            if not resumed:
-                out.truncate(0)
             code = wait_passing_stop(subprocess.Popen(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
                                                       env=os.environ | {"PYTHONPATH": fam.peer_path()}))
         if code == EXIT_STOPPED:
             raise RunStopped(f"CleanRL on {env} in '{shown(folder)}' stopped on a signal with its checkpoint "
                              f"written; the same command resumes it")
         if code != 0:
-            tail = files.read_text(log, "CleanRL's output").strip().splitlines()[-1:] or [""]
+            tail = files.read_text(log, "CleanRL's output", files.LOG_LIMIT).strip().splitlines()[-1:] or [""]
             raise ToolFailure(f"CleanRL on {env} failed (exit {code}): {tail[0][:300]}")
         files.atomic_write_bytes(finished, b"exit 0\n")
-    text = files.read_text(log, "CleanRL's output")
+    text = files.read_text(log, "CleanRL's output", files.LOG_LIMIT)
     pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?[\d.e+-]+)", text)]
     sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
     returns = [r for _, r in pairs]

@@ -28,8 +28,10 @@ from typing import Any
 
 from mpippo import config as C
 from mpippo.config import UsageError, load_yaml, show
+from mpippo.usage import file_kind
 
 MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few MB); more is not one of ours
+LOG_LIMIT = 4 << 30  # a peer's console log read back whole: a line per episode over up to 10**9 steps
 METRICS = "benchmark_metrics.json"
 
 
@@ -108,6 +110,16 @@ def open_append(path: str | Path, what: str):
     return os.fdopen(fd, "a", encoding="utf-8", errors="replace")
 
 
+def remove_file(path: str | Path) -> None:
+    """Remove `path` if it is a regular file (only this name of it: a hard link's other names keep their
+    bytes); anything else by that name is left for open_append to refuse by name."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def check_appendable(path: str | Path, what: str) -> None:
     """`path` is free or a regular file (not a link, FIFO, folder or device): what a shell's `>>` may
     open (slurm/suite_member.sh checks through here first)."""
@@ -120,15 +132,9 @@ def check_appendable(path: str | Path, what: str) -> None:
     _refuse_other_kind(Path(path), what, mode)
 
 
-def _kind(mode: int) -> str:
-    return ("a file" if stat.S_ISREG(mode) else "a symbolic link" if stat.S_ISLNK(mode)
-            else "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device")
-
-
 def _refuse_other_kind(path: Path, what: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        raise _problem(path, what, f"is {_kind(mode)}, not a file; mpippo writes its logs to files of its own "
+        raise _problem(path, what, f"is {file_kind(mode)}, not a file; mpippo writes its logs to files of its own "
                                    f"only: remove or rename it")
 
 
@@ -144,7 +150,7 @@ def open_regular(path: str | Path):
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotAFile(f"it is {_kind(mode)}, not a file")
+            raise NotAFile(f"it is {file_kind(mode)}, not a file")
     except BaseException:
         os.close(fd)
         raise
@@ -183,7 +189,7 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> byte
         if path.is_dir():
             raise _problem(path, what, "is a folder, not a file")
         if not path.is_file():
-            raise _problem(path, what, f"is {_kind(path.stat().st_mode)}, not a file" if path.exists()
+            raise _problem(path, what, f"is {file_kind(path.stat().st_mode)}, not a file" if path.exists()
                            else "no such file")
         with open_regular(path) as f:  # what was looked at above may have been swapped since: checked on the fd
             size = os.fstat(f.fileno()).st_size

@@ -30,13 +30,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpippo.usage import UsageError
+from mpippo.usage import UsageError, file_kind
 
 LOCK_NAME = ".mpippo.lock"
 _UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
 RETRY_S = 2.0  # a holder() probe holds a shared lock for microseconds: try again before refusing
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 class FolderBusy(UsageError):
@@ -69,7 +67,7 @@ def _shown(path: Path) -> str:
 
 def _kind(mode: int) -> str | None:
     """What a non-regular file is, in words (None for a regular file)."""
-    return next((name for test, name in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def _refuse_kind(path: Path, mode: int) -> None:

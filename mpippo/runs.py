@@ -112,7 +112,7 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     except OSError as e:
         raise NotARun(f"logs '{shown(logs)}': cannot list it ({e.strerror or e})") from None
     if odd:
-        raise NotARun(f"logs '{shown(logs)}': '{odd[0]}' is not a file (an event file's name on something else)")
+        raise NotARun(f"logs '{shown(logs)}': '{shown(odd[0])}' is not a file (an event file's name on something else)")
     acc = EventAccumulator(str(logs), size_guidance={"scalars": 0})
     # A resumed run logs again from its checkpoint's step: TensorBoard drops the first life's later
     # events (wanted: the run redid those steps) and warns of "a TensorFlow restart", not ours to print.

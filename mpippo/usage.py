@@ -7,8 +7,17 @@ trainer, the launcher, evaluate, the suite and the tools all parse with it.
 from __future__ import annotations
 
 import argparse
+import stat
 
 EXIT_USAGE = 2
+_KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def file_kind(mode: int) -> str:
+    """What a file-system entry is, in a message's words ('a FIFO', 'a folder'), from its st_mode."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 class UsageError(ValueError):

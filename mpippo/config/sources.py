@@ -2,7 +2,6 @@
 objects, a size bound) and `--set section.key=value` overrides merged into it."""
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import yaml
 
 from mpippo.config.schema import MAX_CONFIG_BYTES, SECTIONS, mapping_keys
 from mpippo.rules import show
-from mpippo.usage import UsageError
+from mpippo.usage import UsageError, file_kind
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -37,9 +36,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _s
 
 
 def _kind(path: Path) -> str:
-    mode = path.stat().st_mode
-    return ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
-            "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+    return file_kind(path.stat().st_mode)
 
 
 def _read_text(path: Path) -> str:

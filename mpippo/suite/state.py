@@ -14,10 +14,8 @@ is named as such, never read as numbers it does not hold.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import stat
 import subprocess
 from pathlib import Path
 
@@ -152,19 +150,11 @@ LOG_TAIL = 4 << 20  # a member's log grows by a few lines an iteration: its last
 def _tail(path: Path, limit: int) -> str:
     """The last `limit` bytes of a text file as text ('' when it cannot be read: a log is optional)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO in its place must not hang us
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        with os.fdopen(fd, "rb", closefd=False) as f:
+        with files.open_regular(path) as f:  # a FIFO in its place must not hang us
             f.seek(max(0, f.seek(0, 2) - limit))
             return f.read().decode(errors="replace")
-    except OSError:
+    except OSError:  # NotAFile included
         return ""
-    finally:
-        os.close(fd)
 
 
 def submissions(suite: Suite) -> list[dict]:

@@ -189,12 +189,13 @@ def record(suite: Suite, row: dict) -> None:
     refuse the file; a link there is replaced, never written through. The job is queued by now, so a
     failure names it (its manifest stays: the array reads it)."""
     path = suite.folder / state.SUBMISSIONS
-    rows = [*state.submissions(suite), row]
     try:
+        rows = [*state.submissions(suite), row]
         files.atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in rows).encode())
-    except OSError as e:
+    except (OSError, UsageError) as e:  # a full disk; the record changed or unreadable since the lock's check
+        why = e.errors[0] if isinstance(e, UsageError) else e.strerror or e
         raise SuiteError(f"suite run: sbatch queued job {row['job']}, but recording it in '{path}' failed "
-                         f"({e.strerror or e}): `suite status` will not see it; cancel it (scancel {row['job']}), "
+                         f"({why}): `suite status` will not see it; cancel it (scancel {row['job']}), "
                          f"free the folder and run again") from None
 
 

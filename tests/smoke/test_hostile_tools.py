@@ -373,7 +373,7 @@ CASES = [
         "mpippo-Hopper-v5-s1": {"who": "mpippo", "env": "Hopper-v5", "seed": 1, "budget": 2048, "wall_s": 1.0,
                                 "steps_per_s": 2.0, "final_return": 3.0, "episodes": 4}}},
         prepare=lambda t: (t.joinpath("d").mkdir(), os.mkfifo(t / "d/mpippo-Hopper-v5-s1.csv"))),
-         "mpippo-Hopper-v5-s1.csv' (NotAFile: it is a FIFO, not a file)"),
+         "mpippo-Hopper-v5-s1.csv' (it is a FIFO, not a file)"),
     Case("mujoco-analysis-not-runs", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": "[1, 2]"}),
          "holds no runs (expected a mapping of run names)"),
     Case("mujoco-analysis-bad-run", tool("analysis/peer_parity.py", "--data", "TMP/d",

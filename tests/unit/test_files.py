@@ -101,3 +101,18 @@ def test_a_file_swapped_for_a_fifo_after_its_check_is_still_refused_unread(tmp_p
     monkeypatch.setattr(type(tmp_path), "is_file", lambda self: True)
     with pytest.raises(UsageError, match="the file '.*swapped': is a FIFO, not a file"):
         files.read_bytes(tmp_path / "swapped", "the file")
+
+
+def test_a_fresh_log_is_a_new_file_and_a_hard_links_other_name_keeps_its_bytes(tmp_path, theirs):
+    """A tool starting a run afresh removes its old log by name before making a new one: truncating in
+    place would empty a user's file hard-linked there."""
+    log = tmp_path / "stdout.txt"
+    os.link(theirs, log)
+    files.remove_file(log)
+    with files.open_append(log, "the log") as f:
+        f.write("fresh\n")
+    assert log.read_text() == "fresh\n" and theirs.read_text() == "the user's data"
+    os.mkfifo(tmp_path / "fifo")
+    files.remove_file(tmp_path / "fifo")  # not a file: left for open_append to refuse by name
+    files.remove_file(tmp_path / "none")
+    assert (tmp_path / "fifo").exists()
