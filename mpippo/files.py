@@ -139,7 +139,11 @@ def _refuse_other_kind(path: Path, what: str, mode: int) -> None:
 
 
 class NotAFile(OSError):
-    """What open_regular found by the name instead of a file; its text names the kind."""
+    """What open_regular found by the name instead of a file (`kind`: 'a FIFO', 'a folder', ...)."""
+
+    def __init__(self, kind: str):
+        super().__init__(f"it is {kind}, not a file")
+        self.kind = kind
 
 
 def open_regular(path: str | Path):
@@ -150,7 +154,7 @@ def open_regular(path: str | Path):
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotAFile(f"it is {file_kind(mode)}, not a file")
+            raise NotAFile(file_kind(mode))
     except BaseException:
         os.close(fd)
         raise
@@ -186,19 +190,16 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> byte
     """The file's bytes: it must exist, be a file, and hold at most `limit` bytes."""
     path = Path(path)
     try:
-        if path.is_dir():
-            raise _problem(path, what, "is a folder, not a file")
-        if not path.is_file():
-            raise _problem(path, what, f"is {file_kind(path.stat().st_mode)}, not a file" if path.exists()
-                           else "no such file")
-        with open_regular(path) as f:  # what was looked at above may have been swapped since: checked on the fd
+        with open_regular(path) as f:  # its kind and size from the opened descriptor: no swap in between
             size = os.fstat(f.fileno()).st_size
             if size > limit:
                 raise _problem(path, what, f"{size:,} bytes, more than the {limit:,} such a file can hold; "
                                            f"it is not one mpippo wrote")
             return f.read()
     except NotAFile as e:
-        raise _problem(path, what, str(e).removeprefix("it ")) from None
+        raise _problem(path, what, f"is {e.kind}, not a file") from None
+    except (FileNotFoundError, NotADirectoryError):  # (a dangling link, a path through a file)
+        raise _problem(path, what, "no such file") from None
     except OSError as e:  # permissions, a name too long, an I/O error, a path through a file
         raise _problem(path, what, f"cannot read it ({e.strerror or e})") from None
 

@@ -51,7 +51,7 @@ def announce_listening() -> None:
     path = os.environ.get(LISTENING_ENV)
     if path:
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except OSError:  # the script then passes held signals on after its longest wait
             pass
 

@@ -86,7 +86,7 @@ def cmd_member(args) -> int:
         raise SuiteError(f"suite member {entry['key']}: its folder '{folder}' is in use: {who} holds its lock; "
                          f"one writer per folder: this element leaves it alone")
     # the script appends the element's output to <folder>.log (bash's >> follows links, blocks on a FIFO)
-    files.check_appendable(folder.with_name(folder.name + ".log"), f"suite member {entry['key']}: its log")
+    files.check_appendable(spec.log_path(folder), f"suite member {entry['key']}: its log")
     aside = set_aside(folder)
     if aside:
         sys.stderr.write(f"mpippo: note: {entry['key']}: its last attempt left no checkpoint; kept as {aside.name}\n")

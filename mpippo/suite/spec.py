@@ -58,7 +58,12 @@ class Member:
 
     @property
     def log(self) -> Path:
-        return self.folder.with_name(self.folder.name + ".log")
+        return log_path(self.folder)
+
+
+def log_path(folder: Path) -> Path:
+    """A member's console log, beside its folder (slurm/suite_member.sh appends to the same name)."""
+    return folder.with_name(folder.name + ".log")
 
 
 @dataclass(frozen=True)
