@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import shlex
@@ -50,21 +51,32 @@ SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
 
 
 # ---- folders (and marks) a process makes for itself, named so that what a killed one left can be found ----
-# mpippo-<what>-<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one, so
-# the next process that makes one removes those of this user whose maker no longer runs (the pid
-# namespace in the name: a process of another container sharing /dev/shm is never taken for dead).
-OWNED = re.compile(r"mpippo-[a-z0-9-]+?-(\d+)\.(\d+)-")
+# mpippo-<what>-<boot>.<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one,
+# so the next process that makes one removes those of this user whose maker no longer runs. A pid means
+# something only in its own pid namespace of its own running kernel: <boot>, the kernel's boot id (random
+# at each boot, so another node's), names that kernel, because the initial namespace's number is the same
+# on every host and a temporary folder may be shared by several nodes; <pid namespace> keeps apart the
+# containers that share one /dev/shm. Only names made here, under this boot, are ever judged.
+OWNED = re.compile(r"mpippo-[a-z0-9-]+?-([0-9a-f]{8}\.\d+)\.(\d+)-")
 
 
-def _pid_namespace() -> int:
+@functools.cache
+def owner() -> str:
+    """<boot>.<pid namespace>: whose pids a name's pid is (slurm/common.sh makes the same)."""
     try:
-        return os.stat("/proc/self/ns/pid").st_ino
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read(8)
     except OSError:
-        return 0
+        boot = ""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return f"{boot if re.fullmatch('[0-9a-f]{8}', boot) else '0' * 8}.{ns}"
 
 
 def owned_prefix(what: str) -> str:
-    return f"mpippo-{what}-{_pid_namespace()}.{os.getpid()}-"
+    return f"mpippo-{what}-{owner()}.{os.getpid()}-"
 
 
 def _gone(pid: int) -> bool:
@@ -81,7 +93,7 @@ def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
     """Remove the folders of `places` (/dev/shm and the temporary folder) that a process of this
     user named as its own and left behind when killed, and the files so named (a batch script's
     listening mark, slurm/common.sh); returns their paths. A link is left alone."""
-    ns, uid, removed = _pid_namespace(), os.getuid(), []
+    me, uid, removed = owner(), os.getuid(), []
     for place in places or ("/dev/shm", tempfile.gettempdir()):
         try:
             entries = list(os.scandir(place))
@@ -91,7 +103,7 @@ def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
             m = OWNED.match(e.name)
             try:
                 folder = e.is_dir(follow_symlinks=False)
-                mine = (m and int(m[1]) == ns and (folder or e.is_file(follow_symlinks=False))
+                mine = (m and m[1] == me and (folder or e.is_file(follow_symlinks=False))
                         and e.stat(follow_symlinks=False).st_uid == uid)
             except OSError:
                 continue

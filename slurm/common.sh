@@ -20,11 +20,13 @@ set -uo pipefail
 # or after LISTEN_MAX_S if it never does (a trainer that ends first is past needing it).
 # (a script that sourced this file may have kept signals from before: suite_member.sh)
 PID="" PENDING=(${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}) LISTEN_MAX_S=60
-# Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<pid namespace>.<pid>-):
-# a batch shell killed before its end leaves the mark, and the next job here (below), launcher or
-# tool removes it once that shell is gone.
-PID_NS=$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || echo 0)
-export MPIPPO_LISTENING="${TMPDIR:-/tmp}/mpippo-listening-$PID_NS.$$-job${SLURM_JOB_ID:-0}"
+# Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<boot>.<pid namespace>.<pid>-,
+# launch.owner: whose pids the pid is, on a TMPDIR other nodes may share): a batch shell killed before
+# its end leaves the mark, and the next job here (below), launcher or tool removes it once that shell is gone.
+BOOT=$(head -c 8 /proc/sys/kernel/random/boot_id 2>/dev/null)
+[[ $BOOT =~ ^[0-9a-f]{8}$ ]] || BOOT=00000000
+OWNER="$BOOT.$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || echo 0)"
+export MPIPPO_LISTENING="${TMPDIR:-/tmp}/mpippo-listening-$OWNER.$$-job${SLURM_JOB_ID:-0}"
 rm -f "$MPIPPO_LISTENING"
 send_when_listening() {
     ( for _ in $(seq $((LISTEN_MAX_S * 5))); do
@@ -100,19 +102,19 @@ esac
 # node meet on the same files about once in 65,536 pairs (mpippo/launch.py, own_shm_folder): a
 # one-node job gets a folder of its own, removed at the end. A job on several nodes keeps Open MPI's
 # default (the folder would have to exist on every node), as does a folder the environment names.
-# Named as mpippo/launch.py names its own (mpippo-sm-<pid namespace>.<pid>-...): a job killed with no
+# Named as mpippo/launch.py names its own (mpippo-sm-<boot>.<pid namespace>.<pid>-...): a job killed with no
 # chance to remove it (kill -9, a node reboot spares /dev/shm only by accident) leaves a folder that
 # the next job here, or the next launcher or tool, removes once that batch shell is gone.
-for d in /dev/shm/mpippo-*-"$PID_NS".*-* "${TMPDIR:-/tmp}"/mpippo-listening-"$PID_NS".*-*; do
+for d in /dev/shm/mpippo-*-"$OWNER".*-* "${TMPDIR:-/tmp}"/mpippo-listening-"$OWNER".*-*; do
     [ -d "$d" ] || [ -f "$d" ] || continue
     [ ! -L "$d" ] && [ -O "$d" ] || continue
-    pid=${d##*/mpippo-*-"$PID_NS".}; pid=${pid%%-*}
+    pid=${d##*/mpippo-*-"$OWNER".}; pid=${pid%%-*}
     case "$pid" in ''|*[!0-9]*) continue ;; esac
     kill -0 "$pid" 2>/dev/null || rm -rf "$d"
 done
 SHM_DIR=""
 if [ -z "${OMPI_MCA_btl_sm_backing_directory:-}" ] && [ "${SLURM_JOB_NUM_NODES:-1}" = 1 ] \
-   && SHM_DIR=$(mktemp -d "/dev/shm/mpippo-sm-$PID_NS.$$-job${SLURM_JOB_ID}.XXXXXX" 2>/dev/null); then
+   && SHM_DIR=$(mktemp -d "/dev/shm/mpippo-sm-$OWNER.$$-job${SLURM_JOB_ID}.XXXXXX" 2>/dev/null); then
     export OMPI_MCA_btl_sm_backing_directory=$SHM_DIR
 fi
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import PYTHONPATH, ROOT, SMOKE_TOY, learner_line_by, metrics, ok, trainer
+from mpippo import launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "local_cluster.sh"
@@ -116,7 +117,7 @@ def test_ppo_48core_script_completes(cluster, tmp_path, launcher):
     # a one-node job's shared-memory files in a folder of its own (jobs on one node never meet on
     # them), removed at the end
     shm = re.search(r"shared memory in (\S+)", out.read_text())
-    assert shm and re.fullmatch(rf"/dev/shm/mpippo-sm-\d+\.\d+-job{job}\.\w+", shm[1]), out.read_text()[-2000:]
+    assert shm and re.fullmatch(rf"/dev/shm/mpippo-sm-{launch.owner()}\.\d+-job{job}\.\w+", shm[1]), out.read_text()[-2000:]
     assert not Path(shm[1]).exists()
 
 
@@ -125,7 +126,7 @@ def _left_by_a_killed_job() -> Path:
     named as slurm/common.sh names one, so the next job on the node removes it."""
     gone = subprocess.Popen(["true"])
     gone.wait()
-    folder = Path(f"/dev/shm/mpippo-sm-{os.stat('/proc/self/ns/pid').st_ino}.{gone.pid}-job1.abcdef")
+    folder = Path(f"/dev/shm/mpippo-sm-{launch.owner()}.{gone.pid}-job1.abcdef")
     folder.mkdir()
     (folder / "sm_segment.node.0.1.0").write_bytes(b"x")
     return folder

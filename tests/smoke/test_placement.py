@@ -124,16 +124,22 @@ def test_own_shm_folder_keeps_a_chosen_folder_and_falls_back_where_none_can_be_m
 
 
 def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_path):
-    """A process names its shared-memory and temporary folders after itself (pid namespace and pid):
-    kill -9 leaves one behind, and the next launcher, tool or test session that makes one removes
-    those of this user whose maker is gone; anything else is left alone."""
+    """A process names its shared-memory and temporary folders after itself (boot id, pid namespace and
+    pid): kill -9 leaves one behind, and the next launcher, tool or test session that makes one removes
+    those of this user whose maker is gone; anything else is left alone, another node's (another boot
+    id: a temporary folder shared by several nodes) and another container's (pid namespace) included."""
     from mpippo import launch
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    ns = os.stat("/proc/self/ns/pid").st_ino
+    ns = launch.owner()
+    boot, pid_ns = ns.split(".")
+    other_node = f"{'0' if boot[0] != '0' else '1'}{boot[1:]}.{pid_ns}"
     left = [tmp_path / f"mpippo-sm-{ns}.{dead.pid}-x1", tmp_path / f"mpippo-cutoff-{ns}.{dead.pid}-x2",
             tmp_path / f"mpippo-sm-{ns}.{dead.pid}-job17.x3"]  # as slurm/common.sh names a job's
-    kept = [tmp_path / f"mpippo-sm-{ns}.{os.getpid()}-live", tmp_path / f"mpippo-sm-{ns + 1}.{dead.pid}-other-ns",
+    kept = [tmp_path / f"mpippo-sm-{ns}.{os.getpid()}-live",
+            tmp_path / f"mpippo-sm-{boot}.{int(pid_ns) + 1}.{dead.pid}-other-ns",
+            tmp_path / f"mpippo-cutoff-{other_node}.{dead.pid}-other-node",
+            tmp_path / f"mpippo-sm-{pid_ns}.{dead.pid}-no-boot-id",
             tmp_path / "mpippo-sm-abcdef", tmp_path / f"elsewhere-{ns}.{dead.pid}-x"]
     for d in left + kept:
         d.mkdir()

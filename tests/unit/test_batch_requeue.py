@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpippo import preemption
+from mpippo import launch, preemption
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,23 +56,26 @@ def test_a_job_of_fixed_size_requeues_without_touching_its_task_count(tmp_path):
 
 
 def test_marks_a_killed_batch_shell_left_are_removed_by_the_next_job_and_its_own_at_its_end(tmp_path):
-    """The mark is named after its shell (pid namespace and pid): one whose shell is gone is removed by
-    the next job; a live shell's mark, another name, a link of that name (and what it points to) stay."""
+    """The mark is named after its shell (boot id, pid namespace and pid, as mpippo/launch.py names its own):
+    one whose shell is gone is removed by the next job; a live shell's mark, another node's (its boot id:
+    a TMPDIR several nodes share), another name, a link of that name (and what it points to) stay."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    ns = os.stat("/proc/self/ns/pid").st_ino
+    ns = launch.owner()
     gone = tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job5"
     live = tmp_path / f"mpippo-listening-{ns}.{os.getpid()}-job6"
     other, link = tmp_path / "mpippo-listening.5.123", tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job7"
-    for f in (gone, live, other):
+    node = tmp_path / f"mpippo-listening-{'f' if ns[0] != 'f' else 'e'}{ns[1:]}.{dead.pid}-job8"
+    for f in (gone, live, other, node):
         f.touch()
     (tmp_path / "target").write_text("kept")
     link.symlink_to(tmp_path / "target")
     out, _, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2")
     assert rc == 0, out
-    assert not gone.exists() and live.exists() and other.exists() and link.is_symlink()
+    assert not gone.exists() and live.exists() and other.exists() and node.exists() and link.is_symlink()
     assert (tmp_path / "target").read_text() == "kept"
-    assert sorted(p.name for p in tmp_path.glob("mpippo-listening*")) == sorted([live.name, other.name, link.name])
+    assert sorted(p.name for p in tmp_path.glob("mpippo-listening*")) == sorted(
+        [live.name, other.name, link.name, node.name])
 
 
 def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_path, monkeypatch):
