@@ -58,6 +58,7 @@ SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
 # on every host and a temporary folder may be shared by several nodes; <pid namespace> keeps apart the
 # containers that share one /dev/shm. Only names made here, under this boot, are ever judged.
 OWNED = re.compile(r"mpippo-[a-z0-9-]+?-([0-9a-f]{8}\.\d+)\.(\d+)-")
+UNKNOWN_BOOT = "0" * 8
 
 
 @functools.cache
@@ -72,7 +73,7 @@ def owner() -> str:
         ns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         ns = 0
-    return f"{boot if re.fullmatch('[0-9a-f]{8}', boot) else '0' * 8}.{ns}"
+    return f"{boot if re.fullmatch('[0-9a-f]{8}', boot) else UNKNOWN_BOOT}.{ns}"
 
 
 def owned_prefix(what: str) -> str:
@@ -92,9 +93,13 @@ def _gone(pid: int) -> bool:
 def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
     """Remove the folders of `places` (/dev/shm and the temporary folder) that a process of this
     user named as its own and left behind when killed, and the files so named (a batch script's
-    listening mark, slurm/common.sh); returns their paths. A link is left alone."""
+    listening mark, slurm/common.sh); returns their paths. A link is left alone. Where the kernel's
+    boot id cannot be read, only /dev/shm (never another node's) is swept."""
     me, uid, removed = owner(), os.getuid(), []
-    for place in places or ("/dev/shm", tempfile.gettempdir()):
+    places = places or ("/dev/shm", tempfile.gettempdir())
+    if me.startswith(UNKNOWN_BOOT + "."):  # which node made a name elsewhere cannot be told
+        places = tuple(p for p in places if p == "/dev/shm")
+    for place in places:
         try:
             entries = list(os.scandir(place))
         except OSError:

@@ -105,7 +105,10 @@ esac
 # Named as mpippo/launch.py names its own (mpippo-sm-<boot>.<pid namespace>.<pid>-...): a job killed with no
 # chance to remove it (kill -9, a node reboot spares /dev/shm only by accident) leaves a folder that
 # the next job here, or the next launcher or tool, removes once that batch shell is gone.
-for d in /dev/shm/mpippo-*-"$OWNER".*-* "${TMPDIR:-/tmp}"/mpippo-listening-"$OWNER".*-*; do
+# (a node whose boot id cannot be read sweeps /dev/shm only: its TMPDIR may hold other nodes' marks)
+MARKS=("${TMPDIR:-/tmp}"/mpippo-listening-"$OWNER".*-*)
+[ "$BOOT" = 00000000 ] && MARKS=()
+for d in /dev/shm/mpippo-*-"$OWNER".*-* ${MARKS[@]+"${MARKS[@]}"}; do
     [ -d "$d" ] || [ -f "$d" ] || continue
     [ ! -L "$d" ] && [ -O "$d" ] || continue
     pid=${d##*/mpippo-*-"$OWNER".}; pid=${pid%%-*}

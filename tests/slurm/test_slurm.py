@@ -117,7 +117,7 @@ def test_ppo_48core_script_completes(cluster, tmp_path, launcher):
     # a one-node job's shared-memory files in a folder of its own (jobs on one node never meet on
     # them), removed at the end
     shm = re.search(r"shared memory in (\S+)", out.read_text())
-    assert shm and re.fullmatch(rf"/dev/shm/mpippo-sm-{launch.owner()}\.\d+-job{job}\.\w+", shm[1]), out.read_text()[-2000:]
+    assert shm and re.fullmatch(rf"/dev/shm/mpippo-sm-{re.escape(launch.owner())}\.\d+-job{job}\.\w+", shm[1]), out.read_text()[-2000:]
     assert not Path(shm[1]).exists()
 
 

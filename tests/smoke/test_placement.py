@@ -7,6 +7,7 @@ rank to cores // ranks cores (--map-by slot:PE=n), or leaves ranks unbound when 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -163,6 +164,24 @@ def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_
     assert not Path(made).exists()
 
 
+def test_without_a_boot_id_only_dev_shm_is_swept(tmp_path, monkeypatch):
+    """A node whose boot id cannot be read names its folders 00000000.<ns>, as every such node does: a
+    shared temporary folder's names of that kind may be another node's, so only /dev/shm is swept."""
+    from mpippo import launch
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    monkeypatch.setattr(launch, "owner", lambda: f"{launch.UNKNOWN_BOOT}.{os.stat('/proc/self/ns/pid').st_ino}")
+    name = f"{launch.owned_prefix('test')}".replace(f".{os.getpid()}-", f".{dead.pid}-") + "x"
+    shm, tmp = Path("/dev/shm") / name, tmp_path / name
+    for d in (shm, tmp):
+        d.mkdir()
+    try:
+        assert launch.sweep_leftovers(("/dev/shm", str(tmp_path))) == [str(shm)]
+        assert tmp.is_dir() and not shm.exists()
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
 @pytest.mark.mpi
 def test_a_launcher_killed_with_9_leaves_a_folder_the_next_start_removes(tmp_path):
     """kill -9 gives the launcher no chance to remove its job's shared-memory folder: the job stops
@@ -175,7 +194,7 @@ def test_a_launcher_killed_with_9_leaves_a_folder_the_next_start_removes(tmp_pat
     proc = subprocess.Popen([sys.executable, "-m", "mpippo.launch", "-n", "2", "--config", "configs/toy_cue.yaml",
                              "--no-progress", "--total-timesteps", "100000000", "--output-dir", str(tmp_path / "run")],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    prefix = f"/dev/shm/{launch.owned_prefix('sm').replace(str(os.getpid()), str(proc.pid))}"
+    prefix = "/dev/shm/" + launch.owned_prefix("sm").replace(f".{os.getpid()}-", f".{proc.pid}-")
     deadline = time.monotonic() + 120
     while not (folder := next((str(p) for p in Path("/dev/shm").iterdir() if str(p).startswith(prefix)), None)):
         assert proc.poll() is None and time.monotonic() < deadline, "no shared-memory folder"
