@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo import config as C
-from mpippo import runctl
+from mpippo import launch, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
 from mpippo.files import METRICS, atomic_write_json, file_mode
@@ -33,6 +33,7 @@ from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
 from mpippo.usage import Parser
+from mpippo import toolcli
 from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
 
@@ -172,7 +173,7 @@ def check_env(cfg: C.Config, state: dict, imports: str | None) -> None:
                            f"{spec['num_actions']}")
 
 
-def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None, video_episodes: int):
+def play(env, act, quota: np.ndarray, max_steps: int, video: Video | None, video_episodes: int):
     """Step until every env slot finished its quota; returns (returns, lengths, start frames) of counted
     episodes (start frames: Atari's, the frame each game began at; else empty)."""
     n = env.num_envs
@@ -184,8 +185,8 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
     for _ in range(max_steps):
         if (done_count >= quota).all():
             break
-        if video_frames is not None and done_count[0] < min(quota[0], video_episodes):
-            video_frames.append(env.render() if hasattr(env, "render") else obs[0].copy())
+        if video is not None and done_count[0] < min(quota[0], video_episodes):
+            video.append(env.render() if hasattr(env, "render") else obs[0])
         env.act(act(obs, env.action_mask() if hasattr(env, "action_mask") else None))
         rew, obs, first = env.observe()
         ep_ret += rew
@@ -203,23 +204,86 @@ def play(env, act, quota: np.ndarray, max_steps: int, video_frames: list | None,
     return returns, lengths, starts
 
 
-def write_video(path: Path, frames: list, fps: int = 15, scale: int = VIDEO_SCALE) -> None:
-    import imageio.v2 as imageio
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a name of its own (two evaluations of one --video never share it, a link planted there is never
-    # written through), ending in the container's suffix, which ffmpeg reads the format from
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        os.chmod(tmp, file_mode())  # as any file of the user's (mkstemp makes 0600)
-        with imageio.get_writer(tmp, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=16,
-                                ffmpeg_log_level="error") as w:
-            for f in frames:
-                w.append_data(np.repeat(np.repeat(f, scale, axis=0), scale, axis=1))
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a failed write leaves no stray file
+class Video:
+    """--video: the first env's frames, encoded as they come (kept until the end, 100 Atari games of up
+    to 27,000 frames were tens of GB) into a temporary file of its own beside the video, which takes the
+    video's name at the end (two evaluations of one --video never share it, a link planted there is
+    never written through; it ends in .mp4, which ffmpeg reads the format from). A
+    failure to encode (the disk, ffmpeg, a frame of another size) ends the recording, not the
+    evaluation: `finish` says why, after the results are printed."""
+
+    def __init__(self, path: Path, two_player: bool = False, fps: int = 15, scale: int | None = None):
+        self.path, self.two_player, self.fps, self.scale = path, two_player, fps, scale
+        self.frames, self.error, self._writer, self._tmp = 0, None, None, None
+
+    def append(self, frame: np.ndarray) -> None:
+        if self.error is not None:
+            return
+        with toolcli.stops_held():  # a stop lands between frames: the file and its encoder made whole
+            try:
+                if self.two_player:
+                    frame = rgb_frame(frame)
+                if self._writer is None:
+                    self._open(frame)
+                s = self.scale
+                self._writer.append_data(np.repeat(np.repeat(frame, s, axis=0), s, axis=1) if s > 1 else frame)
+                self.frames += 1
+            except Exception as e:  # noqa: BLE001 (imageio and ffmpeg raise OSError, ValueError, RuntimeError)
+                self.error = _why(e)
+                self.discard()
+
+    def _open(self, first: np.ndarray) -> None:
+        import imageio.v2 as imageio
+        if self.scale is None:  # a 64x64 observation is scaled up; a rendered picture is not
+            self.scale = VIDEO_SCALE if first.shape[0] < 128 and not self.two_player else 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # named after this process (launch.owned_prefix): one that kill -9 left is removed by the next video here
+        launch.sweep_leftovers((str(self.path.parent),))
+        fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=launch.owned_prefix("video"), suffix=self.path.suffix)
+        os.close(fd)
+        self._tmp = Path(name)
+        os.chmod(self._tmp, file_mode())  # as any file of the user's (mkstemp makes 0600)
+        self._writer = imageio.get_writer(self._tmp, fps=self.fps, codec="libx264", pixelformat="yuv420p",
+                                          macro_block_size=16, ffmpeg_log_level="error")
+
+    def finish(self) -> str | None:
+        """The video under its name; None, or why there is none (no temporary file is left either way)."""
+        if self.error is None and self._writer is None:
+            self.error = "no frame was recorded"
+        if self.error is None:
+            try:
+                self._writer.close()
+                self._writer = None
+                self._tmp.replace(self.path)
+            except Exception as e:  # noqa: BLE001 (as in append)
+                self.error = _why(e)
+        self.discard()
+        return self.error
+
+    def discard(self) -> None:
+        """Close the encoder and remove the temporary file (the video, once named, stays)."""
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 (already failing: the first error is the one to report)
+                pass
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+
+
+def _why(e: BaseException) -> str:
+    text = getattr(e, "strerror", None) or str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+
+
+def write_video(path: Path, frames, fps: int = 15, scale: int = VIDEO_SCALE) -> None:
+    """Frames to an .mp4 at `path`; OSError naming why if it cannot be written."""
+    video = Video(path, fps=fps, scale=scale)
+    for frame in frames:
+        video.append(frame)
+    if (why := video.finish()) is not None:
+        raise OSError(why)
 
 
 def by_start_parity(returns: list, starts: list) -> dict | None:
@@ -241,7 +305,7 @@ def summarize(returns: list, lengths: list) -> dict:
 
 
 # (flag, lowest, highest): counts bounded by what one evaluation can hold in memory and finish
-# (frames of --video-episodes are kept until the end; --num-envs is bounded by memory, below)
+# (--num-envs is bounded by memory, below; --video-episodes by what a person watches)
 RANGES = (("--num-episodes", 1, 1_000_000), ("--num-envs", 1, C.INT64_MAX), ("--max-steps", 1, 100_000_000),
           ("--video-episodes", 1, 100), ("--seed", 0, C.INT64_MAX))
 
@@ -342,10 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         error = e.errors[0]
     except SystemExit as e:  # --help
         return int(e.code or 0)
-    errors = world.allgather_obj(error)
-    if any(errors):
-        if world.is_root:
-            sys.stderr.write(f"mpippo: error: {next(e for e in errors if e)}\n")
+    if _refused(world, error):
         return EXIT_USAGE
 
     import torch  # after the checks: a bad option or file is refused without loading torch
@@ -354,15 +415,26 @@ def main(argv: list[str] | None = None) -> int:
     mine = args.num_episodes // world.size + (world.rank < args.num_episodes % world.size)
     n_envs = max(1, min(args.num_envs, mine)) if mine else 1
     quota = np.array([mine // n_envs + (i < mine % n_envs) for i in range(n_envs)], dtype=np.int64)
-    frames = [] if (args.video is not None and world.is_root) else None
-    env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank), render=frames is not None)
+    video = Video(args.video, two_player) if (args.video is not None and world.is_root) else None
+    env = error = None
+    try:  # (a user's env meets its own spaces first here: one line, agreed)
+        env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank), render=video is not None)
+    except C.UsageError as e:
+        error = e.errors[0]
+    if _refused(world, error):
+        return EXIT_USAGE
     if two_player and args.opponent == "lookahead":
         env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),
                      state.get("obs_rms"), state["config"]["training"].get("obs_clip", 10.0))
     runctl.end_startup_gc_pause()
     t0 = time.perf_counter()
-    played = play(env, act, quota, args.max_steps, frames, args.video_episodes) if mine else ([], [], [])
+    try:
+        played = play(env, act, quota, args.max_steps, video, args.video_episodes) if mine else ([], [], [])
+    except BaseException:  # a stop signal (toolcli.Stopped) above all: no half-written video is left
+        if video is not None:
+            video.discard()
+        raise
     env.close()
     gathered = world.gather_obj(played)
     if not world.is_root:
@@ -387,33 +459,37 @@ def main(argv: list[str] | None = None) -> int:
         r = np.asarray(returns)
         res.update(opponent=args.opponent or "random", wins=int((r > 0).sum()), draws=int((r == 0).sum()),
                    losses=int((r < 0).sum()), win_rate=float((r > 0).mean()))
-    return write_outputs(args, res, frames, two_player)
+    return write_outputs(args, res, video)
 
 
-def write_outputs(args, res: dict, frames: list | None, two_player: bool) -> int:
-    """Video, table, JSON. The table is printed before the JSON is written, so a file system that
-    fails now (the paths were probed before the first episode) loses no result."""
-    try:
-        if frames is not None:
-            if two_player:
-                frames = [rgb_frame(f) for f in frames]
-            small = frames[0].shape[0] < 128  # a 64x64 observation is scaled up; a rendered picture is not
-            write_video(args.video, frames, scale=VIDEO_SCALE if small and not two_player else 1)
-            res["video"] = str(args.video)
-            res["video_frames"] = len(frames)
-    except OSError as e:
-        print_table(res)
-        sys.stderr.write(f"mpippo: error: --video: writing '{args.video}' failed ({e.strerror or e})\n")
-        return 1
+def write_outputs(args, res: dict, video: Video | None) -> int:
+    """Video, table, JSON. The table is printed before the JSON is written and a video that failed
+    stops nothing, so a file system that fails now (the paths were probed before the first episode)
+    loses no result."""
+    failed = video.finish() if video is not None else None
+    if video is not None and failed is None:
+        res["video"], res["video_frames"] = str(args.video), video.frames
     print_table(res)
+    code = 0
     if args.json is not None:
         try:
             atomic_write_json(args.json, res)
+            print(f"  json          {args.json}")
         except OSError as e:
             sys.stderr.write(f"mpippo: error: --json: writing '{args.json}' failed ({e.strerror or e})\n")
-            return 1
-        print(f"  json          {args.json}")
-    return 0
+            code = 1
+    if failed is not None:
+        sys.stderr.write(f"mpippo: error: --video: writing '{args.video}' failed ({failed})\n")
+        code = 1
+    return code
+
+
+def _refused(world, error: str | None) -> bool:
+    """Every rank's verdict gathered: the first refusal is the job's one line (rank 0 writes it)."""
+    errors = world.allgather_obj(error)
+    if any(errors) and world.is_root:
+        sys.stderr.write(f"mpippo: error: {next(e for e in errors if e)}\n")
+    return any(errors)
 
 
 def print_table(res: dict) -> None:
@@ -448,4 +524,4 @@ def print_table(res: dict) -> None:
 if __name__ == "__main__":
     import gc
     gc.disable()  # for start-up (torch's import); on again once the evaluator is built (runctl.end_startup_gc_pause)
-    raise SystemExit(main())
+    raise SystemExit(toolcli.run("evaluate", main))  # a stop signal: one line, exit 4, nothing half-written

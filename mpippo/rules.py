@@ -6,19 +6,9 @@ given what they need from the caller (the minibatches key of a sync algorithm, t
 from __future__ import annotations
 
 import math
-import reprlib
 
 from mpippo import envs
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 60
-_REPR.maxlist = _REPR.maxdict = 6
-_REPR.maxlevel = 2
-
-
-def show(value) -> str:
-    """A value for an error message: short, whatever the user sent (a YAML bomb, a megabyte string)."""
-    return _REPR.repr(value)
+from mpippo.usage import show  # noqa: F401 (the config's name for it)
 
 
 def at_least(section: str, values, keys: tuple, lo: int) -> list[str]:

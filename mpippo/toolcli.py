@@ -17,6 +17,7 @@ Outputs are written atomically (`write_bytes`, `write_json`, `save_figure`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
@@ -71,15 +72,34 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 _stopping: list[int] = []
+_holding: list[int] = []  # stops_held blocks open
+_pending: list[int] = []  # a stop that came inside one: raised at its end
 
 
 def _raise_stopped(signum, frame):
-    """The first stop signal raises Stopped; later ones do nothing, so that they cannot interrupt the
-    unwinding. (Not SIG_IGN: a signal already pending when its handler becomes SIG_IGN is raised by
-    Python as OSError 'ignored due to race condition'.)"""
+    """The first stop signal raises Stopped (at the end of a stops_held block, if inside one); later
+    ones do nothing, so that they cannot interrupt the unwinding. (Not SIG_IGN: a signal already
+    pending when its handler becomes SIG_IGN is raised by Python as OSError 'ignored due to race
+    condition'.)"""
     if not _stopping:
         _stopping.append(signum)
+        if _holding:
+            _pending.append(signum)
+            return
         raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stops_held():
+    """A stop signal inside the block waits for its end: what the block makes (a file and the handle
+    to remove it by, an encoder's subprocess and its pipe) is made whole or not at all, never half."""
+    _holding.append(1)
+    try:
+        yield
+    finally:
+        _holding.pop()
+    if _pending and not _holding:
+        raise Stopped(_pending.pop())
 
 
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
@@ -103,6 +123,21 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     except ToolFailure as e:
         say(str(e))
         return EXIT_FAILURE
+    finally:
+        _settle()
+
+
+def _settle() -> None:
+    """The outcome is decided: stop signals are ignored to the process's end. Python's shutdown puts
+    the ones it handled back to their default action (which kills), so a second Ctrl-C during it
+    turned exit 4 into death by signal (preemption.settle does the same for the trainer)."""
+    try:
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is _raise_stopped:
+                signal.signal(sig, signal.SIG_IGN)
+        _stopping.append(0)  # (a Python-level check point: a signal caught just before is raised here)
+    except (OSError, Stopped):  # one already on its way: the outcome stands
+        pass
 
 
 def shown(path) -> str:

@@ -7,9 +7,21 @@ trainer, the launcher, evaluate, the suite and the tools all parse with it.
 from __future__ import annotations
 
 import argparse
+import reprlib
 import stat
 
 EXIT_USAGE = 2
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxdict = 6
+_REPR.maxlevel = 2
+
+
+def show(value) -> str:
+    """A value for an error message: short, whatever the user sent (a megabyte string, a deep list)."""
+    return _REPR.repr(value)
+
+
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"))

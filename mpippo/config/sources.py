@@ -74,12 +74,34 @@ def load_yaml(path: str | Path) -> dict:
         raise UsageError(f"malformed YAML in '{path}'{where}: {problem}") from None
     except RecursionError:
         raise UsageError(f"malformed YAML in '{path}': nested too deeply") from None
+    check_expansion(data, f"config file '{path}'")
     if data is None:  # an empty file: every default
         return {}
     if not isinstance(data, dict):
         raise UsageError(f"config file '{path}': the top level must be a mapping of sections ({', '.join(SECTIONS)}), "
                           f"got {show(data)} ({type(data).__name__})")
     return data
+
+
+MAX_VALUES = 100_000  # far above any config; a 1 KB "billion laughs" of aliases expands to billions
+
+
+def check_expansion(data, where: str) -> None:
+    """Refuse YAML data whose aliases expand to more than MAX_VALUES values. Its anchors make one
+    object of many references, which every later walk over it (a check, a message's repr, a copy)
+    expands in full: hours and gigabytes from a few lines. The count stops at the limit."""
+    stack, count = [data], 0
+    while stack:
+        value = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise UsageError(f"{where}: its anchors and aliases (&, *) expand to more than {MAX_VALUES:,} values; "
+                             f"allowed: up to {MAX_VALUES:,}")
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def parse_override(item: str) -> tuple[str, str, Any]:
@@ -92,6 +114,9 @@ def parse_override(item: str) -> tuple[str, str, Any]:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
+    except RecursionError:
+        raise UsageError(f"--set {dotted}: its YAML value is nested too deeply") from None
+    check_expansion(value, f"--set {dotted}")
     return section, key, value
 
 

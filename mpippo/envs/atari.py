@@ -27,12 +27,14 @@ starts fresh games.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces
 from mpippo.envs.atari_scores import SCORES
+from mpippo.usage import show
 
 PREFIX = "atari:"
 FRAME_SKIP, STACK, SIZE = 4, 4, 84
@@ -51,17 +53,25 @@ OPTIONS = {
 
 
 def rom_id(game: str) -> str:
-    """'MsPacman', 'ms_pacman' or 'mspacman'-like spellings -> ALE's ROM id ('ms_pacman')."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", game).lower()
+    """'MsPacman', 'ms_pacman' or 'mspacman' -> ALE's ROM id ('ms_pacman'), looked up without case or
+    underscores: a rule from the CamelCase name misses some ('UpNDown' -> 'up_ndown', 'TicTacToe3d'
+    -> 'tic_tac_toe3d'). A name of no game comes back snake_cased, for the hint."""
+    return _by_key().get(game.replace("_", "").lower()) or re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", game).lower()
 
 
 def camel(rom: str) -> str:
     return "".join(part.capitalize() for part in rom.split("_"))
 
 
+@functools.cache
 def _roms() -> list[str]:
     from ale_py import roms
     return list(roms.get_all_rom_ids())
+
+
+@functools.cache
+def _by_key() -> dict[str, str]:
+    return {r.replace("_", ""): r for r in _roms()}
 
 
 def unknown_game(game: str, prefix: str = "atari:") -> str | None:
@@ -114,7 +124,7 @@ class AtariFamily(EnvFamily):
             if key not in OPTIONS:
                 errs.append(f"env.kwargs.{key}: not an option of atari envs; allowed: {', '.join(OPTIONS)}")
             elif not OPTIONS[key][1](value):
-                errs.append(f"env.kwargs.{key}: {value!r} is not {OPTIONS[key][2]}")
+                errs.append(f"env.kwargs.{key}: {show(value)} is not {OPTIONS[key][2]}")
         return errs
 
     def spaces(self, cfg) -> Spaces:

@@ -27,7 +27,7 @@ import warnings
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces
-from mpippo.usage import UsageError
+from mpippo.usage import UsageError, show
 
 PREFIX = "gym:"
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -66,7 +66,11 @@ def _user_import(spec: str, env_name: str) -> None:
         raise UsageError(f"env.name: '{eid}' is already a registered Gymnasium id; give the env of "
                          f"env.import '{spec}' a name of its own")
     if known is None:
-        gym.register(id=eid, entry_point=make)
+        try:
+            gym.register(id=eid, entry_point=make)
+        except Exception as e:  # noqa: BLE001 (Gymnasium's id rules: gymnasium.error.Error)
+            raise UsageError(f"env.name: '{eid[:80]}' cannot name the env of env.import '{spec}' "
+                             f"({str(e).splitlines()[0][:200]})") from None
 
 
 def _check_syntax(cfg) -> list[str]:
@@ -245,11 +249,13 @@ def _check_kwarg_types(gym, eid: str, kwargs: dict) -> None:
         params = inspect.signature(entry).parameters
     except (TypeError, ValueError):
         return  # no signature to read (a builtin): the env judges its kwargs
+    except Exception:  # noqa: BLE001 (the env's module failed to import: a missing dependency; gym.make names it)
+        return
     for key, value in kwargs.items():
         default = params[key].default if key in params else None
         kinds, what = _KINDS.get(type(default), (None, ""))
         if kinds and not (isinstance(value, kinds) and (type(value) is bool) == (type(default) is bool)):
-            raise UsageError(f"env.kwargs.{key}: {value!r} is not {what}, as {eid}'s default ({default!r}) is")
+            raise UsageError(f"env.kwargs.{key}: {show(value)} is not {what}, as {eid}'s default ({default!r}) is")
 
 
 def _plain(message) -> str:
@@ -274,13 +280,21 @@ class GymVecEnv:
         self.dtype = np.uint8 if spaces.obs_dtype == "uint8" else np.float32
         first_env = _make_one(cfg, render)  # (one line if it fails; the rest are made alike)
         fns = [lambda e=first_env: e] + [lambda: _make_one(cfg, render)] * (num_envs - 1)
-        self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.continuous = spaces.continuous
-        self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
         self.low, self.high = np.array(spaces.low, np.float32), np.array(spaces.high, np.float32)
-        obs, _ = self.env.reset(seed=[int(seed) + i for i in range(num_envs)])
+        try:  # the user's env meets its own spaces here first: one line, not a traceback from deep in Gymnasium
+            self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+            obs, _ = self.env.reset(seed=[int(seed) + i for i in range(num_envs)])
+            self.obs = self._cast(obs)
+        except UsageError:
+            raise
+        except Exception as e:  # noqa: BLE001 (the env's code may raise anything)
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
+            raise UsageError(f"env.name: '{cfg.env.name}' does not keep to the spaces it declares: making {num_envs} "
+                             f"and resetting them failed ({why}); each must have the spaces of the first, and "
+                             f"its observations the shape of {_space(first_env.observation_space)}") from None
+        self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
         self.env.single_action_space.seed(int(seed))
-        self.obs = self._cast(obs)
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
         self.cut = (np.zeros(0, dtype=np.int64), np.zeros((0, *self.obs_shape), dtype=self.dtype))

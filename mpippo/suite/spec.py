@@ -189,11 +189,14 @@ def _check(s: Suite) -> None:
             raise SuiteError(f"{where}: variants: name {C.show(name)} must be letters, digits, '_', '.', '-'")
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             raise SuiteError(f"{where}: variants.{name}: a list of 'section.key=value' strings, got {C.show(overrides)}")
-        _check_variant(s, name, overrides)
+        # every game with the first variant (a misspelled gym: or atari: game is refused before anything is
+        # submitted, not by its member's run); the other variants with each family's first game
+        _check_variant(s, name, overrides, every_game=name == next(iter(s.variants)))
 
 
-def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
-    """The member config of this variant, built as the trainer will build it (schema, ranges)."""
+def _check_variant(s: Suite, name: str, overrides: list[str], every_game: bool = True) -> None:
+    """The member configs of this variant, built as the trainer will build them (schema, ranges, the
+    env's name and settings): for every game, or for each env family's first game."""
     try:
         sets = [C.parse_override(o) for o in overrides]
         for section, key, _ in sets:
@@ -201,7 +204,7 @@ def _check_variant(s: Suite, name: str, overrides: list[str]) -> None:
                 raise SuiteError(f"suite '{s.path}': variants.{name}: {section}.{key} is the suite's to set "
                                  f"(games, distribution_mode, budget, seeds), not a variant's")
         firsts = {envs.family_of(g).name: g for g in reversed(s.games)}  # each family's first game
-        for game in firsts.values():
+        for game in s.games if every_game else firsts.values():
             mode = [("env", "distribution_mode", s.distribution_mode)] if reads_mode(game) else []
             cfg = C.build(C.load_yaml(s.base_config), sets + [("env", "name", game), *mode,
                                                               ("training", "total_timesteps", s.budget)], s.ranks)

@@ -70,6 +70,34 @@ def test_evaluate_whose_episodes_outlast_max_steps_says_so_and_writes_nothing(tw
     assert not out.exists()
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_evaluate_stopped_mid_video_says_so_in_one_line_and_leaves_no_file(two_runs, tmp_path, sig):
+    """A stop signal (twice: a person's second Ctrl-C) while the video is being encoded: one line, exit 4,
+    no traceback, and neither the video nor its temporary file (Ctrl-C was a traceback, exit 1)."""
+    import signal
+    import subprocess
+    import time
+    seq, _ = two_runs
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(seq), "--num-episodes",
+                             "100000", "--num-envs", "1", "--video", str(out / "v.mp4"), "--video-episodes", "100"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (not ignored)
+    deadline = time.monotonic() + 120
+    while not (out.is_dir() and any(out.iterdir())):  # the video's temporary file: frames are being encoded
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    for _ in range(2):
+        proc.send_signal(getattr(signal, sig))
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 4 and "Traceback" not in stderr, (proc.returncode, stderr[-2000:])
+    assert [ln for ln in stderr.splitlines() if ln.startswith("mpippo:")] == [
+        f"mpippo: evaluate: stopped by {'Ctrl-C' if sig == 'SIGINT' else sig}; its runs ended and its temporary "
+        f"folders removed"], stderr
+    assert list(out.iterdir()) == []
+
+
 def test_evaluate_bad_checkpoint_is_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"garbage")

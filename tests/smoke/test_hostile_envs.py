@@ -73,6 +73,12 @@ def edited(edit, *argv):
     return setup
 
 
+# a "billion laughs": 9 levels of 9 aliases, 387 million values from 300 bytes
+BOMB_VALUE = "[&a [x, x, x, x, x, x, x, x, x], " + ", ".join(
+    f"&{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")) + "]"
+KWARGS_BOMB = f"env:\n  name: gym:CartPole-v1\n  kwargs:\n    a: {BOMB_VALUE}\n"
+
+
 def set_(key, value):
     return ["--set", f"{key}={value}"]
 
@@ -137,6 +143,23 @@ CASES = [
          "is not uint8; allowed: uint8 images"),
     Case("gym-env-cannot-be-made", train(*USER, *set_("env.name", "gym:mpippo-test/Broken-v0")),
          "failed (ValueError: this env cannot be made)"),
+    Case("gym-env-dependency-missing-with-kwargs", train(*USER, *set_("env.name", "gym:mpippo-test/MissingDep-v0"),
+                                                         *set_("env.kwargs.size", "3")),
+         "making 'mpippo-test/MissingDep-v0' with env.kwargs {'size': 3} failed (ModuleNotFoundError: No module named"),
+    Case("gym-import-callable-malformed-id", train(*CARTPOLE, *set_("env.name", "gym:bad id"),
+                                                   *set_("env.import", "json:loads")),
+         "env.name: 'bad id' cannot name the env of env.import 'json:loads' (Malformed environment ID"),
+    Case("gym-import-callable-id-two-slashes", train(*CARTPOLE, *set_("env.name", "gym:a/b/c"),
+                                                     *set_("env.import", "json:loads")),
+         "env.name: 'a/b/c' cannot name the env of env.import"),
+    Case("gym-kwargs-yaml-bomb", train("--config", "TMP/c.yaml", "--no-progress", files={"c.yaml": KWARGS_BOMB}),
+         "its anchors and aliases (&, *) expand to more than 100,000 values"),
+    Case("atari-kwargs-yaml-bomb-set", train(*ATARI, *set_("env.kwargs.noop_max", BOMB_VALUE)),
+         "--set env.kwargs.noop_max: its anchors and aliases (&, *) expand to more than 100,000 values"),
+    Case("gym-user-env-reset-wrong-shape", train(*USER, *set_("env.name", "gym:mpippo-test/WrongShape-v0"), ranks=2),
+         "does not keep to the spaces it declares: making 2 and resetting them failed (ValueError"),
+    Case("gym-user-env-spaces-differ", train(*USER, *set_("env.name", "gym:mpippo-test/Shifting-v0")),
+         "does not keep to the spaces it declares: making 4 and resetting them failed (RuntimeError"),
     Case("pz-unknown-game", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v2")),
          "unknown environment 'pz:connect_four_v2' (did you mean 'pz:connect_four_v3'?); allowed:"),
     Case("pz-kwargs", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v3"), *set_("env.kwargs", "{a: 1}")),

@@ -291,6 +291,13 @@ CASES = [
     Case("gpu-suite-local-two-per-rank", suite("run", "--local", "--dry-run", env=lambda t: {"CUDA_VISIBLE_DEVICES": ""},
                                                prepare=lambda t: suite_file(t, gpus_per_rank=2) and None),
          "they run on the CPU here (training.device auto)", code=0),
+    # ---- every game's name checked before anything is submitted, not only each family's first ----
+    Case("games-second-atari-misspelled", suite("run", "--local", prepare=lambda t: suite_file(
+        t, base_config="configs/ppo_atari.yaml", games=["atari:Pong", "atari:Pongg"]) and None),
+         "variants.default: env.name: 'Pongg' is not an ALE game (did you mean 'atari:Pong'?)"),
+    Case("games-second-gym-misspelled", suite("status", prepare=lambda t: suite_file(
+        t, base_config="configs/ppo_cartpole.yaml", games=["gym:CartPole-v1", "gym:CartPol-v1"]) and None),
+         "env.name: 'CartPol-v1' is not a registered Gymnasium id (did you mean 'gym:CartPole-v1'?)"),
     # ---- a lock file that is something else: refused by name, never opened (a FIFO would block) ----
     Case("member-lock-fifo-status", suite("status", prepare=lambda t: odd_lock(t, "member", os.mkfifo)),
          "seed_1/.mpippo.lock' is a FIFO, not mpippo's lock"),

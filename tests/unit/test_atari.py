@@ -28,6 +28,18 @@ def test_names_spaces_and_one_line_refusals():
         assert len(e.value.errors) == 1 and e.value.errors[0].startswith(line), e.value.errors
 
 
+def test_every_games_name_comes_back_to_its_rom_however_spelled():
+    """The name a run records (CamelCase) leads back to the ROM for every game: from the CamelCase
+    alone, 'UpNDown' gave 'up_ndown' and 'TicTacToe3d' 'tic_tac_toe3d', neither a ROM (ale-py's assert)."""
+    from mpippo.envs.atari import camel, rom_id, _roms
+    for rom in _roms():
+        for spelled in (rom, camel(rom), rom.replace("_", ""), rom.upper()):
+            assert rom_id(spelled) == rom, (spelled, rom_id(spelled))
+            assert envs.canonical_env_name(f"atari:{spelled}") == f"atari:{camel(rom)}"
+    assert envs.spaces_of(cfg_of("atari:tic_tac_toe_3d")).obs_shape == (84, 84, 4)  # (an assert in ale-py)
+    assert envs.spaces_of(cfg_of("atari:UpNDown")).obs_shape == (84, 84, 4)
+
+
 def play(env, steps: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     ep_ret, ep_len = np.zeros(env.num_envs), np.zeros(env.num_envs, dtype=np.int64)

@@ -4,6 +4,8 @@ each is named in one line. The logs we append to, the files we read back, the su
 record and evaluate's video."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -91,6 +93,30 @@ def test_the_video_is_written_under_a_name_of_its_own_never_through_a_planted_li
     assert theirs.read_text() == "the user's data" and (tmp_path / ".play.tmp.mp4").is_symlink()
     assert (tmp_path / "play.mp4").stat().st_size > 0 and (tmp_path / "play.mp4").stat().st_mode & 0o777 == files.file_mode()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".play.tmp.mp4", "play.mp4", "theirs.txt"]
+
+
+def test_a_video_is_encoded_as_it_comes_and_a_failure_leaves_nothing_but_its_reason(tmp_path):
+    """Frames go to the encoder one by one (none are kept); a frame of another size ends the recording
+    with its reason and removes the half-written file; one that kill -9 left is removed by the next."""
+    from mpippo import launch
+    from mpippo.evaluate import Video
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / launch.owned_prefix("video").replace(f".{os.getpid()}-", f".{dead.pid}-")
+    left = left.with_name(left.name + "abc.mp4")
+    left.write_bytes(b"half a video")
+    video = Video(tmp_path / "v.mp4", scale=1)
+    for i in range(4):
+        video.append(np.full((16, 16, 3), i * 40, dtype=np.uint8))
+    assert video.frames == 4 and not hasattr(video, "_frames") and not left.exists()
+    video.append(np.zeros((32, 32, 3), dtype=np.uint8))  # another size: imageio refuses it
+    assert video.error and video.frames == 4
+    assert video.finish() == video.error and list(tmp_path.iterdir()) == []
+    good = Video(tmp_path / "w.mp4")  # a small picture (an observation) is scaled up
+    for i in range(3):
+        good.append(np.full((16, 16, 3), i * 40, dtype=np.uint8))
+    assert good.finish() is None and good.scale == 4 and [p.name for p in tmp_path.iterdir()] == ["w.mp4"]
+    assert Video(tmp_path / "x.mp4").finish() == "no frame was recorded"
 
 
 def test_a_file_swapped_for_a_fifo_after_its_check_is_still_refused_unread(tmp_path, monkeypatch):

@@ -124,3 +124,27 @@ class ImageBoxActions(Steady):
 
 gym.register(id="mpippo-test/MultiAction-v0", entry_point=MultiAction)
 gym.register(id="mpippo-test/ImageBoxActions-v0", entry_point=ImageBoxActions)
+
+
+class WrongShape(Steady):
+    """Declares 3 numbers and resets to 4."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+
+class Shifting(Steady):
+    """Each env made declares one number more than the one before."""
+    made = 0
+
+    def __init__(self):
+        super().__init__()
+        Shifting.made += 1
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (Shifting.made,), np.float32)
+
+
+gym.register(id="mpippo-test/WrongShape-v0", entry_point=WrongShape)
+gym.register(id="mpippo-test/Shifting-v0", entry_point=Shifting)
+# an env whose module needs a package this machine lacks (as Box2D's envs without box2d)
+gym.register(id="mpippo-test/MissingDep-v0", entry_point="mpippo_user_envs_missing_dependency:Env")
