@@ -428,13 +428,18 @@ def main(argv: list[str] | None = None) -> int:
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),
                      state.get("obs_rms"), state["config"]["training"].get("obs_clip", 10.0))
     runctl.end_startup_gc_pause()
-    t0 = time.perf_counter()
     try:
-        played = play(env, act, quota, args.max_steps, video, args.video_episodes) if mine else ([], [], [])
-    except BaseException:  # a stop signal (toolcli.Stopped) above all: no half-written video is left
+        return _play_and_report(args, world, (path, state, cfg, notes, two_player), env, act, quota, video)
+    finally:  # however it ends (a stop signal above all): no half-written video is left
         if video is not None:
             video.discard()
-        raise
+
+
+def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:
+    """The episodes, gathered on rank 0, and its table, JSON and video."""
+    path, state, cfg, notes, two_player = checked
+    t0 = time.perf_counter()
+    played = play(env, act, quota, args.max_steps, video, args.video_episodes) if quota.sum() else ([], [], [])
     env.close()
     gathered = world.gather_obj(played)
     if not world.is_root:
@@ -524,4 +529,4 @@ def print_table(res: dict) -> None:
 if __name__ == "__main__":
     import gc
     gc.disable()  # for start-up (torch's import); on again once the evaluator is built (runctl.end_startup_gc_pause)
-    raise SystemExit(toolcli.run("evaluate", main))  # a stop signal: one line, exit 4, nothing half-written
+    toolcli.exit_process(toolcli.run("evaluate", main))  # a stop signal: one line, exit 4, nothing half-written

@@ -96,10 +96,10 @@ def stops_held():
     _holding.append(1)
     try:
         yield
-    finally:
+    finally:  # (also when the block raised: the stop wins, as it would have without the block)
         _holding.pop()
-    if _pending and not _holding:
-        raise Stopped(_pending.pop())
+        if _pending and not _holding:
+            raise Stopped(_pending.pop())
 
 
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
@@ -123,14 +123,13 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     except ToolFailure as e:
         say(str(e))
         return EXIT_FAILURE
-    finally:
-        _settle()
 
 
-def _settle() -> None:
-    """The outcome is decided: stop signals are ignored to the process's end. Python's shutdown puts
-    the ones it handled back to their default action (which kills), so a second Ctrl-C during it
-    turned exit 4 into death by signal (preemption.settle does the same for the trainer)."""
+def exit_process(code: int):
+    """A tool's `__main__` ends with this: its outcome is decided, so stop signals are ignored to the
+    process's end. Python's shutdown puts the ones it handled back to their default action (which
+    kills), and a second Ctrl-C during it turned exit 4 into death by signal (preemption.settle does
+    the same for the trainer). Not in `run`: tests call tools in-process, which must stay stoppable."""
     try:
         for sig in STOP_SIGNALS:
             if signal.getsignal(sig) is _raise_stopped:
@@ -138,6 +137,7 @@ def _settle() -> None:
         _stopping.append(0)  # (a Python-level check point: a signal caught just before is raised here)
     except (OSError, Stopped):  # one already on its way: the outcome stands
         pass
+    raise SystemExit(code)
 
 
 def shown(path) -> str:

@@ -289,6 +289,7 @@ class GymVecEnv:
         except UsageError:
             raise
         except Exception as e:  # noqa: BLE001 (the env's code may raise anything)
+            (getattr(self, "env", None) or first_env).close()  # the envs made so far
             why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
             raise UsageError(f"env.name: '{cfg.env.name}' does not keep to the spaces it declares: making {num_envs} "
                              f"and resetting them failed ({why}); each must have the spaces of the first, and "

@@ -63,11 +63,11 @@ def test_evaluate_whose_episodes_outlast_max_steps_says_so_and_writes_nothing(tw
     seq, _ = two_runs  # starpilot's episodes last far more than 3 steps
     out = tmp_path / "eval.json"
     res = evaluate(["--checkpoint", str(seq), "--num-episodes", "4", "--num-envs", "2", "--max-steps", "3",
-                    "--json", str(out)])
+                    "--json", str(out), "--video", str(tmp_path / "v.mp4")])
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("mpippo: error:")]
     assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert "of 4 episodes ended within --max-steps 3" in lines[0] and "episodes per env (2)" in lines[0], lines[0]
-    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no JSON, no video, no half-encoded file
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

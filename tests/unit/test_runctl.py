@@ -289,3 +289,33 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
                           "--no-progress", "--output-dir", str(tmp_path / "run")], capture_output=True, text=True,
                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0 and out.stdout.strip().endswith("collector True True"), out.stdout[-2000:] + out.stderr
+
+
+def test_a_stop_inside_stops_held_waits_for_the_blocks_end_even_when_it_raised():
+    """What a held block makes (a file and the handle that removes it) is made whole: the stop signal
+    that came inside it is raised at its end, also when the block itself raised, and only once."""
+    import signal
+
+    from mpippo import toolcli
+    old = signal.signal(signal.SIGTERM, toolcli._raise_stopped)
+    made = []
+    try:
+        with pytest.raises(toolcli.Stopped, match="SIGTERM"):
+            with toolcli.stops_held():
+                with toolcli.stops_held():  # nested: raised at the outer block's end
+                    signal.raise_signal(signal.SIGTERM)
+                    made.append("file")
+                made.append("handle")
+        assert made == ["file", "handle"]
+        toolcli._stopping.clear()
+        with pytest.raises(toolcli.Stopped):
+            with toolcli.stops_held():
+                signal.raise_signal(signal.SIGTERM)
+                raise ValueError("the block failed")
+        signal.raise_signal(signal.SIGTERM)  # a second stop does nothing: the first is unwinding
+        with toolcli.stops_held():
+            pass
+    finally:
+        toolcli._stopping.clear()
+        toolcli._pending.clear()
+        signal.signal(signal.SIGTERM, old)
