@@ -32,7 +32,7 @@ from mpippo.files import METRICS, atomic_write_json, file_mode
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
-from mpippo.usage import Parser
+from mpippo.usage import Parser, reason
 from mpippo import toolcli
 from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
@@ -145,8 +145,7 @@ def check_render(cfg: C.Config) -> None:
     except C.UsageError:
         raise
     except Exception as e:  # noqa: BLE001 (an env's renderer may raise anything: a missing package, a display)
-        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e) else type(e).__name__
-        raise C.UsageError(f"--video: {cfg.env.name} cannot render a picture ({why})") from None
+        raise C.UsageError(f"--video: {cfg.env.name} cannot render a picture ({reason(e, 160)})") from None
     finally:
         if env is not None:
             env.close()
@@ -229,7 +228,7 @@ class Video:
                 self._writer.append_data(np.repeat(np.repeat(frame, s, axis=0), s, axis=1) if s > 1 else frame)
                 self.frames += 1
             except Exception as e:  # noqa: BLE001 (imageio and ffmpeg raise OSError, ValueError, RuntimeError)
-                self.error = _why(e)
+                self.error = reason(e)
                 self.discard()
 
     def _open(self, first: np.ndarray) -> None:
@@ -256,7 +255,7 @@ class Video:
                 self._writer = None
                 self._tmp.replace(self.path)
             except Exception as e:  # noqa: BLE001 (as in append)
-                self.error = _why(e)
+                self.error = reason(e)
         self.discard()
         return self.error
 
@@ -270,20 +269,6 @@ class Video:
                 pass
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
-
-
-def _why(e: BaseException) -> str:
-    text = getattr(e, "strerror", None) or str(e)
-    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
-
-
-def write_video(path: Path, frames, fps: int = 15, scale: int = VIDEO_SCALE) -> None:
-    """Frames to an .mp4 at `path`; OSError naming why if it cannot be written."""
-    video = Video(path, fps=fps, scale=scale)
-    for frame in frames:
-        video.append(frame)
-    if (why := video.finish()) is not None:
-        raise OSError(why)
 
 
 def by_start_parity(returns: list, starts: list) -> dict | None:

@@ -22,6 +22,12 @@ def show(value) -> str:
     return _REPR.repr(value)
 
 
+def reason(e: BaseException, limit: int = 200) -> str:
+    """What third-party code raised, for a message: its type and its text's first line, cut short."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0][:limit]}" if text else type(e).__name__
+
+
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"))

@@ -27,7 +27,7 @@ import warnings
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces
-from mpippo.usage import UsageError, show
+from mpippo.usage import UsageError, reason, show
 
 PREFIX = "gym:"
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -52,8 +52,7 @@ def _user_import(spec: str, env_name: str) -> None:
     try:
         mod = importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 (the user's code may raise anything on import)
-        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e) else type(e).__name__
-        raise UsageError(f"env.import: importing '{module}' failed ({why})") from None
+        raise UsageError(f"env.import: importing '{module}' failed ({reason(e, 160)})") from None
     if not attr:
         return
     make = getattr(mod, attr, None)
@@ -222,10 +221,9 @@ def _make_one(cfg, render: bool = False):
         try:
             env = gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
         except Exception as e:  # noqa: BLE001 (an env's constructor may raise anything)
-            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
             warned = "".join(f"; it warned: {_plain(w.message)}" for w in said[:1])
             raise UsageError(f"env.name: making '{env_id(cfg.env.name)}' with env.kwargs {_kw(cfg.env.kwargs)} "
-                             f"failed ({why}){warned}") from None
+                             f"failed ({reason(e)}){warned}") from None
     for w in said:  # a refusal is one line (above); an env that was made says what it warned of, as before
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return env
@@ -247,9 +245,7 @@ def _check_kwarg_types(gym, eid: str, kwargs: dict) -> None:
         entry = spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(
             spec.entry_point)
         params = inspect.signature(entry).parameters
-    except (TypeError, ValueError):
-        return  # no signature to read (a builtin): the env judges its kwargs
-    except Exception:  # noqa: BLE001 (the env's module failed to import: a missing dependency; gym.make names it)
+    except Exception:  # noqa: BLE001 (no signature to read, or the env's module does not import: gym.make names it)
         return
     for key, value in kwargs.items():
         default = params[key].default if key in params else None
@@ -290,9 +286,8 @@ class GymVecEnv:
             raise
         except Exception as e:  # noqa: BLE001 (the env's code may raise anything)
             (getattr(self, "env", None) or first_env).close()  # the envs made so far
-            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
             raise UsageError(f"env.name: '{cfg.env.name}' does not keep to the spaces it declares: making {num_envs} "
-                             f"and resetting them failed ({why}); each must have the spaces of the first, and "
+                             f"and resetting them failed ({reason(e)}); each must have the spaces of the first, and "
                              f"its observations the shape of {_space(first_env.observation_space)}") from None
         self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
         self.env.single_action_space.seed(int(seed))

@@ -184,14 +184,14 @@ def _check(s: Suite) -> None:
         raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} is not a file (paths are from the repository root)")
     if not s.variants:
         raise SuiteError(f"{where}: variants: at least one (default: [] runs the base config as it is)")
-    for name, overrides in s.variants.items():
+    for i, (name, overrides) in enumerate(s.variants.items()):
         if not isinstance(name, str) or not SLUG.fullmatch(name):
             raise SuiteError(f"{where}: variants: name {C.show(name)} must be letters, digits, '_', '.', '-'")
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             raise SuiteError(f"{where}: variants.{name}: a list of 'section.key=value' strings, got {C.show(overrides)}")
         # every game with the first variant (a misspelled gym: or atari: game is refused before anything is
         # submitted, not by its member's run); the other variants with each family's first game
-        _check_variant(s, name, overrides, every_game=name == next(iter(s.variants)))
+        _check_variant(s, name, overrides, every_game=i == 0)
 
 
 def _check_variant(s: Suite, name: str, overrides: list[str], every_game: bool = True) -> None:

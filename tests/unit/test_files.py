@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mpippo import files
-from mpippo.evaluate import write_video
+from mpippo.evaluate import Video
 from mpippo.suite import spec, state, submit
 from mpippo.usage import UsageError
 
@@ -89,7 +89,10 @@ def test_the_video_is_written_under_a_name_of_its_own_never_through_a_planted_li
     ffmpeg write through it, and two evaluations of one --video shared it."""
     (tmp_path / ".play.tmp.mp4").symlink_to(theirs)
     frames = [np.full((8, 8, 3), i * 20, dtype=np.uint8) for i in range(6)]
-    write_video(tmp_path / "play.mp4", frames, scale=2)
+    video = Video(tmp_path / "play.mp4", scale=2)
+    for frame in frames:
+        video.append(frame)
+    assert video.finish() is None
     assert theirs.read_text() == "the user's data" and (tmp_path / ".play.tmp.mp4").is_symlink()
     assert (tmp_path / "play.mp4").stat().st_size > 0 and (tmp_path / "play.mp4").stat().st_mode & 0o777 == files.file_mode()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".play.tmp.mp4", "play.mp4", "theirs.txt"]
@@ -99,7 +102,6 @@ def test_a_video_is_encoded_as_it_comes_and_a_failure_leaves_nothing_but_its_rea
     """Frames go to the encoder one by one (none are kept); a frame of another size ends the recording
     with its reason and removes the half-written file; one that kill -9 left is removed by the next."""
     from mpippo import launch
-    from mpippo.evaluate import Video
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     left = tmp_path / launch.owned_prefix("video").replace(f".{os.getpid()}-", f".{dead.pid}-")
