@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import Run, load_runs  # noqa: E402
-from mpippo.toolcli import UsageError, Parser, output_folder, run, save_figure, write_bytes  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, output_folder, pyplot, run, save_figure, write_text  # noqa: E402
 
 TOOL = "compare_results"
 OUTPUTS = ("comparison.png", "comparison_report.txt")
@@ -67,9 +67,7 @@ def straggler_lines(runs: list[Run]) -> list[str]:
 
 
 def plot(runs: list[Run], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(2, 2, figsize=(12, 8))
     for r in runs:
@@ -133,10 +131,11 @@ def _main(argv: list[str] | None) -> int:
         "stragglers: busy time = rollout + update of a rank in an iteration; wait = its seconds in the phases holding "
         "collectives (gae, allreduce) minus the iteration's smallest over the ranks (a lower bound)",
     ]
-    write_bytes(report, ("\n".join(lines + notes) + "\n").encode(), "--out")
+    write_text(report, "\n".join(lines + notes) + "\n", "--out")
     print(f"\nwrote {png} and {report}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

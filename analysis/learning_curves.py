@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import load_runs  # noqa: E402
-from mpippo.toolcli import Parser, output_file, run, save_figure  # noqa: E402
+from mpippo.toolcli import Parser, output_file, pyplot, run, save_figure  # noqa: E402
 
 TOOL = "learning_curves"
 
@@ -30,9 +30,7 @@ PAPER_PPO = {
 
 
 def plot_learning_curves(folders, out: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     runs = [r for f in folders for r in load_runs(f)]
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -70,4 +68,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

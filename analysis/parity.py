@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import load_runs  # noqa: E402
-from mpippo.toolcli import Parser, output_folder, run, save_figure, shown, write_bytes, write_json  # noqa: E402
+from mpippo.toolcli import Parser, panels, output_folder, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
 
 from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import read_yaml  # noqa: E402
@@ -80,12 +80,10 @@ def score(groups: dict, ref: dict) -> list[dict]:
 
 
 def plot(groups: dict, ref: dict, out: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     games = sorted({g for g, _ in groups})
-    fig, axes = plt.subplots(1, len(games), figsize=(6 * len(games), 4.5), squeeze=False)
-    for ax, game in zip(axes[0], games):
+    fig, axes = panels(plt, len(games), 6, 4.5, "games")
+    for ax, game in zip(axes, games):
         if game in ref:
             steps, mean, std = ref[game]
             keep = steps <= max(r.curve_steps[-1] for (g, _), rs in groups.items() if g == game for r in rs) * 1.5
@@ -146,11 +144,12 @@ def _main(argv) -> int:
     rows = score(groups, ref)
     figure = plot(groups, ref, args.out)
     text = report(rows)
-    write_bytes(args.out / OUTPUTS[1], text.encode(), "--out")
+    write_text(args.out / OUTPUTS[1], text, "--out")
     write_json(args.out / OUTPUTS[2], rows, "--out")
     print(text + f"\nfigure: {figure}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

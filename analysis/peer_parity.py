@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.toolcli import Parser, run, save_figure, shown, write_bytes, write_json  # noqa: E402
-from mpippo.files import NotAFile, open_regular  # noqa: E402
+from mpippo.toolcli import Parser, output_folder, panels, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
+from mpippo.files import NotAFile, is_count, is_number, open_regular, read_json  # noqa: E402
 from mpippo.usage import UsageError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +35,8 @@ SIDES = {"mpippo": ("mpippo", "tab:blue"), "cleanrl": ("CleanRL", "tab:orange"),
          "apex": ("mpippo Ape-X DQN", "tab:green")}  # runs.json's `who`: (label, color)
 
 
-KEYS = {"who": str, "env": str, "seed": int, "budget": int, "final_return": float, "steps_per_s": (int, float, type(None))}
+KIND_NAMES = {int: "a non-negative integer below 2**63", float: "a number", str: "a string", None: "a number or null"}
+KEYS = {"who": str, "env": str, "seed": int, "budget": int, "final_return": float, "steps_per_s": None}  # None: a number or null
 OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive")  # mpippo's runs on other rank counts
 
 
@@ -63,14 +64,9 @@ def side_label(key: str, i: int = 0) -> tuple[str, str]:
 def load_runs(data: Path) -> dict:
     """runs.json as benchmarks/peer_parity.py writes it, or one line naming what is wrong."""
     path = data / "runs.json"
-    try:
-        with open_regular(path) as f:  # (a FIFO by that name is refused, not waited on)
-            runs = json.loads(f.read())
-    except OSError as e:
-        raise UsageError(f"--data: cannot read '{shown(path)}' ({e.strerror or e}); run benchmarks/peer_parity.py "
-                         f"first") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"--data: '{shown(path)}' is not valid JSON ({str(e)[:80]})") from None
+    if not os.path.lexists(path):
+        raise UsageError(f"--data: no '{shown(path)}'; run benchmarks/peer_parity.py first")
+    runs = read_json(path, "--data's runs file", kind=object)  # (its size, kind, text and JSON checked)
     if not isinstance(runs, dict) or not runs:
         raise UsageError(f"--data: '{shown(path)}' holds no runs (expected a mapping of run names)")
     for name, r in runs.items():
@@ -80,10 +76,11 @@ def load_runs(data: Path) -> dict:
             raise UsageError(f"{where}: who is {who!r:.60}; allowed: {', '.join(SIDES)}")
         for key, kind in KEYS.items():
             value = r.get(key)
-            ok = isinstance(value, kind) and not isinstance(value, bool) or (kind is float and type(value) is int)
+            ok = (is_count(value) if kind is int else is_number(value) if kind is float
+                  else value is None or is_number(value) if kind is None else isinstance(value, kind))
             if not ok:
                 raise UsageError(f"{where}: {key} is {value!r:.60}; expected "
-                                 f"{getattr(kind, '__name__', 'a number or null')}")
+                                 f"{KIND_NAMES[kind]}")
         ranks = r.get("ranks", 2)  # (runs written before --ranks have none: 2)
         if type(ranks) is not int or not 1 <= ranks <= 64:
             raise UsageError(f"{where}: ranks is {ranks!r:.60}; expected an int from 1 to 64")
@@ -101,7 +98,7 @@ def curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
         values = np.array([float(r[1]) for r in rows[1:]])
     except NotAFile as e:
         raise UsageError(f"--data: cannot read the curve '{shown(path)}' ({e})") from None
-    except (OSError, ValueError, IndexError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, IndexError, UnicodeDecodeError, csv.Error) as e:  # (csv: a field past its limit)
         raise UsageError(f"--data: cannot read the curve '{shown(path)}' ({type(e).__name__}: {str(e)[:80]})") from None
     if column == "episode_return":
         values = np.array([values[max(0, i - WINDOW + 1):i + 1].mean() for i in range(len(values))])
@@ -169,14 +166,12 @@ def waypoints(data: Path, runs: dict) -> str:
 
 
 def figure(data: Path, runs: dict, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     envs = sorted({r["env"] for r in runs.values()})
-    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), squeeze=False)
+    fig, axes = panels(plt, len(envs), 6, 4, "envs")
     keys = [k for k in SIDES if any(side(r) == k for r in runs.values())]
     keys += sorted({side(r) for r in runs.values()} - set(keys), key=side_order)
-    for ax, env in zip(axes[0], envs):
+    for ax, env in zip(axes, envs):
         for i, key in enumerate(keys):
             label, color = side_label(key, i)
             names = [n for n, r in runs.items() if r["env"] == env and side(r) == key]
@@ -206,15 +201,17 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--data", type=Path, default=HERE / "data" / "mujoco_parity")
     args = p.parse_args(argv)
     runs = load_runs(args.data)
+    name = args.data.resolve().name  # mujoco_parity.png in analysis/data/mujoco_parity/
+    output_folder(args.data, "--data", (f"{name}.png", f"{name}.md", f"{name}.json"))  # before the work
     rows, md = table(runs)
     md += waypoints(args.data, runs)
-    name = args.data.resolve().name  # mujoco_parity.png in analysis/data/mujoco_parity/
     figure(args.data, runs, args.data / f"{name}.png")
-    write_bytes(args.data / f"{name}.md", md.encode(), "--data")
+    write_text(args.data / f"{name}.md", md, "--data")
     write_json(args.data / f"{name}.json", rows, "--data")
     print(md, end="")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

@@ -96,7 +96,7 @@ def load_sweep(path: str | Path) -> dict:
     fps = np.array([m.get("fps_steady") or m["fps"] for m in runs], dtype=float)
     speedup = fps / fps[0] * p[0]  # relative to one rank (scaled when the sweep starts higher)
     phases = {ph: np.array([m["phase_seconds"][ph] for m in runs]) for ph in PHASES}
-    iters = np.array([max(m.get("iterations", 1), 1) for m in runs], dtype=float)
+    iters = np.array([max(m.get("iterations") or 1, 1) for m in runs], dtype=float)  # (null: not recorded)
     per_rank_allreduce = [np.array(m["phase_seconds_per_rank"]["allreduce"]) for m in runs]
     total = sum(phases.values())
     return {
@@ -106,8 +106,8 @@ def load_sweep(path: str | Path) -> dict:
         "wait_per_rank": [a - a.min() for a in per_rank_allreduce],
         "allreduce_share": phases["allreduce"] / total,
         "steps_per_rank_iteration": np.array([m["num_envs_per_rank"] * m["n_steps"] for m in runs], dtype=float),
-        "allreduce_bytes": runs[0].get("allreduce_bytes", 4 * (626_256 + 2)),
-        "allreduce_calls": runs[0].get("allreduce_calls_per_iteration", 24),
+        "allreduce_bytes": runs[0].get("allreduce_bytes") or 4 * (626_256 + 2),  # (absent or null: the default
+        "allreduce_calls": runs[0].get("allreduce_calls_per_iteration") or 24,  # network's, as sweeps before them)
         "oversubscribed": p > (sweep.get("cores") or np.inf),
         "straggler_runs": [(int(m["world_size"]), m["straggler_busy_rel"]) for m in runs
                            if m.get("straggler_busy_rel") and m["world_size"] > 1

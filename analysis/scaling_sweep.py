@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, number,  # noqa: E402
-                     output_folder, ranks_fit, run, run_trainer, shown, write_bytes, write_json)
+                     output_folder, ranks_fit, run, run_trainer, shown, write_json, write_text)
 
 TOOL = "scaling_sweep"
 PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
@@ -140,7 +140,7 @@ def _main(argv: list[str] | None) -> int:
     w = csv.DictWriter(text, fieldnames=list(rows[0]))
     w.writeheader()
     w.writerows(rows)
-    write_bytes(out / OUTPUTS[1], text.getvalue().encode(), "--out")
+    write_text(out / OUTPUTS[1], text.getvalue(), "--out")
     base = results[0]["fps_steady"] or results[0]["fps"]
     print(f"\n{'ranks':>5} {'steps/s':>9} {'speedup':>8} {'eff.':>6} {'allreduce':>9}")
     for m in results:
@@ -154,4 +154,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, conform, output_file, run, save_figure, shown  # noqa: E402
+from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, conform, output_file, pyplot, run, save_figure, shown  # noqa: E402
 
 from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import METRICS, read_metrics  # noqa: E402
@@ -42,9 +42,7 @@ def load(run_dir: Path) -> dict:
 
 
 def plot(m: dict, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     rounds = m["selfplay"]["ratings"]
     x = [r["transitions"] for r in rounds]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -92,4 +90,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

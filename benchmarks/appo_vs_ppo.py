@@ -21,9 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, UsageError, Maybe, Parser, ToolFailure, check_trainer,  # noqa: E402
-                     conform, count, number, output_folder, ranks_fit, run, shown, write_json)
+                     conform, count, number, output_folder, ranks_fit, run, run_trainer, shown, write_json)
 
-from mpippo import launch  # noqa: E402
 from mpippo.checkpoint import latest_path  # noqa: E402
 from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
 from mpippo.runlock import LOCK_NAME  # noqa: E402
@@ -54,9 +53,19 @@ def kept_metrics(name: str, folder: Path) -> dict | None:
     m = read_metrics(folder)
     if m.get("stop_reason") not in KEPT:
         return None
-    conform(m, SPEC[name], folder / METRICS)
-    if name == "sync PPO" and not m["total_timesteps"]:
+    return check_costs(name, conform(m, SPEC[name], folder / METRICS), folder)
+
+
+def check_costs(name: str, m: dict, folder: Path) -> dict:
+    """What the model divides by, in a sync PPO run's metrics: steps, and time spent acting."""
+    if name != "sync PPO":
+        return m
+    if not m["total_timesteps"]:
         raise UsageError(f"metrics file '{shown(folder / METRICS)}': total_timesteps: 0 steps to compare")
+    ph = m["phase_seconds"]
+    if not ph["env_step"] + ph["inference"] > 0:
+        raise UsageError(f"metrics file '{shown(folder / METRICS)}': phase_seconds: env_step + inference is "
+                         f"{ph['env_step'] + ph['inference']}, expected a positive time spent acting")
     return m
 
 
@@ -83,15 +92,10 @@ def run_one(name: str, ranks: int, config: str, args, folder: Path) -> dict:
         return m
     cmd = ["--resume"] if checkpoint_of(folder) else fresh_args(config, args)
     print(f"{name}: {ranks} ranks, {args.minutes:g} minutes on {args.env} -> {folder}", flush=True)
-    command, env = launch.mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(folder), *cmd], 1)
-    try:
-        with launch.own_shm_folder(env):  # its console lines: progress
-            res = subprocess.run(command, cwd=ROOT, env=env, timeout=args.minutes * 60 + 900)
-    except subprocess.TimeoutExpired:
-        raise ToolFailure(f"{name} did not end within {args.minutes:g} minutes and 15 more") from None
-    if res.returncode != 0:
-        raise ToolFailure(f"{name} exited {res.returncode}; run the same command again to resume it")
-    return conform(read_metrics(folder), SPEC[name], folder / METRICS)
+    # its console lines (progress) come through; a stop of this tool is the run's checkpoint and stop
+    m = run_trainer(ranks, cmd, folder, name, resume="run the same command again to resume it", threads=1,
+                    timeout=args.minutes * 60 + 900, capture=False)
+    return check_costs(name, conform(m, SPEC[name], folder / METRICS), folder)
 
 
 def model(ppo: dict, appo: dict, cores: int = 48) -> dict:
@@ -154,4 +158,5 @@ def _main(argv) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

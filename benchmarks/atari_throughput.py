@@ -43,7 +43,7 @@ from mpippo.toolcli import (Parser, ToolFailure, check_trainer, count, number, o
                             run_trainer, write_json)
 from peers import CLEANRL_COMMIT, adapted_script, steady_sps, target_install  # noqa: E402 (the peers' set-up)
 import ceiling  # noqa: E402 (this folder's)
-from mpippo import files  # noqa: E402
+from mpippo import files, usage  # noqa: E402
 from mpippo.envs.atari import unknown_game  # noqa: E402
 from mpippo.machine import describe  # noqa: E402
 from mpippo.runctl import bf16_native  # noqa: E402
@@ -89,6 +89,19 @@ def peer_path() -> str:
     return os.pathsep.join([target_install("site", "tyro", [TYRO]), target_install("envpool", "envpool", ENVPOOL)])
 
 
+def cleanrl_ready(who: list[str]) -> list[str]:
+    """`who`, CleanRL's script and packages set up; without them (no network and no copy, a read-only
+    .venv-peers/) mpippo's side only, or one line when CleanRL was all that was asked."""
+    try:
+        cleanrl_script(), peer_path()
+        return who
+    except (OSError, subprocess.CalledProcessError) as e:  # (urllib's URLError is an OSError)
+        if who == ["cleanrl"]:
+            raise ToolFailure(f"cannot set up CleanRL ({usage.reason(e)})") from None
+        print(f"atari_throughput: cannot set up CleanRL ({usage.reason(e)}); its run is skipped", file=sys.stderr)
+        return [w for w in who if w != "cleanrl"]
+
+
 def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "stdout.txt"
@@ -120,7 +133,8 @@ def run_mpippo(game: str, steps: int, folder: Path, precision: str | None) -> di
     argv = mpippo_argv(game, steps, precision)
     t0 = time.monotonic()
     m = run_trainer(RANKS, argv, folder, f"mpippo on atari:{game}", timeout=3 * 3600)
-    return {"who": "mpippo, 2 ranks (ale-py)", "steps_per_s": m["fps_steady"], "wall_s": time.monotonic() - t0,
+    # (a run of one iteration has no steady rate: its overall one, as bench.py takes)
+    return {"who": "mpippo, 2 ranks (ale-py)", "steps_per_s": m["fps_steady"] or m["fps"], "wall_s": time.monotonic() - t0,
             "precision": m.get("precision"), "phase_seconds": m.get("phase_seconds")}
 
 
@@ -163,6 +177,8 @@ def _main(argv: list[str] | None) -> int:
     # the ceiling at the precision mpippo runs (auto: bf16 where the CPU has it natively)
     precision = args.precision or ("bf16" if bf16_native(torch.device("cpu"))[0] else "fp32")
     _, cfg = check_trainer(mpippo_argv(args.game, args.steps, args.precision), RANKS, "mpippo's run")
+    if "cleanrl" in args.who:
+        args.who = cleanrl_ready(args.who)
     c = None
     if args.ceiling:
         print(f"atari_throughput: component costs ({precision}) ...", flush=True)
@@ -197,4 +213,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

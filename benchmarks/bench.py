@@ -160,6 +160,12 @@ def check(args, cores: int) -> None:
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
     for n in args.ranks:
         check_trainer(trainer_args(n, args), n, f"the {n}-rank run")
+    if args.envs_per_rank * args.n_steps // args.minibatches > 1 << 16:  # (components.py's; the trainer's first)
+        raise UsageError(f"--minibatches: minibatches of {args.envs_per_rank * args.n_steps // args.minibatches:,} "
+                         f"samples are more than the ceiling's measurement takes (65,536); give more minibatches")
+    if args.envs_per_rank > 4096:
+        raise UsageError(f"--envs-per-rank: {args.envs_per_rank} is more than the ceiling's measurement takes "
+                         f"(4,096)")
     if args.bf16:
         check_trainer(trainer_args(full, args, "bf16"), full, f"the {full}-rank bf16 run")
     if args.memory_iterations:
@@ -374,4 +380,5 @@ def default_row(bf: dict | None, fp32: dict | None, native: bool, evidence: str)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

@@ -27,12 +27,23 @@ def components(precision: str, env: str, envs_per_rank: int, minibatch: int, sec
            *(["--config", config] if config else [])]
 
     def measure(copies: int) -> list[dict]:
-        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                 for _ in range(copies)]
-        outs = [p.communicate(timeout=900)[0] for p in procs]
-        if any(p.returncode for p in procs):
-            raise ToolFailure(f"the component costs ({precision}) failed: {' '.join(cmd)}")
-        return [json.loads(o.strip().splitlines()[-1]) for o in outs]
+        procs = []
+        try:  # (ended however this ends: a stop, a timeout, one that failed; none left on the cores)
+            procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for _ in range(copies)]
+            outs = [p.communicate(timeout=300 + 4 * seconds) for p in procs]  # (it times ~2.3 x seconds)
+        except subprocess.TimeoutExpired:
+            raise ToolFailure(f"the component costs ({precision}) did not end within {300 + 4 * seconds:g} s") from None
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for p, (_, err) in zip(procs, outs):
+            if p.returncode:
+                why = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1][:300]
+                raise ToolFailure(f"the component costs ({precision}) failed: {why}")
+        return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
 
     alone = measure(1)[0]
     loaded = measure(len(os.sched_getaffinity(0)))

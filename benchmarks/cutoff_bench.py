@@ -102,4 +102,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

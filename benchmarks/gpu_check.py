@@ -68,8 +68,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from results_file import check_out, result_path  # noqa: E402  (benchmarks/)
 from mpippo import launch  # noqa: E402
-from mpippo.checkpoint import latest_path  # noqa: E402
-from mpippo.toolcli import UsageError, Parser, ToolFailure, count, number, run, run_trainer, write_json  # noqa: E402
+from mpippo.checkpoint import latest_path, load_checkpoint  # noqa: E402
+from mpippo.toolcli import (UsageError, Parser, ToolFailure, count, number, output_file, run, run_trainer,  # noqa: E402
+                            write_json)
 
 TOOL = "gpu-check"
 MAX_PPO_ITERATIONS = 200  # timed iterations per PPO row (16,384 steps each on the default config)
@@ -210,7 +211,7 @@ def learner_rows(budget: dict, device: str, tmp: Path, profile_out: Path, second
         dies()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=bound)
     try:
-        _, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=600 + 4 * seconds)  # (three learners of `seconds` each, and set-up)
         res = subprocess.CompletedProcess(cmd, proc.returncode, "", err)
     except BaseException as e:  # its own time out, or this check's: stopped through its cleanup (SIGTERM)
         proc.terminate()
@@ -270,15 +271,14 @@ def appo_row(budget: dict, device: str, tmp: Path) -> dict:
 def resume_row(budget: dict, device: str, tmp: Path) -> dict:
     """2+2 iterations against 4 on the same device, and 4 against 4 (the kernels' own run-to-run
     gap: resume can be no more exact than that): the parameters, compared."""
-    import torch
     half, base = budget["resume_half"], budget["ppo"]
     for name in ("whole", "again"):
         trainer(1, [*base, "--total-timesteps", str(2 * half)], tmp / name, device, cores_per_rank(1))
     trainer(1, [*base, "--total-timesteps", str(half)], tmp / "halves", device, cores_per_rank(1))
     run_trainer(1, ["--resume", "--total-timesteps", str(2 * half), "--no-progress"], tmp / "halves", "the resumed run",
                 timeout=600, threads=cores_per_rank(1))
-    a, b, c = (torch.load(latest_path(tmp / d), weights_only=False)["model"]
-               for d in ("whole", "halves", "again"))
+    a, b, c = (load_checkpoint(latest_path(tmp / d).read_bytes(), f"{d}'s checkpoint")["model"]
+               for d in ("whole", "halves", "again"))  # (never code: the loader every reader uses)
     gap = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
     repeat = max(float((a[k].float() - c[k].float()).abs().max()) for k in a)
     return {"check": "exact resume (2+2 vs 4 iterations)", "device": device, "max_param_gap": gap,
@@ -318,7 +318,7 @@ def _main(argv) -> int:
     budget, device = (DRY, "cpu") if args.dry_run else (REAL, "cuda")
     iterations = 1 if args.dry_run else args.ppo_iterations
     path = result_path("-gpu-dryrun" if args.dry_run else "-gpu", args.out)
-    profile_out = path.with_name(path.stem + "-profile.txt")
+    profile_out = output_file(path.with_name(path.stem + "-profile.txt"), "--out's profile")  # now, not minutes on
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
               "dry_run": args.dry_run, "complete": False, "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
@@ -453,4 +453,5 @@ def print_table(result: dict) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

@@ -40,7 +40,7 @@ from mpippo import hostmem  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as a trainer does, before torch allocates
 
-from mpippo.toolcli import UsageError, Parser, check_trainer, count, number, output_file, run, write_bytes  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, check_trainer, count, number, output_file, run, write_bytes, write_text  # noqa: E402
 
 TOOL = "learner_bench"
 OBS = (64, 64, 3)  # procgen frames
@@ -278,7 +278,7 @@ def profile_report(prof, cfg, trainer, dev, plain_s: float, profiled_s: float, p
     tables.append(("by self time on the CPU", events.table(sort_by="self_cpu_time_total", row_limit=40,
                                                            max_name_column_width=60)))
     text = "\n".join(head) + "\n".join(f"\n== {title} ==\n{tab}" for title, tab in tables)
-    write_bytes(table_out, text.encode(), "--profile-out")
+    write_text(table_out, text, "--profile-out")
     trace = None
     packed = b""
     if len(prof.events()) <= TRACE_EVENTS:  # a larger one cannot fit: not worth the seconds it takes
@@ -355,7 +355,7 @@ def _main(argv) -> int:
     def save():
         line = json.dumps(result)
         if args.out is not None:
-            write_bytes(args.out, (line + "\n").encode(), "--out")
+            write_text(args.out, line + "\n", "--out")
         return line
     failed = []
     for what in sorted(set(args.what), key=ORDER.index):  # the profile last: it starts MPI
@@ -385,4 +385,5 @@ def _main(argv) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

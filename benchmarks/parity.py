@@ -27,8 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
-                     number, output_folder, ranks_fit, run, seed, shown)
+from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
+                            distinct, number, output_folder, ranks_fit, run, seed, shown, stops_held)
+from mpippo.launch import die_with_parent  # noqa: E402
 
 from mpippo.checkpoint import latest_path  # noqa: E402
 from mpippo.files import METRICS, check_appendable, open_append, read_metrics, read_run_config  # noqa: E402
@@ -45,14 +46,23 @@ def keep(run_dir: Path) -> Path:
     into a new folder first, which then replaces the kept copy (a failed copy leaves the old one)."""
     import shutil
     dest = KEEP / run_dir.name
-    tmp = KEEP / f".{run_dir.name}.new"
+    tmp, old = KEEP / f".{run_dir.name}.new", KEEP / f".{run_dir.name}.old"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(run_dir / "logs", tmp / "logs")
         for name in (METRICS, "config.yaml"):
             shutil.copy2(run_dir / name, tmp / name)
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+        with stops_held():  # the kept copy set aside, the new one in its place: never neither
+            shutil.rmtree(old, ignore_errors=True)
+            if os.path.lexists(dest):
+                dest.rename(old)
+            try:
+                tmp.rename(dest)
+            except OSError:
+                if os.path.lexists(old):
+                    old.rename(dest)
+                raise
+        shutil.rmtree(old, ignore_errors=True)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ToolFailure(f"copying '{shown(run_dir)}' to '{shown(dest)}' failed ({e.strerror or e})") from None
@@ -89,7 +99,36 @@ def run_command(run_dir: Path, game: str, seed_: int, args) -> list[str]:
 def run_queue(todo: list[tuple[Path, list[str]]], parallel: int, stop_after: float | None) -> int:
     """Run the launcher lines, `parallel` at a time; after `stop_after` seconds the running ones get
     SIGINT (they checkpoint and stop: the next call resumes them) and no new one starts."""
-    t0, running, worst = time.monotonic(), {}, 0
+    running = {}  # run folder -> (its launcher, its console log)
+    try:
+        return _run_queue(todo, parallel, stop_after, running)
+    except Stopped:
+        stop_runs([proc for proc, _ in running.values()])
+        raise
+
+
+def stop_runs(procs: list[subprocess.Popen], grace_s: float = 300.0) -> None:
+    """A stop of this tool passed on to its launchers as their gentle stop (SIGTERM: each run
+    checkpoints at its next iteration and exits; the next call resumes it), waited for up to
+    `grace_s`, then their hard one (SIGINT after a stop). A second Ctrl-C at a terminal reaches the
+    launchers too (one process group), which take it as "now" themselves."""
+    alive = [p for p in procs if p.poll() is None]
+    for proc in alive:
+        proc.terminate()
+    deadline = time.monotonic() + grace_s
+    try:
+        for proc in alive:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+    except subprocess.TimeoutExpired:
+        for proc in alive:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in alive:
+            proc.wait()
+
+
+def _run_queue(todo, parallel, stop_after, running) -> int:
+    t0, worst = time.monotonic(), 0
     while todo or running:
         late = stop_after is not None and time.monotonic() - t0 > stop_after
         while todo and len(running) < parallel and not late:
@@ -97,7 +136,9 @@ def run_queue(todo: list[tuple[Path, list[str]]], parallel: int, stop_after: flo
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             log = open_append(run_dir.parent / f"{run_dir.name}.log", "the run's console log") if parallel > 1 else None
             print(f"parity: {run_dir.name}: {'resuming' if '--resume' in cmd else 'starting'}", flush=True)
-            running[run_dir] = (subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None), log)
+            # (killed -9, this tool's launchers get their gentle stop from the kernel, not train on alone)
+            running[run_dir] = (subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT if log else None,
+                                                 preexec_fn=die_with_parent(signal.SIGTERM)), log)
         if late:
             for proc, _ in running.values():
                 if proc.poll() is None and not getattr(proc, "stopped", False):
@@ -204,4 +245,5 @@ def _main(argv) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

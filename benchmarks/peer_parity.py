@@ -56,12 +56,12 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
-                            output_folder, run, run_trainer, shown, write_bytes)
+                            output_file, output_folder, run, run_trainer, shown, write_bytes)
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
 from mpippo.checkpoint import latest_path  # noqa: E402
 from mpippo import files  # noqa: E402
 from mpippo.files import read_json  # noqa: E402
-from mpippo.usage import UsageError  # noqa: E402
+from mpippo.usage import UsageError, file_kind, reason  # noqa: E402
 from mpippo.envs.gym import unknown_id  # noqa: E402
 from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
 
@@ -194,8 +194,8 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
     time and steps/s are those of the resumed part (`resumed` says so). `apex`: the family's Ape-X DQN
     instead of its PPO config."""
     from mpippo.runs import read_curve
-    resume = ["--resume"] if latest_path(folder).exists() else []
-    if not resume and folder.exists():  # stopped before its first checkpoint: nothing to continue
+    resume = ["--resume"] if latest_path(folder).is_file() else []
+    if not resume and folder.exists():  # stopped before its first checkpoint (check_folder): nothing to continue
         shutil.rmtree(folder)
     argv = [*mpippo_argv(fam, env, seed, steps, precision, apex), *resume]
     t0 = time.monotonic()
@@ -230,12 +230,58 @@ def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> d
             raise ToolFailure(f"CleanRL on {env} failed (exit {code}): {tail[0][:300]}")
         files.atomic_write_bytes(finished, b"exit 0\n")
     text = files.read_text(log, "CleanRL's output", files.LOG_LIMIT)
-    pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?[\d.e+-]+)", text)]
-    sps = [int(x) for x in re.findall(r"^SPS: (\d+)", text, re.M)]
+    # (a number whole: a run killed mid-line leaves 'episodic_return=[-' in its output, which stays)
+    pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?\d+(?:\.\d*)?"
+                                                       r"(?:e[+-]?\d+)?)(?![\d.e])", text)]
+    sps = [int(x) for x in re.findall(r"^SPS: (\d+)$", text, re.M) if int(x) > 0]
     returns = [r for _, r in pairs]
     return {"wall_s": steps / sps[-1] if sps else None, "steps_per_s": sps[-1] if sps else None, "curve": pairs,
             "final_return": sum(returns[-100:]) / max(len(returns[-100:]), 1), "episodes": len(returns),
             "resumed": resumed}
+
+
+def check_folder(folder: Path, who: str, fresh: bool) -> None:
+    """A run's folder under --runs, before any run starts: a folder or nothing, and one that holds only
+    what this tool can continue or start over (a run killed before its first checkpoint)."""
+    if not os.path.lexists(folder):
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        raise UsageError(f"--runs: '{shown(folder)}' is {file_kind(os.lstat(folder).st_mode)}, not a run's folder; move it away")
+    if fresh:
+        return
+    if who == "cleanrl":  # its script opens checkpoint.pt blind: a FIFO there would hang it
+        ckpt = folder / "checkpoint.pt"
+        if os.path.lexists(ckpt) and (ckpt.is_symlink() or not ckpt.is_file()):
+            raise UsageError(f"--runs: '{shown(ckpt)}' is {file_kind(os.lstat(ckpt).st_mode)}, not CleanRL's checkpoint; "
+                             f"move it away")
+    elif not latest_path(folder).is_file() and (any(latest_path(folder).parent.glob("*.pt"))
+                                                or (folder / files.METRICS).exists()):
+        raise UsageError(f"--runs: '{shown(folder)}' holds a run without its latest checkpoint to resume from "
+                         f"(checkpoints/{latest_path(folder).name}); move it away, or pass --fresh to start over")
+
+
+def run_one(fam: Family, args, env: str, seed: int, who: str, name: str, summary: dict) -> None:
+    """One run (or nothing, when --out records it at this budget): its curve and its row in runs.json."""
+    summary_path = args.out / "runs.json"
+    if args.fresh and (args.runs / name).exists():
+        shutil.rmtree(args.runs / name)
+    elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
+        print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
+        return
+    print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)
+    res = (run_cleanrl(fam, env, seed, args.steps, args.runs / name) if who == "cleanrl"
+           else run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision, who == "apex", args.ranks))
+    # mpippo logs the mean of the last 100 episodes as it goes; CleanRL prints every episode
+    column = "episode_return" if who == "cleanrl" else "return_mean_100"
+    table = io.StringIO(newline="")
+    csv.writer(table).writerows([("env_steps", column), *res.pop("curve")])
+    write_bytes(args.out / f"{name}.csv", table.getvalue().encode(), "--out")
+    summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res,
+                     **({} if who == "cleanrl" else {"ranks": args.ranks})}  # (the analysis keeps layouts apart)
+    write_bytes(summary_path, (json.dumps(summary, indent=1) + "\n").encode(), "--out")
+    ret = "no episode ended" if res["final_return"] is None else f"return {res['final_return']:.1f}"
+    rate = f"{res['steps_per_s']:.0f} steps/s" if res["steps_per_s"] else "no rate printed"
+    print(f"peer_parity: {name}: {ret}, {rate}", flush=True)
 
 
 def wait_passing_stop(proc: subprocess.Popen) -> int:
@@ -304,40 +350,24 @@ def _main(argv: list[str] | None) -> int:
         for who in set(args.who) - {"cleanrl"}:
             check_trainer(mpippo_argv(fam, env, args.seeds[0], args.steps, args.precision, who == "apex"), args.ranks,
                           f"{'Ape-X DQN' if who == 'apex' else 'mpippo'} on {env}")
-    who_runs = list(args.who)
-    if "cleanrl" in who_runs:
+    names = [(env, seed, who, f"{who}-{env}-s{seed}{'' if who == 'cleanrl' else run_tag(args.precision, args.ranks)}")
+             for env in args.envs for seed in args.seeds for who in args.who]
+    for _, _, who, name in names:  # every run's folder and output, before hours of runs
+        check_folder(args.runs / name, who, args.fresh)
+        output_file(args.out / f"{name}.csv", "--out")
+    if "cleanrl" in args.who:
         try:
             fam.script(), fam.peer_path()
         except (OSError, subprocess.CalledProcessError) as e:  # no network and no copy: mpippo's side only
-            print(f"peer_parity: cannot set up CleanRL ({e}); its runs are skipped", file=sys.stderr)
-            who_runs.remove("cleanrl")
-    for env in args.envs:
-        for seed in args.seeds:
-            for who in who_runs:
-                tag = "" if who == "cleanrl" else run_tag(args.precision, args.ranks)
-                name = f"{who}-{env}-s{seed}{tag}"
-                if args.fresh and (args.runs / name).exists():
-                    shutil.rmtree(args.runs / name)
-                elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
-                    print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
-                    continue
-                print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)
-                res = (run_cleanrl(fam, env, seed, args.steps, args.runs / name) if who == "cleanrl"
-                       else run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision, who == "apex",
-                                       args.ranks))
-                # mpippo logs the mean of the last 100 episodes as it goes; CleanRL prints every episode
-                column = "episode_return" if who == "cleanrl" else "return_mean_100"
-                table = io.StringIO(newline="")
-                csv.writer(table).writerows([("env_steps", column), *res.pop("curve")])
-                write_bytes(args.out / f"{name}.csv", table.getvalue().encode(), "--out")
-                summary[name] = {"who": who, "env": env, "seed": seed, "budget": args.steps, **res,
-                                 **({} if who == "cleanrl" else {"ranks": args.ranks})}  # (the analysis keeps layouts apart)
-                write_bytes(summary_path, (json.dumps(summary, indent=1) + "\n").encode(), "--out")
-                ret = "no episode ended" if res["final_return"] is None else f"return {res['final_return']:.1f}"
-                rate = f"{res['steps_per_s']:.0f} steps/s" if res["steps_per_s"] else "no rate printed"
-                print(f"peer_parity: {name}: {ret}, {rate}", flush=True)
+            if set(args.who) == {"cleanrl"}:
+                raise ToolFailure(f"cannot set up CleanRL ({reason(e)})") from None
+            print(f"peer_parity: cannot set up CleanRL ({reason(e)}); its runs are skipped", file=sys.stderr)
+            names = [n for n in names if n[2] != "cleanrl"]
+    for env, seed, who, name in names:
+        run_one(fam, args, env, seed, who, name, summary)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

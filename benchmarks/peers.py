@@ -56,8 +56,8 @@ def adapted_script(file: str, local_var: str, adapt: list[tuple[str, str]], save
     script = PEERS / saved_as
     digest = hashlib.sha256(json.dumps(adapt).encode()).hexdigest()[:16]
     stamp = f"# CleanRL's {file} at {CLEANRL_COMMIT}, adapted by mpippo's benchmarks (edits {digest})\n"
-    if script.exists() and script.read_text().startswith(stamp):
-        return script
+    if os.path.lexists(script) and read_text(script, "the adapted CleanRL script").startswith(stamp):
+        return script  # (a FIFO, folder or damaged copy by that name is one line naming it, not a wait)
     text = _pristine(file, local_var)
     for old, new in adapt:
         if old not in text:
@@ -73,8 +73,8 @@ def _pristine(file: str, local_var: str) -> str:
     local = os.environ.get(local_var)
     if local:
         text = read_text(local, local_var, limit=1 << 20)  # (a FIFO named there is refused, not waited on)
-    elif kept.exists():
-        return kept.read_text()
+    elif os.path.lexists(kept):
+        return read_text(kept, "the kept CleanRL script")
     else:
         url = f"https://raw.githubusercontent.com/vwxyzjn/cleanrl/{CLEANRL_COMMIT}/cleanrl/{file}"
         with urllib.request.urlopen(url, timeout=60) as r:
@@ -138,4 +138,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    exit_process(main())

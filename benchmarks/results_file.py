@@ -1,15 +1,18 @@
 """Where `make bench` stores a result: benchmarks/results/<date><suffix>.json, atomically.
 
-A second run on the same day gets the time in its name, so the first result stays. `check_out`
+A second run on the same day gets the time in its name (and a count after it within one minute),
+so no earlier result is replaced. `check_out`
 tells before the benchmark starts whether the result can be written there."""
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(RESULTS.parent.parent))  # mpippo, without an install
+from mpippo.config import UsageError  # noqa: E402
 from mpippo.toolcli import output_file, output_folder, write_json  # noqa: E402
 
 
@@ -22,13 +25,19 @@ def check_out(out: Path | None) -> Path | None:
 
 
 def result_path(suffix: str = "", out: Path | None = None) -> Path:
-    """Where the result goes: `out`, or benchmarks/results/<date><suffix>.json (with the time when
-    that exists). Chosen once by a tool that writes its result more than once (as it goes)."""
+    """Where the result goes: `out`, or the first free name of benchmarks/results/<date><suffix>.json,
+    <date>-<HHMM><suffix>.json, <date>-<HHMM>-2<suffix>.json, ... Chosen once by a tool that writes
+    its result more than once (as it goes)."""
+    if out is not None:
+        return out
     now = datetime.datetime.now()
-    path = out or RESULTS / f"{now:%Y-%m-%d}{suffix}.json"
-    if out is None and path.exists():
-        path = RESULTS / f"{now:%Y-%m-%d-%H%M}{suffix}.json"
-    return path
+    names = [f"{now:%Y-%m-%d}", f"{now:%Y-%m-%d-%H%M}"]
+    names += (f"{now:%Y-%m-%d-%H%M}-{n}" for n in range(2, 10_000))
+    for name in names:
+        path = RESULTS / f"{name}{suffix}.json"
+        if not os.path.lexists(path):  # a dangling link counts as taken: writing would replace it
+            return path
+    raise UsageError(f"benchmarks/results/ holds 10,000 results of {now:%Y-%m-%d %H:%M}; give --out")
 
 
 def write_result(result: dict, suffix: str = "", out: Path | None = None) -> Path:

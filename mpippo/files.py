@@ -219,6 +219,8 @@ def _parse_json(text: str, path: Path, what: str, where: str = "") -> Any:
         raise _problem(path, what, f"not valid JSON ({where}line {e.lineno}, column {e.colno}: {e.msg})") from None
     except RecursionError:
         raise _problem(path, what, "not valid JSON (nested too deeply)") from None
+    except ValueError:  # Python's guard against quadratic int parsing: more than 4,300 digits
+        raise _problem(path, what, "not valid JSON (a number of more than 4,300 digits)") from None
 
 
 def read_json(path: str | Path, what: str, kind: type = dict) -> Any:
@@ -273,18 +275,32 @@ _NUMBERS = ("fps", "fps_steady", "duration_s", "peak_rss_mb_total", "peak_rss_mb
 _STOP_REASONS = ("done", "duration", "stopped", "requeue", "failed")
 
 
+def is_count(v: Any) -> bool:
+    """A JSON value a count may be: a non-negative int a 64-bit counter holds (JSON's ints are
+    unbounded; one of 400 digits overflows the first float division a reader does)."""
+    return type(v) is int and 0 <= v <= C.INT64_MAX
+
+
+def is_number(v: Any) -> bool:
+    """A JSON value a measurement may be: int or float, not bool, finite or NaN ('not measured')."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return abs(v) <= C.INT64_MAX if isinstance(v, int) else not math.isinf(v)
+
+
 def check_metrics(m: dict, path: Path) -> dict:
     """The typed keys of a metrics dict (present ones; readers treat absent ones as unknown)."""
     what = "metrics file"
     for key in _INTS:
         v = m.get(key)
-        if v is not None and (type(v) is not int or v < 0):
-            raise _problem(path, what, f"{key}: expected a non-negative integer, got {show(v)}")
+        if v is not None and not is_count(v):
+            bound = " below 2**63" if type(v) is int and v > 0 else ""
+            raise _problem(path, what, f"{key}: expected a non-negative integer{bound}, got {show(v)}")
     if m.get("world_size") == 0:
         raise _problem(path, what, "world_size: expected at least 1 rank, got 0")
     for key in _NUMBERS:
         v = m.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or math.isinf(v)):
+        if v is not None and not is_number(v):
             raise _problem(path, what, f"{key}: expected a number, got {show(v)}")
     if "finished" in m and not isinstance(m["finished"], bool):
         raise _problem(path, what, f"finished: expected true or false, got {show(m['finished'])}")

@@ -223,7 +223,7 @@ class TrainerError(RuntimeError):
 
 
 def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int | None = None, timeout: float = 3600,
-                extra_env: dict | None = None, stop_grace_s: float = 0.0) -> dict:
+                extra_env: dict | None = None, stop_grace_s: float = 0.0, capture: bool = True) -> dict:
     """Run run_mpi.py to the end with --output-dir out_dir (benchmarks, sweeps): its
     benchmark_metrics.json (checked: mpippo.files) plus `wall_s_with_startup`. A TrainerError (its
     exit code, the stderr tail) on failure; subprocess.TimeoutExpired after `timeout` s, with the whole
@@ -232,16 +232,19 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
     stop_grace_s: for a run whose folder is kept (one that resumes), a stop of the caller is passed on
     as "checkpoint and stop" and the job gets this long to do it (a TrainerError with its exit code:
     4 stopped, 3 requeued, another if it failed meanwhile); 0 (runs in temporary folders): the job is
-    killed at once."""
+    killed at once.
+    capture: False lets the job's output through to this process's (its progress on a console), and
+    a TrainerError then holds no stderr tail."""
     from mpippo.files import read_metrics  # the config behind it: the launcher itself never loads it
     cmd, env = mpirun_command(ranks, [str(ROOT / "run_mpi.py"), "--output-dir", str(out_dir), *trainer_args], threads)
     env.update(extra_env or {})
     t0 = time.perf_counter()
     with own_shm_folder(env):
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        pipe = subprocess.PIPE if capture else None
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True,
                                 start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
         try:
-            _, err = proc.communicate(timeout=timeout)
+            err = proc.communicate(timeout=timeout)[1] or ""
         except subprocess.TimeoutExpired:
             end_job(proc)
             raise
@@ -277,7 +280,7 @@ def checkpoint_and_stop(proc: subprocess.Popen, ranks: int, grace_s: float) -> s
         deadline = time.monotonic() + grace_s
         while not now and time.monotonic() < deadline:
             try:
-                return proc.communicate(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))[1]
+                return proc.communicate(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))[1] or ""
             except subprocess.TimeoutExpired:
                 continue
         return None

@@ -144,6 +144,14 @@ def run_config(folder: Path, top: Path):
     return None
 
 
+def _exists(file: Path, run: Path) -> bool:
+    """Whether `file` exists; a folder this user may not search is a NotARun (Path.exists raises there)."""
+    try:
+        return file.exists()
+    except OSError as e:
+        raise NotARun(f"'{shown(run)}': cannot read it ({e.strerror or e})") from None
+
+
 def load_runs(path: str | Path) -> list[Run]:
     """The run(s) in a folder: one, or one per agent for a multi-agent DQN run. Its metrics and
     config.yaml are checked (mpippo/files.py); a damaged one is a NotARun naming the file."""
@@ -158,7 +166,7 @@ def load_runs(path: str | Path) -> list[Run]:
     folders = [a.parent for a in agents] if agents else [path]
     runs = []
     for f in folders:
-        if not (f / METRICS).exists():
+        if not _exists(f / METRICS, path):
             raise NotARun(f"'{shown(path)}' is not an mpippo run folder (no {METRICS}; a run writes it "
                           f"after its first iteration)")
         try:

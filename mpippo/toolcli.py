@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpippo.checkpoint import latest_path
-from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
+from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folders, remove_if_empty
 from mpippo import config as C
 from mpippo import launch
 from mpippo.config import INT64_MAX, UsageError, show
@@ -106,9 +106,13 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
         sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
+    for stream in (sys.stdout, sys.stderr):  # (a name it cannot encode printed as its escape, not a traceback)
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
             signal.signal(sig, _raise_stopped)
+    stdout, sys.stdout = sys.stdout, _ReaderMayLeave(sys.stdout)
     try:
         return main(argv)
     except Stopped as e:
@@ -123,6 +127,40 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     except ToolFailure as e:
         say(str(e))
         return EXIT_FAILURE
+    except PermissionError as e:  # a file or folder this user may not read or search, met anywhere
+        say(f"'{shown(e.filename or '?')}': {e.strerror or e} (check its permissions and its folders')")
+        return EXIT_USAGE
+    finally:
+        sys.stdout = stdout
+
+
+class _ReaderMayLeave:
+    """A tool's stdout whose reader may go away (`bench.py | head -3`): the rest of its output is
+    dropped and the work goes on to write its results (a BrokenPipeError lost them, printed first)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:  # the descriptor itself to /dev/null: the stream's buffer and children's output too
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def exit_process(code: int):
@@ -245,8 +283,41 @@ def write_bytes(path: Path, data: bytes, flag: str) -> Path:
     return path
 
 
+def write_text(path: Path, text: str, flag: str) -> Path:
+    """A report's text (UTF-8): what it cannot encode (a run folder's undecodable name, a lone
+    surrogate a JSON file held) written as its escape, not a failure after the work."""
+    return write_bytes(path, text.encode(errors="backslashreplace"), flag)
+
+
 def write_json(path: Path, obj, flag: str) -> Path:
     return write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode(), flag)
+
+
+def pyplot():
+    """matplotlib.pyplot for files, not a screen (Agg), with every text shown as written: labels come
+    from run folders, env ids and metrics files, where '$x$' is a name, not mathtext to parse (a
+    '$\\q$' in one failed the whole figure)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    import matplotlib.pyplot as plt
+    return plt
+
+
+MAX_PANELS = 64  # 16 rows of 4: beyond, a figure passes the 65,536 pixels a PNG side may have
+
+
+def panels(plt, n: int, width: float, height: float, what: str):
+    """A figure of `n` panels, 4 to a row: (figure, the n axes, in order). More than MAX_PANELS (one
+    per game: a data folder of hundreds of envs) is one line, not a renderer's failure after the work."""
+    if n > MAX_PANELS:
+        raise UsageError(f"{n} {what}: the figure draws one panel each, at most {MAX_PANELS}")
+    cols = min(4, max(n, 1))
+    rows = -(-max(n, 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
 
 
 def save_figure(fig, path: Path, flag: str, dpi: int = 110) -> Path:
@@ -271,8 +342,8 @@ COUNT = "a non-negative integer"
 TEXT = "a string"
 FLAG = "true or false"
 _CHECKS = {
-    NUMBER: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isinf(v),
-    COUNT: lambda v: type(v) is int and v >= 0,
+    NUMBER: is_number,
+    COUNT: is_count,
     TEXT: lambda v: isinstance(v, str),
     FLAG: lambda v: isinstance(v, bool),
 }

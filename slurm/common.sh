@@ -50,8 +50,14 @@ forward() {
 trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward USR1' USR1
 trap 'echo "mpippo: TERM received, asking the trainer to checkpoint and stop"; forward USR2' TERM
 
+if [ -z "${SLURM_JOB_ID:-}" ]; then  # (one line, not bash's "unbound variable")
+    echo "mpippo: error: $(basename "$0") is a batch script: submit it with sbatch (no Slurm job here)" >&2; exit 2
+elif [ -z "${SLURM_NTASKS:-}" ]; then
+    echo "mpippo: error: job $SLURM_JOB_ID has no task count (SLURM_NTASKS): submit it with --ntasks or" \
+         "--ntasks-per-node, as the script's #SBATCH lines do" >&2; exit 2
+fi
 MPIPPO_ROOT=${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
-cd "$MPIPPO_ROOT" || { echo "mpippo: cannot cd to MPIPPO_ROOT=$MPIPPO_ROOT" >&2; exit 2; }
+cd "$MPIPPO_ROOT" || { echo "mpippo: error: cannot cd to MPIPPO_ROOT=$MPIPPO_ROOT" >&2; exit 2; }
 
 # ---- ENVIRONMENT: edit for your site -------------------------------------------------------
 # module load openmpi            # a site MPI, if mpi4py was built against it
@@ -95,7 +101,7 @@ case "$LAUNCHER" in
   srun)
     CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$MPIPPO_PYTHON" run_mpi.py) ;;
   *)
-    echo "mpippo: MPIPPO_LAUNCHER='$LAUNCHER' is not one of mpirun, srun" >&2; exit 2 ;;
+    echo "mpippo: error: MPIPPO_LAUNCHER='$LAUNCHER' is not one of mpirun, srun" >&2; exit 2 ;;
 esac
 
 # Open MPI names its shared-memory files after a 16-bit hash of the job's id, so two jobs sharing a

@@ -20,13 +20,17 @@
 MPIPPO_EARLY_SIGNALS=()
 trap 'MPIPPO_EARLY_SIGNALS+=(USR1)' USR1
 trap 'MPIPPO_EARLY_SIGNALS+=(USR2)' TERM
-MANIFEST=${1:?usage: suite_member.sh MANIFEST (submitted by python -m mpippo.suite run)}
+if [ $# -lt 1 ] || [ -z "${SLURM_ARRAY_TASK_ID:-}" ]; then  # (one line, exit 2: bash's own :? says 1)
+    echo "mpippo: error: suite_member.sh MANIFEST runs as an element of the job array that" \
+         "'python -m mpippo.suite run SUITE' submits; do not run or sbatch it by hand" >&2; exit 2
+fi
+MANIFEST=$1
 shift
 ROOT=${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-.}}
 PYTHON=${MPIPPO_PYTHON:-$ROOT/.venv/bin/python}
 # the lookup says in one line why it cannot give the member (a damaged manifest, a member folder
 # that another process writes now): its exit code ends the element, without a second line
-LOOKUP=$(cd "$ROOT" && "$PYTHON" -m mpippo.suite member "$MANIFEST" "${SLURM_ARRAY_TASK_ID:?not an array element}") \
+LOOKUP=$(cd "$ROOT" && "$PYTHON" -m mpippo.suite member "$MANIFEST" "$SLURM_ARRAY_TASK_ID") \
     || exit $?
 mapfile -t ENTRY <<< "$LOOKUP"
 if [ "${#ENTRY[@]}" -lt 1 ] || [ -z "${ENTRY[0]}" ]; then

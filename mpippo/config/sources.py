@@ -61,6 +61,14 @@ def _read_text(path: Path) -> str:
                           f"save it as UTF-8") from None
 
 
+def _unreadable(e: ValueError) -> str:
+    """A value PyYAML's constructors raise ValueError on: an int past Python's 4,300-digit guard
+    against quadratic parsing, a date that does not exist (2001-13-45)."""
+    if "integer string conversion" in str(e):
+        return "a number of more than 4,300 digits"
+    return f"a value it cannot read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+
+
 def load_yaml(path: str | Path) -> dict:
     """A config file as nested dicts: UTF-8 YAML whose top level is a mapping of sections."""
     path = Path(path)
@@ -74,6 +82,8 @@ def load_yaml(path: str | Path) -> dict:
         raise UsageError(f"malformed YAML in '{path}'{where}: {problem}") from None
     except RecursionError:
         raise UsageError(f"malformed YAML in '{path}': nested too deeply") from None
+    except ValueError as e:  # from PyYAML's constructors, not a YAMLError
+        raise UsageError(f"malformed YAML in '{path}': {_unreadable(e)}") from None
     check_expansion(data, f"config file '{path}'")
     if data is None:  # an empty file: every default
         return {}
@@ -116,6 +126,8 @@ def parse_override(item: str) -> tuple[str, str, Any]:
         value = raw
     except RecursionError:
         raise UsageError(f"--set {dotted}: its YAML value is nested too deeply") from None
+    except ValueError as e:
+        raise UsageError(f"--set {dotted}: {_unreadable(e)}") from None
     check_expansion(value, f"--set {dotted}")
     return section, key, value
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import io
-import math
 from pathlib import Path
 
 import numpy as np
 
 from mpippo.files import atomic_write_bytes
+from mpippo.toolcli import panels
 from mpippo.runs import NotARun, load_runs
 from mpippo.suite import state
 from mpippo.suite.spec import Suite
@@ -15,10 +15,8 @@ from mpippo.suite.spec import Suite
 
 
 def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    from mpippo.toolcli import pyplot  # (matplotlib: imported only where a figure is drawn)
+    return pyplot()
 
 
 def _save(fig, path: Path) -> None:
@@ -56,11 +54,9 @@ def curves(suite: Suite, ref: dict, path: Path) -> dict:
     dashed with its +-1 std band behind. Returns {game: reference points drawn}."""
     plt = _plt()
     data = member_curves(suite)
-    cols = min(4, len(suite.games))
-    rows = math.ceil(len(suite.games) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    fig, axes = panels(plt, len(suite.games), 4.2, 3.3, "games")
     drawn = {}
-    for ax, game in zip(axes.flat, suite.games):
+    for ax, game in zip(axes, suite.games):
         reached = max((c[0][-1] for (v, g), cs in data.items() if g == game for c in cs), default=suite.budget)
         if game in ref:
             steps, mean, std = ref[game]
@@ -79,8 +75,6 @@ def curves(suite: Suite, ref: dict, path: Path) -> dict:
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=6, loc="upper left")
-    for ax in list(axes.flat)[len(suite.games):]:
-        ax.axis("off")
     fig.supxlabel("env steps", fontsize=9)
     fig.supylabel("mean return, last 100 episodes", fontsize=9)
     fig.suptitle(f"suite {suite.name} ({suite.distribution_mode}) against the Procgen paper", fontsize=11)

@@ -202,7 +202,7 @@ def main(suite: Suite, out: str | None, reps: int) -> int:
               "reference_drawn": drawn}
     atomic_write_bytes(out_dir / "report.json", (json.dumps(result, indent=1) + "\n").encode())
     text = markdown(suite, result)
-    atomic_write_bytes(out_dir / "report.md", text.encode())
+    atomic_write_bytes(out_dir / "report.md", text.encode(errors="backslashreplace"))
     print(text)
     print(f"suite {suite.name}: report in {out_dir} (report.md, report.json, curves.png"
           f"{', aggregate.png' if agg else ''})")

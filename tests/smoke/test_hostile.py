@@ -222,6 +222,11 @@ CASES = [
          "duplicate key 'seed' (first given at line 2)"),
     Case("config-yaml-bomb", train("--config", "TMP/c.yaml", files={"c.yaml": BOMB}),
          "its anchors and aliases (&, *) expand to more than 100,000 values"),
+    # PyYAML's constructors raise ValueError, not YAMLError, for these (a traceback on every rank before)
+    Case("config-yaml-int-past-4300-digits", train("--config", "TMP/c.yaml", files={"c.yaml": f"training:\n  seed: {'7' * 5000}\n"}),
+         "a number of more than 4,300 digits"),
+    Case("config-yaml-date-that-does-not-exist", train("--set", "training.seed=2026-02-30"),
+         "--set training.seed: a value it cannot read (day is out of range for month)"),
     Case("config-is-a-folder", train("--config", "TMP/dir", files={"dir/x": "x"}), "is a folder; give a YAML file"),
     Case("config-too-large", train("--config", "TMP/c.yaml", files={"c.yaml": "#" * (2 << 20)}),
          "a config is a small YAML file"),

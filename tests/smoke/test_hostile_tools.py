@@ -81,6 +81,16 @@ def event_fifo(tmp: Path) -> None:
     os.mkfifo(tmp / "run" / "logs" / "events.out.tfevents.1.host")
 
 
+PPAR = "benchmarks/peer_parity.py"
+PPAR_ONE = ("--family", "mujoco", "--envs", "Hopper-v5", "--seeds", "1", "--who", "mpippo", "--runs", "TMP/r",
+            "--out", "TMP/o")
+
+
+def _cleanrl_fifo(tmp: Path) -> None:  # CleanRL's script opens checkpoint.pt blind: a FIFO hung it
+    (tmp / "r" / "cleanrl-Pong-s1").mkdir(parents=True)
+    os.mkfifo(tmp / "r" / "cleanrl-Pong-s1" / "checkpoint.pt")
+
+
 def evaluate(*args, files=None):
     return tool("-m", "mpippo.evaluate", "--checkpoint", "TMP/run", *args, files=files)
 
@@ -101,6 +111,16 @@ CASES = [
          "not valid JSON"),
     Case("compare-metrics-algo-list", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(algo=["ppo"])),
          "algo: expected a string"),
+    Case("compare-metrics-int-past-4300-digits", tool(CMP, "TMP/run", "--out", "TMP/out",
+                                                      files=run_files('{"fps": ' + "9" * 5000 + "}")),
+         "not valid JSON (a number of more than 4,300 digits)"),
+    Case("compare-metrics-int-past-floats", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(fps=10**400)),
+         "fps: expected a number, got 1000"),
+    Case("compare-world-past-64-bits", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(world_size=2**64)),
+         "world_size: expected a non-negative integer below 2**63"),
+    Case("compare-config-int-past-4300-digits", tool(CMP, "TMP/run", "--out", "TMP/out",
+                                                     files=run_files(config=f"training:\n  seed: {'9' * 5000}\n")),
+         "a number of more than 4,300 digits"),
     Case("compare-world-zero", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(world_size=0)),
          "world_size: expected at least 1 rank, got 0"),
     Case("compare-world-zero-agent", tool(CMP, "TMP/run", "--out", "TMP/out",
@@ -249,6 +269,13 @@ CASES = [
     Case("bench-count-minibatches", tool(BENCH, "--minibatches", "7"), "not divisible by num_minibatches=7"),
     Case("bench-count-huge-steps", tool(BENCH, "--n-steps", "1000000000"), "memory: this config needs"),
     Case("bench-count-env", tool(BENCH, "--env", "pong"), "argument --env: invalid choice: 'pong'"),
+    # past what the ceiling's measurement takes (the trainer's memory check comes first: 1 rank, short rollouts)
+    Case("bench-count-envs-past-the-ceilings", tool(BENCH, "--ranks", "1", "--envs-per-rank", "5000", "--n-steps",
+                                                    "16", "--minibatches", "16"),
+         "--envs-per-rank: 5000 is more than the ceiling's measurement takes (4,096)"),
+    Case("bench-count-envs-just-past-the-ceilings", tool(BENCH, "--ranks", "1", "--envs-per-rank", "4097",
+                                                         "--n-steps", "8", "--minibatches", "8"),
+         "--envs-per-rank: 4097 is more than"),
     Case("bench-out-is-folder", tool(BENCH, "--out", "TMP/d", files={"d/": None}), "is a folder; give a file name"),
     Case("bench-out-under-file", tool(BENCH, "--out", "TMP/f/r.json", files={"f": "x"}), "is a file, not a folder"),
     Case("bench_dqn-world-zero", tool(DQN, "--actors", "0"), "--actors: 0 is out of range"),
@@ -267,6 +294,8 @@ CASES = [
     Case("gpu-out-dry-run-under-file", tool(GPU, "--dry-run", "--out", "TMP/f/g.json", files={"f": "x"}),
          "is a file, not a folder"),
     Case("gpu-out-dry-run-name-too-long", tool(GPU, "--dry-run", "--out", f"TMP/{LONG}.json"), "File name too long"),
+    Case("gpu-out-dry-run-profile-is-folder", tool(GPU, "--dry-run", "--out", "TMP/g.json", files={"g-profile.txt/": None}),
+         "g-profile.txt' is a folder; give a file name"),
     Case("gpu-flag-dry-run-unknown", tool(GPU, "--dry-run", "--dry-run-fast"), "unrecognized arguments"),
     # ---- benchmarks/appo_vs_ppo.py ----
     Case("appo_vs_ppo-count-minutes-zero", tool(AVP, "--minutes", "0", *AVP_DIRS), "--minutes: 0 is out of range"),
@@ -278,6 +307,9 @@ CASES = [
     Case("appo_vs_ppo-metrics-kept-incomplete", tool(AVP, *AVP_DIRS, files=run_files({"stop_reason": "done"},
                                                                                     name="root/sync_ppo")),
          "ppo/benchmark_metrics.json': world_size: missing"),
+    Case("appo_vs_ppo-metrics-no-acting-time", tool(AVP, *AVP_DIRS, files=run_files(dict(
+        GOOD, stop_reason="done", phase_seconds={k: 0.0 for k in ("env_step", "inference", "backward", "optimizer")}),
+        name="root/sync_ppo")), "phase_seconds: env_step + inference is 0.0, expected a positive time spent acting"),
     Case("appo_vs_ppo-metrics-truncated", tool(AVP, *AVP_DIRS, files=run_files('{"stop', name="root/appo")),
          "appo/benchmark_metrics.json': not valid JSON"),
     Case("appo_vs_ppo-config-resume-damaged", tool(AVP, *AVP_DIRS, files={
@@ -365,10 +397,10 @@ CASES = [
                                                "--out", "TMP/o", files={"o/runs.json": {"mpippo-Hopper-v5-s1": 5}}),
          "entry 'mpippo-Hopper-v5-s1' is not a run's record (a JSON object)"),
     Case("mujoco-analysis-no-data", tool("analysis/peer_parity.py", "--data", "TMP/none"),
-         "runs.json' (No such file or directory); run benchmarks/peer_parity.py first"),
+         "runs.json'; run benchmarks/peer_parity.py first"),
     Case("mujoco-analysis-runs-file-fifo", tool("analysis/peer_parity.py", "--data", "TMP/d",
                                                 prepare=lambda t: (t.joinpath("d").mkdir(), os.mkfifo(t / "d/runs.json"))),
-         "runs.json' (it is a FIFO, not a file)"),
+         "runs.json': is a FIFO, not a file"),
     Case("mujoco-analysis-curve-fifo", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": {
         "mpippo-Hopper-v5-s1": {"who": "mpippo", "env": "Hopper-v5", "seed": 1, "budget": 2048, "wall_s": 1.0,
                                 "steps_per_s": 2.0, "final_return": 3.0, "episodes": 4}}},
@@ -378,7 +410,7 @@ CASES = [
          "holds no runs (expected a mapping of run names)"),
     Case("mujoco-analysis-bad-run", tool("analysis/peer_parity.py", "--data", "TMP/d",
                                          files={"d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1}}}),
-         "run 'x': budget is None; expected int"),
+         "run 'x': budget is None; expected a non-negative integer below 2**63"),
     Case("mujoco-analysis-bad-ranks", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": {"x": {
         "who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0, "steps_per_s": 2, "ranks": 0}}}),
          "run 'x': ranks is 0; expected an int from 1 to 64"),
@@ -394,6 +426,37 @@ CASES = [
         "d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0,
                               "steps_per_s": 2}}, "d/x.csv": "env_steps,return_mean_100\nten,1\n"}),
          "cannot read the curve"),
+    # numbers past Python's limits, nesting, a CSV field past csv's limit, its outputs: one line, before the work
+    Case("mujoco-analysis-budget-past-64-bits", tool("analysis/peer_parity.py", "--data", "TMP/d", files={"d/runs.json": {
+        "x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 10**400, "final_return": 1.0, "steps_per_s": 2}}}),
+         "run 'x': budget is 1000"),
+    Case("mujoco-analysis-runs-file-huge-int", tool("analysis/peer_parity.py", "--data", "TMP/d",
+                                                    files={"d/runs.json": '{"x": ' + "9" * 5000 + "}"}),
+         "not valid JSON (a number of more than 4,300 digits)"),
+    Case("mujoco-analysis-runs-file-nested", tool("analysis/peer_parity.py", "--data", "TMP/d",
+                                                  files={"d/runs.json": "[" * 100_000 + "]" * 100_000}),
+         "not valid JSON (nested too deeply)"),
+    Case("mujoco-analysis-curve-field-too-long", tool("analysis/peer_parity.py", "--data", "TMP/d", files={
+        "d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0,
+                              "steps_per_s": 2}}, "d/x.csv": "env_steps,return_mean_100\n1," + "\0" * 200_000 + "\n"}),
+         "cannot read the curve '"),
+    Case("mujoco-analysis-out-is-folder", tool("analysis/peer_parity.py", "--data", "TMP/d", files={
+        "d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0,
+                              "steps_per_s": 2}}, "d/x.csv": "env_steps,return_mean_100\n1,2\n", "d/d.md/": None}),
+         "d/d.md' is a folder"),
+    # its run folders, before any run: the old code removed one without its latest checkpoint, whole
+    Case("mujoco-parity-runs-without-latest", tool(PPAR, *PPAR_ONE, files={
+        "r/mpippo-Hopper-v5-s1/checkpoints/ckpt_0000004.pt": b"weights", **run_files(name="r/mpippo-Hopper-v5-s1")}),
+         "holds a run without its latest checkpoint to resume from (checkpoints/latest.pt); move it away"),
+    Case("mujoco-parity-runs-metrics-only", tool(PPAR, *PPAR_ONE, files=run_files(name="r/mpippo-Hopper-v5-s1")),
+         "mpippo-Hopper-v5-s1' holds a run without its latest checkpoint"),
+    Case("mujoco-parity-runs-is-a-file", tool(PPAR, *PPAR_ONE, files={"r/mpippo-Hopper-v5-s1": "x"}),
+         "mpippo-Hopper-v5-s1' is a file, not a run's folder; move it away"),
+    Case("atari-parity-cleanrl-checkpoint-fifo", tool(PPAR, "--family", "atari", "--envs", "Pong", "--seeds", "1",
+                                                      "--who", "cleanrl", "--runs", "TMP/r", "--out", "TMP/o",
+                                                      prepare=_cleanrl_fifo), "is a FIFO, not CleanRL's checkpoint"),
+    Case("mujoco-parity-out-csv-is-folder", tool(PPAR, *PPAR_ONE, files={"o/mpippo-Hopper-v5-s1.csv/": None}),
+         "mpippo-Hopper-v5-s1.csv' is a folder; give a file name"),
     Case("parity-analysis-empty-curve", tool("analysis/peer_parity.py", "--data", "TMP/d", files={
         "d/runs.json": {"x": {"who": "cleanrl", "env": "Pong", "seed": 1, "budget": 9, "final_return": 1.0,
                               "steps_per_s": 2}}, "d/x.csv": ""}),
@@ -407,6 +470,21 @@ def _cuda() -> bool:
         return torch.cuda.is_available()
     except ImportError:
         return False
+
+
+# the batch scripts outside a Slurm job (bash's own 'unbound variable', exit 1, before)
+NO_SLURM = {"SLURM_JOB_ID": "", "SLURM_NTASKS": "", "SLURM_ARRAY_TASK_ID": ""}
+CASES += [Case(f"slurm-job-{script[:-3]}", tool("-c", f"import os; os.execvp('bash', ['bash', 'slurm/{script}'{extra}])",
+                                                env=NO_SLURM),
+               expect) for script, extra, expect in (
+    ("ppo_48core.sh", "", "ppo_48core.sh is a batch script: submit it with sbatch (no Slurm job here)"),
+    ("dqn_6agents.sh", "", "dqn_6agents.sh is a batch script: submit it with sbatch"),
+    ("suite_member.sh", "", "suite_member.sh MANIFEST runs as an element of the job array"),
+    ("suite_member.sh", ", 'm.json'", "do not run or sbatch it by hand"))]
+CASES[-1].id += "-manifest"
+CASES.append(Case("slurm-job-ppo_48core-no-task-count", tool("-c", "import os; os.execvp('bash', ['bash', 'slurm/ppo_48core.sh'])",
+                                                             env={"SLURM_JOB_ID": "5", "SLURM_NTASKS": ""}),
+                  "job 5 has no task count (SLURM_NTASKS): submit it with --ntasks or --ntasks-per-node"))
 
 
 if not _cuda():  # with a GPU this is the real check: minutes, not a refusal

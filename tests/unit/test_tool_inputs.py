@@ -1,0 +1,220 @@
+"""What the tools read and write when the input is hostile in ways a command line cannot show: JSON and
+YAML numbers past Python's limits, names no encoding holds, a reader that goes away, files of one run
+written over another's, a kept copy replaced halfway, a stop that must reach the runs a tool started.
+Each test fails on the code before the fix it names (a traceback, a lost file, a run left training)."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "analysis"))  # (after benchmarks/: both hold a parity.py and a peer_parity.py)
+
+from mpippo import files, toolcli  # noqa: E402
+from mpippo.config import UsageError, load_yaml, parse_override  # noqa: E402
+
+def bench_parity():
+    """benchmarks/parity.py under a name of its own: `import parity` may find analysis/parity.py, which
+    another test of this process imported first."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_parity", ROOT / "benchmarks" / "parity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HUGE = "9" * 5000  # past the 4,300 digits Python parses into an int (its guard against quadratic time)
+
+
+def test_a_json_number_past_pythons_limits_is_one_line(tmp_path):
+    """A metrics file with an int of 5,000 digits (ValueError, not JSONDecodeError) or of 400 (parsed, then
+    an OverflowError in the first float a reader makes) is refused naming the file and key."""
+    (tmp_path / "run").mkdir()
+    metrics = tmp_path / "run" / files.METRICS
+    metrics.write_text('{"fps": ' + HUGE + "}")
+    with pytest.raises(UsageError, match="not valid JSON \\(a number of more than 4,300 digits\\)"):
+        files.read_metrics(tmp_path / "run")
+    metrics.write_text(json.dumps({"fps": 10**400}))
+    with pytest.raises(UsageError, match="fps: expected a number"):
+        files.read_metrics(tmp_path / "run")
+    metrics.write_text(json.dumps({"world_size": 2**63}))
+    with pytest.raises(UsageError, match="world_size: expected a non-negative integer below 2\\*\\*63"):
+        files.read_metrics(tmp_path / "run")
+    assert files.is_number(float("nan")) and files.is_number(-(2**63 - 1)) and not files.is_number(True)
+    assert files.is_count(2**63 - 1) and not files.is_count(-1) and not files.is_count(1.0)
+    assert toolcli._mismatch(10**400, toolcli.NUMBER, "x") and toolcli._mismatch(2**64, toolcli.COUNT, "x")
+
+
+@pytest.mark.parametrize("value, expect", [(HUGE, "a number of more than 4,300 digits"),
+                                           ("2001-13-45", "a value it cannot read \\(month must be in 1..12\\)")])
+def test_a_yaml_value_pyyaml_cannot_build_is_one_line(tmp_path, value, expect):
+    """PyYAML raises ValueError (not YAMLError) for both; the trainer, evaluate and every tool read
+    configs through these two."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"training:\n  seed: {value}\n")
+    with pytest.raises(UsageError, match=f"malformed YAML in '{path}': {expect}"):
+        load_yaml(path)
+    with pytest.raises(UsageError, match=f"--set training.seed: {expect}"):
+        parse_override(f"training.seed={value}")
+
+
+def test_a_second_result_in_the_same_minute_gets_its_own_name(tmp_path, monkeypatch):
+    """benchmarks/results/: the date's name, then the minute's, then the minute's with a count; a dangling
+    link counts as taken (writing there would replace it). The old code wrote over the minute's result."""
+    import types
+
+    import results_file
+    now = datetime.datetime(2026, 12, 3, 14, 5)
+    monkeypatch.setattr(results_file, "datetime", types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: now)))
+    monkeypatch.setattr(results_file, "RESULTS", tmp_path)
+    names = []
+    for _ in range(3):
+        names.append(results_file.result_path("-dqn").name)
+        (tmp_path / names[-1]).write_text("{}")
+    (tmp_path / "2026-12-03-1405-3-dqn.json").symlink_to(tmp_path / "missing")
+    names.append(results_file.result_path("-dqn").name)
+    assert names == ["2026-12-03-dqn.json", "2026-12-03-1405-dqn.json", "2026-12-03-1405-2-dqn.json",
+                     "2026-12-03-1405-4-dqn.json"]
+    assert results_file.result_path("-dqn", tmp_path / "given.json") == tmp_path / "given.json"
+
+
+def test_a_kept_copy_is_never_lost_when_its_replacement_fails(tmp_path, monkeypatch):
+    """benchmarks/parity.py's keep(): the new copy could not be put in place (the old code had removed the
+    kept one first, and an undeletable file inside it made it lose both): the kept copy stays whole."""
+    parity = bench_parity()
+    monkeypatch.setattr(parity, "KEEP", tmp_path / "kept")
+    run = tmp_path / "runs" / "coinrun-s1"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "curve.csv").write_text("new")
+    for name in (files.METRICS, "config.yaml"):
+        (run / name).write_text("new")
+    kept = parity.keep(run)
+    assert (kept / "logs" / "curve.csv").read_text() == "new"
+    (run / "logs" / "curve.csv").write_text("newer")
+    real = Path.rename
+
+    def refuse(self, target):
+        if Path(target) == kept and self.name.endswith(".new"):
+            raise OSError(39, "Directory not empty")
+        return real(self, target)
+    monkeypatch.setattr(Path, "rename", refuse)
+    with pytest.raises(toolcli.ToolFailure, match="failed \\(Directory not empty\\)"):
+        parity.keep(run)
+    assert (kept / "logs" / "curve.csv").read_text() == "new"  # the kept copy, back in its place
+    assert sorted(p.name for p in kept.parent.iterdir()) == [kept.name]  # neither the new nor the set-aside copy left
+    monkeypatch.setattr(Path, "rename", real)
+    assert (parity.keep(run) / "logs" / "curve.csv").read_text() == "newer"
+
+
+# a launcher's stand-in: SIGTERM is its gentle stop (a checkpoint, exit 4), SIGINT after it its hard one
+LAUNCHER = textwrap.dedent("""
+    import signal, sys, time
+    gentle = sys.argv[1] == "gentle"
+    signal.signal(signal.SIGTERM, (lambda *_: sys.exit(4)) if gentle else signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    print("up", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_stopped_parity_tool_stops_its_runs(tmp_path):
+    """benchmarks/parity.py stopped: each launcher it started gets its gentle stop and is waited for;
+    one that does not end within the grace gets its hard one. The old code left them training."""
+    parity = bench_parity()
+    procs = [subprocess.Popen([sys.executable, "-c", LAUNCHER, kind], stdout=subprocess.PIPE, text=True)
+             for kind in ("gentle", "deaf")]
+    for p in procs:
+        assert p.stdout.readline() == "up\n"
+    t0 = time.monotonic()
+    parity.stop_runs(procs, grace_s=2.0)
+    assert [p.returncode for p in procs] == [4, -signal.SIGINT]  # the deaf one ended by SIGINT, its hard stop
+    assert time.monotonic() - t0 < 20
+
+
+def test_a_failed_component_measurement_says_why(tmp_path, monkeypatch):
+    """benchmarks/ceiling.py: the measurement's own error line (the old code dropped its stderr and said
+    only 'failed: <its command line>')."""
+    import ceiling
+    script = tmp_path / "components.py"
+    script.write_text("import sys\nsys.exit('mpippo: error: components: --minibatch: 131072 is out of range')\n")
+    monkeypatch.setattr(ceiling, "COMPONENTS", script)
+    with pytest.raises(toolcli.ToolFailure, match="failed: mpippo: error: components: --minibatch: 131072 is out"):
+        ceiling.components("fp32", "coinrun", 32, 131072, 1.0)
+
+
+def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(tmp_path):
+    """`tool | head -1`: the rest of the output is dropped and the results are still written (a
+    BrokenPipeError lost them); a name with a lone surrogate or an undecodable byte is printed and
+    written as its escape (a UnicodeEncodeError after the work)."""
+    out = tmp_path / "report.txt"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from mpippo import toolcli
+        def main(argv):
+            for i in range(20000):
+                print("run\\udce9", i)
+            toolcli.write_text(__import__("pathlib").Path({str(out)!r}), "algo \\ud800\\n", "--out")
+            return 0
+        toolcli.exit_process(toolcli.run("t", main))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
+    assert first == b"run\\udce9 0\n" and out.read_bytes() == b"algo \\ud800\n"
+
+
+@pytest.fixture
+def tool_signals():
+    """toolcli.run installs the tools' stop handlers: this process's own, back after the test."""
+    old = {sig: signal.getsignal(sig) for sig in toolcli.STOP_SIGNALS}
+    yield
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+
+
+def test_a_permission_refusal_anywhere_in_a_tool_is_one_line(capsys, tool_signals):
+    """A folder this user may not search raises PermissionError from Path.exists() and friends, in any
+    tool's code: one line naming the path, exit 2 (root never sees it; this is how a user does)."""
+    def main(argv):
+        raise PermissionError(13, "Permission denied", "/shared/runs/theirs")
+    assert toolcli.run("t", main) == 2
+    assert capsys.readouterr().err == ("mpippo: error: t: '/shared/runs/theirs': Permission denied "
+                                       "(check its permissions and its folders')\n")
+
+
+def test_figures_show_names_as_written_and_refuse_more_panels_than_a_png_holds(tmp_path):
+    """A '$' in a run's name is a dollar, not mathtext ('$\\q$' failed the whole figure); one panel per
+    game beyond MAX_PANELS (a data folder of hundreds of envs) is one line, not a renderer's failure."""
+    plt = toolcli.pyplot()
+    fig, axes = toolcli.panels(plt, 5, 2, 2, "games")
+    assert len(axes) == 5 and sum(ax.get_visible() for ax in fig.axes) == 5  # two rows of 4, three hidden
+    axes[0].set_title("run$\\q$")
+    toolcli.save_figure(fig, tmp_path / "f.png", "--out")
+    assert (tmp_path / "f.png").stat().st_size > 0
+    with pytest.raises(UsageError, match="65 games: the figure draws one panel each, at most 64"):
+        toolcli.panels(plt, toolcli.MAX_PANELS + 1, 2, 2, "games")
+
+
+def test_a_sweep_with_null_counts_is_read_with_the_defaults(tmp_path):
+    """sweep.json's Maybe fields (iterations, allreduce_bytes, allreduce_calls_per_iteration) as null:
+    the defaults, as when absent (a TypeError before)."""
+    import scaling_model
+    sweep = json.loads((ROOT / "analysis" / "data" / "sample" / "sweep.json").read_text())
+    for run in sweep["runs"]:
+        run.update(iterations=None, allreduce_bytes=None, allreduce_calls_per_iteration=None)
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    s = scaling_model.load_sweep(tmp_path / "sweep.json")
+    assert (s["iterations"] == 1).all() and s["allreduce_bytes"] > 0 and s["allreduce_calls"] == 24
