@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.toolcli import (Parser, ToolFailure, check_trainer, count, number, output_folder, run,  # noqa: E402
                             run_trainer, write_json)
-from peers import CLEANRL_COMMIT, adapted_script, steady_sps, target_install  # noqa: E402 (the peers' set-up)
+from peers import CLEANRL_COMMIT, adapted_script, cleanrl_ready, steady_sps, target_install  # noqa: E402 (peers' set-up)
 import ceiling  # noqa: E402 (this folder's)
-from mpippo import files, usage  # noqa: E402
+from mpippo import files  # noqa: E402
 from mpippo.envs.atari import unknown_game  # noqa: E402
 from mpippo.machine import describe  # noqa: E402
 from mpippo.runctl import bf16_native  # noqa: E402
@@ -89,19 +89,6 @@ def peer_path() -> str:
     return os.pathsep.join([target_install("site", "tyro", [TYRO]), target_install("envpool", "envpool", ENVPOOL)])
 
 
-def cleanrl_ready(who: list[str]) -> list[str]:
-    """`who`, CleanRL's script and packages set up; without them (no network and no copy, a read-only
-    .venv-peers/) mpippo's side only, or one line when CleanRL was all that was asked."""
-    try:
-        cleanrl_script(), peer_path()
-        return who
-    except (OSError, subprocess.CalledProcessError) as e:  # (urllib's URLError is an OSError)
-        if who == ["cleanrl"]:
-            raise ToolFailure(f"cannot set up CleanRL ({usage.reason(e)})") from None
-        print(f"atari_throughput: cannot set up CleanRL ({usage.reason(e)}); its run is skipped", file=sys.stderr)
-        return [w for w in who if w != "cleanrl"]
-
-
 def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "stdout.txt"
@@ -116,9 +103,10 @@ def run_cleanrl(game: str, steps: int, folder: Path) -> dict:
     if done.returncode != 0:
         tail = text.strip().splitlines()[-1:] or [""]
         raise ToolFailure(f"CleanRL on {game} failed (exit {done.returncode}): {tail[0][:300]}")
-    if "SPS:" not in text:
+    rates = steady_sps(text, CLEANRL_BATCH)
+    if rates is None:
         raise ToolFailure(f"CleanRL on {game} printed no rate (its log: {log})")
-    steady, overall = steady_sps(text.splitlines(), CLEANRL_BATCH)
+    steady, overall = rates
     return {"who": "cleanrl ppo_atari_envpool.py (EnvPool)", "precision": "fp32", "steps_per_s": steady, "steps_per_s_from_start": overall,
             "wall_s": time.monotonic() - t0}
 
@@ -177,8 +165,7 @@ def _main(argv: list[str] | None) -> int:
     # the ceiling at the precision mpippo runs (auto: bf16 where the CPU has it natively)
     precision = args.precision or ("bf16" if bf16_native(torch.device("cpu"))[0] else "fp32")
     _, cfg = check_trainer(mpippo_argv(args.game, args.steps, args.precision), RANKS, "mpippo's run")
-    if "cleanrl" in args.who:
-        args.who = cleanrl_ready(args.who)
+    args.who = cleanrl_ready(args.who, lambda: (cleanrl_script(), peer_path()), "atari_throughput")
     c = None
     if args.ceiling:
         print(f"atari_throughput: component costs ({precision}) ...", flush=True)

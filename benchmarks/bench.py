@@ -160,12 +160,13 @@ def check(args, cores: int) -> None:
     full = max((n for n in args.ranks if n * args.threads <= cores), default=args.ranks[0])
     for n in args.ranks:
         check_trainer(trainer_args(n, args), n, f"the {n}-rank run")
-    if args.envs_per_rank * args.n_steps // args.minibatches > 1 << 16:  # (components.py's; the trainer's first)
+    if args.envs_per_rank * args.n_steps // args.minibatches > ceiling.MAX_MINIBATCH:  # (the trainer's checks first)
         raise UsageError(f"--minibatches: minibatches of {args.envs_per_rank * args.n_steps // args.minibatches:,} "
-                         f"samples are more than the ceiling's measurement takes (65,536); give more minibatches")
-    if args.envs_per_rank > 4096:
+                         f"samples are more than the ceiling's measurement takes ({ceiling.MAX_MINIBATCH:,}); "
+                         f"give more minibatches")
+    if args.envs_per_rank > ceiling.MAX_ENVS:
         raise UsageError(f"--envs-per-rank: {args.envs_per_rank} is more than the ceiling's measurement takes "
-                         f"(4,096)")
+                         f"({ceiling.MAX_ENVS:,})")
     if args.bf16:
         check_trainer(trainer_args(full, args, "bf16"), full, f"the {full}-rank bf16 run")
     if args.memory_iterations:

@@ -14,6 +14,7 @@ import numpy as np
 from mpippo.toolcli import ToolFailure
 
 COMPONENTS = Path(__file__).resolve().parent / "components.py"
+MAX_ENVS, MAX_MINIBATCH = 4096, 1 << 16  # what components.py measures at most, per rank
 
 
 def components(precision: str, env: str, envs_per_rank: int, minibatch: int, seconds: float,
@@ -29,8 +30,8 @@ def components(precision: str, env: str, envs_per_rank: int, minibatch: int, sec
     def measure(copies: int) -> list[dict]:
         procs = []
         try:  # (ended however this ends: a stop, a timeout, one that failed; none left on the cores)
-            procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for _ in range(copies)]
+            for _ in range(copies):  # (one by one: a stop between two starts leaves the first in the list)
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             outs = [p.communicate(timeout=300 + 4 * seconds) for p in procs]  # (it times ~2.3 x seconds)
         except subprocess.TimeoutExpired:
             raise ToolFailure(f"the component costs ({precision}) did not end within {300 + 4 * seconds:g} s") from None

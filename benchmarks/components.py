@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mpippo import hostmem  # noqa: E402
 from mpippo.toolcli import Parser, check_trainer, count, number, run  # noqa: E402
+from ceiling import MAX_ENVS, MAX_MINIBATCH  # noqa: E402 (this folder's: the bounds the benches check first)
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
 
@@ -102,8 +103,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--config", type=Path, help="the run's config: its env, network and n_epochs (default: the "
                    "trainer's, configs/ppo_procgen.yaml)")
     p.add_argument("--env", help="env.name instead of the config's: a Procgen game, atari:<Game>")
-    p.add_argument("--envs-per-rank", type=count(1, 4096), default=32)
-    p.add_argument("--minibatch", type=count(1, 1 << 16), default=1024, help="samples per rank per training step")
+    p.add_argument("--envs-per-rank", type=count(1, MAX_ENVS), default=32)
+    p.add_argument("--minibatch", type=count(1, MAX_MINIBATCH), default=1024, help="samples per rank per training step")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--seconds", type=number(0, 600), default=8.0, help="per component")
     args = p.parse_args(argv)

@@ -209,9 +209,10 @@ def learner_rows(budget: dict, device: str, tmp: Path, profile_out: Path, second
     def bound():
         os.sched_setaffinity(0, cores)
         dies()
+    limit = 600 + 4 * seconds  # three learners of `seconds` each, the profiled iteration and set-up
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=bound)
     try:
-        _, err = proc.communicate(timeout=600 + 4 * seconds)  # (three learners of `seconds` each, and set-up)
+        _, err = proc.communicate(timeout=limit)
         res = subprocess.CompletedProcess(cmd, proc.returncode, "", err)
     except BaseException as e:  # its own time out, or this check's: stopped through its cleanup (SIGTERM)
         proc.terminate()
@@ -224,7 +225,7 @@ def learner_rows(budget: dict, device: str, tmp: Path, profile_out: Path, second
             raise
         res = None
     got = json.loads(out.read_text()) if out.exists() else {}
-    why = ("did not end within 600 s" if res is None else
+    why = (f"did not end within {limit:g} s" if res is None else
            f"exit {res.returncode}: {(res.stderr.strip().splitlines() or [''])[-1][:300]}")
     if res is not None and res.returncode != 0:
         sys.stderr.write("".join(f"  {ln}\n" for ln in res.stderr.strip().splitlines()[-20:]))

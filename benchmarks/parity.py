@@ -123,8 +123,12 @@ def stop_runs(procs: list[subprocess.Popen], grace_s: float = 300.0) -> None:
         for proc in alive:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
-        for proc in alive:
-            proc.wait()
+        for proc in alive:  # (a launcher that does not end even so is killed; its mpirun follows it)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _run_queue(todo, parallel, stop_after, running) -> int:

@@ -59,11 +59,11 @@ from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailu
                             output_file, output_folder, run, run_trainer, shown, write_bytes)
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
 from mpippo.checkpoint import latest_path  # noqa: E402
-from mpippo import files  # noqa: E402
+from mpippo import files, runlock  # noqa: E402
 from mpippo.files import read_json  # noqa: E402
-from mpippo.usage import UsageError, file_kind, reason  # noqa: E402
+from mpippo.usage import UsageError, file_kind  # noqa: E402
 from mpippo.envs.gym import unknown_id  # noqa: E402
-from peers import adapted_script, target_install  # noqa: E402 (this folder's: the peers' set-up)
+from peers import adapted_script, cleanrl_ready, sps_lines, target_install  # noqa: E402 (the peers' set-up)
 
 TYRO = "tyro==1.0.17"
 # (what the script says, what Gymnasium 1.x needs): the two adaptations described above
@@ -195,8 +195,8 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
     instead of its PPO config."""
     from mpippo.runs import read_curve
     resume = ["--resume"] if latest_path(folder).is_file() else []
-    if not resume and folder.exists():  # stopped before its first checkpoint (check_folder): nothing to continue
-        shutil.rmtree(folder)
+    if not resume and (aside := runlock.set_aside(folder, "--runs: run folder")):  # nothing to continue: kept aside
+        print(f"peer_parity: {folder.name} holds no checkpoint to resume; set aside as {aside.name}", flush=True)
     argv = [*mpippo_argv(fam, env, seed, steps, precision, apex), *resume]
     t0 = time.monotonic()
     metrics = run_trainer(ranks, argv, folder, ("mpippo's Ape-X DQN" if apex else "mpippo") + f" on {env}", timeout=12 * 3600,
@@ -233,41 +233,34 @@ def run_cleanrl(fam: Family, env: str, seed: int, steps: int, folder: Path) -> d
     # (a number whole: a run killed mid-line leaves 'episodic_return=[-' in its output, which stays)
     pairs = [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?(-?\d+(?:\.\d*)?"
                                                        r"(?:e[+-]?\d+)?)(?![\d.e])", text)]
-    sps = [int(x) for x in re.findall(r"^SPS: (\d+)$", text, re.M) if int(x) > 0]
+    sps = sps_lines(text)
     returns = [r for _, r in pairs]
     return {"wall_s": steps / sps[-1] if sps else None, "steps_per_s": sps[-1] if sps else None, "curve": pairs,
             "final_return": sum(returns[-100:]) / max(len(returns[-100:]), 1), "episodes": len(returns),
             "resumed": resumed}
 
 
-def check_folder(folder: Path, who: str, fresh: bool) -> None:
-    """A run's folder under --runs, before any run starts: a folder or nothing, and one that holds only
-    what this tool can continue or start over (a run killed before its first checkpoint)."""
+def check_folder(folder: Path, who: str) -> None:
+    """A run's folder under --runs, before any run starts: nothing, or a folder no live process writes
+    (a run killed before its first checkpoint is set aside when its turn comes: runlock.set_aside)."""
     if not os.path.lexists(folder):
         return
     if folder.is_symlink() or not folder.is_dir():
-        raise UsageError(f"--runs: '{shown(folder)}' is {file_kind(os.lstat(folder).st_mode)}, not a run's folder; move it away")
-    if fresh:
-        return
-    if who == "cleanrl":  # its script opens checkpoint.pt blind: a FIFO there would hang it
-        ckpt = folder / "checkpoint.pt"
-        if os.path.lexists(ckpt) and (ckpt.is_symlink() or not ckpt.is_file()):
-            raise UsageError(f"--runs: '{shown(ckpt)}' is {file_kind(os.lstat(ckpt).st_mode)}, not CleanRL's checkpoint; "
-                             f"move it away")
-    elif not latest_path(folder).is_file() and (any(latest_path(folder).parent.glob("*.pt"))
-                                                or (folder / files.METRICS).exists()):
-        raise UsageError(f"--runs: '{shown(folder)}' holds a run without its latest checkpoint to resume from "
-                         f"(checkpoints/{latest_path(folder).name}); move it away, or pass --fresh to start over")
+        raise UsageError(f"--runs: '{shown(folder)}' is {file_kind(os.lstat(folder).st_mode)}, not a run's folder; "
+                         f"move it away")
+    if (who_holds := runlock.holder(folder)):
+        raise UsageError(f"--runs: '{shown(folder)}' is in use: {who_holds} holds its lock; one writer per folder")
+    ckpt = folder / "checkpoint.pt"  # CleanRL's script opens it blind: a FIFO there would hang it
+    if who == "cleanrl" and os.path.lexists(ckpt) and (ckpt.is_symlink() or not ckpt.is_file()):
+        raise UsageError(f"--runs: '{shown(ckpt)}' is {file_kind(os.lstat(ckpt).st_mode)}, not CleanRL's "
+                         f"checkpoint; move it away")
 
 
 def run_one(fam: Family, args, env: str, seed: int, who: str, name: str, summary: dict) -> None:
-    """One run (or nothing, when --out records it at this budget): its curve and its row in runs.json."""
+    """One run: its curve and its row in runs.json."""
     summary_path = args.out / "runs.json"
     if args.fresh and (args.runs / name).exists():
         shutil.rmtree(args.runs / name)
-    elif not args.fresh and summary.get(name, {}).get("budget") == args.steps:
-        print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
-        return
     print(f"peer_parity: {name} ({args.steps:,} steps)", flush=True)
     res = (run_cleanrl(fam, env, seed, args.steps, args.runs / name) if who == "cleanrl"
            else run_mpippo(fam, env, seed, args.steps, args.runs / name, args.precision, who == "apex", args.ranks))
@@ -352,17 +345,15 @@ def _main(argv: list[str] | None) -> int:
                           f"{'Ape-X DQN' if who == 'apex' else 'mpippo'} on {env}")
     names = [(env, seed, who, f"{who}-{env}-s{seed}{'' if who == 'cleanrl' else run_tag(args.precision, args.ranks)}")
              for env in args.envs for seed in args.seeds for who in args.who]
+    done = [n for n in names if not args.fresh and summary.get(n[3], {}).get("budget") == args.steps]
+    for *_, name in done:  # recorded at this budget: not run again, their folders not looked at
+        print(f"peer_parity: {name}: done earlier (in {shown(summary_path)})", flush=True)
+    names = [n for n in names if n not in done]
     for _, _, who, name in names:  # every run's folder and output, before hours of runs
-        check_folder(args.runs / name, who, args.fresh)
+        check_folder(args.runs / name, who)
         output_file(args.out / f"{name}.csv", "--out")
-    if "cleanrl" in args.who:
-        try:
-            fam.script(), fam.peer_path()
-        except (OSError, subprocess.CalledProcessError) as e:  # no network and no copy: mpippo's side only
-            if set(args.who) == {"cleanrl"}:
-                raise ToolFailure(f"cannot set up CleanRL ({reason(e)})") from None
-            print(f"peer_parity: cannot set up CleanRL ({reason(e)}); its runs are skipped", file=sys.stderr)
-            names = [n for n in names if n[2] != "cleanrl"]
+    ready = cleanrl_ready(sorted({n[2] for n in names}), lambda: (fam.script(), fam.peer_path()), "peer_parity")
+    names = [n for n in names if n[2] in ready]
     for env, seed, who, name in names:
         run_one(fam, args, env, seed, who, name, summary)
     return 0

@@ -14,16 +14,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
 from mpippo.files import atomic_write_bytes, read_bytes, read_text  # noqa: E402
-from mpippo.toolcli import Parser, count, run  # noqa: E402
+from mpippo.toolcli import Parser, ToolFailure, count, run  # noqa: E402
+from mpippo.usage import UsageError, reason  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"
 CLEANRL_COMMIT = "fe8d8a03"  # vwxyzjn/cleanrl, 2025
@@ -37,6 +40,8 @@ def setup() -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEERS)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *PACKAGES], check=True)
+    if os.path.lexists(script) and not script.is_file():  # python would wait on a FIFO there for ever
+        raise UsageError(f"'{script}' is not CleanRL's script (a file); move it away")
     if not script.exists():
         local = os.environ.get("MPIPPO_CLEANRL_SCRIPT")  # a copy at that commit, for machines without the web
         if local:
@@ -93,12 +98,36 @@ def target_install(folder: str, probe: str, packages: list[str]) -> str:
     return str(path)
 
 
-def steady_sps(lines: list[str], batch: int) -> tuple[float, float]:
-    """(steady, overall) steps/s from CleanRL's cumulative 'SPS: n' prints, one per iteration."""
-    sps = [int(line.split()[1]) for line in lines if line.startswith("SPS:")]
+def sps_lines(text: str) -> list[int]:
+    """CleanRL's cumulative 'SPS: n' prints, one per iteration, whole and positive only: a run killed
+    mid-line, or one whose first iteration rounded to 0, leaves lines that are not a rate."""
+    return [int(x) for x in re.findall(r"^SPS: (\d+)$", text, re.M) if int(x) > 0]
+
+
+def steady_sps(text: str, batch: int) -> tuple[float, float] | None:
+    """(steady, overall) steps/s from CleanRL's output (sps_lines), or None when it printed no rate."""
+    sps = sps_lines(text)
+    if not sps:
+        return None
     times = [(i + 1) * batch / s for i, s in enumerate(sps)]  # elapsed seconds at the end of each iteration
     steady = (len(times) - 1) * batch / (times[-1] - times[0]) if len(times) > 1 else sps[-1]
     return steady, float(sps[-1])
+
+
+def cleanrl_ready(who: list[str], setup: Callable[[], object], tool: str) -> list[str]:
+    """`who`, once CleanRL's script and packages are set up (`setup`); without them (no network and
+    no copy, a read-only .venv-peers/) the others only, with a line saying so, or one ToolFailure
+    line when CleanRL was all that was asked."""
+    if "cleanrl" not in who:
+        return who
+    try:
+        setup()
+        return who
+    except (OSError, subprocess.CalledProcessError) as e:  # (urllib's URLError is an OSError)
+        if set(who) == {"cleanrl"}:
+            raise ToolFailure(f"cannot set up CleanRL ({reason(e)})") from None
+        print(f"{tool}: cannot set up CleanRL ({reason(e)}); its runs are skipped", file=sys.stderr)
+        return [w for w in who if w != "cleanrl"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,10 +156,11 @@ def _main(argv: list[str] | None) -> int:
     except subprocess.TimeoutExpired:
         print("peers: CleanRL gave no result within 2 hours", file=sys.stderr)
         return 1
-    if res.returncode != 0 or not any(line.startswith("SPS:") for line in res.stdout.splitlines()):
+    rates = steady_sps(res.stdout, batch)
+    if res.returncode != 0 or rates is None:
         print(f"peers: CleanRL failed (exit {res.returncode}): {res.stderr[-1500:]}", file=sys.stderr)
         return 1
-    steady, overall = steady_sps(res.stdout.splitlines(), batch)
+    steady, overall = rates
     print(json.dumps({"peer": "cleanrl ppo_procgen.py" + (" + THP" if args.thp else " (stock)"),
                       "commit": CLEANRL_COMMIT, "fps_steady": steady, "fps": overall,
                       "threads": "torch default", "thp": args.thp}))

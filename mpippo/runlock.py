@@ -20,6 +20,7 @@ had: the run goes on with one warning, as it did before locks existed.
 """
 from __future__ import annotations
 
+import datetime
 import errno
 import fcntl
 import os
@@ -335,6 +336,25 @@ def holder(folder: str | Path) -> str | None:
     finally:
         os.close(fd)
     return None
+
+
+def set_aside(folder: str | Path, what: str) -> Path | None:
+    """A folder a run left with nothing to continue from, renamed to <name>.attempt-<time> beside it
+    (kept, never deleted: a killed run's logs, or checkpoints whose latest was removed) so that the
+    run can start afresh there. None when there is no folder or it holds only a lock file; FolderBusy
+    when a live process holds its lock (it is being written: left as it is). The caller decides that
+    nothing there is to be resumed."""
+    folder = Path(folder)
+    if not folder.is_dir() or folder.is_symlink() or not any(p.name != LOCK_NAME for p in folder.iterdir()):
+        return None
+    who = holder(folder)
+    if who:
+        raise FolderBusy(f"{what} '{_shown(folder)}' is in use: {who} holds its lock; one writer per folder: "
+                         f"it is left as it is")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = folder.with_name(f"{folder.name}.attempt-{stamp}")
+    folder.rename(aside)
+    return aside
 
 
 def _warn(line: str) -> None:

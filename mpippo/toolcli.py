@@ -106,13 +106,13 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
         sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
-    for stream in (sys.stdout, sys.stderr):  # (a name it cannot encode printed as its escape, not a traceback)
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
+    escape_unencodable()
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
             signal.signal(sig, _raise_stopped)
-    stdout, sys.stdout = sys.stdout, _ReaderMayLeave(sys.stdout)
+    stdout = sys.stdout
+    if stdout is not None:  # (None: started with its stdout closed, where print() does nothing)
+        sys.stdout = _ReaderMayLeave(stdout)
     try:
         return main(argv)
     except Stopped as e:
@@ -128,10 +128,19 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         say(str(e))
         return EXIT_FAILURE
     except PermissionError as e:  # a file or folder this user may not read or search, met anywhere
-        say(f"'{shown(e.filename or '?')}': {e.strerror or e} (check its permissions and its folders')")
+        say(f"'{shown(e.filename)}': {e.strerror or e} (check its permissions and those of its folders)" if e.filename
+            else f"{e.strerror or e} (a permission this user lacks)")
         return EXIT_USAGE
     finally:
         sys.stdout = stdout
+
+
+def escape_unencodable() -> None:
+    """stdout and stderr write what their encoding cannot hold (a folder's undecodable byte, a lone
+    surrogate a JSON file held) as its escape, instead of a UnicodeEncodeError after the work."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 class _ReaderMayLeave:
@@ -296,7 +305,7 @@ def write_json(path: Path, obj, flag: str) -> Path:
 def pyplot():
     """matplotlib.pyplot for files, not a screen (Agg), with every text shown as written: labels come
     from run folders, env ids and metrics files, where '$x$' is a name, not mathtext to parse (a
-    '$\\q$' in one failed the whole figure)."""
+    '$\\q$' in one failed the whole figure). No tool's figure has a log axis, whose tick labels are mathtext."""
     import matplotlib
     matplotlib.use("Agg")
     matplotlib.rcParams["text.parse_math"] = False
@@ -304,14 +313,16 @@ def pyplot():
     return plt
 
 
-MAX_PANELS = 64  # 16 rows of 4: beyond, a figure passes the 65,536 pixels a PNG side may have
+MAX_PIXELS = 65_535  # on a side: Agg renders no larger image
 
 
-def panels(plt, n: int, width: float, height: float, what: str):
-    """A figure of `n` panels, 4 to a row: (figure, the n axes, in order). More than MAX_PANELS (one
-    per game: a data folder of hundreds of envs) is one line, not a renderer's failure after the work."""
-    if n > MAX_PANELS:
-        raise UsageError(f"{n} {what}: the figure draws one panel each, at most {MAX_PANELS}")
+def panels(plt, n: int, width: float, height: float, what: str, dpi: int = 110):
+    """A figure of `n` panels, 4 to a row, each width x height inches at `dpi`: (figure, the n axes,
+    in order). More rows than Agg can render (hundreds of games in one data folder) is one line
+    before the drawing, not the renderer's failure after the work."""
+    most = 4 * int(MAX_PIXELS // (height * dpi))
+    if n > most:
+        raise UsageError(f"{n} {what}: the figure draws one panel each, at most {most:,}")
     cols = min(4, max(n, 1))
     rows = -(-max(n, 1) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
@@ -420,7 +431,7 @@ def run_trainer(ranks: int, argv: list[str], out_dir: Path, what: str, resume: s
         why = (next((ln for ln in reversed(lines) if "error:" in ln), None)
                or next((ln for ln in reversed(lines) if re.match(r"\w+(Error|Exception)\b", ln)), None)
                or (lines[0] if lines else ""))
-        raise ToolFailure(f"{what} in '{shown(out_dir)}': {head.rstrip(':')}" + (f": {why[:300]}" if why else "")) \
-            from None
+        raise ToolFailure(f"{what} in '{shown(out_dir)}': {head.rstrip(':')}" + (f": {why[:300]}" if why else "")
+                          + (f"; {resume}" if resume and latest_path(out_dir).exists() else "")) from None
     except subprocess.TimeoutExpired as e:
         raise ToolFailure(f"{what} in '{shown(out_dir)}' did not end within {e.timeout:g} s") from None

@@ -127,7 +127,10 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     except RecursionError:
         raise UsageError(f"--set {dotted}: its YAML value is nested too deeply") from None
     except ValueError as e:
-        raise UsageError(f"--set {dotted}: {_unreadable(e)}") from None
+        why = _unreadable(e)
+        if why.startswith("a value"):  # (a date-like text meant as a string: quoting makes it one)
+            why += f"; quote it for text: {dotted}=\"'{show(raw)[1:-1]}'\""
+        raise UsageError(f"--set {dotted}: {why}") from None
     check_expansion(value, f"--set {dotted}")
     return section, key, value
 

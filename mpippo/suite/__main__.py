@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from mpippo import config as C
-from mpippo import files, runlock
+from mpippo import files, runlock, toolcli
 from mpippo.usage import UsageError
 from mpippo.suite import spec, state, submit
 from mpippo.suite.submit import set_aside
@@ -56,6 +56,7 @@ MAX_REPS = 100_000  # rliable's bootstrap: 2,000 is its default; beyond this it 
 
 
 def main(argv=None) -> int:
+    toolcli.escape_unencodable()  # (the report prints member names, which may hold any byte)
     try:
         args = parser().parse_args(argv)
         if args.cmd == "member":

@@ -54,7 +54,7 @@ def curves(suite: Suite, ref: dict, path: Path) -> dict:
     dashed with its +-1 std band behind. Returns {game: reference points drawn}."""
     plt = _plt()
     data = member_curves(suite)
-    fig, axes = panels(plt, len(suite.games), 4.2, 3.3, "games")
+    fig, axes = panels(plt, len(suite.games), 4.2, 3.3, "games", dpi=100)
     drawn = {}
     for ax, game in zip(axes, suite.games):
         reached = max((c[0][-1] for (v, g), cs in data.items() if g == game for c in cs), default=suite.budget)

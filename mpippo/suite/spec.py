@@ -28,7 +28,6 @@ from pathlib import Path
 
 from mpippo import config as C
 from mpippo import envs, files
-from mpippo.toolcli import MAX_PANELS
 KEYS = {"name": str, "base_config": str, "games": list, "seeds": list, "budget": int, "ranks": int,
         "cpus_per_rank": int, "gpus_per_rank": int, "time": str, "distribution_mode": str, "variants": dict}
 DEFAULTS = {"cpus_per_rank": 1, "gpus_per_rank": 0, "time": "24:00:00", "distribution_mode": "easy",
@@ -164,9 +163,6 @@ def _check(s: Suite) -> None:
                          f"characters a folder name cannot hold)")
     if not s.seeds or not all(type(x) is int and 0 <= x < 2**31 for x in s.seeds) or len(set(s.seeds)) != len(s.seeds):
         raise SuiteError(f"{where}: seeds: distinct integers in [0, 2^31), at least one; got {C.show(list(s.seeds))}")
-    if len(s.games) > MAX_PANELS:
-        raise SuiteError(f"{where}: games: {len(s.games)} is more than {MAX_PANELS} (its report draws a panel per "
-                         f"game); split the suite")
     members = len(s.games) * len(s.seeds) * max(len(s.variants), 1)
     if members > MAX_MEMBERS:
         raise SuiteError(f"{where}: {members} members (games x seeds x variants) is more than {MAX_MEMBERS}, "

@@ -42,17 +42,12 @@ def set_aside(folder: Path) -> Path | None:
     nothing to resume, and the trainer refuses a non-empty folder without --resume: it is renamed
     aside (kept, never deleted) so the member can start afresh. Returns the new name, if moved.
     A folder whose lock a trainer holds is never moved (SuiteError): it is being written."""
-    if not folder.is_dir() or latest_path(folder).is_file() \
-            or not any(p.name != runlock.LOCK_NAME for p in folder.iterdir()):  # a lock file alone: empty
+    if latest_path(folder).is_file():
         return None
-    who = runlock.holder(folder)
-    if who:
-        raise SuiteError(f"suite member folder '{folder}' is in use: {who} holds its lock; "
-                         f"one writer per folder: it is left as it is")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    aside = folder.with_name(f"{folder.name}.attempt-{stamp}")
-    folder.rename(aside)
-    return aside
+    try:
+        return runlock.set_aside(folder, "suite member folder")
+    except runlock.FolderBusy as e:
+        raise SuiteError(e.errors[0]) from None
 
 
 def todo(suite: Suite, elsewhere: list | None = None) -> list[Member]:

@@ -86,6 +86,26 @@ PPAR_ONE = ("--family", "mujoco", "--envs", "Hopper-v5", "--seeds", "1", "--who"
             "--out", "TMP/o")
 
 
+_HOLDERS: list = []  # processes holding a case's run folder lock, ended with the module (hostile.table's fixture)
+
+
+def _held(name: str):
+    """A run folder under the case folder whose lock a live process holds (a run training there)."""
+    def prepare(tmp: Path) -> None:
+        import subprocess
+        (tmp / name).mkdir(parents=True)
+
+        from conftest import ROOT
+        from mpippo.launch import die_with_parent
+        holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mpippo import runlock; "
+                                   "runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(300)",
+                                   str(tmp / name)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  preexec_fn=die_with_parent(9))
+        _HOLDERS.append(holder)
+        assert holder.stdout.readline().strip() == "held"
+    return prepare
+
+
 def _cleanrl_fifo(tmp: Path) -> None:  # CleanRL's script opens checkpoint.pt blind: a FIFO hung it
     (tmp / "r" / "cleanrl-Pong-s1").mkdir(parents=True)
     os.mkfifo(tmp / "r" / "cleanrl-Pong-s1" / "checkpoint.pt")
@@ -444,12 +464,13 @@ CASES = [
         "d/runs.json": {"x": {"who": "mpippo", "env": "E-v5", "seed": 1, "budget": 9, "final_return": 1.0,
                               "steps_per_s": 2}}, "d/x.csv": "env_steps,return_mean_100\n1,2\n", "d/d.md/": None}),
          "d/d.md' is a folder"),
-    # its run folders, before any run: the old code removed one without its latest checkpoint, whole
-    Case("mujoco-parity-runs-without-latest", tool(PPAR, *PPAR_ONE, files={
-        "r/mpippo-Hopper-v5-s1/checkpoints/ckpt_0000004.pt": b"weights", **run_files(name="r/mpippo-Hopper-v5-s1")}),
-         "holds a run without its latest checkpoint to resume from (checkpoints/latest.pt); move it away"),
-    Case("mujoco-parity-runs-metrics-only", tool(PPAR, *PPAR_ONE, files=run_files(name="r/mpippo-Hopper-v5-s1")),
-         "mpippo-Hopper-v5-s1' holds a run without its latest checkpoint"),
+    # its run folders, before any run: one a live run writes (the old code removed it, whole), one that is a file
+    Case("mujoco-parity-runs-in-use", tool(PPAR, *PPAR_ONE, prepare=_held("r/mpippo-Hopper-v5-s1")),
+         "mpippo-Hopper-v5-s1' is in use: process"),
+    Case("atari-parity-runs-in-use-apex", tool(PPAR, "--family", "atari", "--envs", "Pong", "--seeds", "1", "--who",
+                                               "apex", "--runs", "TMP/r", "--out", "TMP/o",
+                                               prepare=_held("r/apex-Pong-s1")),
+         "apex-Pong-s1' is in use: process"),
     Case("mujoco-parity-runs-is-a-file", tool(PPAR, *PPAR_ONE, files={"r/mpippo-Hopper-v5-s1": "x"}),
          "mpippo-Hopper-v5-s1' is a file, not a run's folder; move it away"),
     Case("atari-parity-cleanrl-checkpoint-fifo", tool(PPAR, "--family", "atari", "--envs", "Pong", "--seeds", "1",
@@ -510,6 +531,7 @@ CLASSES = {
 
 @pytest.fixture(scope="module")
 def outcomes(request, tmp_path_factory) -> dict:
+    request.addfinalizer(lambda: [h.kill() for h in _HOLDERS])
     return hostile.outcomes(request, tmp_path_factory, CASES, "test_hostile_tool", dict)
 
 

@@ -147,3 +147,27 @@ def test_a_run_on_another_rank_count_is_named_for_it_and_trained_on_it(tmp_path,
     # the field the analysis keeps layouts apart by (the names are only for people)
     assert runs["mpippo-Pong-s1-1rank"]["ranks"] == 1 and runs["mpippo-Pong-s1"]["ranks"] == 2
     assert "ranks" not in runs["cleanrl-Pong-s1"]
+
+
+def test_a_run_folder_without_a_checkpoint_is_set_aside_never_removed(tmp_path, monkeypatch):
+    """A run killed before its first checkpoint, or whose latest checkpoint was removed, holds nothing to
+    resume: its folder is renamed aside whole (the old code removed it, other checkpoints and logs included)
+    and the run starts afresh; a folder with its latest checkpoint resumes in place."""
+    started = []
+
+    def trainer(ranks, argv, folder, what, **kw):
+        started.append((folder.exists(), "--resume" in argv))
+        return {"fps_steady": 1.0, "episode_return_mean": 0.0, "episodes": 1, "precision": "fp32"}
+    monkeypatch.setattr(peer_parity, "run_trainer", trainer)
+    monkeypatch.setattr("mpippo.runs.read_curve", lambda logs: ([], [], []))
+    fam, folder = peer_parity.FAMILIES["mujoco"], tmp_path / "runs" / "mpippo-Hopper-v5-s1"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "ckpt_0000004.pt").write_bytes(b"weights")
+    peer_parity.run_mpippo(fam, "Hopper-v5", 1, 4096, folder)
+    aside = [p for p in folder.parent.iterdir() if p.name.startswith("mpippo-Hopper-v5-s1.attempt-")]
+    assert started == [(False, False)] and len(aside) == 1
+    assert (aside[0] / "checkpoints" / "ckpt_0000004.pt").read_bytes() == b"weights"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "latest.pt").write_bytes(b"weights")
+    peer_parity.run_mpippo(fam, "Hopper-v5", 1, 4096, folder)
+    assert started[-1] == (True, True)

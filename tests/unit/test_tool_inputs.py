@@ -174,6 +174,9 @@ def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(t
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
     assert first == b"run\\udce9 0\n" and out.read_bytes() == b"algo \\ud800\n"
+    out.unlink()  # started with no stdout at all (`tool >&-`: sys.stdout is None), it runs as before
+    closed = subprocess.run(["bash", "-c", f"{sys.executable} -c \"$0\" >&-", script], capture_output=True, text=True)
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr and out.exists(), closed.stderr
 
 
 @pytest.fixture
@@ -192,20 +195,27 @@ def test_a_permission_refusal_anywhere_in_a_tool_is_one_line(capsys, tool_signal
         raise PermissionError(13, "Permission denied", "/shared/runs/theirs")
     assert toolcli.run("t", main) == 2
     assert capsys.readouterr().err == ("mpippo: error: t: '/shared/runs/theirs': Permission denied "
-                                       "(check its permissions and its folders')\n")
+                                       "(check its permissions and those of its folders)\n")
+
+    def signal_someone(argv):  # (os.kill's refusal names no file)
+        raise PermissionError(1, "Operation not permitted")
+    assert toolcli.run("t", signal_someone) == 2
+    assert capsys.readouterr().err == "mpippo: error: t: Operation not permitted (a permission this user lacks)\n"
 
 
-def test_figures_show_names_as_written_and_refuse_more_panels_than_a_png_holds(tmp_path):
-    """A '$' in a run's name is a dollar, not mathtext ('$\\q$' failed the whole figure); one panel per
-    game beyond MAX_PANELS (a data folder of hundreds of envs) is one line, not a renderer's failure."""
+def test_figures_show_names_as_written_and_refuse_more_rows_than_agg_renders(tmp_path):
+    """A '$' in a run's name is a dollar, not mathtext ('$\\q$' failed the whole figure); more rows of panels
+    than Agg renders (a data folder of hundreds of envs) is one line, not the renderer's failure after the work."""
     plt = toolcli.pyplot()
     fig, axes = toolcli.panels(plt, 5, 2, 2, "games")
     assert len(axes) == 5 and sum(ax.get_visible() for ax in fig.axes) == 5  # two rows of 4, three hidden
     axes[0].set_title("run$\\q$")
     toolcli.save_figure(fig, tmp_path / "f.png", "--out")
     assert (tmp_path / "f.png").stat().st_size > 0
-    with pytest.raises(UsageError, match="65 games: the figure draws one panel each, at most 64"):
-        toolcli.panels(plt, toolcli.MAX_PANELS + 1, 2, 2, "games")
+    with pytest.raises(UsageError, match="21 games: the figure draws one panel each, at most 20"):
+        toolcli.panels(plt, 21, 2, 100, "games", dpi=110)  # (6 rows of 100 inches at 110 dpi: 66,000 pixels)
+    fig, axes = toolcli.panels(plt, 20, 2, 100, "games", dpi=110)
+    assert len(axes) == 20
 
 
 def test_a_sweep_with_null_counts_is_read_with_the_defaults(tmp_path):
