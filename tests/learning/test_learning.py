@@ -97,26 +97,28 @@ def test_apex_dqn_on_three_ranks_learns_toy_cue(tmp_path):
 
 def test_two_dqn_agents_in_one_job_train_independently(tmp_path):
     """2 agents x (1 learner + 1 actor): a second actor per agent cost a third more rank starts and
-    proved nothing more (the Slurm file's multi-agent jobs are built the same way)."""
+    proved nothing more (the Slurm file's multi-agent jobs are built the same way). 2,000 steps per
+    agent, 1,000 past learning_starts: dozens of updates each (6,000 took 71 s of the suite for
+    nothing more; whether DQN learns is the single-agent tests' question)."""
     import torch
     run_dir = tmp_path / "run"
     ok(trainer(4, ["--config", "configs/dqn_toy.yaml", "--output-dir", str(run_dir), "--set", "dqn.num_agents=2",
-                   "--total-timesteps", "12000", "--set", "logging.tensorboard=false"], timeout=300))
+                   "--total-timesteps", "4000", "--set", "logging.tensorboard=false"], timeout=300))
     a0, a1 = metrics(run_dir / "agent_0"), metrics(run_dir / "agent_1")
     assert (a0["agent"], a1["agent"]) == (0, 1) and a0["num_actors"] == a1["num_actors"] == 1
     for m in (a0, a1):
-        assert m["transitions_sent"] == m["transitions_received"] == 6000
+        assert m["transitions_sent"] == m["transitions_received"] == 2000 and m["updates"] > 0
     w0 = torch.load(run_dir / "agent_0" / "checkpoints" / "latest.pt", weights_only=False)["model"]
     w1 = torch.load(run_dir / "agent_1" / "checkpoints" / "latest.pt", weights_only=False)["model"]
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)  # separate learners, separate weights
 
     # each learner resumes from its own agent_<i>/checkpoints with a larger budget
     updates = {a: metrics(run_dir / f"agent_{a}")["updates"] for a in (0, 1)}
-    res = ok(trainer(4, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "16000"], timeout=300))
+    res = ok(trainer(4, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "6000"], timeout=300))
     for a in (0, 1):
         m = metrics(run_dir / f"agent_{a}")
-        assert f"agent {a}: resuming at 6,000 env steps" in res.stdout
-        assert m["resumes"] == 1 and m["total_timesteps"] == 8000 and m["transitions_received"] == 2000
+        assert f"agent {a}: resuming at 2,000 env steps" in res.stdout
+        assert m["resumes"] == 1 and m["total_timesteps"] == 3000 and m["transitions_received"] == 1000
         assert m["updates"] > updates[a]
 
 

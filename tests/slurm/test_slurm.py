@@ -277,10 +277,10 @@ def test_dqn_6agents_script_requeues_and_each_agent_resumes_its_own_folder(clust
     keeps to its own folder), requeued by USR1 mid-run; every agent resumes in its own folder, its
     replay buffer included, and ends on its budget."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    per_agent, agents = 16000, 2
+    per_agent, agents = 8000, 2  # (about 220 updates: the pause at 100 is mid-run, the resumed part short)
     args = DQN_TINY + ["--total-timesteps", str(agents * per_agent), "--set", "dqn.save_replay=true",
                        "--set", f"dqn.num_agents={agents}"]
-    # the learners (job ranks 0 and 2) pause at update 100 of about 470: a console line, then the USR1, mid-run
+    # the learners (job ranks 0 and 2) pause at update 100 of about 220: a console line, then the USR1, mid-run
     log = requeued_once("dqn_6agents.sh", [f"--ntasks={2 * agents}"], args, run_dir, out, "agent 0 |",
                         learner_line_by(100, learners="0+2"))
     for k in range(agents):
@@ -296,12 +296,12 @@ def test_appo_script_as_two_agents_requeues_and_each_resumes_to_its_exact_budget
     requeued by USR1 mid-run; every agent resumes in its own folder and ends on its budget. (Two
     actors per agent cost a third more rank starts and proved nothing more.)"""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
-    per_agent = 40960  # a small network: the layout and the requeue are the point, not learning
+    per_agent = 24576  # a small network: the layout and the requeue are the point, not learning
     args = ["--config", "configs/appo_toy.yaml", "--total-timesteps", str(2 * per_agent), "--set", "appo.num_agents=2",
             "--set", "training.device=auto", "--set", "logging.tensorboard=false", "--set", "model.channels=[4]",
             "--set", "model.hidden_size=16"]
     log = requeued_once("appo_6gpu.sh", ["--ntasks=4", "--gpus-per-node=2"], args, run_dir, out, "agent 1 |",
-                        learner_line_by(20, learners="0+2"))  # (of 80 updates an agent)
+                        learner_line_by(20, learners="0+2"))  # (of 48 updates an agent)
     assert "learner on cpu" in log and "CUDA is not usable here" in log
     for k in range(2):
         m = metrics(run_dir / f"agent_{k}")
