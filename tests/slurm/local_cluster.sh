@@ -49,7 +49,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=cred_expire=5
+AuthInfo=cred_expire=10
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
