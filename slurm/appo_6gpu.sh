@@ -30,4 +30,6 @@
 ##SBATCH --partition=YOUR_PARTITION
 ##SBATCH --account=YOUR_ACCOUNT
 
-source "${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-.}}/slurm/common.sh" --config configs/appo_procgen.yaml "$@"
+COMMON="${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-.}}/slurm/common.sh"  # (sbatch runs a copy of this script: not from here)
+[ -f "$COMMON" ] || { echo "mpippo: error: no $COMMON: submit from the repository's root, or set MPIPPO_ROOT" >&2; exit 2; }
+source "$COMMON" --config configs/appo_procgen.yaml "$@"

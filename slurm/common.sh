@@ -19,7 +19,10 @@ set -uo pipefail
 # (every rank has installed its handlers by then); a held signal goes on the moment it appears,
 # or after LISTEN_MAX_S if it never does (a trainer that ends first is past needing it).
 # (a script that sourced this file may have kept signals from before: suite_member.sh)
-PID="" PENDING=(${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}) LISTEN_MAX_S=60
+PID="" PENDING=() LISTEN_MAX_S=60
+for s in ${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}; do  # (only these: a variable of that name
+    case $s in USR1|USR2) PENDING+=("$s") ;; esac                      # in the user's environment is no list of ours)
+done
 # Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<boot>.<pid namespace>.<pid>-,
 # launch.owner: whose pids the pid is, on a TMPDIR other nodes may share): a batch shell killed before
 # its end leaves the mark, and the next job here (below), launcher or tool removes it once that shell is gone.
@@ -58,12 +61,17 @@ elif [ -z "${SLURM_NTASKS:-}" ]; then
 fi
 MPIPPO_ROOT=${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
 cd "$MPIPPO_ROOT" || { echo "mpippo: error: cannot cd to MPIPPO_ROOT=$MPIPPO_ROOT" >&2; exit 2; }
+MPIPPO_ROOT=$PWD  # (a relative one would be resolved twice below, from inside it)
 
 # ---- ENVIRONMENT: edit for your site -------------------------------------------------------
 # module load openmpi            # a site MPI, if mpi4py was built against it
 # source activate mpippo         # the conda env from environment.yml
 MPIPPO_PYTHON=${MPIPPO_PYTHON:-$MPIPPO_ROOT/.venv/bin/python}
 # ---------------------------------------------------------------------------------------------
+if ! [ -x "$MPIPPO_PYTHON" ] && ! command -v "$MPIPPO_PYTHON" >/dev/null 2>&1; then
+    echo "mpippo: error: MPIPPO_PYTHON='$MPIPPO_PYTHON' is not a program this node can run; set it to the python" \
+         "of mpippo's environment (default: .venv/bin/python in MPIPPO_ROOT, made by make venv)" >&2; exit 2
+fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 THREADS=${SLURM_CPUS_PER_TASK:-1}
@@ -71,6 +79,13 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 RUN_DIR=${MPIPPO_RUN_DIR:-$MPIPPO_ROOT/runs/slurm-${SLURM_JOB_ID:?not inside a Slurm job}}
 LAUNCHER=${MPIPPO_LAUNCHER:-mpirun}
 RESTARTS=${SLURM_RESTART_COUNT:-0}
+case $RESTARTS in ''|*[!0-9]*) RESTARTS=0 ;; esac
+for a in "$@"; do  # the run folder is the script's, so that a requeued job finds its checkpoint there
+    case "${a%%=*}" in --o|--ou|--out|--outp|--outpu|--output|--output-|--output-d|--output-di|--output-dir)
+        echo "mpippo: error: $a: the batch scripts choose the run folder (here $RUN_DIR), so that a requeued" \
+             "job finds its checkpoint; set MPIPPO_RUN_DIR instead" >&2; exit 2 ;;
+    esac
+done
 
 # The guard against launch mistakes (srun without --mpi=pmix starts N one-rank jobs) is this
 # allocation's task count, on a fresh start and on a requeue alike: a requeued job granted fewer or
@@ -80,6 +95,17 @@ ARGS=(--output-dir "$RUN_DIR" --no-progress
       --set "parallel.expected_world_size=$SLURM_NTASKS")
 if [ -f "$RUN_DIR/checkpoints/latest.pt" ] || [ -f "$RUN_DIR/agent_0/checkpoints/latest.pt" ]; then
     ARGS+=(--resume)  # a requeued or restarted job continues its own run
+elif [ "$RESTARTS" -gt 0 ]; then  # requeued before its first checkpoint: what it wrote is set aside, kept
+    "$MPIPPO_PYTHON" - "$RUN_DIR" <<'PY' || exit 2
+import sys
+from mpippo import runlock
+try:
+    aside = runlock.set_aside(sys.argv[1], "MPIPPO_RUN_DIR")
+except runlock.FolderBusy as e:  # another job trains there: never moved
+    sys.exit(f"mpippo: error: {e.errors[0]}")
+if aside:
+    print(f"mpippo: no checkpoint to resume in {sys.argv[1]}: set aside as {aside.name}; starting afresh")
+PY
 fi
 
 # Placement under mpirun: each task bound to its --cpus-per-task cores (Open MPI binds each of 1-2
@@ -97,9 +123,10 @@ case "$LAUNCHER" in
     MPIRUN=${MPIPPO_MPIRUN:-$(dirname "$MPIPPO_PYTHON")/mpirun}
     [ -x "$MPIRUN" ] || MPIRUN=mpirun
     # shellcheck disable=SC2086
-    CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} "${BIND[@]}" -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py) ;;
-  srun)
-    CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$MPIPPO_PYTHON" run_mpi.py) ;;
+    CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} ${BIND[@]+"${BIND[@]}"} -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py) ;;
+  srun)  # (its tasks' CPUs given: srun takes no --cpus-per-task from sbatch since Slurm 22.05)
+    CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "--cpus-per-task=$THREADS" "$MPIPPO_PYTHON" \
+         run_mpi.py) ;;
   *)
     echo "mpippo: error: MPIPPO_LAUNCHER='$LAUNCHER' is not one of mpirun, srun" >&2; exit 2 ;;
 esac
@@ -131,7 +158,7 @@ echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM
 
 "${CMD[@]}" "${ARGS[@]}" "$@" &
 PID=$!
-for sig in "${PENDING[@]}"; do send_when_listening "$sig"; done
+for sig in ${PENDING[@]+"${PENDING[@]}"}; do send_when_listening "$sig"; done  # (bash < 4.4: an empty "${A[@]}" is unbound)
 # `wait` returns early when a trapped signal arrives; keep waiting for the trainer itself.
 while true; do
     wait "$PID"; RC=$?
@@ -164,7 +191,8 @@ case $RC in
   2) echo "mpippo: bad input (see the error line above); not requeued" ;;
   3) echo "mpippo: checkpointed after USR1; requeueing job $SLURM_JOB_ID"
      if unkillable_scontrol requeue "$SLURM_JOB_ID"; then RC=0; reopen_node_range
-     else echo "mpippo: scontrol requeue failed (already requeued by a preemption?)"; fi ;;
+     else echo "mpippo: scontrol requeue failed (already requeued by a preemption?); to go on, submit again with" \
+               "MPIPPO_RUN_DIR=$RUN_DIR"; fi ;;
   4) echo "mpippo: checkpointed and stopped after TERM" ;;
   *) echo "mpippo: trainer exited with status $RC" ;;
 esac

@@ -43,4 +43,4 @@ MEMBER_ARGS=("${ENTRY[@]:1}")
 if [ -f "$MPIPPO_RUN_DIR/checkpoints/latest.pt" ]; then
     MEMBER_ARGS=()  # common.sh adds --resume: the run's own config.yaml says the rest
 fi
-source "$ROOT/slurm/common.sh" "${MEMBER_ARGS[@]}" "$@"
+source "$ROOT/slurm/common.sh" ${MEMBER_ARGS[@]+"${MEMBER_ARGS[@]}"} "$@"  # (bash < 4.4: an empty "${A[@]}" is unbound)

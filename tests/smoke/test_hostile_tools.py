@@ -503,6 +503,15 @@ CASES += [Case(f"slurm-job-{script[:-3]}", tool("-c", f"import os; os.execvp('ba
     ("suite_member.sh", "", "suite_member.sh MANIFEST runs as an element of the job array"),
     ("suite_member.sh", ", 'm.json'", "do not run or sbatch it by hand"))]
 CASES[-1].id += "-manifest"
+IN_A_JOB = {"SLURM_JOB_ID": "5", "SLURM_NTASKS": "2"}
+CASES += [
+    Case("slurm-job-root-missing", tool("-c", "import os; os.execvp('bash', ['bash', 'slurm/ppo_48core.sh'])",
+                                        env=IN_A_JOB | {"MPIPPO_ROOT": "/nonexistent"}),
+         "no /nonexistent/slurm/common.sh: submit from the repository's root, or set MPIPPO_ROOT"),
+    Case("slurm-job-python-missing", tool("-c", "import os; os.execvp('bash', ['bash', 'slurm/ppo_48core.sh'])",
+                                          env=IN_A_JOB | {"MPIPPO_PYTHON": "/no/python"}),
+         "MPIPPO_PYTHON='/no/python' is not a program this node can run"),
+]
 CASES.append(Case("slurm-job-ppo_48core-no-task-count", tool("-c", "import os; os.execvp('bash', ['bash', 'slurm/ppo_48core.sh'])",
                                                              env={"SLURM_JOB_ID": "5", "SLURM_NTASKS": ""}),
                   "job 5 has no task count (SLURM_NTASKS): submit it with --ntasks or --ntasks-per-node"))

@@ -26,7 +26,8 @@ exit 0
 TRAINER = "#!/bin/bash\necho trainer \"$@\" >> \"$CALLS\"\nexit 3\n"
 
 
-def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str) -> tuple[str, list[str], int]:
+def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str, args: tuple = (),
+                     **more_env) -> tuple[str, list[str], int]:
     stubs = tmp_path / "bin"
     stubs.mkdir()
     for name, text in (("scontrol", SCONTROL), ("mpirun", TRAINER)):
@@ -36,10 +37,10 @@ def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str) -> t
     env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", CALLS=str(calls), MPIPPO_ROOT=str(ROOT),
                MPIPPO_MPIRUN=str(stubs / "mpirun"), MPIPPO_RUN_DIR=str(tmp_path / "run"), TMPDIR=str(tmp_path),
                SLURM_JOB_ID="77", SLURM_NTASKS=tasks, SLURM_NTASKS_PER_NODE=per_node,
-               SLURM_JOB_NUM_NODES=nodes, SLURM_JOB_NODELIST="n[1-2]", SLURM_TASKS_PER_NODE=per_node)
-    res = subprocess.run(["bash", "slurm/ppo_multinode.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+               SLURM_JOB_NUM_NODES=nodes, SLURM_JOB_NODELIST="n[1-2]", SLURM_TASKS_PER_NODE=per_node) | more_env
+    res = subprocess.run(["bash", "slurm/ppo_multinode.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60)
-    return res.stdout + res.stderr, calls.read_text().splitlines(), res.returncode
+    return res.stdout + res.stderr, calls.read_text().splitlines() if calls.exists() else [], res.returncode
 
 
 def test_a_requeue_whose_term_lands_during_scontrol_still_counts_and_reopens_the_node_range(tmp_path):
@@ -92,3 +93,30 @@ def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_p
         monkeypatch.setenv(preemption.LISTENING_ENV, str(tmp_path / name))
         preemption.announce_listening()  # a FIFO opened for writing would block here
     assert (tmp_path / "theirs").read_text() == "data" and not (tmp_path / "nowhere").exists()
+
+
+def test_a_job_requeued_before_its_first_checkpoint_sets_what_it_wrote_aside_and_starts_afresh(tmp_path):
+    """Requeued by a node failure or a preemption before its first checkpoint (or a USR1 during its start-up
+    after config.yaml): the folder holds a run with nothing to resume, which the trainer refuses to start
+    in; it is renamed aside, kept whole, and the job starts afresh (it ended 'bad input; not requeued')."""
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "config.yaml").write_text("training:\n  seed: 1\n")
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", SLURM_RESTART_COUNT="1")
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("run.attempt-")]
+    assert len(aside) == 1 and (aside[0] / "config.yaml").read_text() == "training:\n  seed: 1\n", out
+    assert f"set aside as {aside[0].name}; starting afresh" in out
+    assert calls[0].startswith("trainer ") and "--resume" not in calls[0].split(), calls
+    assert rc == 0, out
+
+
+def test_an_output_dir_among_the_scripts_options_is_refused_in_one_line(tmp_path):
+    """The batch scripts choose the run folder (MPIPPO_RUN_DIR or runs/slurm-<job>): one given in the
+    options (any abbreviation the trainer's parser takes) trained elsewhere, and its requeue found no
+    checkpoint and ended 'bad input; not requeued'."""
+    for k, args in enumerate((("--output-dir", "runs/exp1"), ("--out=runs/exp1",), ("--seed", "3", "--o", "x"))):
+        (tmp_path / str(k)).mkdir()
+        out, calls, rc = run_batch_script(tmp_path / str(k), per_node="", nodes="1", tasks="2", args=args)
+        assert rc == 2 and calls == [], out
+        errors = [line for line in out.splitlines() if line.startswith("mpippo: error:")]
+        assert len(errors) == 1 and "the batch scripts choose the run folder" in errors[0] and "MPIPPO_RUN_DIR" in errors[0]
