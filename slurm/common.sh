@@ -103,6 +103,8 @@ try:
     aside = runlock.set_aside(sys.argv[1], "MPIPPO_RUN_DIR")
 except runlock.FolderBusy as e:  # another job trains there: never moved
     sys.exit(f"mpippo: error: {e.errors[0]}")
+except OSError as e:  # (a folder it may not rename: the trainer would refuse it anyway)
+    sys.exit(f"mpippo: error: MPIPPO_RUN_DIR: cannot set '{sys.argv[1]}' aside ({e.strerror or e})")
 if aside:
     print(f"mpippo: no checkpoint to resume in {sys.argv[1]}: set aside as {aside.name}; starting afresh")
 PY
