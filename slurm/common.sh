@@ -117,15 +117,21 @@ fi
 TASKS_HERE=${SLURM_TASKS_PER_NODE%%[(,]*}
 BIND=(--map-by "slot:PE=$THREADS")
 if [ "$(nproc)" -lt $(( ${TASKS_HERE:-1} * THREADS )) ]; then BIND=(--bind-to none); fi
-case " ${MPIPPO_MPIRUN_ARGS:-} " in *" --map-by"*|*" --bind-to"*|*" --rankfile"*) BIND=() ;; esac
-if [ -n "${PRTE_MCA_hwloc_default_binding_policy:-}" ]; then BIND=(); fi
+# (the options and variables mpippo/launch.py leaves a user's binding to: BINDING_OPTIONS, BINDING_ENV)
+case " ${MPIPPO_MPIRUN_ARGS:-} " in
+  *" --map-by"*|*" --bind-to"*|*" --rankfile"*|*" --cpu-set"*|*" --cpus-per-rank"*|*" -map-by"*|*" -bind-to"*) BIND=() ;;
+esac
+if [ -n "${PRTE_MCA_hwloc_default_binding_policy:-}${OMPI_MCA_hwloc_base_binding_policy:-}" ]; then BIND=(); fi
 
 case "$LAUNCHER" in
   mpirun)
     MPIRUN=${MPIPPO_MPIRUN:-$(dirname "$MPIPPO_PYTHON")/mpirun}
     [ -x "$MPIRUN" ] || MPIRUN=mpirun
+    # split at spaces as the variable's documentation says, never globbed against the repository's files
+    set -f
     # shellcheck disable=SC2086
-    CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} ${BIND[@]+"${BIND[@]}"} -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py) ;;
+    CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} ${BIND[@]+"${BIND[@]}"} -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py)
+    set +f ;;
   srun)  # (its tasks' CPUs given: srun takes no --cpus-per-task from sbatch since Slurm 22.05)
     CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "--cpus-per-task=$THREADS" "$MPIPPO_PYTHON" \
          run_mpi.py) ;;

@@ -120,3 +120,20 @@ def test_an_output_dir_among_the_scripts_options_is_refused_in_one_line(tmp_path
         assert rc == 2 and calls == [], out
         errors = [line for line in out.splitlines() if line.startswith("mpippo: error:")]
         assert len(errors) == 1 and "the batch scripts choose the run folder" in errors[0] and "MPIPPO_RUN_DIR" in errors[0]
+
+
+def test_mpirun_args_are_split_not_globbed_and_a_users_binding_is_left_alone(tmp_path):
+    """MPIPPO_MPIRUN_ARGS is split at spaces and passed as written (a `*` in it matched files of the
+    repository: `e*` became a file's name); a binding it chooses by any of the options mpippo/launch.py
+    knows, or the environment's policy, gets no binding of the script's beside it."""
+    (tmp_path / "eth_notes").write_text("a file the pattern matches")
+    pattern = f"{tmp_path}/e*"
+    for args, env, bound in ((f"--mca btl_tcp_if_include {pattern}", {}, True), ("--cpu-set 0,1", {}, False),
+                             ("-bind-to core", {}, False), ("", {"OMPI_MCA_hwloc_base_binding_policy": "core"}, False)):
+        case = tmp_path / str(len(list(tmp_path.iterdir())))
+        case.mkdir()
+        out, calls, rc = run_batch_script(case, per_node="", nodes="1", tasks="2", MPIPPO_MPIRUN_ARGS=args, **env)
+        assert rc == 0, out
+        trainer = calls[0].split()
+        assert trainer[1:1 + len(args.split())] == args.split(), trainer  # (the stand-in mpirun logs its argv)
+        assert ("slot:PE=1" in trainer or "none" in trainer) == bound, (args, env, trainer)
