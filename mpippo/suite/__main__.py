@@ -91,7 +91,7 @@ def cmd_member(args) -> int:
     aside = set_aside(folder)
     if aside:
         sys.stderr.write(f"mpippo: note: {entry['key']}: its last attempt left no checkpoint; kept as {aside.name}\n")
-    print("\n".join([entry["folder"], *entry["args"]]))
+    print("\n".join([entry["folder"], *entry["args"]]))  # (read_manifest refused line breaks in them)
     return 0
 
 

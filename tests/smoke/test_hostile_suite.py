@@ -226,6 +226,10 @@ CASES = [
     Case("lookup-damaged-manifest", lookup(0, lambda t: submitted(t, manifest=b'[{"key": "x"}]')),
          "expected a JSON object at the top level"),
     Case("lookup-index-not-in-manifest", lookup(5, submitted), "no member with array index 5 (it lists ['0'])"),
+    # suite_member.sh reads the lookup's answer one a line: a line break made one option two
+    Case("lookup-manifest-option-line-break", lookup(0, lambda t: submitted(t, manifest=json.dumps({"0": {
+        "key": "default/starpilot/seed_1", "folder": "/tmp/m", "args": ["--seed", "1\n--output-dir\n/tmp/x"]}}).encode())),
+         "entry '0': its folder or an option holds a line break"),
     Case("manifest-damaged-job-script", job_script(lambda t: submitted(t, manifest=b'{"0": {"key": "x", "folder": 3}}')),
          "entry '0': expected"),
     # ---- a member's folder holding another run: refused before it is scored, reported done or resumed ----

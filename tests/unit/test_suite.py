@@ -92,6 +92,9 @@ def test_members_have_stable_indices_folders_and_options(tmp_path):
     ({"seeds": [[1]]}, "seeds: distinct integers"),
     ({"games": [["starpilot"]]}, "is not an env name"),
     ({"name": "tiny\n"}, "a folder name"),
+    # the batch script reads a member's options one a line: a line break in one made it two (or a folder)
+    ({"variants": {"x": ["logging.wandb_project=a\n--output-dir\n/tmp/elsewhere"]}}, "holds a line break"),
+    ({"variants": {"x": ["training.learning_rate=0.1\r"]}}, "holds a line break"),
 ])
 def test_bad_suite_is_one_line_and_exit_2_before_anything_runs(tmp_path, change, needle):
     path = write_suite(tmp_path, **change)
