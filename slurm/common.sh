@@ -81,10 +81,11 @@ LAUNCHER=${MPIPPO_LAUNCHER:-mpirun}
 RESTARTS=${SLURM_RESTART_COUNT:-0}
 case $RESTARTS in ''|*[!0-9]*) RESTARTS=0 ;; esac
 for a in "$@"; do  # the run folder is the script's, so that a requeued job finds its checkpoint there
-    case "${a%%=*}" in --o|--ou|--out|--outp|--outpu|--output|--output-|--output-d|--output-di|--output-dir)
+    # (--output-dir or any prefix of it the trainer's parser takes: no other option starts with --o)
+    if [[ ${a%%=*} == --o* && --output-dir == "${a%%=*}"* ]]; then
         echo "mpippo: error: $a: the batch scripts choose the run folder (here $RUN_DIR), so that a requeued" \
-             "job finds its checkpoint; set MPIPPO_RUN_DIR instead" >&2; exit 2 ;;
-    esac
+             "job finds its checkpoint; set MPIPPO_RUN_DIR instead" >&2; exit 2
+    fi
 done
 
 # The guard against launch mistakes (srun without --mpi=pmix starts N one-rank jobs) is this
