@@ -29,6 +29,7 @@ from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo.comm import World
 from mpippo.errors import JobFailure
 from mpippo.usage import Parser
+from mpippo.suite.spec import has_submissions
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
@@ -133,6 +134,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
     if resume:
         if run_dir.is_dir():  # first: a run still training there may not have written its checkpoint yet
             _lock(run_dir, start)
+        _not_inside_a_live_run(run_dir)
         if not latest_path(run_dir / "agent_0").is_file():  # several DQN agents: one folder each
             require_checkpoint(latest_path(run_dir))
         return run_dir
@@ -142,6 +144,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
                                      f"per run folder: choose a new folder")
         raise C.UsageError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
                             f"that run, or choose a new folder")
+    _not_inside_a_live_run(run_dir)
     start.created.extend(missing_folders(run_dir))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +155,16 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         raise C.UsageError(f"--output-dir: cannot write to '{run_dir}' ({e.strerror})") from None
     _lock(run_dir, start)
     return run_dir
+
+
+def _not_inside_a_live_run(run_dir: Path) -> None:
+    """A run folder inside another live run's folder would mix two writers' files (that run may set its
+    folder aside, copy it, or meet a name it writes): refused. A suite's folder is not a run's: its
+    members train inside it while `suite run --local` holds it, or its array elements after a submission."""
+    if (found := runlock.held_above(run_dir, exempt=has_submissions)):
+        above, who = found
+        raise runlock.FolderBusy(f"--output-dir: '{run_dir}' is inside '{above}', a folder in use: {who} holds its "
+                                 f"lock; one writer per run folder: choose a folder outside it")
 
 
 def _lock(run_dir: Path, start: _StartUp, what: str = "--output-dir") -> None:

@@ -24,6 +24,7 @@ import datetime
 import errno
 import fcntl
 import os
+import re
 import socket
 import stat
 import sys
@@ -336,6 +337,38 @@ def holder(folder: str | Path) -> str | None:
     finally:
         os.close(fd)
     return None
+
+
+def held_above(folder: str | Path, exempt=lambda above: False) -> tuple[Path, str] | None:
+    """The nearest folder above `folder` (links resolved) whose lock another process holds, and who:
+    a run inside a live run's folder would write where that one writes. Not counted: a holder that is
+    this process or one that started it (a local suite holds its folder while its members train in
+    it), a folder without a lock file, one whose lock file is not ours to read, and those `exempt`
+    takes. None when there is no such folder."""
+    for above in Path(os.path.realpath(folder)).parents:
+        if not os.path.lexists(lock_path(above)) or exempt(above):
+            continue
+        try:
+            who = holder(above)
+        except (OSError, UsageError):
+            continue  # not this run's lock file: its own folder's trainer says what is wrong with it
+        if who and not _started_this(who):
+            return above, who
+    return None
+
+
+def _started_this(who: str) -> bool:
+    """Whether holder text `who` names this process or one of its ancestors on this host."""
+    if who.endswith("(this one)"):
+        return True
+    found = re.match(r"process (\d+) on (\S+) ", who)
+    if not found or found[2] != socket.gethostname():
+        return False
+    import psutil
+    try:
+        return int(found[1]) in {p.pid for p in psutil.Process().parents()}
+    except psutil.Error:
+        return False
 
 
 def set_aside(folder: str | Path, what: str) -> Path | None:

@@ -6,7 +6,7 @@
 #   MPIPPO_PYTHON    python with mpippo's dependencies (default: $MPIPPO_ROOT/.venv/bin/python)
 #   MPIPPO_LAUNCHER  mpirun (default) or srun (PMIx)
 #   MPIPPO_RUN_DIR   run folder (default: $MPIPPO_ROOT/runs/slurm-<job id>, so a requeued job finds its run)
-#   MPIPPO_MPIRUN_ARGS  extra mpirun options (e.g. "--bind-to none")
+#   MPIPPO_MPIRUN_ARGS  extra mpirun options, split at spaces (e.g. "--bind-to none"; quotes are refused)
 #   MPIPPO_SRUN_MPI  srun's --mpi plugin (default pmix)
 set -uo pipefail
 
@@ -128,7 +128,14 @@ case "$LAUNCHER" in
   mpirun)
     MPIRUN=${MPIPPO_MPIRUN:-$(dirname "$MPIPPO_PYTHON")/mpirun}
     [ -x "$MPIRUN" ] || MPIRUN=mpirun
-    # split at spaces as the variable's documentation says, never globbed against the repository's files
+    # split at spaces as the variable's documentation says, never globbed against the repository's files;
+    # a quote or backslash would reach mpirun as a character of an option (no shell reads it again)
+    case "${MPIPPO_MPIRUN_ARGS:-}" in
+      *[\"\'\\]*)
+        echo "mpippo: error: MPIPPO_MPIRUN_ARGS='$MPIPPO_MPIRUN_ARGS' holds a quote or backslash; it is split at" \
+             "spaces only, never read as a shell would: give each option and value without quotes" >&2
+        exit 2 ;;
+    esac
     set -f
     # shellcheck disable=SC2086
     CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} ${BIND[@]+"${BIND[@]}"} -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py)

@@ -308,6 +308,10 @@ CASES = [
     Case("lock-resume-dqn-3-ranks", lambda t, b: _locked(t, b["dqn"], [], ranks=3), "holds its lock", check=lambda t: _unlock(t)),
     Case("lock-file-deleted-while-held", lambda t, b: _locked(t, None, TOY, delete=True),
          "is in use: another process holds its lock", check=lambda t: _unlock(t)),
+    Case("lock-fresh-run-inside-a-locked-folder", lambda t, b: _locked(t, None, TOY, inside="mine/seed_1"),
+         "seed_1' is inside '", check=lambda t: _unlock(t) and not (t / "run" / "mine" / "seed_1" / ".mpippo.lock").exists()),
+    Case("lock-resume-inside-a-locked-folder-2-ranks", lambda t, b: _locked(t, b["ppo"], [], ranks=2, inside="old"),
+         "old' is inside '", check=lambda t: _unlock(t)),
     Case("lock-agent-folder-of-a-running-job", lambda t, b: _agents_training(t),
          "agent_0' is in use: process", check=lambda t: _unlock(t)),
     # ---- the lock file is something else: refused by name, never followed, opened or written ----
@@ -399,14 +403,15 @@ def test_the_checkpoint_schema_refuses_in_one_line(bases, base, edit, expect):
 _HOLDERS: dict[Path, subprocess.Popen] = {}
 
 
-def _locked(tmp: Path, base: Path | None, args: list[str], ranks=None, delete=False):
+def _locked(tmp: Path, base: Path | None, args: list[str], ranks=None, delete=False, inside=""):
     """A run folder (a copy of `base`, or an empty one) whose lock another process holds (and then
-    deleted, with `delete`); the case trains into it (--resume when it is a copy). The holder goes
-    in the case's check (_unlock)."""
-    run_dir = tmp / "run"
-    shutil.copytree(base, run_dir) if base else run_dir.mkdir()
-    then = f"import os; os.unlink({str(run_dir / '.mpippo.lock')!r}); " if delete else ""
-    code = (f"from mpippo import runlock; import time; runlock.acquire({str(run_dir)!r}); {then}"
+    deleted, with `delete`); the case trains into it (--resume when it is a copy), or into the folder
+    `inside` below it (the copy then goes there). The holder goes in the case's check (_unlock)."""
+    held = tmp / "run"
+    run_dir = held / inside
+    shutil.copytree(base, run_dir) if base else run_dir.mkdir(parents=True)
+    then = f"import os; os.unlink({str(held / '.mpippo.lock')!r}); " if delete else ""
+    code = (f"from mpippo import runlock; import time; runlock.acquire({str(held)!r}); {then}"
             f"print('held', flush=True); time.sleep(90)")
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mpippo import launch, preemption
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +139,13 @@ def test_mpirun_args_are_split_not_globbed_and_a_users_binding_is_left_alone(tmp
         trainer = calls[0].split()
         assert trainer[1:1 + len(args.split())] == args.split(), trainer  # (the stand-in mpirun logs its argv)
         assert ("slot:PE=1" in trainer or "none" in trainer) == bound, (args, env, trainer)
+
+
+@pytest.mark.parametrize("args", ['--map-by "ppr:2:node"', "--mca btl_tcp_if_include 'eth0'", r"--host a\ b"])
+def test_mpirun_args_with_quotes_are_refused_in_one_line(tmp_path, args):
+    """Split at spaces only, a quote or backslash reached mpirun as part of an option ('"ppr:2:node"'),
+    where launch.py's --mpirun-args reads them as a shell would: refused, naming the value, before any rank."""
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", MPIPPO_MPIRUN_ARGS=args)
+    errors = [line for line in out.splitlines() if line.startswith("mpippo: error:")]
+    assert rc == 2 and not calls, out
+    assert len(errors) == 1 and f"MPIPPO_MPIRUN_ARGS='{args}'" in errors[0] and "quote or backslash" in errors[0]

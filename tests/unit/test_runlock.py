@@ -220,3 +220,33 @@ def test_atomic_writes_and_lock_files_follow_the_umask(tmp_path, umask):
         os.umask(before)
     for name in ("config.yaml", runlock.LOCK_NAME):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_a_folder_above_held_by_another_process_is_found_unless_it_started_this_one(tmp_path):
+    """held_above: a run inside another live run's folder is found (through a link too); a holder
+    that started the asking process (a local suite and its members) and a folder `exempt` takes (a
+    suite's, after a submission) are not; a lock file that is not ours to read is passed over."""
+    outer = tmp_path / "outer"
+    (outer / "a").mkdir(parents=True)
+    other = holder_process(outer)
+    try:
+        above, who = runlock.held_above(outer / "a" / "b")
+        assert above == outer.resolve() and who.startswith(f"process {other.pid} on ")
+        (tmp_path / "link").symlink_to(outer / "a")
+        assert runlock.held_above(tmp_path / "link" / "c")[0] == outer.resolve()
+        assert runlock.held_above(outer / "a", exempt=lambda f: f == outer.resolve()) is None
+        assert runlock.held_above(outer) is None  # the folder itself is its own lock's business
+    finally:
+        other.kill()
+        other.wait()
+    assert runlock.held_above(outer / "a") is None  # the holder is gone
+    runlock.acquire(outer)  # this process holds it: a child it starts may work inside
+    code = "import sys; from mpippo import runlock; print(runlock.held_above(sys.argv[1]))"
+    child = subprocess.run([sys.executable, "-c", code, str(outer / "a")], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+    assert child.stdout.strip() == "None", child.stderr
+    assert runlock.held_above(outer / "a") is None  # nor this process itself
+    runlock.release(outer)
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / runlock.LOCK_NAME)
+    assert runlock.held_above(tmp_path / "fifo" / "x") is None  # never opened, no hang
