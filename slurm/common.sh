@@ -7,7 +7,7 @@
 #   MPIPPO_LAUNCHER  mpirun (default) or srun (PMIx)
 #   MPIPPO_RUN_DIR   run folder (default: $MPIPPO_ROOT/runs/slurm-<job id>, so a requeued job finds its run)
 #   MPIPPO_MPIRUN_ARGS  extra mpirun options, split at spaces (e.g. "--bind-to none"; quotes are refused)
-#   MPIPPO_SRUN_MPI  srun's --mpi plugin (default pmix)
+#   MPIPPO_SRUN_MPI  srun's --mpi plugin (default pmix; a name: letters, digits, underscores)
 set -uo pipefail
 
 # Signals first, before anything else runs: Slurm sends --signal=B:USR1@T to this shell (and,
@@ -53,6 +53,9 @@ forward() {
 trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward USR1' USR1
 trap 'echo "mpippo: TERM received, asking the trainer to checkpoint and stop"; forward USR2' TERM
 
+# A value as an error line shows it: line breaks written \n, so that the error stays one line
+one_line() { local v=${1//$'\n'/\\n}; printf '%s' "${v//$'\r'/\\r}"; }
+
 if [ -z "${SLURM_JOB_ID:-}" ]; then  # (one line, not bash's "unbound variable")
     echo "mpippo: error: $(basename "$0") is a batch script: submit it with sbatch (no Slurm job here)" >&2; exit 2
 elif [ -z "${SLURM_NTASKS:-}" ]; then
@@ -60,7 +63,7 @@ elif [ -z "${SLURM_NTASKS:-}" ]; then
          "--ntasks-per-node, as the script's #SBATCH lines do" >&2; exit 2
 fi
 MPIPPO_ROOT=${MPIPPO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
-cd "$MPIPPO_ROOT" || { echo "mpippo: error: cannot cd to MPIPPO_ROOT=$MPIPPO_ROOT" >&2; exit 2; }
+cd "$MPIPPO_ROOT" || { echo "mpippo: error: cannot cd to MPIPPO_ROOT=$(one_line "$MPIPPO_ROOT")" >&2; exit 2; }
 MPIPPO_ROOT=$PWD  # (a relative one would be resolved twice below, from inside it)
 
 # ---- ENVIRONMENT: edit for your site -------------------------------------------------------
@@ -69,7 +72,7 @@ MPIPPO_ROOT=$PWD  # (a relative one would be resolved twice below, from inside i
 MPIPPO_PYTHON=${MPIPPO_PYTHON:-$MPIPPO_ROOT/.venv/bin/python}
 # ---------------------------------------------------------------------------------------------
 if ! [ -x "$MPIPPO_PYTHON" ] && ! command -v "$MPIPPO_PYTHON" >/dev/null 2>&1; then
-    echo "mpippo: error: MPIPPO_PYTHON='$MPIPPO_PYTHON' is not a program this node can run; set it to the python" \
+    echo "mpippo: error: MPIPPO_PYTHON='$(one_line "$MPIPPO_PYTHON")' is not a program this node can run; set it to the python" \
          "of mpippo's environment (default: .venv/bin/python in MPIPPO_ROOT, made by make venv)" >&2; exit 2
 fi
 
@@ -83,7 +86,7 @@ case $RESTARTS in ''|*[!0-9]*) RESTARTS=0 ;; esac
 for a in "$@"; do  # the run folder is the script's, so that a requeued job finds its checkpoint there
     # (--output-dir or any prefix of it the trainer's parser takes: no other option starts with --o)
     if [[ ${a%%=*} == --o* && --output-dir == "${a%%=*}"* ]]; then
-        echo "mpippo: error: $a: the batch scripts choose the run folder (here $RUN_DIR), so that a requeued" \
+        echo "mpippo: error: $(one_line "$a"): the batch scripts choose the run folder (here $RUN_DIR), so that a requeued" \
              "job finds its checkpoint; set MPIPPO_RUN_DIR instead" >&2; exit 2
     fi
 done
@@ -132,7 +135,7 @@ case "$LAUNCHER" in
     # a quote or backslash would reach mpirun as a character of an option (no shell reads it again)
     case "${MPIPPO_MPIRUN_ARGS:-}" in
       *[\"\'\\]*)
-        echo "mpippo: error: MPIPPO_MPIRUN_ARGS='$MPIPPO_MPIRUN_ARGS' holds a quote or backslash; it is split at" \
+        echo "mpippo: error: MPIPPO_MPIRUN_ARGS='$(one_line "$MPIPPO_MPIRUN_ARGS")' holds a quote or backslash; it is split at" \
              "spaces only, never read as a shell would: give each option and value without quotes" >&2
         exit 2 ;;
     esac
@@ -141,10 +144,16 @@ case "$LAUNCHER" in
     CMD=("$MPIRUN" ${MPIPPO_MPIRUN_ARGS:-} ${BIND[@]+"${BIND[@]}"} -n "$SLURM_NTASKS" "$MPIPPO_PYTHON" run_mpi.py)
     set +f ;;
   srun)  # (its tasks' CPUs given: srun takes no --cpus-per-task from sbatch since Slurm 22.05)
+    case "${MPIPPO_SRUN_MPI-pmix}" in
+      ""|*[!A-Za-z0-9_]*)
+        echo "mpippo: error: MPIPPO_SRUN_MPI='$(one_line "$MPIPPO_SRUN_MPI")' is not an MPI plugin's name (letters, digits and" \
+             "underscores, e.g. pmix, pmix_v4, pmi2: srun --mpi=list names this cluster's)" >&2
+        exit 2 ;;
+    esac
     CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "--cpus-per-task=$THREADS" "$MPIPPO_PYTHON" \
          run_mpi.py) ;;
   *)
-    echo "mpippo: error: MPIPPO_LAUNCHER='$LAUNCHER' is not one of mpirun, srun" >&2; exit 2 ;;
+    echo "mpippo: error: MPIPPO_LAUNCHER='$(one_line "$LAUNCHER")' is not one of mpirun, srun" >&2; exit 2 ;;
 esac
 
 # Open MPI names its shared-memory files after a 16-bit hash of the job's id, so two jobs sharing a

@@ -32,7 +32,7 @@ def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str, args
                      **more_env) -> tuple[str, list[str], int]:
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("mpirun", TRAINER)):
+    for name, text in (("scontrol", SCONTROL), ("mpirun", TRAINER), ("srun", TRAINER)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     calls = tmp_path / "calls"
@@ -141,11 +141,29 @@ def test_mpirun_args_are_split_not_globbed_and_a_users_binding_is_left_alone(tmp
         assert ("slot:PE=1" in trainer or "none" in trainer) == bound, (args, env, trainer)
 
 
-@pytest.mark.parametrize("args", ['--map-by "ppr:2:node"', "--mca btl_tcp_if_include 'eth0'", r"--host a\ b"])
+@pytest.mark.parametrize("args", ['--map-by "ppr:2:node"', "--mca btl_tcp_if_include 'eth0'", r"--host a\ b",
+                                  "--map-by 'a\nb'"])
 def test_mpirun_args_with_quotes_are_refused_in_one_line(tmp_path, args):
     """Split at spaces only, a quote or backslash reached mpirun as part of an option ('"ppr:2:node"'),
     where launch.py's --mpirun-args reads them as a shell would: refused, naming the value, before any rank."""
     out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", MPIPPO_MPIRUN_ARGS=args)
     errors = [line for line in out.splitlines() if line.startswith("mpippo: error:")]
     assert rc == 2 and not calls, out
-    assert len(errors) == 1 and f"MPIPPO_MPIRUN_ARGS='{args}'" in errors[0] and "quote or backslash" in errors[0]
+    shown = args.replace("\n", "\\n")  # a line break written \n: the error stays one line
+    assert len(errors) == 1 and f"MPIPPO_MPIRUN_ARGS='{shown}'" in errors[0] and "quote or backslash" in errors[0], out
+
+
+@pytest.mark.parametrize("plugin", ["pmix --overlap", "", "pmi2;true", "pmix\n--x"])
+def test_an_srun_mpi_plugin_that_is_no_name_is_refused_in_one_line(tmp_path, plugin):
+    """MPIPPO_SRUN_MPI went whole into srun's --mpi= (srun's own error, or an option riding in it):
+    a value that is no plugin's name is refused naming it, before any rank; a name goes through."""
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", MPIPPO_LAUNCHER="srun",
+                                      MPIPPO_SRUN_MPI=plugin)
+    errors = [line for line in out.splitlines() if line.startswith("mpippo: error:")]
+    assert rc == 2 and not calls, out
+    assert len(errors) == 1 and "MPIPPO_SRUN_MPI=" in errors[0] and "not an MPI plugin's name" in errors[0], out
+    good = tmp_path / "good"
+    good.mkdir()
+    out, calls, rc = run_batch_script(good, per_node="", nodes="1", tasks="2", MPIPPO_LAUNCHER="srun",
+                                      MPIPPO_SRUN_MPI="pmix_v4")
+    assert calls and calls[0].startswith("trainer --mpi=pmix_v4 "), (calls, out)
