@@ -29,7 +29,6 @@ from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
 from mpippo.comm import World
 from mpippo.errors import JobFailure
 from mpippo.usage import Parser
-from mpippo.suite.spec import has_submissions
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
@@ -159,12 +158,13 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
 
 def _not_inside_a_live_run(run_dir: Path) -> None:
     """A run folder inside another live run's folder would mix two writers' files (that run may set its
-    folder aside, copy it, or meet a name it writes): refused. A suite's folder is not a run's: its
-    members train inside it while `suite run --local` holds it, or its array elements after a submission."""
-    if (found := runlock.held_above(run_dir, exempt=has_submissions)):
+    folder aside, copy it, or meet a name it writes): refused. (A suite's folder is not a run's: its
+    members train inside it.)"""
+    if (found := runlock.held_above(run_dir)):
         above, who = found
-        raise runlock.FolderBusy(f"--output-dir: '{run_dir}' is inside '{above}', a folder in use: {who} holds its "
-                                 f"lock; one writer per run folder: choose a folder outside it")
+        raise runlock.FolderBusy(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' is inside '{C.show(str(above))[1:-1]}', "
+                                 f"a folder in use: {who} holds its lock; one writer per run folder: choose a folder "
+                                 f"outside it")
 
 
 def _lock(run_dir: Path, start: _StartUp, what: str = "--output-dir") -> None:

@@ -37,6 +37,7 @@ from mpippo.usage import UsageError, file_kind
 LOCK_NAME = ".mpippo.lock"
 _UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
 RETRY_S = 2.0  # a holder() probe holds a shared lock for microseconds: try again before refusing
+SUITE_TAG = "[suite folder]"  # in a suite's lock text: its members' runs train inside that folder
 
 
 class FolderBusy(UsageError):
@@ -121,7 +122,7 @@ def _describe(path: Path) -> str:
         text = _text(fd).decode(errors="replace").strip()
     finally:
         os.close(fd)
-    return text[:200] or "another process"
+    return _one_line(text[:240]) or "another process"  # whatever an older or foreign file holds
 
 
 def _busy(folder, what: str) -> FolderBusy:
@@ -152,11 +153,11 @@ def _lock_folder(folder: Path) -> tuple[int | None, bool]:
     return None, got is False
 
 
-def acquire(folder: str | Path, what: str = "run folder", warn=None) -> bool:
+def acquire(folder: str | Path, what: str = "run folder", warn=None, tag: str = "") -> bool:
     """Hold `folder`'s locks until this process ends (creating the lock file); True when held (or
     already held by this process), False when the file system has no locks (after one warning).
     FolderBusy, one line naming the holder, when another process holds it; BadLockFile when the
-    lock file is something else (a link, a FIFO, a folder)."""
+    lock file is something else (a link, a FIFO, a folder). `tag` goes into the holder's line (SUITE_TAG)."""
     folder = Path(folder)
     if str(lock_path(folder)) in _HELD:
         return True
@@ -165,7 +166,7 @@ def acquire(folder: str | Path, what: str = "run folder", warn=None) -> bool:
         folder_fd, busy = _lock_folder(folder)
         if not busy:
             try:
-                held = _lock_file(folder, folder_fd)
+                held = _lock_file(folder, folder_fd, _me(tag))
             except BaseException:
                 _close(folder_fd)
                 raise
@@ -183,7 +184,7 @@ def acquire(folder: str | Path, what: str = "run folder", warn=None) -> bool:
     return True
 
 
-def _lock_file(folder: Path, folder_fd: int | None) -> _Held | bool | None:
+def _lock_file(folder: Path, folder_fd: int | None, me: bytes) -> _Held | bool | None:
     """The lock file's half: our own file, locked, under the lock's name. False when another process
     holds it; None when there are no locks at all (neither the folder nor the file could be locked)."""
     path = lock_path(folder)
@@ -197,7 +198,7 @@ def _lock_file(folder: Path, folder_fd: int | None) -> _Held | bool | None:
         if got is False or not _same_file(fd, path):
             os.close(fd)
             return False
-        os.write(fd, _me())
+        os.write(fd, me)
         _sweep(path)
         return _held_new(folder_fd, fd, got)
     got = _flock(old, fcntl.LOCK_EX)
@@ -214,7 +215,7 @@ def _lock_file(folder: Path, folder_fd: int | None) -> _Held | bool | None:
                           f"its holder); mpippo never overwrites it: remove it, then try again")
     before = (_text(old, MAX_TEXT), stat.S_IMODE(st.st_mode))
     _sweep(path)
-    fd = _replace(path, _me(), lock=got)  # while `old` is locked, nobody else replaces it
+    fd = _replace(path, me, lock=got)  # while `old` is locked, nobody else replaces it
     os.close(old)
     return _Held(folder_fd, fd, _ident(os.fstat(fd)), before)
 
@@ -256,8 +257,15 @@ def _sweep(path: Path) -> None:
         stale.unlink(missing_ok=True)  # (a link itself, never what it points to)
 
 
-def _me() -> bytes:
-    return f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)[:120]})\n".encode(errors="replace")
+def _me(tag: str = "") -> bytes:
+    """The holder's line: one line whatever the command line holds (a value's line break written \\n)."""
+    argv = _one_line(" ".join(sys.argv)[:120])
+    return f"process {os.getpid()} on {socket.gethostname()} {tag + ' ' if tag else ''}({argv})\n".encode(errors="replace")
+
+
+def _one_line(text: str) -> str:
+    """`text` with what would break or hide a line (line breaks, other control characters) escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _ident(st: os.stat_result) -> tuple[int, int]:
@@ -339,20 +347,20 @@ def holder(folder: str | Path) -> str | None:
     return None
 
 
-def held_above(folder: str | Path, exempt=lambda above: False) -> tuple[Path, str] | None:
+def held_above(folder: str | Path) -> tuple[Path, str] | None:
     """The nearest folder above `folder` (links resolved) whose lock another process holds, and who:
     a run inside a live run's folder would write where that one writes. Not counted: a holder that is
-    this process or one that started it (a local suite holds its folder while its members train in
-    it), a folder without a lock file, one whose lock file is not ours to read, and those `exempt`
-    takes. None when there is no such folder."""
+    this process or one that started it, a suite's folder (SUITE_TAG: its members train inside it,
+    whoever started them), a folder without a lock file, and one whose lock file is not ours to read.
+    None when there is no such folder."""
     for above in Path(os.path.realpath(folder)).parents:
-        if not os.path.lexists(lock_path(above)) or exempt(above):
-            continue
         try:
+            if not os.path.lexists(lock_path(above)):
+                continue
             who = holder(above)
         except (OSError, UsageError):
-            continue  # not this run's lock file: its own folder's trainer says what is wrong with it
-        if who and not _started_this(who):
+            continue  # not this run's folder: its own trainer says what is wrong with it
+        if who and SUITE_TAG not in who and not _started_this(who):
             return above, who
     return None
 
@@ -366,7 +374,7 @@ def _started_this(who: str) -> bool:
         return False
     import psutil
     try:
-        return int(found[1]) in {p.pid for p in psutil.Process().parents()}
+        return int(found[1]) in {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     except psutil.Error:
         return False
 

@@ -7,7 +7,7 @@
 #   MPIPPO_LAUNCHER  mpirun (default) or srun (PMIx)
 #   MPIPPO_RUN_DIR   run folder (default: $MPIPPO_ROOT/runs/slurm-<job id>, so a requeued job finds its run)
 #   MPIPPO_MPIRUN_ARGS  extra mpirun options, split at spaces (e.g. "--bind-to none"; quotes are refused)
-#   MPIPPO_SRUN_MPI  srun's --mpi plugin (default pmix; a name: letters, digits, underscores)
+#   MPIPPO_SRUN_MPI  srun's --mpi plugin (unset: pmix; a name of letters, digits, underscores; empty is refused)
 set -uo pipefail
 
 # Signals first, before anything else runs: Slurm sends --signal=B:USR1@T to this shell (and,
@@ -54,7 +54,7 @@ trap 'echo "mpippo: USR1 received, asking the trainer to checkpoint"; forward US
 trap 'echo "mpippo: TERM received, asking the trainer to checkpoint and stop"; forward USR2' TERM
 
 # A value as an error line shows it: line breaks written \n, so that the error stays one line
-one_line() { local v=${1//$'\n'/\\n}; printf '%s' "${v//$'\r'/\\r}"; }
+one_line() { local v=${1//$'\n'/\\n}; v=${v//$'\r'/\\r}; printf '%s' "$v"; }
 
 if [ -z "${SLURM_JOB_ID:-}" ]; then  # (one line, not bash's "unbound variable")
     echo "mpippo: error: $(basename "$0") is a batch script: submit it with sbatch (no Slurm job here)" >&2; exit 2
@@ -86,7 +86,7 @@ case $RESTARTS in ''|*[!0-9]*) RESTARTS=0 ;; esac
 for a in "$@"; do  # the run folder is the script's, so that a requeued job finds its checkpoint there
     # (--output-dir or any prefix of it the trainer's parser takes: no other option starts with --o)
     if [[ ${a%%=*} == --o* && --output-dir == "${a%%=*}"* ]]; then
-        echo "mpippo: error: $(one_line "$a"): the batch scripts choose the run folder (here $RUN_DIR), so that a requeued" \
+        echo "mpippo: error: $(one_line "$a"): the batch scripts choose the run folder (here $(one_line "$RUN_DIR")), so that a requeued" \
              "job finds its checkpoint; set MPIPPO_RUN_DIR instead" >&2; exit 2
     fi
 done
@@ -108,7 +108,7 @@ try:
 except runlock.FolderBusy as e:  # another job trains there: never moved
     sys.exit(f"mpippo: error: {e.errors[0]}")
 except OSError as e:  # (a folder it may not rename: the trainer would refuse it anyway)
-    sys.exit(f"mpippo: error: MPIPPO_RUN_DIR: cannot set '{sys.argv[1]}' aside ({e.strerror or e})")
+    sys.exit(f"mpippo: error: MPIPPO_RUN_DIR: cannot set {sys.argv[1]!r} aside ({e.strerror or e})")
 if aside:
     print(f"mpippo: no checkpoint to resume in {sys.argv[1]}: set aside as {aside.name}; starting afresh")
 PY
@@ -150,7 +150,7 @@ case "$LAUNCHER" in
              "underscores, e.g. pmix, pmix_v4, pmi2: srun --mpi=list names this cluster's)" >&2
         exit 2 ;;
     esac
-    CMD=(srun "--mpi=${MPIPPO_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "--cpus-per-task=$THREADS" "$MPIPPO_PYTHON" \
+    CMD=(srun "--mpi=${MPIPPO_SRUN_MPI-pmix}" --kill-on-bad-exit=1 "--cpus-per-task=$THREADS" "$MPIPPO_PYTHON" \
          run_mpi.py) ;;
   *)
     echo "mpippo: error: MPIPPO_LAUNCHER='$(one_line "$LAUNCHER")' is not one of mpirun, srun" >&2; exit 2 ;;

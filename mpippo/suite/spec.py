@@ -237,11 +237,6 @@ def manifest_path(folder: Path, stamp: str) -> Path:
     return folder / f"{MANIFEST_PREFIX}{stamp}.json"
 
 
-def has_submissions(folder: Path) -> bool:
-    """Whether `folder` is a suite's folder that submitted members (their runs train inside it)."""
-    return any(folder.glob(f"{MANIFEST_PREFIX}*.json"))
-
-
 def read_manifest(path: str | Path) -> dict[str, dict]:
     """A submission's manifest, {array index: {key, folder, args}}, checked: a damaged or foreign
     file is one line naming it (a UsageError), never a member run from what it happens to hold."""

@@ -85,7 +85,7 @@ class SuiteLock:
         self.made = missing_folders(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
-            runlock.acquire(self.folder, "suite folder")
+            runlock.acquire(self.folder, "suite folder", tag=runlock.SUITE_TAG)
         except BaseException:
             remove_if_empty(self.made)
             raise

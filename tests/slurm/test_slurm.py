@@ -77,11 +77,11 @@ def wait_state(job: int, states: set[str], timeout: float, out: Path | None = No
     deadline = time.monotonic() + timeout
     info = {}
     while time.monotonic() < deadline:
-        info = job_info(job)
+        info = job_info(job) or info  # (a query that did not answer keeps the state last known)
         if info.get("JobState") in states:
             return info
         time.sleep(1)
-    subprocess.run(["scancel", str(job)], timeout=30)
+    poll(["scancel", str(job)])
     log = out.read_text()[-3000:] if out is not None and out.exists() else ""
     pytest.fail(f"job {job} not in {states} after {timeout} s: {info.get('JobState')} {info.get('Reason')}\n{log}")
 
@@ -357,7 +357,7 @@ def wait_array_gone(job: int, timeout: float) -> None:
         if res is not None and res.returncode == 0 and not res.stdout.strip():
             return
         time.sleep(1)
-    subprocess.run(["scancel", str(job)], timeout=30)
+    poll(["scancel", str(job)])
     pytest.fail(f"job array {job} still queued after {timeout} s")
 
 

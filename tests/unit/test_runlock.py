@@ -222,10 +222,11 @@ def test_atomic_writes_and_lock_files_follow_the_umask(tmp_path, umask):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
 
 
-def test_a_folder_above_held_by_another_process_is_found_unless_it_started_this_one(tmp_path):
+def test_a_folder_above_held_by_another_process_is_found_unless_it_started_this_one(tmp_path, monkeypatch):
     """held_above: a run inside another live run's folder is found (through a link too); a holder
-    that started the asking process (a local suite and its members) and a folder `exempt` takes (a
-    suite's, after a submission) are not; a lock file that is not ours to read is passed over."""
+    that started the asking process (a local suite and its members), this process (however it named
+    the folder) and a suite's folder (its lock says so) are not; a lock file that is not ours to read
+    is passed over, never opened."""
     outer = tmp_path / "outer"
     (outer / "a").mkdir(parents=True)
     other = holder_process(outer)
@@ -234,19 +235,43 @@ def test_a_folder_above_held_by_another_process_is_found_unless_it_started_this_
         assert above == outer.resolve() and who.startswith(f"process {other.pid} on ")
         (tmp_path / "link").symlink_to(outer / "a")
         assert runlock.held_above(tmp_path / "link" / "c")[0] == outer.resolve()
-        assert runlock.held_above(outer / "a", exempt=lambda f: f == outer.resolve()) is None
         assert runlock.held_above(outer) is None  # the folder itself is its own lock's business
     finally:
         other.kill()
         other.wait()
     assert runlock.held_above(outer / "a") is None  # the holder is gone
-    runlock.acquire(outer)  # this process holds it: a child it starts may work inside
+    suite = holder_process(outer, then="runlock.release(sys.argv[1]); runlock.acquire(sys.argv[1], tag=runlock.SUITE_TAG)")
+    try:
+        assert runlock.SUITE_TAG in runlock.holder(outer) and runlock.held_above(outer / "a") is None
+    finally:
+        suite.kill()
+        suite.wait()
+    monkeypatch.chdir(tmp_path)
+    runlock.acquire("outer")  # this process holds it, by a relative name: it and a child it starts may work inside
     code = "import sys; from mpippo import runlock; print(runlock.held_above(sys.argv[1]))"
     child = subprocess.run([sys.executable, "-c", code, str(outer / "a")], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)
     assert child.stdout.strip() == "None", child.stderr
-    assert runlock.held_above(outer / "a") is None  # nor this process itself
-    runlock.release(outer)
+    assert runlock.held_above(outer / "a") is None
+    runlock.release("outer")
     (tmp_path / "fifo").mkdir()
     os.mkfifo(tmp_path / "fifo" / runlock.LOCK_NAME)
     assert runlock.held_above(tmp_path / "fifo" / "x") is None  # never opened, no hang
+
+
+def test_the_holders_line_is_one_line_whatever_its_command_line_holds(tmp_path):
+    """A line break in a holder's command line (a --set value) is written \\n: every message that names
+    the holder stays one line."""
+    code = "import sys, time; from mpippo import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), "x\ny"], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        who = runlock.holder(tmp_path)
+        assert "\n" not in who and "x\\ny" in who, who
+        with pytest.raises(runlock.FolderBusy) as e:
+            runlock.acquire(tmp_path)
+        assert len(str(e.value.errors[0]).splitlines()) == 1
+    finally:
+        proc.kill()
+        proc.wait()
