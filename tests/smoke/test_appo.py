@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, finish, learner_line_by, metrics, mpi_env, ok, run, start, trainer, wait_for_line
+from conftest import (MPIRUN, ROOT, finish, learner_line_by, metrics, mpi_env, ok, relaunched, run, start, trainer,
+                      wait_for_line)
 
 pytestmark = pytest.mark.slow  # 3-rank runs of 10-40 s: left out by make test-fast
 
@@ -21,7 +22,7 @@ def appo_run(tmp_path, *extra, fault: str | None = None, timeout=180):
     env = mpi_env() | ({"MPIPPO_FAULT": fault} if fault else {})
     cmd = [MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", *APPO, "--output-dir", str(tmp_path),
            *extra]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    res = relaunched(lambda: subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout))
     assert res.returncode == 0, res.stderr[-3000:]
     return metrics(tmp_path)
 

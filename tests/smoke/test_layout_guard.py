@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import MPIRUN, ROOT, error_lines, metrics, mpi_env, seconds_since
+from conftest import MPIRUN, ROOT, error_lines, metrics, mpi_env, relaunched, seconds_since
 from mpippo import faults
 
 # 3-rank runs of tens of seconds, mostly asleep: they run beside other tests (make test's parallel part),
@@ -22,7 +22,7 @@ def run_faulty(tmp_path, fault: str, extra=(), limit=90):
     stamp = tmp_path / "fault-stamp"
     env = mpi_env() | {"MPIPPO_FAULT": fault, "MPIPPO_FAULT_STAMP": str(stamp)}
     cmd = [MPIRUN, "--oversubscribe", "-n", "3", sys.executable, *DQN, "--output-dir", str(tmp_path / "run"), *extra]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+    res = relaunched(lambda: subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit))
     return res, (seconds_since(stamp) if faults.parse(fault)["kind"] in ("raise", "kill", "hang") else None)
 
 

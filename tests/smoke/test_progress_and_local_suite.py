@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from conftest import ROOT, mpi_env
+from conftest import ROOT, mpi_env, relaunched
 
 # coinrun: its iterations are slow enough for the bar (redrawn once a second) to be seen moving; the suites
 # below run toy-cue, a member being no game's (a procgen process spends ~4 s of CPU on its assets first)
@@ -18,7 +18,13 @@ SMOKE = ["--config", "configs/smoke.yaml", "--total-timesteps", "768"]
 
 
 def on_terminal(cmd: list[str], timeout: float = 300, env: dict | None = None) -> tuple[int, str]:
-    """Run `cmd` with a pseudo-terminal as its stdin/stdout/stderr; everything it printed."""
+    """Run `cmd` with a pseudo-terminal as its stdin/stdout/stderr; everything it printed. Started again
+    where Open MPI failed to start the job, as every other way the tests launch one (conftest.relaunched)."""
+    res = relaunched(lambda: _on_terminal_once(cmd, timeout, env))
+    return res.returncode, res.stdout
+
+
+def _on_terminal_once(cmd: list[str], timeout: float, env: dict | None) -> subprocess.CompletedProcess:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the terminal is ours
         os.chdir(ROOT)
@@ -33,7 +39,8 @@ def on_terminal(cmd: list[str], timeout: float = 300, env: dict | None = None) -
             break
         out += chunk
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+    text = out.decode(errors="replace")  # (one stream: the terminal carries stdout and stderr alike)
+    return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), text, text)
 
 
 def test_launcher_shows_a_live_bar_on_a_terminal_and_none_on_a_pipe(tmp_path):
