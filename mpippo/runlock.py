@@ -122,7 +122,7 @@ def _describe(path: Path) -> str:
         text = _text(fd).decode(errors="replace").strip()
     finally:
         os.close(fd)
-    return _one_line(text[:240]) or "another process"  # whatever an older or foreign file holds
+    return _shown(text[:240]) or "another process"  # on one line, whatever the file holds (a line break in argv)
 
 
 def _busy(folder, what: str) -> FolderBusy:
@@ -258,14 +258,8 @@ def _sweep(path: Path) -> None:
 
 
 def _me(tag: str = "") -> bytes:
-    """The holder's line: one line whatever the command line holds (a value's line break written \\n)."""
-    argv = _one_line(" ".join(sys.argv)[:120])
+    argv = " ".join(sys.argv)[:120]
     return f"process {os.getpid()} on {socket.gethostname()} {tag + ' ' if tag else ''}({argv})\n".encode(errors="replace")
-
-
-def _one_line(text: str) -> str:
-    """`text` with what would break or hide a line (line breaks, other control characters) escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _ident(st: os.stat_result) -> tuple[int, int]:

@@ -180,7 +180,7 @@ def _check(s: Suite) -> None:
                          f"hours:minutes:seconds or days-hours[:minutes[:seconds]], e.g. 24:00:00 or 1-00:00:00)")
     if s.distribution_mode not in ("easy", "hard"):
         raise SuiteError(f"{where}: distribution_mode: {C.show(s.distribution_mode)} is not one of easy, hard")
-    if "\n" in s.base_config or "\r" in s.base_config:  # (the batch script reads a member's options one a line)
+    if _breaks_line(s.base_config):  # (the batch script reads a member's options one a line)
         raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} holds a line break")
     if not Path(s.base_config).is_file():
         raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} is not a file (paths are from the repository root)")
@@ -191,7 +191,7 @@ def _check(s: Suite) -> None:
             raise SuiteError(f"{where}: variants: name {C.show(name)} must be letters, digits, '_', '.', '-'")
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             raise SuiteError(f"{where}: variants.{name}: a list of 'section.key=value' strings, got {C.show(overrides)}")
-        if (broken := next((o for o in overrides if "\n" in o or "\r" in o), None)) is not None:
+        if (broken := next((o for o in overrides if _breaks_line(o)), None)) is not None:
             raise SuiteError(f"{where}: variants.{name}: {C.show(broken)} holds a line break; the batch script reads "
                              f"a member's options one a line (slurm/suite_member.sh)")
         # every game with the first variant (a misspelled gym: or atari: game is refused before anything is
@@ -230,11 +230,8 @@ def write_manifest(path: Path, members: list[Member]) -> None:
     files.atomic_write_bytes(path, json.dumps(rows, indent=1).encode())
 
 
-MANIFEST_PREFIX = "manifest-"  # <suite folder>/manifest-<time>.json: one per submission
-
-
-def manifest_path(folder: Path, stamp: str) -> Path:
-    return folder / f"{MANIFEST_PREFIX}{stamp}.json"
+def _breaks_line(text: str) -> bool:
+    return "\n" in text or "\r" in text
 
 
 def read_manifest(path: str | Path) -> dict[str, dict]:
@@ -250,7 +247,7 @@ def read_manifest(path: str | Path) -> dict[str, dict]:
                 or not all(isinstance(a, str) for a in row["args"]):
             raise SuiteError(f"{where}: expected {{\"key\": text, \"folder\": text, \"args\": [text, ...]}}, "
                              f"got {C.show(row)}; it is not a manifest `suite run` wrote")
-        if any("\n" in x or "\r" in x for x in (row["folder"], *row["args"])):  # (suite_member.sh reads one a line)
+        if any(_breaks_line(x) for x in (row["folder"], *row["args"])):  # (suite_member.sh reads one a line)
             raise SuiteError(f"{where}: its folder or an option holds a line break; it is not a manifest `suite run` "
                              f"wrote")
     return rows

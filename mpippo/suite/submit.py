@@ -31,7 +31,7 @@ from mpippo.launch import die_with_parent
 from mpippo.files import missing_folders, remove_if_empty
 from mpippo.usage import UsageError
 from mpippo.suite import state
-from mpippo.suite.spec import Member, Suite, SuiteError, manifest_path, write_manifest
+from mpippo.suite.spec import Member, Suite, SuiteError, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MEMBER_SCRIPT = ROOT / "slurm" / "suite_member.sh"
@@ -146,7 +146,7 @@ def submit_slurm(suite: Suite, members: list[Member], max_parallel: int | None, 
     made = missing_folders(suite.folder / "slurm")
     (suite.folder / "slurm").mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    manifest = manifest_path(suite.folder, stamp)
+    manifest = suite.folder / f"manifest-{stamp}.json"
     cancel = f"if it queued an array, cancel it: scancel --name suite-{suite.name}"
 
     def refuse(why: str) -> SuiteError:
