@@ -19,3 +19,19 @@ class NonFiniteError(JobFailure, FloatingPointError):
 
 class ReplicaDivergence(JobFailure):
     """The ranks' parameters are no longer bit-identical."""
+
+
+# ---- failures one rank finds alone, mid-run ----
+
+class RankFailure(RuntimeError):
+    """A failure one rank finds by itself, mid-run, said in one line instead of a traceback: the
+    abort hook (comm.World.install_abort_hook) prints `mpippo: error: rank N: <text>` and ends the
+    whole job with `exit_code`; only an abort reaches the other ranks, which may be waiting in a
+    collective for this one."""
+    exit_code = 1
+
+
+class EnvFailure(RankFailure):
+    """A Gymnasium env (the user's code) raised, exited, or broke its declared contract mid-run: bad
+    input found late, so exit 2, as when start-up finds the same env misbehaving."""
+    exit_code = 2

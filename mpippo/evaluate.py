@@ -36,6 +36,7 @@ from mpippo.usage import Parser, reason
 from mpippo import toolcli
 from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
+from mpippo.errors import EnvFailure
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
@@ -144,6 +145,8 @@ def check_render(cfg: C.Config) -> None:
             raise ValueError(f"its frame is {type(frame).__name__} {getattr(frame, 'shape', '')}, not (H, W, 3) uint8")
     except C.UsageError:
         raise
+    except EnvFailure as e:  # the user's env said what failed and where, in one line
+        raise C.UsageError(f"--video: {e}") from None
     except Exception as e:  # noqa: BLE001 (an env's renderer may raise anything: a missing package, a display)
         raise C.UsageError(f"--video: {cfg.env.name} cannot render a picture ({reason(e, 160)})") from None
     finally:

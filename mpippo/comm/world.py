@@ -16,6 +16,8 @@ import traceback
 
 import numpy as np
 
+from mpippo.errors import RankFailure
+
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
 # rank's environment. Without any of them this is one process (plain `python run_mpi.py`, a tool, a
 # test) and MPI is not started: a singleton MPI_Init waits about a second for Open MPI's runtime and
@@ -235,6 +237,10 @@ class World:
     def install_abort_hook(self) -> None:
         """An unhandled exception on any rank takes the whole job down, never a hang."""
         def hook(exc_type, exc, tb):
+            if isinstance(exc, RankFailure):  # a failure that says itself in one line (a user's env mid-run)
+                who = f"rank {self.rank}: " if self.size > 1 else ""
+                sys.stderr.write(f"mpippo: error: {who}{exc}\n")
+                self.abort(exc.exit_code)
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write("".join(f"[rank {self.rank}] {line}\n" for line in text.rstrip().splitlines()))
             self.abort(1)

@@ -20,13 +20,18 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 import re
 import sys
+import sysconfig
+import traceback
 import warnings
+from pathlib import Path
 
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces
+from mpippo.errors import EnvFailure
 from mpippo.usage import UsageError, reason, show
 
 PREFIX = "gym:"
@@ -178,7 +183,7 @@ class GymFamily(EnvFamily):
             try:
                 self._spaces[key] = _spaces_of(env)
             finally:
-                env.close()
+                _close(env)  # (a close that fails is said when the run's own envs close)
         return self._spaces[key]
 
     def make(self, cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
@@ -260,6 +265,24 @@ def _plain(message) -> str:
     return text.removeprefix("WARN: ").splitlines()[0][:200] if text else ""
 
 
+def _what(e: BaseException) -> str:
+    return f"called sys.exit({show(e.code)})" if isinstance(e, SystemExit) else f"raised {reason(e)}"
+
+
+def _where(e: BaseException) -> str:
+    """Where the env's own code failed: the innermost frame outside Python's library, NumPy, Gymnasium
+    and mpippo; none when the env returned what Gymnasium could not take (a 4-tuple, a wrong shape)."""
+    paths = sysconfig.get_paths()
+    packages = tuple(p + os.sep for p in {paths["purelib"], paths["platlib"]})  # (under stdlib in a conda env)
+    libs = tuple(str(Path(m.__file__).parent) + os.sep for m in (np, sys.modules.get("gymnasium"), sys.modules["mpippo"])
+                 if getattr(m, "__file__", None))
+
+    def ours(name: str) -> bool:
+        return name.startswith(libs) or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages))
+    own = [f for f in traceback.extract_tb(e.__traceback__) if not ours(f.filename)]
+    return f", at {own[-1].filename!r}:{own[-1].lineno} in {own[-1].name}" if own else ""
+
+
 def _kw(kwargs: dict) -> str:
     text = repr(kwargs)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -285,11 +308,13 @@ class GymVecEnv:
         except UsageError:
             raise
         except Exception as e:  # noqa: BLE001 (the env's code may raise anything)
-            (getattr(self, "env", None) or first_env).close()  # the envs made so far
+            _close(getattr(self, "env", None) or first_env)  # the envs made so far
             raise UsageError(f"env.name: '{cfg.env.name}' does not keep to the spaces it declares: making {num_envs} "
                              f"and resetting them failed ({reason(e)}); each must have the spaces of the first, and "
                              f"its observations the shape of {_space(first_env.observation_space)}") from None
         self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
+        self.name, self.steps = cfg.env.name, 0
+        self.declared = f"observations {_space(first_env.observation_space)}, actions {_space(first_env.action_space)}"
         self.env.single_action_space.seed(int(seed))
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.first = np.ones(num_envs, dtype=bool)
@@ -306,20 +331,41 @@ class GymVecEnv:
             actions = np.clip(np.asarray(actions, dtype=np.float32), self.low, self.high)
         else:
             actions = np.asarray(actions, dtype=np.int64) + self.start
-        obs, rew, term, trunc, info = self.env.step(actions)
-        self.obs, self.rew = self._cast(obs), np.asarray(rew, dtype=np.float32)
-        self.first = np.logical_or(term, trunc)
-        cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
-        final = (np.stack([np.asarray(info["final_obs"][i], dtype=self.dtype).reshape(self.obs_shape) for i in cut])
-                 if len(cut) else np.zeros((0, *self.obs_shape), dtype=self.dtype))
-        self.cut = (cut, final)
+        self.steps += 1
+        try:  # the user's code: whatever it raises (sys.exit too) becomes one line naming the env
+            obs, rew, term, trunc, info = self.env.step(actions)
+            obs, rew = self._cast(obs), np.asarray(rew, dtype=np.float32).reshape(self.num_envs)
+            first = np.logical_or(term, trunc)
+            cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
+            final = (np.stack([np.asarray(info["final_obs"][i], dtype=self.dtype).reshape(self.obs_shape)
+                               for i in cut]) if len(cut) else np.zeros((0, *self.obs_shape), dtype=self.dtype))
+        except (Exception, SystemExit) as e:  # noqa: BLE001 (not KeyboardInterrupt: an impatient second Ctrl-C)
+            raise self._failed("step", e, "an env whose step returns (obs, reward, terminated, truncated, info) "
+                               f"within its declared spaces ({self.declared})") from None
+        self._check_finite("a reward", rew)  # a NaN would surface updates later as a non-finite loss, its cause lost
+        self._check_finite("an observation", obs)
+        self._check_finite("a final observation", final)
+        self.obs, self.rew, self.first, self.cut = obs, rew, first, (cut, final)
+
+    def _failed(self, during: str, e: BaseException, allowed: str) -> EnvFailure:
+        return EnvFailure(f"env.name: '{self.name}' {_what(e)} in its {during}() (step {self.steps:,} of this rank)"
+                          f"{_where(e)}; allowed: {allowed}")
+
+    def _check_finite(self, what: str, values: np.ndarray) -> None:
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            bad = values[~np.isfinite(values)].flat[0]
+            raise EnvFailure(f"env.name: '{self.name}' returned {what} holding {bad} (as float32) at step "
+                             f"{self.steps:,} of this rank; allowed: finite values")
 
     def truncated(self) -> tuple[np.ndarray, np.ndarray]:
         """(env indices, their final observations) of the episodes the last act cut by a time limit."""
         return self.cut
 
     def render(self) -> np.ndarray:
-        return self.env.envs[0].render()
+        try:
+            return np.asarray(self.env.envs[0].render())
+        except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's renderer)
+            raise self._failed("render", e, "a picture from render() with render_mode='rgb_array'") from None
 
     def get_state(self):
         return None  # not exact_resume: a resume starts fresh episodes
@@ -328,7 +374,18 @@ class GymVecEnv:
         raise ValueError("a Gymnasium env's state cannot be restored")
 
     def close(self) -> None:
-        self.env.close()
+        if (e := _close(self.env)) is not None:  # at the end, the run's results written: a warning, not a failure
+            sys.stderr.write(f"mpippo: warning: env.name: '{self.name}' {_what(e)} in its close(){_where(e)}; "
+                             "ignored\n")
+
+
+def _close(env) -> BaseException | None:
+    """Close the user's env(s); what the close raised, if anything."""
+    try:
+        env.close()
+    except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's code)
+        return e
+    return None
 
 
 FAMILY = GymFamily()

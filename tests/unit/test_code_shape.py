@@ -118,7 +118,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_circles_and_envs_import_nothing_above_them():
     graph = import_graph(ROOT / "mpippo")
     assert circles(graph) == []
-    below = ("mpippo.envs", "mpippo.usage")  # usage: the one-line error, a leaf (argparse only)
+    # usage: the one-line error, a leaf (argparse only); errors: the failure classes, a leaf (no imports)
+    below = ("mpippo.envs", "mpippo.usage", "mpippo.errors")
     upward = {m: sorted(t for t in ts if not t.startswith(below)) for m, ts in graph.items()
               if m.startswith("mpippo.envs") and any(not t.startswith(below) for t in ts)}
     assert upward == {}  # the envs are the bottom layer: config and the rest import them

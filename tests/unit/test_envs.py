@@ -215,3 +215,46 @@ def test_pettingzoo_connect_four_plays_as_the_built_in_game():
     env.act(np.zeros(2, dtype=np.int64))
     rew, _, first = env.observe()
     assert env.illegal_moves == before + 2 and list(rew) == [-1.0, -1.0] and first.all()
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ("raise", "raised RuntimeError: the user's env broke in its step() (step 4 of this rank), at '"),
+    ("exit", "called sys.exit(3) in its step() (step 4 of this rank), at '"),
+    ("four-tuple", "raised ValueError: not enough values to unpack (expected 5, got 4) in its step()"),
+    ("shape", "raised ValueError"),
+    ("nan-reward", "returned a reward holding nan (as float32) at step 4 of this rank; allowed: finite values"),
+    ("inf-obs", "returned an observation holding inf (as float32) at step 4 of this rank"),
+    ("nan-final", "returned a final observation holding nan (as float32) at step 5 of this rank")])
+def test_a_users_env_that_breaks_mid_run_is_named_in_one_line(fault, expect):
+    """Whatever a user's env does wrong after start-up (raise, sys.exit, the old 4-tuple, a wrong
+    shape, non-finite numbers) becomes one EnvFailure line naming the env, the step and where in the
+    env's own code (not Gymnasium's): its rank's abort hook prints it and ends the job, exit 2."""
+    from mpippo.errors import EnvFailure
+    sys.modules.get("mpippo_user_envs") and setattr(sys.modules["mpippo_user_envs"].Faulty, "steps", 0)
+    env = envs.make_env(user_cfg("gym:mpippo-test/Faulty-v0", kwargs={"fault": fault, "at": 6}), 2, seed=0)
+    sys.modules["mpippo_user_envs"].Faulty.steps = 0  # (the first reset took none)
+    with pytest.raises(EnvFailure) as e:
+        for _ in range(6):
+            env.act(np.zeros(2, dtype=np.int64))
+    line = str(e.value)
+    assert line.startswith("env.name: 'gym:mpippo-test/Faulty-v0' ") and expect in line and "\n" not in line, line
+    if expect.endswith("at '"):  # the env's own line, not a frame of Gymnasium's
+        assert "mpippo_user_envs.py':" in line and "in step;" in line, line
+    if fault in ("four-tuple", "shape"):  # Gymnasium failed on what the env returned: no frame of the user's
+        assert ", at '" not in line and "declared spaces (observations Box(-1.0, 1.0, (3,), float32)" in line, line
+    assert e.value.exit_code == 2
+
+
+def test_a_users_renderer_that_fails_is_named_and_a_failing_close_only_warns(capsys):
+    from mpippo.errors import EnvFailure
+    env = envs.make_env(user_cfg("gym:mpippo-test/Faulty-v0", kwargs={"fault": "render", "at": -1}), 1, seed=0,
+                        render=True)
+    with pytest.raises(EnvFailure, match=r"raised RuntimeError: no display in its render\(\) .*in render; "
+                                         r"allowed: a picture from render\(\)"):
+        env.render()
+    env.close()
+    env = envs.make_env(user_cfg("gym:mpippo-test/Faulty-v0", kwargs={"fault": "close"}), 1, seed=0)
+    env.close()  # at the end of a run whose results are written: one warning, not a failed run
+    err = capsys.readouterr().err
+    assert err.startswith("mpippo: warning: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: the user's "
+                          "env could not close in its close(), at '") and err.endswith("in close; ignored\n"), err

@@ -5,9 +5,14 @@ registers its ids, like a user's package would.
 - `mpippo-test/Steady-v0`: the observation never changes, every step earns 1, the episode never
   ends by itself: a time limit (5 steps) cuts it. Its true value is 1 / (1 - gamma) everywhere.
 - `mpippo-test/Ending-v0`: the same, but the episode terminates after 5 steps (a real end).
+- `mpippo-test/Faulty-v0`: Steady (cut at 5 steps) that breaks at a chosen step, as a user's env with a bug
+  would (`fault`, below).
 - `make_corridor`: an entry point (env.import: mpippo_user_envs:make_corridor) for a walk to the
   right end of a corridor of 6 cells (Discrete(2) actions starting at 1: a non-zero start).
 """
+import os
+import sys
+
 import gymnasium as gym
 import numpy as np
 
@@ -148,3 +153,50 @@ gym.register(id="mpippo-test/WrongShape-v0", entry_point=WrongShape)
 gym.register(id="mpippo-test/Shifting-v0", entry_point=Shifting)
 # an env whose module needs a package this machine lacks (as Box2D's envs without box2d)
 gym.register(id="mpippo-test/MissingDep-v0", entry_point="mpippo_user_envs_missing_dependency:Env")
+
+
+class Faulty(Steady):
+    """Steady until this process's envs have taken `at` steps in all, then broken as `fault` says:
+    raise, exit (sys.exit(3), the code a requeue exits with), nan-reward, inf-obs, nan-final (the
+    observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), render,
+    close. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
+    so a run trained sound can be evaluated broken."""
+    metadata = {"render_modes": ["rgb_array"]}
+    steps = 0  # this process's, all envs
+
+    def __init__(self, fault: str = "", at: int = 0, rank: int = -1, render_mode=None):
+        super().__init__()
+        if os.environ.get("MPIPPO_TEST_ENV_FAULT"):
+            fault, at = os.environ["MPIPPO_TEST_ENV_FAULT"].split("@")
+        mine = rank < 0 or os.environ.get("OMPI_COMM_WORLD_RANK", "0") == str(rank)
+        self.fault, self.at, self.render_mode = (fault if mine else ""), int(at), render_mode
+
+    def broken(self, fault: str) -> bool:
+        return self.fault == fault and Faulty.steps > self.at
+
+    def step(self, action):
+        Faulty.steps += 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.broken("raise"):
+            raise RuntimeError("the user's env broke")
+        if self.broken("exit"):
+            sys.exit(3)
+        if self.broken("four-tuple"):
+            return obs, reward, terminated, info
+        if self.broken("shape"):
+            obs = np.zeros(4, np.float32)
+        if self.broken("inf-obs") or (self.broken("nan-final") and self.t == LIMIT):
+            obs = np.full(3, np.inf if self.fault == "inf-obs" else np.nan, np.float32)
+        return obs, (np.nan if self.broken("nan-reward") else reward), terminated, truncated, info
+
+    def render(self):
+        if self.broken("render"):
+            raise RuntimeError("no display")
+        return np.zeros((16, 16, 3), np.uint8)
+
+    def close(self):
+        if self.fault == "close":
+            raise RuntimeError("the user's env could not close")
+
+
+gym.register(id="mpippo-test/Faulty-v0", entry_point=Faulty, max_episode_steps=LIMIT)

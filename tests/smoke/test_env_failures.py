@@ -1,0 +1,64 @@
+"""A user's Gymnasium env that breaks mid-run (tests/user_env's Faulty-v0: it raises, calls
+sys.exit(3), returns NaN), through the real CLI in each layout and in evaluate: one line naming the
+env, the rank and where in the env's code, exit 2 (never 3, the requeue code a sys.exit(3) in the env
+would otherwise pass on), no traceback, no hang, and the run's last checkpoint kept."""
+import sys
+
+import torch
+
+from conftest import MPIRUN, ROOT, error_lines, run
+
+USER_ENVS = str(ROOT / "tests" / "user_env")
+FAULTY = ["--no-progress", "--set", "env.import=mpippo_user_envs", "--set", "env.name=gym:mpippo-test/Faulty-v0",
+          "--set", "logging.tensorboard=false"]
+
+
+def job(ranks: int | None, args: list[str], fault: str = "", timeout: float = 120):
+    cmd = [sys.executable, *args] if ranks is None else [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable, *args]
+    return run(cmd, timeout, env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_FAULT": fault})
+
+
+def the_line(res, *words: str) -> str:
+    """The job's one error line, holding every word, and no traceback anywhere."""
+    lines = error_lines(res.stderr)
+    assert res.returncode == 2 and len(lines) == 1, (res.returncode, res.stderr[-3000:])
+    assert all(w in lines[0] for w in words) and "Traceback" not in res.stderr + res.stdout, lines[0]
+    return lines[0]
+
+
+def test_an_env_raising_mid_run_ends_the_run_in_one_line_keeping_its_checkpoint_and_evaluate_says_so_too(tmp_path):
+    """One rank, PPO: 4 envs x 128 steps an update, a checkpoint each; the env raises in the third
+    update (its 1,064th env step, vector step 266). Then evaluate of the run, the env broken again, in its steps and in
+    its renderer: one line each, no video or JSON left."""
+    run_dir = tmp_path / "run"
+    res = job(None, ["run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps", "4096",
+                     "--set", "env.kwargs={fault: raise, at: 1063}", "--set", "checkpoint.interval_iterations=1",
+                     "--output-dir", str(run_dir)])
+    the_line(res, "mpippo: error: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: the user's env broke "
+                  "in its step() (step 266 of this rank), at '", "mpippo_user_envs.py':")
+    state = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
+    assert state["iteration"] == 2 and not list(run_dir.rglob("*.tmp"))
+    video, out = tmp_path / "play.mp4", tmp_path / "eval.json"
+    evaluate = ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--import", "mpippo_user_envs",
+                "--num-episodes", "4", "--json", str(out)]
+    the_line(job(None, evaluate, fault="raise@3"), "raised RuntimeError: the user's env broke in its step()")
+    the_line(job(None, [*evaluate, "--video", str(video)], fault="render@-1"),
+             "mpippo: error: --video: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: no display in its "
+             "render()")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_an_env_calling_sys_exit_3_on_one_rank_ends_the_job_naming_the_rank_with_exit_2(tmp_path):
+    """Two ranks, PPO: rank 1's env calls sys.exit(3) while rank 0 waits for it in the gradient
+    Allreduce: rank 1 says so and aborts the job; the exit is 2, not the requeue's 3."""
+    res = job(2, ["run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps", "4096",
+                  "--set", "env.kwargs={fault: exit, at: 300, rank: 1}", "--output-dir", str(tmp_path / "run")])
+    the_line(res, "mpippo: error: rank 1: env.name: 'gym:mpippo-test/Faulty-v0' called sys.exit(3) in its step()")
+
+
+def test_an_actors_env_returning_nan_ends_the_actor_learner_job_naming_the_rank(tmp_path):
+    """Ape-X DQN on three ranks (a learner, two actors): actor rank 2's env returns a NaN reward,
+    which would otherwise reach the replay and the learner's loss, its cause lost."""
+    res = job(3, ["run_mpi.py", "--config", "configs/dqn_cartpole.yaml", *FAULTY, "--total-timesteps", "20000",
+                  "--set", "env.kwargs={fault: nan-reward, at: 200, rank: 2}", "--output-dir", str(tmp_path / "run")])
+    the_line(res, "mpippo: error: rank 2: env.name: 'gym:mpippo-test/Faulty-v0' returned a reward holding nan")
