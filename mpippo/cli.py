@@ -212,6 +212,9 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     run_dir = _run_dir(world, args, start)
     cfg, note = _config(world, args, overrides, run_dir, start)
     trainer = _trainer(world, args, cfg, run_dir, start)
+    if (replaced := signals.reclaim()) and world.is_root:  # the envs' code ran: their handlers are undone
+        print(f"mpippo: warning: the env's code set its own handler for {', '.join(replaced)}; mpippo's is back "
+              f"(a stop or a requeue checkpoints as usual)", flush=True)
     runctl.end_startup_gc_pause()
     if note and world.is_root:
         print(f"mpippo: note: {note}", flush=True)

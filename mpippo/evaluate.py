@@ -411,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         error = e.errors[0]
     if _refused(world, error):
         return EXIT_USAGE
+    toolcli.reclaim_stops()  # the envs' code ran (a user's env may set its own handlers): a stop is still one line
     if two_player and args.opponent == "lookahead":
         env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),

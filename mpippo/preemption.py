@@ -77,6 +77,20 @@ class SignalFlags:
         signal.signal(signal.SIGUSR2, self._on_stop)
         return self
 
+    def reclaim(self) -> list[str]:
+        """The handlers again, once the user's code has run (env.import's module, the envs' constructors
+        and first reset): a library that set its own (SDL's for SIGINT and SIGTERM, a simulator's)
+        would otherwise decide what a stop or a requeue does, and the run's last minutes would be lost.
+        Returns the signals whose Python handler had been replaced (one a C library set is undone too,
+        unseen); flags that were never installed (an API caller's own) install nothing."""
+        if _FLAGS is not self:
+            return []
+        ours = {signal.SIGUSR1: self._on_usr1, signal.SIGTERM: self._on_stop, signal.SIGINT: self._on_stop,
+                signal.SIGUSR2: self._on_stop}
+        replaced = [sig.name for sig, handler in ours.items() if signal.getsignal(sig) != handler]
+        self.install()
+        return replaced
+
     def _on_usr1(self, signum, frame):
         self.requeue = True
 

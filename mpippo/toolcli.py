@@ -74,6 +74,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _stopping: list[int] = []
 _holding: list[int] = []  # stops_held blocks open
 _pending: list[int] = []  # a stop that came inside one: raised at its end
+_installed: set[int] = set()  # the stop signals run() handles (reclaim_stops sets them again)
 
 
 def _raise_stopped(signum, frame):
@@ -102,6 +103,12 @@ def stops_held():
             raise Stopped(_pending.pop())
 
 
+def reclaim_stops() -> None:
+    """The stop handlers again, after a user's code ran (an env's constructor may set its own: SDL's)."""
+    for sig in _installed:
+        signal.signal(sig, _raise_stopped)
+
+
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
@@ -110,6 +117,7 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
             signal.signal(sig, _raise_stopped)
+            _installed.add(sig)
     stdout = sys.stdout
     if stdout is not None:  # (None: started with its stdout closed, where print() does nothing)
         sys.stdout = _ReaderMayLeave(stdout)

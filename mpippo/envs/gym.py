@@ -363,7 +363,7 @@ class GymVecEnv:
 
     def render(self) -> np.ndarray:
         try:
-            return np.asarray(self.env.envs[0].render())
+            return self.env.envs[0].render()
         except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's renderer)
             raise self._failed("render", e, "a picture from render() with render_mode='rgb_array'") from None
 

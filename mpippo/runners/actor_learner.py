@@ -187,6 +187,7 @@ class ActorLearnerRun:
         if a.resumes:  # fresh episodes and exploration, not a replay of segment 1
             self.env.close()
             self.env = make_env(cfg, a.num_envs, seed=self.seed + 7919 * a.resumes)
+            signals.reclaim()  # the envs' code ran again (start-up said once what it had replaced)
         flat = flatten_parameters_(self.model)
         rng = np.random.default_rng(self.seed + 17 + 7919 * a.resumes)
         ch = ActorChannel(self.group, 0, self.layout, flat.numel(), a.section.max_inflight, self.table_size,

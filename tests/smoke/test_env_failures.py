@@ -2,11 +2,12 @@
 sys.exit(3), returns NaN), through the real CLI in each layout and in evaluate: one line naming the
 env, the rank and where in the env's code, exit 2 (never 3, the requeue code a sys.exit(3) in the env
 would otherwise pass on), no traceback, no hang, and the run's last checkpoint kept."""
+import signal
 import sys
 
 import torch
 
-from conftest import MPIRUN, ROOT, error_lines, run
+from conftest import MPIRUN, ROOT, error_lines, finish, run, start, wait_for_line
 
 USER_ENVS = str(ROOT / "tests" / "user_env")
 FAULTY = ["--no-progress", "--set", "env.import=mpippo_user_envs", "--set", "env.name=gym:mpippo-test/Faulty-v0",
@@ -62,3 +63,22 @@ def test_an_actors_env_returning_nan_ends_the_actor_learner_job_naming_the_rank(
     res = job(3, ["run_mpi.py", "--config", "configs/dqn_cartpole.yaml", *FAULTY, "--total-timesteps", "20000",
                   "--set", "env.kwargs={fault: nan-reward, at: 200, rank: 2}", "--output-dir", str(tmp_path / "run")])
     the_line(res, "mpippo: error: rank 2: env.name: 'gym:mpippo-test/Faulty-v0' returned a reward holding nan")
+
+
+def test_an_env_that_sets_its_own_signal_handlers_does_not_take_the_requeue_away(tmp_path):
+    """The env's constructor sets SIGINT, SIGTERM and SIGUSR1 to their default action (as SDL's
+    start-up sets its own): mpippo puts its handlers back once the envs are made and says so, so
+    Slurm's SIGUSR1 still checkpoints and exits 3 instead of killing the run."""
+    run_dir = tmp_path / "run"
+    proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY,
+                  "--total-timesteps", "1000000", "--set", "env.kwargs={fault: signals}",
+                  "--set", "logging.print_interval=1", "--output-dir", str(run_dir)],
+                 env={"PYTHONPATH": USER_ENVS})
+    warning = wait_for_line(proc, "mpippo: warning:")  # (before training starts)
+    assert warning.startswith("mpippo: warning: the env's code set its own handler for SIGUSR1, SIGTERM, SIGINT; "
+                              "mpippo's is back"), warning
+    wait_for_line(proc, "iter     1")
+    proc.send_signal(signal.SIGUSR1)
+    code, out, err = finish(proc)
+    assert code == 3 and "stopped by SIGUSR1 after a checkpoint" in out, (code, out[-2000:], err[-2000:])
+    assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] >= 1

@@ -228,3 +228,14 @@ def test_a_sweep_with_null_counts_is_read_with_the_defaults(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps(sweep))
     s = scaling_model.load_sweep(tmp_path / "sweep.json")
     assert (s["iterations"] == 1).all() and s["allreduce_bytes"] > 0 and s["allreduce_calls"] == 24
+
+
+def test_a_tool_takes_its_stop_handlers_back_after_a_users_code_set_its_own(tool_signals):
+    """evaluate makes a user's envs, whose code may set its own handlers (SDL's start-up does):
+    reclaim_stops puts the tool's back, so a stop is still one line and nothing half-written."""
+    def main(argv):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the user's env, in the tool's process
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        toolcli.reclaim_stops()
+        return 0 if all(signal.getsignal(s) is toolcli._raise_stopped for s in (signal.SIGTERM, signal.SIGINT)) else 1
+    assert toolcli.run("t", main) == 0

@@ -11,6 +11,7 @@ registers its ids, like a user's package would.
   right end of a corridor of 6 cells (Discrete(2) actions starting at 1: a non-zero start).
 """
 import os
+import signal
 import sys
 
 import gymnasium as gym
@@ -159,7 +160,7 @@ class Faulty(Steady):
     """Steady until this process's envs have taken `at` steps in all, then broken as `fault` says:
     raise, exit (sys.exit(3), the code a requeue exits with), nan-reward, inf-obs, nan-final (the
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), render,
-    close. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
+    close; or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
     metadata = {"render_modes": ["rgb_array"]}
     steps = 0  # this process's, all envs
@@ -170,6 +171,9 @@ class Faulty(Steady):
             fault, at = os.environ["MPIPPO_TEST_ENV_FAULT"].split("@")
         mine = rank < 0 or os.environ.get("OMPI_COMM_WORLD_RANK", "0") == str(rank)
         self.fault, self.at, self.render_mode = (fault if mine else ""), int(at), render_mode
+        if self.fault == "signals":  # as SDL's start-up does: a library's own handlers for the stop signals
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_DFL)
 
     def broken(self, fault: str) -> bool:
         return self.fault == fault and Faulty.steps > self.at
