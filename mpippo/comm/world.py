@@ -80,6 +80,7 @@ class World:
             self.affinity, self.cpu_share = len(mask), len(mask)
         self._watch_name: str | None = None
         self._watch_since = 0.0
+        self._left_at = time.monotonic()  # when this rank last left a collective (the watchdog's answer)
         self._seq = 0  # collectives entered so far: equal on all ranks that are in step
         # A private communicator for the watchdog's diagnosis, so its messages never mix with training's.
         self._diag = self.comm.Dup() if self.comm is not None and self.size > 1 else None
@@ -123,7 +124,8 @@ class World:
         while True:
             time.sleep(0.5)
             while req is not None and req.Test(status):
-                reply = np.array([self._seq, self._watch_name is not None], dtype=np.int64)
+                busy = int(time.monotonic() - self._left_at)  # outside collectives: its envs, its update
+                reply = np.array([self._seq, self._watch_name is not None, busy], dtype=np.int64)
                 pending.append((self._diag.Isend(reply, dest=status.Get_source(), tag=self._REPLY), reply))
                 req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY)
             pending = [(r, b) for r, b in pending if not r.Test()]
@@ -139,7 +141,7 @@ class World:
         """Ask every other rank which collective it is in; name those that did not arrive."""
         others = [r for r in range(self.size) if r != self.rank]
         ask = np.array([seq], dtype=np.int64)
-        replies = {r: np.full(2, -1, dtype=np.int64) for r in others}
+        replies = {r: np.full(3, -1, dtype=np.int64) for r in others}
         sends = [self._diag.Isend(ask, dest=r, tag=self._QUERY) for r in others]
         recvs = {r: self._diag.Irecv(replies[r], source=r, tag=self._REPLY) for r in others}
         deadline = time.monotonic() + wait_s
@@ -147,13 +149,13 @@ class World:
             time.sleep(0.05)
         missing, notes = [], []
         for r in others:
-            r_seq, inside = replies[r]
+            r_seq, inside, busy = replies[r]
             if r_seq < 0:
                 missing.append(r)
                 notes.append(f"rank {r}: no answer (dead or stuck)")
             elif r_seq != seq or not inside:
                 missing.append(r)
-                state = "waiting in" if inside else "not in a collective, last entered"
+                state = "waiting in" if inside else f"not in a collective for {busy} s, last entered"
                 notes.append(f"rank {r}: {state} #{r_seq}")
         del sends
         if not missing:
@@ -166,7 +168,7 @@ class World:
         try:
             return fn(*args)
         finally:
-            self._watch_name = None
+            self._watch_name, self._left_at = None, time.monotonic()
 
     # ---- buffer collectives (hot path) ----
     def allreduce_(self, buf: np.ndarray, op: str = "sum", name: str = "allreduce") -> np.ndarray:

@@ -1,4 +1,5 @@
 """Never lose a run: exact resume, signals, fail-stop, guards, damaged checkpoints."""
+import re
 import signal
 import sys
 
@@ -124,7 +125,9 @@ def test_fault_on_one_rank_ends_the_job_within_30s_and_latest_loads(tmp_path, mo
     if kind == "hang":
         # rank 0 waits in a collective; the watchdog asks rank 1 where it is, then aborts
         assert "[rank 0] collective" in res.stderr and "waited more than 5 s" in res.stderr
-        assert "ranks that did not arrive: [1]" in res.stderr and "rank 1: not in a collective" in res.stderr
+        assert "ranks that did not arrive: [1]" in res.stderr
+        busy = re.search(r"rank 1: not in a collective for (\d+) s", res.stderr)  # stuck in its own work that long
+        assert busy and int(busy[1]) >= 4, res.stderr[-2000:]
     assert load(run_dir)["iteration"] == 2  # checkpoint of the last completed iteration
 
 
