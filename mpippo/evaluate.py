@@ -141,6 +141,8 @@ def check_render(cfg: C.Config) -> None:
     try:
         env = make_env(cfg, 1, seed=0, render=True)
         frame = env.render() if hasattr(env, "render") else env.observe()[1][0]
+        if envs.family(cfg).two_player and isinstance(frame, np.ndarray):
+            frame = rgb_frame(frame)  # a board's planes, drawn as Video records them
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
             raise ValueError(f"its frame is {type(frame).__name__} {getattr(frame, 'shape', '')}, not (H, W, 3) uint8")
     except C.UsageError:

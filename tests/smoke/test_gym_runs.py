@@ -54,6 +54,10 @@ def test_selfplay_dqn_runs_on_pettingzoo_connect_four(tmp_path):
     assert "dqn on pz:connect_four_v3" in res.stdout and "greedy win rate vs random" in res.stdout
     m = metrics(run_dir)
     assert m["env"] == "pz:connect_four_v3" and m["transitions_sent"] == m["transitions_received"] > 0
+    video = tmp_path / "games.mp4"  # its games on video, the boards drawn as the built-in game's
+    ok(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "2",
+            "--video", str(video)], 120))
+    assert video.stat().st_size > 0
 
 
 def test_dqn_trains_resumes_and_evaluates_a_gymnasium_env_in_the_actor_learner_layout(tmp_path):

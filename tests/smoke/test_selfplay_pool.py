@@ -1,10 +1,12 @@
 """Self-play under mpirun (1 learner + 2 actors): snapshots join the pool on schedule, reach the
 actors and are played; the pool stays bounded; a resume restores it (members, frozen weights,
 ratings) and the schedule goes on."""
+import sys
+
 import pytest
 import torch
 
-from conftest import error_lines, metrics, ok, trainer
+from conftest import error_lines, metrics, ok, run, trainer
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +86,8 @@ def test_a_checkpoint_without_a_pool_is_refused_for_self_play(tmp_path):
     assert lines == ["mpippo: error: checkpoint: it has no opponent pool (trained without self-play); "
                      "resume it with selfplay.enabled=false"]  # once, one line
     assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before  # nothing written over
+    video = tmp_path / "games.mp4"  # docs/selfplay.md's evaluation with a video: the boards drawn
+    ok(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "4",
+            "--opponent", "lookahead", "--video", str(video), "--video-episodes", "2"], 120))
+    import imageio.v2 as imageio
+    assert imageio.get_reader(video).get_data(0).shape == (6 * 32, 7 * 32, 3)
