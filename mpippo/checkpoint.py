@@ -45,10 +45,22 @@ def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last
     path = ckpt_dir / f"ckpt_{iteration:07d}.pt"
     atomic_write_bytes(path, data, _midway=faults.save_fault(iteration))
     _atomic_link_or_copy(path, ckpt_dir / LATEST, data)
-    periodic = sorted(ckpt_dir.glob("ckpt_*.pt"))
-    for old in periodic[:-keep_last] if keep_last > 0 else []:
-        old.unlink(missing_ok=True)
+    for old in periodic_checkpoints(ckpt_dir)[:-keep_last] if keep_last > 0 else []:
+        if old != path:  # (newer ones left by a resume from an older checkpoint: this one stays)
+            old.unlink(missing_ok=True)
     return path
+
+
+PERIODIC = re.compile(r"ckpt_(\d{7,})\.pt")  # what save_checkpoint names, and nothing a user put beside it
+
+
+def periodic_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """The periodic checkpoints save_checkpoint wrote, oldest first by number (past 9,999,999 the names
+    grow a digit: text order would put the newest first); a user's own file there (ckpt_0000050_best.pt,
+    a copy) is never one of them, so never pruned."""
+    found = [(int(m[1]), p) for p in ckpt_dir.iterdir()
+             if (m := PERIODIC.fullmatch(p.name)) and p.is_file() and not p.is_symlink()]
+    return [p for _, p in sorted(found)]
 
 
 def _atomic_link_or_copy(src: Path, dst: Path, data: bytes) -> None:

@@ -144,3 +144,25 @@ def test_a_fresh_log_is_a_new_file_and_a_hard_links_other_name_keeps_its_bytes(t
     files.remove_file(tmp_path / "fifo")  # not a file: left for open_append to refuse by name
     files.remove_file(tmp_path / "none")
     assert (tmp_path / "fifo").exists()
+
+
+def test_pruning_removes_only_the_periodic_checkpoints_it_wrote_oldest_by_number(tmp_path):
+    """keep_last prunes the periodic checkpoints by their number, not their names' text (past 9,999,999
+    iterations the name grows a digit), and never a file of the user's beside them (a copy named
+    ckpt_0000050_best.pt matched the old glob and was deleted), a link, or the one just written."""
+    from mpippo.checkpoint import save_checkpoint
+    ckpt = tmp_path / "checkpoints"
+    ckpt.mkdir()
+    mine = {"ckpt_0000050_best.pt": b"best", "ckpt_old.pt": b"notes", "ckpt_0000001.pt.bak": b"bak"}
+    for name, data in mine.items():
+        (ckpt / name).write_bytes(data)
+    (tmp_path / "elsewhere.pt").write_bytes(b"theirs")
+    (ckpt / "ckpt_0000002.pt").symlink_to(tmp_path / "elsewhere.pt")
+    for it in (9_999_998, 9_999_999, 10_000_000, 10_000_001):
+        save_checkpoint(ckpt, {"iteration": it}, it, keep_last=2)
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(
+        [*mine, "ckpt_0000002.pt", "ckpt_10000000.pt", "ckpt_10000001.pt", "latest.pt"])
+    assert all((ckpt / name).read_bytes() == data for name, data in mine.items())
+    assert (tmp_path / "elsewhere.pt").read_bytes() == b"theirs"
+    save_checkpoint(ckpt, {"iteration": 7}, 7, keep_last=1)  # a resume from an older one: what it writes stays
+    assert (ckpt / "ckpt_0000007.pt").exists() and (ckpt / "latest.pt").samefile(ckpt / "ckpt_0000007.pt")
