@@ -24,9 +24,11 @@ class ProcgenVecEnv:
         # num_threads=0: step in the calling thread (a CPU rank's cores train); a GPU rank passes its
         # CPU share (runctl.env_threads). rand_seed: procgen's own default is a random seed, which
         # would make runs irreproducible.
-        self.env = ProcgenGym3Env(num=num_envs, env_name=game, distribution_mode=distribution_mode,
-                                  num_levels=num_levels, start_level=start_level,
-                                  num_threads=num_threads, rand_seed=int(seed))
+        # the exploration mode sets its own one level (procgen asserts that none is given); seeds past
+        # 31 bits (an actor's reseed after many resumes) wrap
+        levels = {} if distribution_mode == "exploration" else {"num_levels": num_levels, "start_level": start_level}
+        self.env = ProcgenGym3Env(num=num_envs, env_name=game, distribution_mode=distribution_mode, **levels,
+                                  num_threads=num_threads, rand_seed=int(seed) % LEVEL_MAX)
         self.num_envs = num_envs
         self.obs_shape = tuple(self.env.ob_space["rgb"].shape)
         self.num_actions = int(self.env.ac_space.eltype.n)
@@ -53,6 +55,11 @@ GAMES = (
     "fruitbot", "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot",
 )
 MODES = ("easy", "hard", "extreme", "memory", "exploration")
+# the games procgen builds each of these modes for (others stop the process in its C++ or assert)
+MODE_GAMES = {"extreme": ("chaser", "dodgeball", "leaper", "starpilot"),
+              "memory": ("caveflyer", "dodgeball", "heist", "jumper", "maze", "miner"),
+              "exploration": ("caveflyer", "climber", "coinrun", "heist", "jumper", "leaper", "maze", "ninja")}
+LEVEL_MAX = 2**31 - 1  # procgen's level seeds and options are 32-bit signed ints
 
 # (R_min, R_max) per game and mode, from the Procgen paper
 SCORE_RANGES = {
@@ -90,12 +97,21 @@ class ProcgenFamily(EnvFamily):
         return GAMES
 
     def check(self, cfg) -> list[str]:
-        e, errs = cfg.env, []
+        e, errs, game = cfg.env, [], self.canonical(cfg.env.name)
         if e.distribution_mode not in MODES:
             errs.append(f"env.distribution_mode: '{e.distribution_mode}' is not one of {', '.join(MODES)}")
+        elif game not in MODE_GAMES.get(e.distribution_mode, GAMES):
+            errs.append(f"env.distribution_mode: procgen has no '{e.distribution_mode}' mode for {game}; allowed "
+                        f"there: easy, hard (and '{e.distribution_mode}' for {', '.join(MODE_GAMES[e.distribution_mode])})")
         for key in ("num_levels", "start_level"):
-            if getattr(e, key) < 0:
-                errs.append(f"env.{key}: must be >= 0, got {getattr(e, key)}")
+            if not 0 <= getattr(e, key) <= LEVEL_MAX:
+                errs.append(f"env.{key}: must be 0 to {LEVEL_MAX:,} (procgen's 32-bit level seeds), got {getattr(e, key)}")
+        if not errs and e.start_level + e.num_levels > LEVEL_MAX:
+            errs.append(f"env.start_level + env.num_levels: {e.start_level + e.num_levels:,} is past procgen's last "
+                        f"level seed, {LEVEL_MAX:,}")
+        if e.distribution_mode == "exploration" and (e.num_levels or e.start_level):
+            errs.append("env.num_levels, env.start_level: the exploration mode plays procgen's one fixed level of the "
+                        "game; leave both at 0")
         return errs
 
     def spaces(self, cfg) -> Spaces:

@@ -258,3 +258,15 @@ def test_a_users_renderer_that_fails_is_named_and_a_failing_close_only_warns(cap
     err = capsys.readouterr().err
     assert err.startswith("mpippo: warning: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: the user's "
                           "env could not close in its close(), at '") and err.endswith("in close; ignored\n"), err
+
+
+def test_procgens_exploration_mode_makes_its_one_level_and_a_wide_seed_wraps():
+    """The exploration mode (its games only) sets procgen's own level: passing num_levels and
+    start_level as every other mode does made procgen assert (a traceback on every rank); a seed past
+    31 bits (an actor's reseed after many resumes) tripped gym3's option check."""
+    cfg = C.resolve(C.build({}, [("env", "name", "coinrun"), ("env", "distribution_mode", "exploration")], 1), 1)
+    assert envs.family(cfg).check(cfg) == []
+    env = envs.make_env(cfg, 2, seed=2**31 + 5)
+    env.act(np.zeros(2, dtype=np.int64))
+    assert env.observe()[1].shape == (2, 64, 64, 3)
+    env.close()
