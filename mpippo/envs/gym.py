@@ -111,6 +111,10 @@ def _spaces_of(env) -> Spaces:
     if len(ob.shape) == 3 and ob.dtype != np.uint8:
         raise UsageError(f"env.name: the image observation space {_space(ob)} is not uint8; allowed: uint8 images "
                          f"(H, W, C), or vectors (D,)")
+    if len(ob.shape) == 3 and ob.shape[0] <= 4 < ob.shape[2]:  # a picture 4 pixels high with 84 channels: no
+        raise UsageError(f"env.name: the image observation space {_space(ob)} looks channels-first (C, H, W); "
+                         f"allowed: channels-last images (H, W, C), as Gymnasium's and ALE's (transpose them in "
+                         f"your env: np.transpose(obs, (1, 2, 0)))")
     obs_shape, obs_dtype = tuple(int(d) for d in ob.shape), "uint8" if len(ob.shape) == 3 else "float32"
     if not box_actions:
         return Spaces(obs_shape, obs_dtype, int(ac.n))

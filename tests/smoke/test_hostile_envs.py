@@ -141,6 +141,13 @@ CASES = [
          "the observation space Dict('a': Discrete(3)) is not supported; allowed: Box of shape (D,)"),
     Case("gym-float-image", train(*USER, *set_("env.name", "gym:mpippo-test/FloatImage-v0")),
          "is not uint8; allowed: uint8 images"),
+    # trained as a 4-pixel-high picture of 84 channels, without a word, before
+    Case("gym-channels-first-image", train(*USER, *set_("env.name", "gym:mpippo-test/ChannelsFirst-v0")),
+         "Box(0, 255, (4, 84, 84), uint8) looks channels-first (C, H, W); allowed: channels-last images (H, W, C)"),
+    Case("gym-channels-first-image-dqn", train("--config", "configs/dqn_cartpole.yaml", "--no-progress",
+                                               "--total-timesteps", "512", "--set", "env.import=mpippo_user_envs",
+                                               *set_("env.name", "gym:mpippo-test/ChannelsFirst-v0"), ranks=2),
+         "looks channels-first (C, H, W)"),
     Case("gym-env-cannot-be-made", train(*USER, *set_("env.name", "gym:mpippo-test/Broken-v0")),
          "failed (ValueError: this env cannot be made)"),
     Case("gym-env-dependency-missing-with-kwargs", train(*USER, *set_("env.name", "gym:mpippo-test/MissingDep-v0"),

@@ -150,7 +150,13 @@ class Shifting(Steady):
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (Shifting.made,), np.float32)
 
 
+class ChannelsFirst(Steady):
+    """Frames stacked channels-first (4, 84, 84), as a PyTorch-minded wrapper makes them."""
+    observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+
+
 gym.register(id="mpippo-test/WrongShape-v0", entry_point=WrongShape)
+gym.register(id="mpippo-test/ChannelsFirst-v0", entry_point=ChannelsFirst)
 gym.register(id="mpippo-test/Shifting-v0", entry_point=Shifting)
 # an env whose module needs a package this machine lacks (as Box2D's envs without box2d)
 gym.register(id="mpippo-test/MissingDep-v0", entry_point="mpippo_user_envs_missing_dependency:Env")
