@@ -76,11 +76,13 @@ def atomic_write_with(path: str | Path, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.filename is None:  # a failed write names no file: this one's
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

@@ -7,6 +7,7 @@ no pickling. The lowercase object methods are only used at start-up (config, run
 """
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -24,6 +25,16 @@ from mpippo.errors import RankFailure
 # gives one rank nothing. MPIPPO_MPI_INIT=1 starts it anyway.
 LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD", "MPI_LOCALNRANKS",
                  "MV2_COMM_WORLD_SIZE")
+
+
+# a write that failed for want of room or of a working file system: said in one line wherever it happens
+FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def file_system_failure(e: OSError) -> str:
+    what = f"writing {e.filename!r}" if e.filename else "a write"
+    return (f"{what} failed ({e.strerror or e}); what was written before is kept: make room (or mend the file "
+            f"system), then run it again (a run: --resume)")
 
 
 def launched() -> bool:
@@ -239,10 +250,13 @@ class World:
     def install_abort_hook(self) -> None:
         """An unhandled exception on any rank takes the whole job down, never a hang."""
         def hook(exc_type, exc, tb):
+            who = f"rank {self.rank}: " if self.size > 1 else ""
             if isinstance(exc, RankFailure):  # a failure that says itself in one line (a user's env mid-run)
-                who = f"rank {self.rank}: " if self.size > 1 else ""
                 sys.stderr.write(f"mpippo: error: {who}{exc}\n")
                 self.abort(exc.exit_code)
+            if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_FULL:  # the disk, not a bug: any writer
+                sys.stderr.write(f"mpippo: error: {who}{file_system_failure(exc)}\n")  # (TensorBoard's thread too)
+                self.abort(1)
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write("".join(f"[rank {self.rank}] {line}\n" for line in text.rstrip().splitlines()))
             self.abort(1)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from mpippo.evaluate import Video
 from mpippo.suite import spec, state, submit
 from mpippo.usage import UsageError
 
+from conftest import ROOT
 from test_suite import TINY
 
 
@@ -166,3 +168,40 @@ def test_pruning_removes_only_the_periodic_checkpoints_it_wrote_oldest_by_number
     assert (tmp_path / "elsewhere.pt").read_bytes() == b"theirs"
     save_checkpoint(ckpt, {"iteration": 7}, 7, keep_last=1)  # a resume from an older one: what it writes stays
     assert (ckpt / "ckpt_0000007.pt").exists() and (ckpt / "latest.pt").samefile(ckpt / "ckpt_0000007.pt")
+
+
+@pytest.mark.parametrize("where", ["metrics", "thread", "other"])
+def test_a_full_disk_mid_run_is_one_line_wherever_the_write_fails(tmp_path, where):
+    """A write that fails for want of room (ENOSPC; EDQUOT, EROFS, EIO alike), in whatever writer of a
+    run (benchmark_metrics.json in the main thread, TensorBoard's writer thread), ends the rank through
+    its abort hook with one line naming the file where the error names one, exit 1; the file written
+    before is kept, no temporary file is left. Any other unhandled error keeps its traceback (a bug)."""
+    target = tmp_path / "benchmark_metrics.json"
+    target.write_text("{}")
+    script = textwrap.dedent(f"""
+        import errno, os, sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        from mpippo.comm import World
+        from mpippo import files
+        World().install_abort_hook()
+        def full(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if {where!r} == "metrics":
+            os.fsync = full
+            files.atomic_write_json({str(target)!r}, {{"fps": 1.0}})
+        elif {where!r} == "thread":  # as TensorBoard's event writer fails, in a thread of its own
+            t = threading.Thread(target=full, args=(0,))
+            t.start()
+            t.join()
+        else:
+            open({str(tmp_path / "missing" / "x")!r})
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    if where == "other":
+        assert res.returncode == 1 and "Traceback" in res.stderr and "FileNotFoundError" in res.stderr
+        return
+    assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
+    named = f"writing '{target}'" if where == "metrics" else "a write"
+    assert res.stderr.startswith(f"mpippo: error: {named} failed (No space left on device); what was written "
+                                 "before is kept"), res.stderr
+    assert target.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
