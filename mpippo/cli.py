@@ -25,7 +25,7 @@ import yaml
 from mpippo import config as C
 from mpippo import hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
-from mpippo.files import atomic_write_bytes, missing_folders, remove_if_empty
+from mpippo.files import atomic_write_bytes, is_number, missing_folders, remove_if_empty
 from mpippo.comm import World
 from mpippo.errors import JobFailure
 from mpippo.usage import Parser
@@ -368,18 +368,26 @@ def placement_words(world: World, trainer) -> str:
 
 
 def print_summary(s: dict, run_dir: Path) -> None:
+    """The run's summary; a figure the metrics file lacks or holds in another type (the file of a
+    finished run, edited by hand, is shown as it is, never rewritten) is a '-'."""
+    def num(v, spec: str = ",") -> str:
+        return format(v, spec) if is_number(v) else "-"
+    per_rank = [v for v in s.get("peak_rss_mb_per_rank") or [] if is_number(v)] if isinstance(
+        s.get("peak_rss_mb_per_rank"), list) else []
+    phases = s["phase_seconds"] if isinstance(s.get("phase_seconds"), dict) else {}
     ret = s.get("episode_return_mean")
     rows = [
-        ("timesteps", f"{s['total_timesteps']:,} of {s['target_timesteps']:,}"),
-        ("wall time", f"{s['duration_s']:.1f} s"),
-        ("throughput", f"{s['fps']:.1f} steps/s over {s['world_size']} rank(s)"),
-        ("return (last 100 ep.)", "-" if ret is None else f"{ret:.2f} over {s['episodes']:,} episodes"),
-        ("peak memory", f"{s['peak_rss_mb_total']:.0f} MB total, {max(s['peak_rss_mb_per_rank']):.0f} MB max per rank"),
-        ("phases (s, mean/rank)", ", ".join(f"{k} {v:.1f}" for k, v in s["phase_seconds"].items())),
+        ("timesteps", f"{num(s.get('total_timesteps'))} of {num(s.get('target_timesteps'))}"),
+        ("wall time", f"{num(s.get('duration_s'), '.1f')} s"),
+        ("throughput", f"{num(s.get('fps'), '.1f')} steps/s over {num(s.get('world_size'))} rank(s)"),
+        ("return (last 100 ep.)", "-" if not is_number(ret) else f"{ret:.2f} over {num(s.get('episodes'))} episodes"),
+        ("peak memory", f"{num(s.get('peak_rss_mb_total'), '.0f')} MB total, "
+                        f"{num(max(per_rank) if per_rank else None, '.0f')} MB max per rank"),
+        ("phases (s, mean/rank)", ", ".join(f"{k} {v:.1f}" for k, v in phases.items() if is_number(v)) or "-"),
         ("outputs", f"{run_dir}/ (config.yaml, logs/, checkpoints/, benchmark_metrics.json)"),
     ]
     width = max(len(k) for k, _ in rows)
-    print(f"\nmpippo: {runctl.STOP_WHY[s['stop_reason']]}")
+    print(f"\nmpippo: {runctl.STOP_WHY.get(s.get('stop_reason'), 'run ended')}")
     for k, v in rows:
         print(f"  {k:<{width}}  {v}")
     sys.stdout.flush()

@@ -1,5 +1,7 @@
 """The real command line, tiny budgets: outputs, bad input, resume, fail-stop."""
 
+import json
+
 import pytest
 import torch
 import yaml
@@ -134,6 +136,13 @@ def test_a_resume_of_a_finished_run_keeps_its_metrics(tmp_path):
     res = ok(trainer(None, ["--resume", "--output-dir", str(run_dir), "--no-progress"]))
     assert "resuming at 2,048 steps" in res.stdout
     assert (run_dir / "benchmark_metrics.json").read_bytes() == before
+    # edited by hand (figures emptied, one removed): the summary shows '-' there, the file stays as it is
+    edited = {**json.loads(before), "fps": None, "peak_rss_mb_per_rank": [], "stop_reason": None}
+    del edited["phase_seconds"]
+    (run_dir / "benchmark_metrics.json").write_text(json.dumps(edited))
+    res = ok(trainer(None, ["--resume", "--output-dir", str(run_dir), "--no-progress"]))
+    assert "throughput             - steps/s over 1 rank(s)" in res.stdout and "MB max per rank" in res.stdout
+    assert json.loads((run_dir / "benchmark_metrics.json").read_text()) == edited and "Traceback" not in res.stderr
 
 
 def test_envs_that_do_not_divide_round_up_and_say_so(tmp_path):
