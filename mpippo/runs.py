@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpippo.usage import UsageError
+from mpippo.usage import UsageError, reason
 from mpippo.metrics.tags import chart, readable
 from mpippo.files import METRICS, read_metrics, read_run_config
 from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown
@@ -123,6 +123,8 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         acc.Reload()
     except (OSError, OpError) as e:
         raise NotARun(f"logs '{shown(logs)}': cannot read its event files ({getattr(e, 'strerror', None) or e})") from None
+    except Exception as e:  # noqa: BLE001 (a damaged record: protobuf's DecodeError; a length of a TB: MemoryError)
+        raise NotARun(f"logs '{shown(logs)}': an event file there is damaged ({reason(e, 120)})") from None
     finally:
         quiet.setLevel(level)
     tags = acc.Tags().get("scalars", [])

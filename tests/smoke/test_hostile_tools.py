@@ -81,6 +81,24 @@ def event_fifo(tmp: Path) -> None:
     os.mkfifo(tmp / "run" / "logs" / "events.out.tfevents.1.host")
 
 
+def event_file(record: bytes | None):
+    """An event file whose one record is `record` under a valid checksum (protobuf cannot parse it), or,
+    for None, a header that claims a record of a terabyte."""
+    def prepare(tmp: Path) -> None:
+        import struct
+
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+        from tensorboard.summary.writer.record_writer import RecordWriter
+        (tmp / "run" / "logs").mkdir(parents=True)
+        with open(tmp / "run" / "logs" / "events.out.tfevents.1.host", "wb") as f:
+            if record is None:
+                header = struct.pack("Q", 2**40)
+                f.write(header + struct.pack("I", masked_crc32c(header)))
+            else:
+                RecordWriter(f).write(record)
+    return prepare
+
+
 PPAR = "benchmarks/peer_parity.py"
 PPAR_ONE = ("--family", "mujoco", "--envs", "Hopper-v5", "--seeds", "1", "--who", "mpippo", "--runs", "TMP/r",
             "--out", "TMP/o")
@@ -198,6 +216,12 @@ CASES = [
                                                 prepare=event_fifo), "'events.out.tfevents.1.host' is not a file"),
     Case("compare-metrics-event-file-fifo", tool(CMP, "TMP/run", "--out", "TMP/out", files=run_files(),
                                                  prepare=event_fifo), "'events.out.tfevents.1.host' is not a file"),
+    # a damaged (or crafted) record that passes its checksum: protobuf's DecodeError, or a MemoryError
+    Case("compare-event-record-corrupt", tool(CMP, "TMP/run", "--out", "TMP/out", files=run_files(),
+                                              prepare=event_file(b"\xff\xff\x01garbage")),
+         "an event file there is damaged (DecodeError"),
+    Case("curves-event-record-a-terabyte", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=run_files(),
+                                                prepare=event_file(None)), "an event file there is damaged"),
     Case("curves-metrics-truncated", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=run_files('{"env": "co')),
          "not valid JSON"),
     Case("curves-metrics-env-list", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=with_metrics(env=["x"])),
