@@ -243,7 +243,7 @@ class ApeX:
         torch.set_rng_state(st["torch_rng"])
         if not st.get("replay_file"):
             return note
-        why = self.replay.load(ckpt_dir / st["replay_file"], updates)
+        why = self.replay.load(ckpt_dir / st["replay_file"], updates, self.num_actions)
         return note + (f"; restored replay of {self.replay.size:,} transitions" if why is None else
                        f"; warning: replay file not used ({why}), the buffer refills from empty")
 

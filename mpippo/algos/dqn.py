@@ -265,8 +265,10 @@ class PrioritizedReplay:
                       "actions": self.actions[:n], "returns": self.returns[:n], "discounts": self.discounts[:n],
                       "next_legal": self.next_legal[:n]})
 
-    def load(self, path, tag: int) -> str | None:
-        """Refill from a file written by save(); returns why it was not used, or None when it was."""
+    def load(self, path, tag: int, num_actions: int | None = None) -> str | None:
+        """Refill from a file written by save(); returns why it was not used, or None when it was
+        (its values checked too: an action past the network's, a non-finite return or priority would
+        fail an update later, far from the file)."""
         names = ("obs", "next_obs", "actions", "returns", "discounts", "next_legal", "leaves")
         try:
             with open_regular(path) as f, np.load(f, allow_pickle=False) as z:  # never unpickles: runs no code
@@ -283,6 +285,8 @@ class PrioritizedReplay:
                 for name in names:
                     if len(z[name]) != n:
                         return f"its {name} holds {len(z[name])} entries, not its size {n}"
+                if (bad := _bad_values(z, n, num_actions, self.obs.dtype.is_floating_point)) is not None:
+                    return bad
                 self.size = 0  # until every part is in: a failure below leaves an empty buffer
                 for name in names:
                     dst = self.prio if name == "leaves" else getattr(self, name)
@@ -296,6 +300,22 @@ class PrioritizedReplay:
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
             return f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
         return None
+
+
+def _bad_values(z, n: int, num_actions: int | None, float_obs: bool) -> str | None:
+    """What a replay file holds that save() never writes, or None (images are not read again here:
+    an Atari replay's are gigabytes)."""
+    actions = np.asarray(z["actions"])
+    top = num_actions if num_actions else np.iinfo(np.int64).max
+    if actions.dtype.kind not in "iu" or (n and (actions.min() < 0 or actions.max() >= top)):
+        return f"its actions are not integers 0 to {top - 1}"
+    for name in ("returns", "discounts", "leaves", "max_priority") + (("obs", "next_obs") if float_obs else ()):
+        if not np.isfinite(np.asarray(z[name])).all():
+            return f"its {name} holds a value that is not finite"
+    discounts, leaves = np.asarray(z["discounts"]), np.asarray(z["leaves"])
+    if (discounts < 0).any() or (discounts > 1).any() or (leaves < 0).any() or float(z["max_priority"]) <= 0:
+        return "its discounts lie outside [0, 1] or its priorities are not positive"
+    return None
 
 
 class NStepAccumulator:

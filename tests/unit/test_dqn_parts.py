@@ -658,3 +658,27 @@ def test_cuda_a_learner_checkpoint_resumes_on_the_gpu(tmp_path):
     gap = (a.adam.p - b.adam.p).abs()
     assert float(gap.mean()) < 1e-7 and float(gap.max()) < 1e-3, (float(gap.mean()), float(gap.max()))
     assert float(((a.replay.prio - b.replay.prio).abs() / a.replay.prio.clamp(min=1e-12)).mean()) < 1e-5
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda a: a["actions"].__setitem__(0, 99), "its actions are not integers 0 to 5"),
+    (lambda a: a["actions"].__setitem__(0, -1), "its actions are not integers 0 to 5"),
+    (lambda a: a.__setitem__("actions", a["actions"].astype(np.float32)), "its actions are not integers"),
+    (lambda a: a["returns"].__setitem__(3, np.nan), "its returns holds a value that is not finite"),
+    (lambda a: a["leaves"].__setitem__(3, np.inf), "its leaves holds a value that is not finite"),
+    (lambda a: a["leaves"].__setitem__(3, -1.0), "its priorities are not positive"),
+    (lambda a: a["discounts"].__setitem__(3, 2.0), "its discounts lie outside [0, 1]"),
+    (lambda a: a.__setitem__("max_priority", np.float64(0.0)), "its priorities are not positive")])
+def test_a_replay_file_edited_out_of_range_is_not_used(tmp_path, edit, why):
+    """Values save() never writes (an action past the network's six, a NaN return or priority)
+    would fail an update later, an index error or a non-finite loss far from the file: the file is
+    not used (the resume says so) and the buffer refills from empty."""
+    with open(tmp_path / "replay.npz", "wb") as f:
+        filled_replay().save(f, tag=7)
+    with np.load(tmp_path / "replay.npz", allow_pickle=False) as z:
+        arrays = {k: z[k].copy() for k in z.files}
+    edit(arrays)
+    np.savez(tmp_path / "replay.npz", **arrays)
+    buf = PrioritizedReplay(50, (3, 2, 1))
+    got = buf.load(tmp_path / "replay.npz", tag=7, num_actions=6)
+    assert got is not None and why in got and buf.size == 0, got
