@@ -274,17 +274,19 @@ class PrioritizedReplay:
             with open_regular(path) as f, np.load(f, allow_pickle=False) as z:  # never unpickles: runs no code
                 if int(z["tag"]) != tag:
                     return f"it belongs to update {int(z['tag'])}, the checkpoint to update {tag}"
-                if int(z["capacity"]) != self.capacity or z["obs"].shape[1:] != tuple(self.obs.shape[1:]):
-                    return (f"it holds {int(z['capacity'])} transitions of shape {z['obs'].shape[1:]}, this buffer "
+                heads = {name: _header(z, name) for name in names}  # each array is read once, when copied
+                obs_shape, obs_type = heads["obs"]
+                if int(z["capacity"]) != self.capacity or obs_shape[1:] != tuple(self.obs.shape[1:]):
+                    return (f"it holds {int(z['capacity'])} transitions of shape {obs_shape[1:]}, this buffer "
                             f"{self.capacity} of {tuple(self.obs.shape[1:])}")
-                if z["obs"].dtype != np.dtype(obs_dtype(self.obs.shape[1:])):
-                    return f"its observations are {z['obs'].dtype}, this buffer's {obs_dtype(self.obs.shape[1:])}"
+                if obs_type != np.dtype(obs_dtype(self.obs.shape[1:])):
+                    return f"its observations are {obs_type}, this buffer's {obs_dtype(self.obs.shape[1:])}"
                 n, pos = int(z["size"]), int(z["pos"])
                 if not (0 <= n <= self.capacity and 0 <= pos < self.capacity):
                     return f"its size {n} or position {pos} does not fit a buffer of {self.capacity}"
-                for name in names:
-                    if len(z[name]) != n:
-                        return f"its {name} holds {len(z[name])} entries, not its size {n}"
+                for name, (shape, _) in heads.items():
+                    if shape[:1] != (n,):
+                        return f"its {name} holds {shape[0] if shape else 'no'} entries, not its size {n}"
                 if (bad := _bad_values(z, n, num_actions, self.obs.dtype.is_floating_point)) is not None:
                     return bad
                 self.size = 0  # until every part is in: a failure below leaves an empty buffer
@@ -300,6 +302,16 @@ class PrioritizedReplay:
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
             return f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
         return None
+
+
+def _header(z, name: str) -> tuple[tuple, np.dtype]:
+    """An array's shape and dtype in an .npz, from its header alone (an Atari replay's frames are
+    gigabytes: z[name] reads and inflates all of them each time it is asked)."""
+    with z.zip.open(f"{name}.npy") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return tuple(shape), dtype
 
 
 def _bad_values(z, n: int, num_actions: int | None, float_obs: bool) -> str | None:
