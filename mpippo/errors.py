@@ -17,6 +17,11 @@ class NonFiniteError(JobFailure, FloatingPointError):
     """Too many consecutive steps with NaN/Inf loss or gradients on some rank."""
 
 
+# what its line says to do: a finite but huge reward (1e20) overflows float32 in the value loss
+DIVERGED = ("training diverged: lower training.learning_rate, or bring the env's rewards and observations into "
+            "range (training.normalize_reward, training.normalize_obs)")
+
+
 class ReplicaDivergence(JobFailure):
     """The ranks' parameters are no longer bit-identical."""
 

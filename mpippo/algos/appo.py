@@ -27,7 +27,7 @@ from mpippo.algos.policy_gradient import PPOLoss, autocast, device_mean_std, log
 from mpippo.algos.ppo import ppo_loss
 from mpippo.algos.vtrace import vtrace
 from mpippo.envs import obs_dtype
-from mpippo.errors import NonFiniteError
+from mpippo.errors import DIVERGED, NonFiniteError
 from mpippo.metrics import tags
 
 
@@ -138,7 +138,8 @@ def appo_update(model, optimizer, seg: dict, a, t, generator: torch.Generator | 
     if own:
         adam.sync()
     if tripped:
-        raise NonFiniteError(f"non-finite loss or gradients in {int(streak)} consecutive steps; aborting")
+        raise NonFiniteError(f"non-finite loss or gradients in {int(streak)} consecutive steps, each skipped; "
+                             f"{DIVERGED}")
     return {k: v / max(steps, 1) for k, v in zip(STATS, values)} | {
         "updates": int(steps), "skipped": int(skipped), "nonfinite_streak": int(streak)}
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mpippo.algos.adam import Adam
-from mpippo.errors import NonFiniteError
+from mpippo.errors import DIVERGED, NonFiniteError
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
@@ -291,7 +291,7 @@ def minibatch_update(model: nn.Module, optimizer: Adam, batch: dict, cfg,
                 nonfinite_streak += 1
                 if nonfinite_streak >= max_nonfinite_streak:
                     raise NonFiniteError(f"non-finite loss or gradients on {n_nonfinite} rank(s) in "
-                                             f"{nonfinite_streak} consecutive steps; aborting")
+                                         f"{nonfinite_streak} consecutive steps, each skipped; {DIVERGED}")
                 continue
             nonfinite_streak = 0
             with phase("optimizer"):

@@ -145,6 +145,7 @@ def test_one_nan_step_is_skipped_and_k_in_a_row_abort(tmp_path, monkeypatch):
     assert res.returncode == 1
     errors = error_lines(res.stderr)
     assert len(errors) == 1 and "3 consecutive steps" in errors[0], res.stderr[-2000:]
+    assert "training diverged: lower training.learning_rate, or bring the env's rewards" in errors[0], errors[0]
     assert "Traceback" not in res.stderr
     assert load(run_dir)["iteration"] == 1
 
