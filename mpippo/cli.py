@@ -372,8 +372,8 @@ def print_summary(s: dict, run_dir: Path) -> None:
     finished run, edited by hand, is shown as it is, never rewritten) is a '-'."""
     def num(v, spec: str = ",") -> str:
         return format(v, spec) if is_number(v) else "-"
-    per_rank = [v for v in s.get("peak_rss_mb_per_rank") or [] if is_number(v)] if isinstance(
-        s.get("peak_rss_mb_per_rank"), list) else []
+    rss = s.get("peak_rss_mb_per_rank")
+    per_rank = [v for v in rss if is_number(v)] if isinstance(rss, list) else []
     phases = s["phase_seconds"] if isinstance(s.get("phase_seconds"), dict) else {}
     ret = s.get("episode_return_mean")
     rows = [

@@ -9,6 +9,7 @@ Target: R + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a)).
 """
 from __future__ import annotations
 
+import math
 import zipfile
 
 import numpy as np
@@ -265,6 +266,25 @@ class PrioritizedReplay:
                       "actions": self.actions[:n], "returns": self.returns[:n], "discounts": self.discounts[:n],
                       "next_legal": self.next_legal[:n]})
 
+    def _bad_values(self, n: int, top: int, max_priority: float) -> str | None:
+        """What the file just copied in holds that save() never writes, or None: checked in the buffer,
+        so that no array of the file is read twice."""
+        actions, parts = self.actions[:n], {"returns": self.returns[:n], "discounts": self.discounts[:n],
+                                            "leaves": self.prio[:n]}
+        if self.obs.dtype.is_floating_point:  # (images are uint8: every value is one save() may write)
+            parts.update(obs=self.obs[:n], next_obs=self.next_obs[:n])
+        if n and (int(actions.min()) < 0 or int(actions.max()) >= top):
+            return f"its actions are not integers 0 to {top - 1}"
+        for name, part in parts.items():
+            if not bool(torch.isfinite(part).all()):
+                return f"its {name} holds a value that is not finite"
+        if not math.isfinite(max_priority):
+            return "its max_priority holds a value that is not finite"
+        if bool((parts["discounts"] < 0).any() | (parts["discounts"] > 1).any() | (parts["leaves"] < 0).any()) \
+                or max_priority <= 0:
+            return "its discounts lie outside [0, 1] or its priorities are not positive"
+        return None
+
     def load(self, path, tag: int, num_actions: int | None = None) -> str | None:
         """Refill from a file written by save(); returns why it was not used, or None when it was
         (its values checked too: an action past the network's, a non-finite return or priority would
@@ -287,13 +307,17 @@ class PrioritizedReplay:
                 for name, (shape, _) in heads.items():
                     if shape[:1] != (n,):
                         return f"its {name} holds {shape[0] if shape else 'no'} entries, not its size {n}"
-                if (bad := _bad_values(z, n, num_actions, self.obs.dtype.is_floating_point)) is not None:
-                    return bad
-                self.size = 0  # until every part is in: a failure below leaves an empty buffer
+                top = num_actions or np.iinfo(np.int64).max
+                if heads["actions"][1].kind not in "iu":  # (copied into int64, a float would pass unseen)
+                    return f"its actions are not integers 0 to {top - 1}"
+                self.size = 0  # until every part is in and checked: a failure below leaves an empty buffer
                 for name in names:
                     dst = self.prio if name == "leaves" else getattr(self, name)
                     dst[:n].copy_(torch.from_numpy(np.asarray(z[name])))
-                self.max_priority = torch.tensor(float(z["max_priority"]), dtype=torch.float64, device=self.device)
+                max_priority = float(z["max_priority"])
+                if (bad := self._bad_values(n, top, max_priority)) is not None:
+                    return bad
+                self.max_priority = torch.tensor(max_priority, dtype=torch.float64, device=self.device)
                 self.pos, self.size = pos, n
         except FileNotFoundError:
             return "the file is missing"
@@ -312,22 +336,6 @@ def _header(z, name: str) -> tuple[tuple, np.dtype]:
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _, dtype = read(f)
     return tuple(shape), dtype
-
-
-def _bad_values(z, n: int, num_actions: int | None, float_obs: bool) -> str | None:
-    """What a replay file holds that save() never writes, or None (images are not read again here:
-    an Atari replay's are gigabytes)."""
-    actions = np.asarray(z["actions"])
-    top = num_actions if num_actions else np.iinfo(np.int64).max
-    if actions.dtype.kind not in "iu" or (n and (actions.min() < 0 or actions.max() >= top)):
-        return f"its actions are not integers 0 to {top - 1}"
-    for name in ("returns", "discounts", "leaves", "max_priority") + (("obs", "next_obs") if float_obs else ()):
-        if not np.isfinite(np.asarray(z[name])).all():
-            return f"its {name} holds a value that is not finite"
-    discounts, leaves = np.asarray(z["discounts"]), np.asarray(z["leaves"])
-    if (discounts < 0).any() or (discounts > 1).any() or (leaves < 0).any() or float(z["max_priority"]) <= 0:
-        return "its discounts lie outside [0, 1] or its priorities are not positive"
-    return None
 
 
 class NStepAccumulator:
