@@ -77,7 +77,7 @@ def marked_processes(tag: str) -> list[psutil.Process]:
 
 def _running(p: psutil.Process) -> bool:
     try:
-        return p.status() != psutil.STATUS_ZOMBIE
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:  # ended between the listing and the look
         return False
 
@@ -87,7 +87,15 @@ def survivors(tag: str, timeout: float) -> list[str]:
     them to end, as 'pid command'; those are killed. The wait is for a loaded machine (CI's two
     cores), where a rank can still be in MPI_Finalize for a moment after mpirun returned."""
     deadline = time.monotonic() + timeout
-    while (alive := [p for p in marked_processes(tag) if _running(p)]) and time.monotonic() < deadline:
+    seen: dict[int, psutil.Process] = {}
+    while True:
+        # a process seen once is waited for until it is gone: one that is exiting has already
+        # lost its environment (so the marker) but not yet its descriptors, and so its locks
+        for p in marked_processes(tag):
+            seen.setdefault(p.pid, p)
+        alive = [p for p in seen.values() if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            break
         time.sleep(0.1)
     left = []
     for p in alive:

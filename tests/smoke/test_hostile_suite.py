@@ -381,11 +381,21 @@ def _end(tag: str) -> None:
             pass
 
 
+def _released(folder: Path, timeout: float = 10) -> str | None:
+    """The folder's holder once `timeout` seconds have passed without it letting go (None: free).
+    The kernel drops a flock when the holder's last descriptor closes, which an exiting process
+    does after it has stopped showing its environment (so its marker) to a process listing."""
+    deadline = time.monotonic() + timeout
+    while (held := runlock.holder(folder)) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return held
+
+
 def _stopped_with_a_checkpoint(member: Path) -> dict:
     m = json.loads((member / "benchmark_metrics.json").read_text())
     assert m["stop_reason"] == "stopped" and 0 < m["total_timesteps"] < 1_000_000, m
     assert (member / "checkpoints" / "latest.pt").is_file()
-    assert runlock.holder(member) is None  # its trainer has ended
+    assert _released(member) is None  # its trainer has ended
     return m
 
 
@@ -433,4 +443,4 @@ def test_a_local_suite_killed_outright_still_stops_its_member_with_a_checkpoint(
     assert held or not launcher_alive  # the launcher, alive after the check, held the suite's lock during it
     assert not hostile.survivors(tag, timeout=60)
     _stopped_with_a_checkpoint(member)
-    assert runlock.holder(suite_folder) is None
+    assert _released(suite_folder) is None
