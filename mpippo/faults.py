@@ -9,7 +9,8 @@ kind=lag,factor=F makes that rank of the sync layout F slower throughout (0.3: 3
 env step and each backward pass it sleeps F times what that took (a slow node; the balanced
 cut-off's measurement). kind=kill_in_save|enospc act inside the checkpoint
 write of that iteration on rank 0: die half-way through writing the temp file, or fail
-there as a full disk would. Unset (the normal case) it costs one lookup per iteration.
+there as a full disk would. kind=slow_restore,seconds=S: that learner takes S seconds more to
+restore its checkpoint on a resume (a replay buffer on a slow file system). Unset (the normal case) it costs one lookup per iteration.
 MPIPPO_FAULT_STAMP=<file>: a raise, kill or hang first writes its wall-clock time there, so a test
 times the job's end from the fault, not from a launch whose start-up a slow machine stretches.
 """
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 
 from mpippo.metrics.timers import PhaseTimer
 
-KINDS = ("raise", "kill", "hang", "nan", "slow", "lag", "kill_in_save", "enospc")
+KINDS = ("raise", "kill", "hang", "nan", "slow", "lag", "kill_in_save", "enospc", "slow_restore")
 
 
 class InjectedFault(RuntimeError):
@@ -93,6 +94,12 @@ def phase_timer(rank: int) -> PhaseTimer:
     if FAULT is not None and FAULT["kind"] == "lag" and rank in FAULT["ranks"]:
         return LaggingTimer(FAULT["factor"])
     return PhaseTimer()
+
+
+def restore_delay(rank: int) -> None:
+    """kind=slow_restore: sleep in this learner's restore."""
+    if FAULT is not None and FAULT["kind"] == "slow_restore" and rank in FAULT["ranks"]:
+        time.sleep(FAULT["seconds"])
 
 
 def save_fault(iteration: int):

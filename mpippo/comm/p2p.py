@@ -25,7 +25,8 @@ Progress guard (guards.collective_timeout_s, 0 = off): each side knows when it l
 the other. The learner counts an actor as silent only while that actor holds credit (it owes
 the actor nothing, so the actor should be sending); an actor counts the learner as silent when
 nothing at all came from it (credit, weights, snapshots, or the keepalive: an ACK of 0 credits
-the learner sends to an actor it has sent nothing for a quarter of the timeout). Silence longer
+the learner sends to an actor it has sent nothing for a quarter of the timeout, also while it
+restores a checkpoint's replay buffer, which may take minutes). Silence longer
 than the timeout ends the whole job with one line naming the silent rank and what it was last
 seen doing. Waiting for credit from a learner that keeps talking is not silence.
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 import sys
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -166,8 +168,12 @@ class ActorChannel:
         self._stop_requested = False
 
     def check(self) -> None:
-        """End the job if the learner has been silent too long (call it as often as convenient)."""
-        self.guard.check()
+        """End the job if the learner has been silent too long (call it as often as convenient).
+        Credit and keepalives are taken first: before its first weights (a learner restoring its
+        replay) the actor waits for weights only, and they are what the learner sends then."""
+        if self.guard.due():
+            self._drain_acks(block=False)
+            self.guard.check_now()
 
     def stop_requested(self) -> bool:
         """True once the learner asked this actor to stop early (checked without blocking)."""
@@ -345,6 +351,27 @@ class LearnerChannel:
                 self._ack(a, 0)
         self.guard.exempt = {a for a in self.actors if self.unacked[a] or self._finished(a)}
         self.guard.check_now()
+
+    def talking_while(self, work):
+        """work()'s result, run in a thread while this one sends every actor a keepalive each quarter
+        of the timeout: restoring a replay buffer of many GB from a slow file system must not look
+        like a hung learner. Only this thread calls MPI. The actors' chunks wait unread meanwhile,
+        so their clocks start again when it is done."""
+        if self.guard.timeout_s <= 0:
+            return work()
+        with ThreadPoolExecutor(1, thread_name_prefix="mpippo-restore") as pool:
+            job = pool.submit(work)
+            while True:
+                try:
+                    result = job.result(timeout=self.keepalive_s)
+                    break
+                except TimeoutError:  # still working
+                    for a in self.actors:
+                        self._ack(a, 0)
+                    self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
+        for a in self.actors:
+            self.guard.restart(a)
+        return result
 
     def _finished(self, a: int) -> bool:
         return a in self.stopped and self.received[a] == int(self.stopped[a][0])

@@ -18,7 +18,7 @@ from mpippo.checkpoint import save_checkpoint
 from mpippo.files import atomic_write_with
 from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
-from mpippo.faults import maybe_inject
+from mpippo.faults import maybe_inject, restore_delay
 from mpippo.metrics.reporter import git_commit, peak_rss_mb
 from mpippo.metrics import keys, tags
 from mpippo.metrics.sinks import Sinks
@@ -66,6 +66,7 @@ class Learner:
     # ---- resume ----
     def restore(self, st: dict) -> str:
         """Counters, episode window, algorithm and hook state from a checkpoint; a note for the start line."""
+        restore_delay(self.a.job_rank)
         self.c.update(st["counters"])
         self.window.add(st["ret_window"])
         note = self.algo.load_state_dict(st, self.a.ckpt_dir, self.c["updates"])

@@ -33,7 +33,7 @@ from mpippo.algos.policy_gradient import autocast
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
-from mpippo.config import Config, UsageError, agent_folder, algorithm, layout_section
+from mpippo.config import Config, UsageError, agent_folder, layout_section
 from mpippo.envs import make_env, rank_seed
 from mpippo.layout.actor import Actor
 from mpippo.layout.learner import Learner
@@ -210,8 +210,8 @@ class ActorLearnerRun:
         ch = LearnerChannel(self.group, list(range(1, self.num_actors + 1)), self.layout, flat.numel(),
                             a.section.max_inflight, self.table_size, timeout_s=cfg.guards.collective_timeout_s)
         learner = Learner(a, self.algo, ch, flat, hook)
-        note = learner.restore(self.resume_state) if self.resume_state is not None else ""
-        self.resume_state = None
+        state, self.resume_state = self.resume_state, None
+        note = ch.talking_while(lambda: learner.restore(state)) if state is not None else ""
         for line in self.resume_notes:
             print(f"mpippo: agent {a.index}: warning: {line}", flush=True)
         a.run_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,9 @@ def load(run_dir):
     return torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
 
 
-def test_sigusr1_checkpoints_replay_requeues_and_resume_finishes_the_budget(tmp_path):
+def test_sigusr1_checkpoints_replay_requeues_and_resume_finishes_the_budget(tmp_path, monkeypatch):
+    """... and a resume whose replay takes longer to load than the progress guard's timeout is not
+    taken for a hung learner (it keeps the actors' guard fed while it loads)."""
     run_dir = tmp_path / "run"
     proc = start([MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", *DQN, "--total-timesteps", str(TOTAL),
                   "--output-dir", str(run_dir), "--set", "dqn.save_replay=true"], env=learner_line_by(update=200))
@@ -38,7 +40,9 @@ def test_sigusr1_checkpoints_replay_requeues_and_resume_finishes_the_budget(tmp_
     with np.load(run_dir / "checkpoints" / "replay.npz") as z:
         assert int(z["tag"]) == state["iteration"] and int(z["size"]) == first["replay_size"] > 0
 
-    res = ok(trainer(3, ["--resume", "--output-dir", str(run_dir), "--no-progress"], timeout=180))
+    monkeypatch.setenv("MPIPPO_FAULT", "rank=0,kind=slow_restore,seconds=8")  # the learner's restore: 8 s
+    res = ok(trainer(3, ["--resume", "--output-dir", str(run_dir), "--no-progress",
+                         "--set", "guards.collective_timeout_s=4"], timeout=180))
     assert f"resuming at {first['total_timesteps']:,} env steps" in res.stdout
     assert f"restored replay of {first['replay_size']:,} transitions" in res.stdout
     final = metrics(run_dir)
