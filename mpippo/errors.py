@@ -3,6 +3,10 @@
 They end the job cleanly on all ranks -- one message from rank 0, exit code 1 -- instead
 of the abort path that a failure on a single rank needs.
 """
+import os
+import sys
+import sysconfig
+from pathlib import Path
 
 
 class JobFailure(RuntimeError):
@@ -40,3 +44,19 @@ class EnvFailure(RankFailure):
     """A Gymnasium env (the user's code) raised, exited, or broke its declared contract mid-run: bad
     input found late, so exit 2, as when start-up finds the same env misbehaving."""
     exit_code = 2
+
+
+def user_code_at(frames) -> str:
+    """", at 'file':line in fn" for the innermost of `frames` (traceback.FrameSummary, outermost
+    first) in the user's own code: outside Python's library, NumPy, Gymnasium and mpippo; "" when
+    none is (the env returned what Gymnasium could not take, or mpippo's own code is running)."""
+    paths = sysconfig.get_paths()
+    packages = tuple(p + os.sep for p in {paths["purelib"], paths["platlib"]})  # (under stdlib in a conda env)
+    libs = tuple(str(Path(m.__file__).parent) + os.sep for m in (sys.modules.get("numpy"), sys.modules.get("gymnasium"),
+                                                                 sys.modules.get("mpippo"))
+                 if getattr(m, "__file__", None))
+
+    def ours(name: str) -> bool:
+        return name.startswith(libs) or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages))
+    own = [f for f in frames if not ours(f.filename)]
+    return f", at {own[-1].filename!r}:{own[-1].lineno} in {own[-1].name}" if own else ""

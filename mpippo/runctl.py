@@ -15,6 +15,9 @@
   in every algorithm (EpisodeWindow).
 - a checkpoint that cannot be written ends the run with one line and exit 1, the previous one intact.
 - RunResult: what a run ended with; the CLI maps it to an exit code without knowing the algorithm.
+- a one-rank job that hangs (a user's env stuck in its step) ends after guards.collective_timeout_s
+  with one line naming the phase and the place in the user's code (`watch_alone`), as a many-rank
+  job's collective watchdog ends one whose rank hangs.
 - start-up without the cyclic collector: run_mpi.py and evaluate turn it off first thing,
   `freeze_imports()` sets aside what the imports made and `end_startup_gc_pause()` turns it on
   once the trainer or evaluator is built (see there).
@@ -23,10 +26,15 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
+import threading
 import time
+import traceback
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from mpippo.errors import user_code_at
 from mpippo.usage import UsageError
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED
 
@@ -62,6 +70,41 @@ def end_startup_gc_pause() -> None:
         gc.collect()
         gc.freeze()
         gc.enable()
+
+
+PHASE_WORDS = {"env_step": "in its envs' step", "inference": "in the policy's forward pass",
+               "gae": "computing advantages", "backward": "in a backward pass", "allreduce": "in the gradient sync",
+               "optimizer": "in the optimizer's step"}
+
+
+@contextmanager
+def watch_alone(timer, timeout_s: float, end):
+    """A one-rank job has no other rank to notice that it hangs (a user's env stuck in native code,
+    a deadlocked library), and a stop signal only sets a flag that a hung loop never reads: a
+    thread ends it with `end(1)` when no phase of `timer` has ended for timeout_s, naming the phase
+    and where the training thread is in the user's code. A single phase that long is a hang on any
+    machine, where a whole rollout may legitimately take longer."""
+    if timeout_s <= 0:
+        yield
+        return
+    done, trainer = threading.Event(), threading.get_ident()
+    timer.last_end = time.perf_counter()
+
+    def watch() -> None:
+        while not done.wait(min(1.0, timeout_s / 4)):
+            quiet = time.perf_counter() - timer.last_end
+            if quiet > timeout_s:
+                frame = sys._current_frames().get(trainer)
+                at = user_code_at(traceback.extract_stack(frame)) if frame is not None else ""
+                sys.stderr.write(f"mpippo: error: no step of training ended for {quiet:.0f} s (guards.collective_timeout_s "
+                                 f"= {timeout_s:g}): the run hangs {PHASE_WORDS.get(timer.phase, 'between its phases')}"
+                                 f"{at}; ending it (its last checkpoint stays)\n")
+                end(EXIT_FAILURE)
+    threading.Thread(target=watch, name="mpippo-alone-watchdog", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def stop_reason(budget_reached: bool, requeue: bool, stop: bool, time_up: bool) -> str | None:

@@ -20,18 +20,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-import os
 import re
 import sys
-import sysconfig
 import traceback
 import warnings
-from pathlib import Path
 
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces
-from mpippo.errors import EnvFailure
+from mpippo.errors import EnvFailure, user_code_at
 from mpippo.usage import UsageError, reason, show
 
 PREFIX = "gym:"
@@ -274,17 +271,8 @@ def _what(e: BaseException) -> str:
 
 
 def _where(e: BaseException) -> str:
-    """Where the env's own code failed: the innermost frame outside Python's library, NumPy, Gymnasium
-    and mpippo; none when the env returned what Gymnasium could not take (a 4-tuple, a wrong shape)."""
-    paths = sysconfig.get_paths()
-    packages = tuple(p + os.sep for p in {paths["purelib"], paths["platlib"]})  # (under stdlib in a conda env)
-    libs = tuple(str(Path(m.__file__).parent) + os.sep for m in (np, sys.modules.get("gymnasium"), sys.modules["mpippo"])
-                 if getattr(m, "__file__", None))
-
-    def ours(name: str) -> bool:
-        return name.startswith(libs) or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages))
-    own = [f for f in traceback.extract_tb(e.__traceback__) if not ours(f.filename)]
-    return f", at {own[-1].filename!r}:{own[-1].lineno} in {own[-1].name}" if own else ""
+    """Where the env's own code failed (errors.user_code_at)."""
+    return user_code_at(traceback.extract_tb(e.__traceback__))
 
 
 def _kw(kwargs: dict) -> str:

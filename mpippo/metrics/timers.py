@@ -59,14 +59,19 @@ class Stopwatch:
     def __init__(self, phases=PHASES):
         self.phases = tuple(phases)
         self.seconds = {p: 0.0 for p in self.phases}
+        self.phase: str | None = None  # the phase running now, and when the last one ended: what a
+        self.last_end = time.perf_counter()  # one-rank job's watchdog reads (runctl.watch_alone)
 
     @contextmanager
     def __call__(self, phase: str):
         t0 = time.perf_counter()
+        self.phase = phase
         try:
             yield
         finally:
-            self.seconds[phase] += time.perf_counter() - t0
+            self.last_end = time.perf_counter()
+            self.seconds[phase] += self.last_end - t0
+            self.phase = None
 
     def add_other(self, wall: float) -> None:
         """Charge the unaccounted part of `wall` (time since the last reset) to 'other'."""

@@ -4,6 +4,7 @@ env, the rank and where in the env's code, exit 2 (never 3, the requeue code a s
 would otherwise pass on), no traceback, no hang, and the run's last checkpoint kept."""
 import signal
 import sys
+import time
 
 import torch
 
@@ -47,6 +48,28 @@ def test_an_env_raising_mid_run_ends_the_run_in_one_line_keeping_its_checkpoint_
              "mpippo: error: --video: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: no display in its "
              "render()")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keeping_its_checkpoint(tmp_path):
+    """One rank has no other rank to notice it hang, and a signal only sets a flag that the hung
+    loop never reads: the env waits forever in native code in the third update, a SIGTERM then
+    changes nothing, and the run ends guards.collective_timeout_s after its last step, naming the
+    phase and the env's line; exit 1 (a failure, as a many-rank job's watchdog), the checkpoint kept."""
+    run_dir = tmp_path / "run"
+    proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
+                  "4096", "--set", "env.kwargs={fault: hang, at: 1063}", "--set", "checkpoint.interval_iterations=1",
+                  "--set", "guards.collective_timeout_s=4", "--set", "logging.print_interval=1",
+                  "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS})
+    wait_for_line(proc, "iter     2")  # (the hang comes in the third update, about a second later)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=60)
+    lines = error_lines(err)
+    assert code == 1 and len(lines) == 1 and "Traceback" not in out + err, (code, err[-3000:])
+    assert lines[0].startswith("mpippo: error: no step of training ended for ") and \
+        "(guards.collective_timeout_s = 4): the run hangs in its envs' step, at '" in lines[0] and \
+        "mpippo_user_envs.py':" in lines[0] and lines[0].endswith("in step; ending it (its last checkpoint stays)"), lines[0]
+    assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
 
 
 def test_an_env_calling_sys_exit_3_on_one_rank_ends_the_job_naming_the_rank_with_exit_2(tmp_path):

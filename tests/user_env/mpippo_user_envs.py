@@ -13,6 +13,7 @@ registers its ids, like a user's package would.
 import os
 import signal
 import sys
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -165,7 +166,8 @@ gym.register(id="mpippo-test/MissingDep-v0", entry_point="mpippo_user_envs_missi
 class Faulty(Steady):
     """Steady until this process's envs have taken `at` steps in all, then broken as `fault` says:
     raise, exit (sys.exit(3), the code a requeue exits with), nan-reward, inf-obs, nan-final (the
-    observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), render,
+    observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
+    forever in native code, the interpreter's lock released, as a simulator waiting on its server), render,
     close; or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
     metadata = {"render_modes": ["rgb_array"]}
@@ -191,6 +193,8 @@ class Faulty(Steady):
             raise RuntimeError("the user's env broke")
         if self.broken("exit"):
             sys.exit(3)
+        if self.broken("hang"):
+            threading.Event().wait()
         if self.broken("four-tuple"):
             return obs, reward, terminated, info
         if self.broken("shape"):
