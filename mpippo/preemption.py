@@ -4,7 +4,8 @@ SIGUSR1        -> checkpoint, exit EXIT_REQUEUE (3): "stopped early, requeue me"
 SIGTERM/SIGINT -> checkpoint, exit EXIT_STOPPED (4): stopped on request, resumable with --resume.
 SIGUSR2        -> the same as SIGTERM; `python -m mpippo.launch` relays SIGTERM/SIGINT as SIGUSR2,
                   because mpirun kills the ranks right after forwarding a SIGTERM.
-A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts); any
+A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts with one
+line, exit 130, comm.World.install_abort_hook); any
 number of SIGUSR1/SIGUSR2/SIGTERM keep the first stop's outcome, up to the process's last
 instant (`settle`).
 Whichever rank or ranks got the signal, the flags are combined with one Allreduce(MAX), so

@@ -28,6 +28,7 @@ LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "P
 
 
 # a write that failed for want of room or of a working file system: said in one line wherever it happens
+EXIT_INTERRUPTED = 130  # a shell's code for a command ended by Ctrl-C (128 + SIGINT)
 FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
@@ -254,6 +255,10 @@ class World:
             if isinstance(exc, RankFailure):  # a failure that says itself in one line (a user's env mid-run)
                 sys.stderr.write(f"mpippo: error: {who}{exc}\n")
                 self.abort(exc.exit_code)
+            if isinstance(exc, KeyboardInterrupt):  # a person's second Ctrl-C (preemption.py): their "now"
+                sys.stderr.write(f"mpippo: {who}stopped at once by a second Ctrl-C, without a checkpoint of this "
+                                 f"iteration (--resume continues from the last checkpoint, if one was written)\n")
+                self.abort(EXIT_INTERRUPTED)
             if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_FULL:  # the disk, not a bug: any writer
                 sys.stderr.write(f"mpippo: error: {who}{file_system_failure(exc)}\n")  # (TensorBoard's thread too)
                 self.abort(1)

@@ -72,6 +72,25 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
 
 
+def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path):
+    """A person's second Ctrl-C is their "now", also while the env waits in native code: one line,
+    exit 130 (a shell's code for Ctrl-C), no traceback, the last checkpoint kept."""
+    run_dir = tmp_path / "run"
+    proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
+                  "4096", "--set", "env.kwargs={fault: hang, at: 1063}", "--set", "checkpoint.interval_iterations=1",
+                  "--set", "logging.print_interval=1", "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS})
+    wait_for_line(proc, "iter     2")
+    time.sleep(1)
+    for _ in range(2):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+    code, out, err = finish(proc, timeout=60)
+    assert code == 130 and "Traceback" not in out + err, (code, err[-3000:])
+    assert err.strip().splitlines()[-1] == ("mpippo: stopped at once by a second Ctrl-C, without a checkpoint of this "
+                                            "iteration (--resume continues from the last checkpoint, if one was written)")
+    assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
+
+
 def test_an_env_calling_sys_exit_3_on_one_rank_ends_the_job_naming_the_rank_with_exit_2(tmp_path):
     """Two ranks, PPO: rank 1's env calls sys.exit(3) while rank 0 waits for it in the gradient
     Allreduce: rank 1 says so and aborts the job; the exit is 2, not the requeue's 3."""
