@@ -48,15 +48,18 @@ class EnvFailure(RankFailure):
 
 def user_code_at(frames) -> str:
     """", at 'file':line in fn" for the innermost of `frames` (traceback.FrameSummary, outermost
-    first) in the user's own code: outside Python's library, NumPy, Gymnasium and mpippo; "" when
-    none is (the env returned what Gymnasium could not take, or mpippo's own code is running)."""
+    first) in the user's own code: outside Python's library, NumPy, Gymnasium, mpippo and the
+    program's entry script (run_mpi.py); "" when none is (the env returned what Gymnasium could not
+    take, or mpippo's own code is running)."""
     paths = sysconfig.get_paths()
     packages = tuple(p + os.sep for p in {paths["purelib"], paths["platlib"]})  # (under stdlib in a conda env)
     libs = tuple(str(Path(m.__file__).parent) + os.sep for m in (sys.modules.get("numpy"), sys.modules.get("gymnasium"),
                                                                  sys.modules.get("mpippo"))
                  if getattr(m, "__file__", None))
+    entry = getattr(sys.modules.get("__main__"), "__file__", None)  # run_mpi.py (outside the package)
 
     def ours(name: str) -> bool:
-        return name.startswith(libs) or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages))
+        return (name.startswith(libs) or name == entry
+                or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages)))
     own = [f for f in frames if not ours(f.filename)]
     return f", at {own[-1].filename!r}:{own[-1].lineno} in {own[-1].name}" if own else ""

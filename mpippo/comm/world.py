@@ -17,7 +17,7 @@ import traceback
 
 import numpy as np
 
-from mpippo.errors import RankFailure
+from mpippo.errors import RankFailure, user_code_at
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
 # rank's environment. Without any of them this is one process (plain `python run_mpi.py`, a tool, a
@@ -131,12 +131,14 @@ class World:
     def _watchdog(self) -> None:
         """Answers other ranks' "where are you?" queries; aborts when this rank's collective stalls."""
         threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
-        query, status, pending = np.zeros(1, np.int64), MPI.Status(), []
+        query, status, pending, said = np.zeros(1, np.int64), MPI.Status(), [], False
         req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY) if threaded else None
         while True:
             time.sleep(0.5)
             while req is not None and req.Test(status):
                 busy = int(time.monotonic() - self._left_at)  # outside collectives: its envs, its update
+                if self._watch_name is None and not said:  # the rank the others wait for: once, where it is
+                    said = self._say_where(status.Get_source(), busy)
                 reply = np.array([self._seq, self._watch_name is not None, busy], dtype=np.int64)
                 pending.append((self._diag.Isend(reply, dest=status.Get_source(), tag=self._REPLY), reply))
                 req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY)
@@ -148,6 +150,18 @@ class World:
                                  f"{self.collective_timeout_s:.0f} s for other ranks; {where}; aborting the job\n")
                 sys.stderr.flush()
                 self.abort(1)
+
+    def _say_where(self, asker: int, busy: int) -> bool:
+        """The line of a rank that others wait for, before their abort ends it: where its main thread
+        is, in the user's code if it is in any (an env's step), so a hang names its place, not only
+        its rank."""
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        frames = traceback.extract_stack(frame) if frame is not None else []
+        at = user_code_at(frames) or (f", at {frames[-1].filename!r}:{frames[-1].lineno} in {frames[-1].name}"
+                                      if frames else "")
+        sys.stderr.write(f"[rank {self.rank}] rank {asker} waits for this rank, outside collectives for {busy} s{at}\n")
+        sys.stderr.flush()
+        return True
 
     def _diagnose(self, seq: int, wait_s: float = 5.0) -> str:
         """Ask every other rank which collective it is in; name those that did not arrive."""

@@ -128,6 +128,9 @@ def test_fault_on_one_rank_ends_the_job_within_30s_and_latest_loads(tmp_path, mo
         assert "ranks that did not arrive: [1]" in res.stderr
         busy = re.search(r"rank 1: not in a collective for (\d+) s", res.stderr)  # stuck in its own work that long
         assert busy and int(busy[1]) >= 4, res.stderr[-2000:]
+        # ... and rank 1 says where it is (here in the fault's own sleep: a user's env would be named instead)
+        assert re.search(r"\[rank 1\] rank 0 waits for this rank, outside collectives for \d+ s, at '[^']*faults\.py':\d+ "
+                         r"in maybe_inject", res.stderr), res.stderr[-2000:]
     assert load(run_dir)["iteration"] == 2  # checkpoint of the last completed iteration
 
 
