@@ -280,6 +280,8 @@ class PrioritizedReplay:
                 return f"its {name} holds a value that is not finite"
         if not math.isfinite(max_priority):
             return "its max_priority holds a value that is not finite"
+        if n and not 0 < float(parts["leaves"].sum()) < math.inf:  # (the sum tree samples by it: 1e308 each overflows)
+            return "its priorities do not sum to a finite positive number"
         if bool((parts["discounts"] < 0).any() | (parts["discounts"] > 1).any() | (parts["leaves"] < 0).any()) \
                 or max_priority <= 0:
             return "its discounts lie outside [0, 1] or its priorities are not positive"
@@ -307,6 +309,11 @@ class PrioritizedReplay:
                 for name, (shape, _) in heads.items():
                     if shape[:1] != (n,):
                         return f"its {name} holds {shape[0] if shape else 'no'} entries, not its size {n}"
+                    want = (n, *(self.prio if name == "leaves" else getattr(self, name)).shape[1:])
+                    if shape != want:  # (a wrong shape would broadcast into the buffer, or not fit memory)
+                        return f"its {name} has shape {shape}, this buffer's {want}"
+                if heads["next_obs"][1] != obs_type:
+                    return f"its next observations are {heads['next_obs'][1]}, its observations {obs_type}"
                 top = num_actions or np.iinfo(np.int64).max
                 if heads["actions"][1].kind not in "iu":  # (copied into int64, a float would pass unseen)
                     return f"its actions are not integers 0 to {top - 1}"
@@ -323,7 +330,7 @@ class PrioritizedReplay:
             return "the file is missing"
         except NotAFile as e:  # a FIFO there would have held the open (and the learner) forever
             return str(e)
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        except (Exception, MemoryError) as e:  # noqa: BLE001 (a damaged zip, header or array: any of a dozen errors)
             return f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
         return None
 

@@ -668,7 +668,13 @@ def test_cuda_a_learner_checkpoint_resumes_on_the_gpu(tmp_path):
     (lambda a: a["leaves"].__setitem__(3, np.inf), "its leaves holds a value that is not finite"),
     (lambda a: a["leaves"].__setitem__(3, -1.0), "its priorities are not positive"),
     (lambda a: a["discounts"].__setitem__(3, 2.0), "its discounts lie outside [0, 1]"),
-    (lambda a: a.__setitem__("max_priority", np.float64(0.0)), "its priorities are not positive")])
+    (lambda a: a.__setitem__("max_priority", np.float64(0.0)), "its priorities are not positive"),
+    (lambda a: a["leaves"].__setitem__(slice(None), 0.0), "its priorities do not sum to a finite positive number"),
+    (lambda a: a["leaves"].__setitem__(slice(None), 1e308), "its priorities do not sum to a finite positive number"),
+    (lambda a: a.__setitem__("next_obs", a["next_obs"][:, :1]), "its next_obs has shape (50, 1, 2, 1), this buffer's "
+                                                                 "(50, 3, 2, 1)"),
+    (lambda a: a.__setitem__("returns", np.repeat(a["returns"][:, None], 2, 1)), "its returns has shape (50, 2)"),
+    (lambda a: a.__setitem__("next_obs", a["next_obs"].astype(np.float64)), "its next observations are float64")])
 def test_a_replay_file_edited_out_of_range_is_not_used(tmp_path, edit, why):
     """Values save() never writes (an action past the network's six, a NaN return or priority)
     would fail an update later, an index error or a non-finite loss far from the file: the file is
@@ -682,3 +688,22 @@ def test_a_replay_file_edited_out_of_range_is_not_used(tmp_path, edit, why):
     buf = PrioritizedReplay(50, (3, 2, 1))
     got = buf.load(tmp_path / "replay.npz", tag=7, num_actions=6)
     assert got is not None and why in got and buf.size == 0, got
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a block zeroed"])
+def test_a_damaged_replay_file_is_not_used(tmp_path, damage):
+    """A file cut short (a full disk, a copy stopped part-way) or with a block of zeros inside (a bad
+    sector): the zip's or NumPy's own checks fail (BadZipFile, a bad CRC, a header that does not
+    parse), and the resume goes on with an empty buffer, saying why."""
+    path = tmp_path / "replay.npz"
+    with open(path, "wb") as f:
+        filled_replay().save(f, tag=7)
+    data = bytearray(path.read_bytes())
+    if damage == "cut short":
+        del data[-200:]
+    else:
+        data[len(data) // 2:len(data) // 2 + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+    buf = PrioritizedReplay(50, (3, 2, 1))
+    got = buf.load(path, tag=7, num_actions=6)
+    assert got is not None and got.startswith("unreadable (") and buf.size == 0, got
