@@ -36,6 +36,7 @@ import sys
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as StillRunning  # (not the builtin's before 3.11)
 
 import numpy as np
 
@@ -365,7 +366,7 @@ class LearnerChannel:
                 try:
                     result = job.result(timeout=self.keepalive_s)
                     break
-                except TimeoutError:  # still working
+                except StillRunning:
                     for a in self.actors:
                         self._ack(a, 0)
                     self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]

@@ -103,6 +103,9 @@ class ActorLearnerRun:
                                   episode_capacity=self.algo.episode_capacity(d.chunk_size, num_envs))
         self.resume_notes: list[str] = []  # what a resume changes that is safe to change (resume.check)
         self.resume_state = self.resume_point(resume)
+        if self.agent.resumes and not self.is_learner:  # fresh episodes and exploration, not a replay of segment 1,
+            self.env.close()                            # made in start-up: a failure is one line the job agrees on
+            self.env = make_env(cfg, num_envs, seed=self.seed + 7919 * self.agent.resumes)
         self.precision_why = self.settle_precision()
         if self.is_learner and self.algo.learner_bytes() > 0.9 * psutil.virtual_memory().available:
             raise UsageError(f"{self.algo.learner_bytes_key()} need {self.algo.learner_bytes() / 2**30:.1f} GiB, more than the "
@@ -184,10 +187,6 @@ class ActorLearnerRun:
         index = self.group.rank - 1
         budget = cfg.training.total_timesteps // a.section.num_agents - a.steps_before  # this agent's remaining steps
         steps = self.algo.actor_steps(max(budget, 0), self.num_actors, index, a.num_envs)
-        if a.resumes:  # fresh episodes and exploration, not a replay of segment 1
-            self.env.close()
-            self.env = make_env(cfg, a.num_envs, seed=self.seed + 7919 * a.resumes)
-            signals.reclaim()  # the envs' code ran again (start-up said once what it had replaced)
         flat = flatten_parameters_(self.model)
         rng = np.random.default_rng(self.seed + 17 + 7919 * a.resumes)
         ch = ActorChannel(self.group, 0, self.layout, flat.numel(), a.section.max_inflight, self.table_size,

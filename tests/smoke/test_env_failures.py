@@ -107,6 +107,22 @@ def test_an_actors_env_returning_nan_ends_the_actor_learner_job_naming_the_rank(
     the_line(res, "mpippo: error: rank 2: env.name: 'gym:mpippo-test/Faulty-v0' returned a reward holding nan")
 
 
+def test_an_actors_env_that_cannot_be_made_again_on_resume_ends_the_job_in_one_line(tmp_path):
+    """A resumed actor makes its envs anew (fresh episodes and exploration): the user's constructor
+    failing there (its 6th env: the first 5 are start-up's) is start-up's bad input, one line on
+    every rank, exit 2, the run's files untouched; it was a traceback from the actor's loop."""
+    run_dir = tmp_path / "run"
+    dqn = ["run_mpi.py", "--config", "configs/dqn_cartpole.yaml", *FAULTY, "--set", "dqn.learning_starts=200"]
+    first = job(2, [*dqn, "--total-timesteps", "1500", "--output-dir", str(run_dir)])
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = (run_dir / "checkpoints" / "latest.pt").read_bytes()
+    res = job(2, ["run_mpi.py", "--resume", "--output-dir", str(run_dir), "--total-timesteps", "3000", "--no-progress",
+                  "--set", "env.import=mpippo_user_envs"], fault="make@5")
+    the_line(res, "mpippo: error: env.name: making 'mpippo-test/Faulty-v0' with env.kwargs {} failed (RuntimeError: "
+                  "the user's env could not start its simulator")
+    assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before
+
+
 def test_an_env_that_sets_its_own_signal_handlers_does_not_take_the_requeue_away(tmp_path):
     """The env's constructor sets SIGINT, SIGTERM and SIGUSR1 to their default action (as SDL's
     start-up sets its own): mpippo puts its handlers back once the envs are made and says so, so

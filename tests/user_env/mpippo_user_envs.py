@@ -168,16 +168,20 @@ class Faulty(Steady):
     raise, exit (sys.exit(3), the code a requeue exits with), nan-reward, inf-obs, nan-final (the
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), render,
-    close; or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
+    close; make (its constructor raises once `at` envs were made in this process); or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
     metadata = {"render_modes": ["rgb_array"]}
     steps = 0  # this process's, all envs
+    made = 0   # envs this process made
 
     def __init__(self, fault: str = "", at: int = 0, rank: int = -1, render_mode=None):
         super().__init__()
         if os.environ.get("MPIPPO_TEST_ENV_FAULT"):
             fault, at = os.environ["MPIPPO_TEST_ENV_FAULT"].split("@")
         mine = rank < 0 or os.environ.get("OMPI_COMM_WORLD_RANK", "0") == str(rank)
+        Faulty.made += 1
+        if mine and fault == "make" and Faulty.made > int(at):
+            raise RuntimeError(f"the user's env could not start its simulator (env {Faulty.made})")
         self.fault, self.at, self.render_mode = (fault if mine else ""), int(at), render_mode
         if self.fault == "signals":  # as SDL's start-up does: a library's own handlers for the stop signals
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
