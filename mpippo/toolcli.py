@@ -35,6 +35,7 @@ from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folder
 from mpippo import config as C
 from mpippo import launch
 from mpippo.config import INT64_MAX, UsageError, show
+from mpippo.errors import RankFailure
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE
 from mpippo.usage import Parser as _Parser
@@ -135,6 +136,9 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     except ToolFailure as e:
         say(str(e))
         return EXIT_FAILURE
+    except RankFailure as e:  # a user's env that broke mid-run in the tool's own process (benchmarks/components.py)
+        say(str(e))
+        return e.exit_code
     except PermissionError as e:  # a file or folder this user may not read or search, met anywhere
         say(f"'{shown(e.filename)}': {e.strerror or e} (check its permissions and those of its folders)" if e.filename
             else f"{e.strerror or e} (a permission this user lacks)")

@@ -70,6 +70,8 @@ CMP, SWEEP, CURVES, SELF, PAR = ("analysis/compare_results.py", "analysis/scalin
 BENCH, DQN, GPU, BPAR, AVP = ("benchmarks/bench.py", "benchmarks/bench_dqn.py", "benchmarks/gpu_check.py",
                               "benchmarks/parity.py", "benchmarks/appo_vs_ppo.py")
 CUT = "benchmarks/cutoff_bench.py"
+USER_ENV_BREAKS = ("env:\n  name: gym:mpippo-test/Faulty-v0\n  import: mpippo_user_envs\n"
+                   "  kwargs: {fault: raise, at: 5}\n")  # (tests/user_env: raises in its 6th step)
 CUT_OUT = ("--out", "TMP/out.json")  # never the default (benchmarks/results/)
 SWEEP_OUT = ("--out", "TMP/out")  # never the default (analysis/data/)
 BPAR_OUT = ("--out", "TMP/out")  # never the default (runs/parity)
@@ -392,6 +394,10 @@ CASES = [
          "env.name: 'Nope' is not an ALE game"),
     Case("components-config-missing", tool("benchmarks/components.py", "--config", "TMP/none.yaml"),
          "none.yaml: config file not found"),
+    Case("components-user-env-breaks", tool("benchmarks/components.py", "--config", "TMP/c.yaml", "--envs-per-rank", "2",
+                                            "--seconds", "0.2", files={"c.yaml": USER_ENV_BREAKS},
+                                            env={"PYTHONPATH": str(Path(__file__).parents[1] / "user_env")}),
+         "components: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: the user's env broke in its step()"),
     # ---- benchmarks/peer_parity.py and analysis/peer_parity.py (the side-by-side with CleanRL) ----
     Case("parity-no-family", tool("benchmarks/peer_parity.py", "--runs", "TMP/r"),
          "the following arguments are required: --family"),
