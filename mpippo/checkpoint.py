@@ -45,9 +45,10 @@ def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last
     path = ckpt_dir / f"ckpt_{iteration:07d}.pt"
     atomic_write_bytes(path, data, _midway=faults.save_fault(iteration))
     _atomic_link_or_copy(path, ckpt_dir / LATEST, data)
-    for old in periodic_checkpoints(ckpt_dir)[:-keep_last] if keep_last > 0 else []:
-        if old != path:  # (newer ones left by a resume from an older checkpoint: this one stays)
-            old.unlink(missing_ok=True)
+    # this run's line: newer ones (left by a run this one resumed before its end) are not its to prune
+    line = [p for p in periodic_checkpoints(ckpt_dir) if int(PERIODIC.fullmatch(p.name)[1]) <= iteration]
+    for old in line[:-keep_last] if keep_last > 0 else []:
+        old.unlink(missing_ok=True)
     return path
 
 

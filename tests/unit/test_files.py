@@ -152,7 +152,7 @@ def test_pruning_removes_only_the_periodic_checkpoints_it_wrote_oldest_by_number
     """keep_last prunes the periodic checkpoints by their number, not their names' text (past 9,999,999
     iterations the name grows a digit), and never a file of the user's beside them (a copy named
     ckpt_0000050_best.pt matched the old glob and was deleted), a link, or the one just written."""
-    from mpippo.checkpoint import save_checkpoint
+    from mpippo.checkpoint import periodic_checkpoints, save_checkpoint
     ckpt = tmp_path / "checkpoints"
     ckpt.mkdir()
     mine = {"ckpt_0000050_best.pt": b"best", "ckpt_old.pt": b"notes", "ckpt_0000001.pt.bak": b"bak"}
@@ -168,6 +168,10 @@ def test_pruning_removes_only_the_periodic_checkpoints_it_wrote_oldest_by_number
     assert (tmp_path / "elsewhere.pt").read_bytes() == b"theirs"
     save_checkpoint(ckpt, {"iteration": 7}, 7, keep_last=1)  # a resume from an older one: what it writes stays
     assert (ckpt / "ckpt_0000007.pt").exists() and (ckpt / "latest.pt").samefile(ckpt / "ckpt_0000007.pt")
+    for it in (8, 9):  # ... and it prunes its own line only: the newer ones it resumed before stay
+        save_checkpoint(ckpt, {"iteration": it}, it, keep_last=2)
+    periodic = [p.name for p in periodic_checkpoints(ckpt)]
+    assert periodic == ["ckpt_0000008.pt", "ckpt_0000009.pt", "ckpt_10000000.pt", "ckpt_10000001.pt"], periodic
 
 
 @pytest.mark.parametrize("where", ["metrics", "thread", "other"])
