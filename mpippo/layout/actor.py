@@ -63,6 +63,8 @@ class Actor:
         ep_ret, ep_len = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
         t0, steps_done, reason = time.perf_counter(), 0, 0
         for step in range(self.steps):
+            if step % 256 == 0:  # an env's library may set its own handlers late: in a step, not its constructor
+                signals.reclaim()
             reason = signal_reason(signals)
             if (reason or self.ch.stop_requested()) and self.acting.can_stop():
                 break

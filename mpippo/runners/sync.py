@@ -507,6 +507,7 @@ class SyncTrainer:
         stop_reason = "done" if self.global_step >= t.total_timesteps else None
         while stop_reason is None:
             self.iteration += 1
+            signals.reclaim()  # (an env's library may set its own handlers late: in a step, not its constructor)
             self.grad_sync.poison_steps += maybe_inject(world.rank, self.iteration)
             lr = self._lr()
             for group in self.optimizer.param_groups:

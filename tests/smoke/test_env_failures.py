@@ -6,6 +6,7 @@ import signal
 import sys
 import time
 
+import pytest
 import torch
 
 from conftest import MPIRUN, ROOT, error_lines, finish, run, start, wait_for_line
@@ -123,19 +124,22 @@ def test_an_actors_env_that_cannot_be_made_again_on_resume_ends_the_job_in_one_l
     assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before
 
 
-def test_an_env_that_sets_its_own_signal_handlers_does_not_take_the_requeue_away(tmp_path):
-    """The env's constructor sets SIGINT, SIGTERM and SIGUSR1 to their default action (as SDL's
-    start-up sets its own): mpippo puts its handlers back once the envs are made and says so, so
-    Slurm's SIGUSR1 still checkpoints and exits 3 instead of killing the run."""
+@pytest.mark.parametrize("when", ["signals", "late-signals"])
+def test_an_env_that_sets_its_own_signal_handlers_does_not_take_the_requeue_away(tmp_path, when):
+    """The env's constructor (or, late, its 10th step: a library started lazily) sets SIGINT, SIGTERM
+    and SIGUSR1 to their default action (as SDL's start-up sets its own): mpippo puts its handlers
+    back once the envs are made and says so, and again at each iteration, so Slurm's SIGUSR1 still
+    checkpoints and exits 3 instead of killing the run."""
     run_dir = tmp_path / "run"
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY,
-                  "--total-timesteps", "1000000", "--set", "env.kwargs={fault: signals}",
+                  "--total-timesteps", "1000000", "--set", f"env.kwargs={{fault: {when}, at: 10}}",
                   "--set", "logging.print_interval=1", "--output-dir", str(run_dir)],
                  env={"PYTHONPATH": USER_ENVS})
-    warning = wait_for_line(proc, "mpippo: warning:")  # (before training starts)
-    assert warning.startswith("mpippo: warning: the env's code set its own handler for SIGUSR1, SIGTERM, SIGINT; "
-                              "mpippo's is back"), warning
-    wait_for_line(proc, "iter     1")
+    if when == "signals":
+        warning = wait_for_line(proc, "mpippo: warning:")  # (before training starts)
+        assert warning.startswith("mpippo: warning: the env's code set its own handler for SIGUSR1, SIGTERM, SIGINT; "
+                                  "mpippo's is back"), warning
+    wait_for_line(proc, "iter     2")
     proc.send_signal(signal.SIGUSR1)
     code, out, err = finish(proc)
     assert code == 3 and "stopped by SIGUSR1 after a checkpoint" in out, (code, out[-2000:], err[-2000:])

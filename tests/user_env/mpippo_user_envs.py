@@ -168,7 +168,8 @@ class Faulty(Steady):
     raise, exit (sys.exit(3), the code a requeue exits with), nan-reward, inf-obs, nan-final (the
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), render,
-    close; make (its constructor raises once `at` envs were made in this process); or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
+    close; make (its constructor raises once `at` envs were made in this process); late-signals (its
+    step number `at` sets the stop signals' handlers to the default, as a library started lazily); or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
     metadata = {"render_modes": ["rgb_array"]}
     steps = 0  # this process's, all envs
@@ -199,6 +200,9 @@ class Faulty(Steady):
             sys.exit(3)
         if self.broken("hang"):
             threading.Event().wait()
+        if self.fault == "late-signals" and Faulty.steps == self.at + 1:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_DFL)
         if self.broken("four-tuple"):
             return obs, reward, terminated, info
         if self.broken("shape"):
