@@ -40,6 +40,10 @@ class RankFailure(RuntimeError):
     exit_code = 1
 
 
+class SecondInterrupt(KeyboardInterrupt):
+    """A person's second Ctrl-C while the first stop is pending (preemption.SignalFlags): their "now"."""
+
+
 class EnvFailure(RankFailure):
     """A Gymnasium env (the user's code) raised, exited, or broke its declared contract mid-run: bad
     input found late, so exit 2, as when start-up finds the same env misbehaving."""

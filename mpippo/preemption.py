@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import signal
 
+from mpippo.errors import SecondInterrupt
+
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
 
 
@@ -97,5 +99,5 @@ class SignalFlags:
 
     def _on_stop(self, signum, frame):
         if signum == signal.SIGINT and self.stop:
-            raise KeyboardInterrupt  # impatient second Ctrl-C
+            raise SecondInterrupt  # impatient second Ctrl-C
         self.stop = True

@@ -17,7 +17,7 @@ import traceback
 
 import numpy as np
 
-from mpippo.errors import RankFailure, user_code_at
+from mpippo.errors import RankFailure, SecondInterrupt, user_code_at
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
 # rank's environment. Without any of them this is one process (plain `python run_mpi.py`, a tool, a
@@ -270,7 +270,8 @@ class World:
                 sys.stderr.write(f"mpippo: error: {who}{exc}\n")
                 self.abort(exc.exit_code)
             if isinstance(exc, KeyboardInterrupt):  # a person's second Ctrl-C (preemption.py): their "now"
-                sys.stderr.write(f"mpippo: {who}stopped at once by a second Ctrl-C, without a checkpoint of this "
+                how = "a second Ctrl-C" if isinstance(exc, SecondInterrupt) else "Ctrl-C (KeyboardInterrupt)"
+                sys.stderr.write(f"mpippo: {who}stopped at once by {how}, without a checkpoint of this "
                                  f"iteration (--resume continues from the last checkpoint, if one was written)\n")
                 self.abort(EXIT_INTERRUPTED)
             if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_FULL:  # the disk, not a bug: any writer

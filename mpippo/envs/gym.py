@@ -331,7 +331,7 @@ class GymVecEnv:
             cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
             final = (np.stack([np.asarray(info["final_obs"][i], dtype=self.dtype).reshape(self.obs_shape)
                                for i in cut]) if len(cut) else np.zeros((0, *self.obs_shape), dtype=self.dtype))
-        except (Exception, SystemExit) as e:  # noqa: BLE001 (not KeyboardInterrupt: an impatient second Ctrl-C)
+        except (Exception, SystemExit, GeneratorExit) as e:  # noqa: BLE001 (not KeyboardInterrupt: a person's Ctrl-C)
             raise self._failed("step", e, "an env whose step returns (obs, reward, terminated, truncated, info) "
                                f"within its declared spaces ({self.declared})") from None
         self._check_finite("a reward", rew)  # a NaN would surface updates later as a non-finite loss, its cause lost

@@ -220,6 +220,7 @@ def test_pettingzoo_connect_four_plays_as_the_built_in_game():
 @pytest.mark.parametrize("fault, expect", [
     ("raise", "raised RuntimeError: the user's env broke in its step() (step 4 of this rank), at '"),
     ("exit", "called sys.exit(3) in its step() (step 4 of this rank), at '"),
+    ("generator-exit", "raised GeneratorExit in its step() (step 4 of this rank), at '"),
     ("four-tuple", "raised ValueError: not enough values to unpack (expected 5, got 4) in its step()"),
     ("shape", "raised ValueError"),
     ("nan-reward", "returned a reward holding nan (as float32) at step 4 of this rank; allowed: finite values"),

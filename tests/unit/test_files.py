@@ -209,3 +209,23 @@ def test_a_full_disk_mid_run_is_one_line_wherever_the_write_fails(tmp_path, wher
     assert res.stderr.startswith(f"mpippo: error: {named} failed (No space left on device); what was written "
                                  "before is kept"), res.stderr
     assert target.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+
+
+@pytest.mark.parametrize("raised, said", [("SecondInterrupt", "a second Ctrl-C"),
+                                          ("KeyboardInterrupt", "Ctrl-C (KeyboardInterrupt)")])
+def test_a_ctrl_c_that_ends_a_rank_at_once_is_one_line_with_exit_130(raised, said):
+    """A person's second Ctrl-C (preemption raises SecondInterrupt) is their "now": one line, exit 130
+    (a shell's code for Ctrl-C), no traceback; a KeyboardInterrupt that is not ours (Python's default
+    handler, put back by a library) is not called a second one."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from mpippo.comm import World
+        from mpippo.errors import SecondInterrupt
+        World().install_abort_hook()
+        raise {raised}
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 130 and res.stderr == (f"mpippo: stopped at once by {said}, without a checkpoint of this "
+                                                    "iteration (--resume continues from the last checkpoint, if one "
+                                                    "was written)\n"), res.stderr

@@ -165,7 +165,7 @@ gym.register(id="mpippo-test/MissingDep-v0", entry_point="mpippo_user_envs_missi
 
 class Faulty(Steady):
     """Steady until this process's envs have taken `at` steps in all, then broken as `fault` says:
-    raise, exit (sys.exit(3), the code a requeue exits with), nan-reward, inf-obs, nan-final (the
+    raise, exit (sys.exit(3), the code a requeue exits with), generator-exit, nan-reward, inf-obs, nan-final (the
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), render,
     close; make (its constructor raises once `at` envs were made in this process); late-signals (its
@@ -198,6 +198,8 @@ class Faulty(Steady):
             raise RuntimeError("the user's env broke")
         if self.broken("exit"):
             sys.exit(3)
+        if self.broken("generator-exit"):  # (a BaseException, as an env built on a coroutine may let out)
+            raise GeneratorExit
         if self.broken("hang"):
             threading.Event().wait()
         if self.fault == "late-signals" and Faulty.steps == self.at + 1:
