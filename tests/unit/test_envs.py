@@ -271,3 +271,24 @@ def test_procgens_exploration_mode_makes_its_one_level_and_a_wide_seed_wraps():
     env.act(np.zeros(2, dtype=np.int64))
     assert env.observe()[1].shape == (2, 64, 64, 3)
     env.close()
+
+
+@pytest.mark.parametrize("shape, refused", [((4, 84, 84), True), ((12, 84, 84), True), ((9, 64, 64), True),
+                                            ((1, 16, 16), True), ((84, 84, 4), False), ((64, 64, 12), False),
+                                            ((4, 7, 16), False), ((4, 4, 16), False), ((6, 7, 2), False),
+                                            ((32, 32, 64), False), ((210, 160, 3), False)])
+def test_a_channels_first_image_space_is_refused_and_a_board_of_many_planes_is_not(shape, refused):
+    """Frames stacked channels-first (4 grey or 4 RGB frames: 4 or 12 planes of 84x84) would train as
+    pictures a few pixels high; a small board with many planes (4 x 7 of 16) is channels-last and trains."""
+    import gymnasium as gym
+
+    from mpippo.envs.gym import _spaces_of
+
+    class Env:
+        observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+        action_space = gym.spaces.Discrete(3)
+    if not refused:
+        assert _spaces_of(Env()).obs_shape == shape
+        return
+    with pytest.raises(C.UsageError, match=r"looks channels-first \(C, H, W\); allowed: channels-last images"):
+        _spaces_of(Env())
