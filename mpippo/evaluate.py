@@ -372,6 +372,9 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     check_env(cfg, state, args.imports)
     if args.levels == "test" and "num_levels" not in envs.family(cfg).keys:
         raise C.UsageError(f"--levels: '{cfg.env.name}' has no levels to hold out; allowed: train (the default)")
+    if args.levels == "test" and cfg.env.distribution_mode == "exploration":  # (procgen plays its one level then)
+        raise C.UsageError(f"--levels: the run trained '{cfg.env.name}' in procgen's exploration mode, whose games "
+                           f"have one fixed level and none to hold out; allowed: train (the default)")
     if args.video is not None:
         check_render(cfg)
     two_player = envs.family(cfg).two_player

@@ -297,6 +297,9 @@ CASES = [
          "--resume: no checkpoint at"),
     # ---- evaluate ----
     Case("evaluate-max-steps-0", evaluate("ppo", extra=["--max-steps", "0"]), "--max-steps: must be >= 1, got 0"),
+    Case("evaluate-test-levels-of-exploration-mode", evaluate("coinrun", set_key("config.env.distribution_mode",
+                                                                              "exploration"), extra=["--levels", "test"]),
+         "--levels: the run trained 'coinrun' in procgen's exploration mode, whose games have one fixed level"),
     Case("evaluate-episodes-0", evaluate("ppo", extra=["--num-episodes", "0"]), "--num-episodes: must be >= 1"),
     Case("evaluate-video-not-mp4", evaluate("ppo", extra=["--video", "x.gif"]), "must end in .mp4"),
     Case("evaluate-video-unwritable", lambda t, b: _with_file(t, evaluate("ppo", extra=["--video", f"{t}/f/v.mp4"])(t, b)),
