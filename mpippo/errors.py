@@ -3,6 +3,7 @@
 They end the job cleanly on all ranks -- one message from rank 0, exit code 1 -- instead
 of the abort path that a failure on a single rank needs.
 """
+import errno
 import os
 import sys
 import sysconfig
@@ -67,3 +68,14 @@ def user_code_at(frames) -> str:
                 or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages)))
     own = [f for f in frames if not ours(f.filename)]
     return f", at {own[-1].filename!r}:{own[-1].lineno} in {own[-1].name}" if own else ""
+
+
+FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the disk's, not a bug
+
+
+def file_system_failure(e: OSError) -> str:
+    """The line for an OSError of FILE_SYSTEM_FULL met anywhere in a run (the abort hook's)."""
+    verb = "reading or writing" if e.errno == errno.EIO else "writing"  # (EIO: either; the others: a write)
+    what = f"{verb} {e.filename!r}" if e.filename else f"{verb} a file (or the console)"
+    return (f"{what} failed ({e.strerror or e}); what was written before is kept: make room (or mend the file "
+            f"system), then run it again (a run: --resume, from its last checkpoint)")

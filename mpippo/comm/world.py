@@ -7,7 +7,6 @@ no pickling. The lowercase object methods are only used at start-up (config, run
 """
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import sys
@@ -17,7 +16,7 @@ import traceback
 
 import numpy as np
 
-from mpippo.errors import RankFailure, SecondInterrupt, user_code_at
+from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure, user_code_at
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
 # rank's environment. Without any of them this is one process (plain `python run_mpi.py`, a tool, a
@@ -29,15 +28,6 @@ LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "P
 
 # a write that failed for want of room or of a working file system: said in one line wherever it happens
 EXIT_INTERRUPTED = 130  # a shell's code for a command ended by Ctrl-C (128 + SIGINT)
-FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
-
-
-def file_system_failure(e: OSError) -> str:
-    what = f"writing {e.filename!r}" if e.filename else "a write"
-    return (f"{what} failed ({e.strerror or e}); what was written before is kept: make room (or mend the file "
-            f"system), then run it again (a run: --resume)")
-
-
 def launched() -> bool:
     """Whether an MPI launcher started this process (or MPIPPO_MPI_INIT=1 asks for MPI anyway)."""
     return os.environ.get("MPIPPO_MPI_INIT") == "1" or any(v in os.environ for v in LAUNCHER_VARS)

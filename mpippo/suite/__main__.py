@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mpippo import config as C
 from mpippo import files, runlock, toolcli
+from mpippo.errors import FILE_SYSTEM_FULL
 from mpippo.usage import UsageError
 from mpippo.suite import spec, state, submit
 from mpippo.suite.submit import set_aside
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     except OSError as e:  # a folder that cannot be made or written: its path and the reason
         where = f"'{e.filename}': " if e.filename else ""
         sys.stderr.write(f"mpippo: error: suite: {where}{e.strerror or e}\n")
-        return 2
+        return 1 if e.errno in FILE_SYSTEM_FULL else 2  # (a full disk is no bad input)
     except KeyboardInterrupt:  # Ctrl-C before a member started (then the relay takes signals)
         sys.stderr.write("\nmpippo: suite: interrupted\n")
         return 130

@@ -205,7 +205,7 @@ def test_a_full_disk_mid_run_is_one_line_wherever_the_write_fails(tmp_path, wher
         assert res.returncode == 1 and "Traceback" in res.stderr and "FileNotFoundError" in res.stderr
         return
     assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
-    named = f"writing '{target}'" if where == "metrics" else "a write"
+    named = f"writing '{target}'" if where == "metrics" else "writing a file (or the console)"
     assert res.stderr.startswith(f"mpippo: error: {named} failed (No space left on device); what was written "
                                  "before is kept"), res.stderr
     assert target.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]

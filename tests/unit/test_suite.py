@@ -456,3 +456,15 @@ def test_the_local_suite_relays_signals_as_the_launcher_reads_them(signals, rela
         assert relay.code() == (3 if "USR1" in signals else 4)
     finally:
         relay.close()
+
+
+@pytest.mark.parametrize("err, code", [(28, 1), (13, 2)])  # ENOSPC: the disk's; EACCES: the user's to mend
+def test_a_file_system_error_in_the_suite_is_one_line_exit_1_when_the_disk_is_full(monkeypatch, capsys, err, code):
+    import os
+
+    from mpippo.suite import __main__ as suite_main
+    def fail(*a, **k):
+        raise OSError(err, os.strerror(err), "/runs/suites/tiny/manifest.json")
+    monkeypatch.setattr(suite_main.spec, "load", fail)
+    assert suite_main.main(["status", "tiny"]) == code
+    assert capsys.readouterr().err == f"mpippo: error: suite: '/runs/suites/tiny/manifest.json': {os.strerror(err)}\n"
