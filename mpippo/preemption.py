@@ -24,6 +24,7 @@ import signal
 from mpippo.errors import SecondInterrupt
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130  # a person's second Ctrl-C: a shell's code for a command Ctrl-C ended (128 + SIGINT)
 
 
 _FLAGS: "SignalFlags | None" = None

@@ -17,6 +17,7 @@ import traceback
 import numpy as np
 
 from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure, user_code_at
+from mpippo.preemption import EXIT_INTERRUPTED
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
 # rank's environment. Without any of them this is one process (plain `python run_mpi.py`, a tool, a
@@ -26,8 +27,6 @@ LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "P
                  "MV2_COMM_WORLD_SIZE")
 
 
-# a write that failed for want of room or of a working file system: said in one line wherever it happens
-EXIT_INTERRUPTED = 130  # a shell's code for a command ended by Ctrl-C (128 + SIGINT)
 def launched() -> bool:
     """Whether an MPI launcher started this process (or MPIPPO_MPI_INIT=1 asks for MPI anyway)."""
     return os.environ.get("MPIPPO_MPI_INIT") == "1" or any(v in os.environ for v in LAUNCHER_VARS)
