@@ -29,6 +29,7 @@ from mpippo import launch, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
 from mpippo.files import METRICS, atomic_write_json, file_mode
+from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
@@ -177,9 +178,12 @@ def check_env(cfg: C.Config, state: dict, imports: str | None) -> None:
                            f"{spec['num_actions']}")
 
 
-def play(env, act, quota: np.ndarray, max_steps: int, video: Video | None, video_episodes: int):
+def play(env, act, quota: np.ndarray, max_steps: int, video: Video | None, video_episodes: int,
+         timer: Stopwatch | None = None):
     """Step until every env slot finished its quota; returns (returns, lengths, start frames) of counted
-    episodes (start frames: Atari's, the frame each game began at; else empty)."""
+    episodes (start frames: Atari's, the frame each game began at; else empty). `timer` times the
+    steps for the hang watch (runctl.watch_alone)."""
+    timer = timer or Stopwatch(("env_step", "inference"))
     n = env.num_envs
     done_count = np.zeros(n, dtype=np.int64)
     ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -191,8 +195,11 @@ def play(env, act, quota: np.ndarray, max_steps: int, video: Video | None, video
             break
         if video is not None and done_count[0] < min(quota[0], video_episodes):
             video.append(env.render() if hasattr(env, "render") else obs[0])
-        env.act(act(obs, env.action_mask() if hasattr(env, "action_mask") else None))
-        rew, obs, first = env.observe()
+        with timer("inference"):
+            actions = act(obs, env.action_mask() if hasattr(env, "action_mask") else None)
+        with timer("env_step"):
+            env.act(actions)
+            rew, obs, first = env.observe()
         ep_ret += rew
         ep_len += 1
         ended = envs.ended_episodes(env, first, ep_ret, ep_len)
@@ -429,11 +436,20 @@ def main(argv: list[str] | None = None) -> int:
             video.discard()
 
 
+def hang_timeout(state: dict) -> float:
+    """The run's guards.collective_timeout_s (the default where a hand-edited checkpoint holds no number)."""
+    guards = state["config"].get("guards") if isinstance(state["config"], dict) else None
+    value = guards.get("collective_timeout_s") if isinstance(guards, dict) else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
+    return float(value) if ok else C.GuardsConfig().collective_timeout_s
+
+
 def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:
     """The episodes, gathered on rank 0, and its table, JSON and video."""
     path, state, cfg, notes, two_player = checked
-    t0 = time.perf_counter()
-    played = play(env, act, quota, args.max_steps, video, args.video_episodes) if quota.sum() else ([], [], [])
+    t0, timer = time.perf_counter(), Stopwatch(("env_step", "inference"))
+    with runctl.watch_alone(timer, hang_timeout(state), world.abort, what="the evaluation", kept=""):
+        played = play(env, act, quota, args.max_steps, video, args.video_episodes, timer) if quota.sum() else ([], [], [])
     env.close()
     gathered = world.gather_obj(played)
     if not world.is_root:

@@ -78,12 +78,13 @@ PHASE_WORDS = {"env_step": "in its envs' step", "inference": "in the policy's fo
 
 
 @contextmanager
-def watch_alone(timer, timeout_s: float, end):
+def watch_alone(timer, timeout_s: float, end, what: str = "training", kept: str = " (its last checkpoint stays)"):
     """A one-rank job has no other rank to notice that it hangs (a user's env stuck in native code,
     a deadlocked library), and a stop signal only sets a flag that a hung loop never reads: a
     thread ends it with `end(1)` when no phase of `timer` has ended for timeout_s, naming the phase
     and where the training thread is in the user's code. A single phase that long is a hang on any
-    machine, where a whole rollout may legitimately take longer."""
+    machine, where a whole rollout may legitimately take longer. (evaluate: on every rank, whose
+    episodes run apart until their one gather.)"""
     if timeout_s <= 0:
         yield
         return
@@ -96,9 +97,9 @@ def watch_alone(timer, timeout_s: float, end):
             if quiet > timeout_s:
                 frame = sys._current_frames().get(trainer)
                 at = user_code_at(traceback.extract_stack(frame)) if frame is not None else ""
-                sys.stderr.write(f"mpippo: error: no step of training ended for {quiet:.0f} s (guards.collective_timeout_s "
-                                 f"= {timeout_s:g}): the run hangs {PHASE_WORDS.get(timer.phase, 'between its phases')}"
-                                 f"{at}; ending it (its last checkpoint stays)\n")
+                sys.stderr.write(f"mpippo: error: no step of {what} ended for {quiet:.0f} s (guards.collective_timeout_s "
+                                 f"= {timeout_s:g}): {what} hangs {PHASE_WORDS.get(timer.phase, 'between its phases')}"
+                                 f"{at}; ending it{kept}\n")
                 end(EXIT_FAILURE)
     threading.Thread(target=watch, name="mpippo-alone-watchdog", daemon=True).start()
     try:

@@ -55,7 +55,8 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
     """One rank has no other rank to notice it hang, and a signal only sets a flag that the hung
     loop never reads: the env waits forever in native code in the third update, a SIGTERM then
     changes nothing, and the run ends guards.collective_timeout_s after its last step, naming the
-    phase and the env's line; exit 1 (a failure, as a many-rank job's watchdog), the checkpoint kept."""
+    phase and the env's line; exit 1 (a failure, as a many-rank job's watchdog), the checkpoint kept.
+    Then evaluate of the run, its env hanging again: ended alike, no JSON written."""
     run_dir = tmp_path / "run"
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
                   "4096", "--set", "env.kwargs={fault: hang, at: 1063}", "--set", "checkpoint.interval_iterations=1",
@@ -68,9 +69,17 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
     lines = error_lines(err)
     assert code == 1 and len(lines) == 1 and "Traceback" not in out + err, (code, err[-3000:])
     assert lines[0].startswith("mpippo: error: no step of training ended for ") and \
-        "(guards.collective_timeout_s = 4): the run hangs in its envs' step, at '" in lines[0] and \
+        "(guards.collective_timeout_s = 4): training hangs in its envs' step, at '" in lines[0] and \
         "mpippo_user_envs.py':" in lines[0] and lines[0].endswith("in step; ending it (its last checkpoint stays)"), lines[0]
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
+    # evaluate of that run, its env hanging in the episodes: the same watch (the run's timeout), one line
+    res = job(None, ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--import", "mpippo_user_envs",
+                     "--num-episodes", "4", "--json", str(tmp_path / "eval.json")], fault="hang@3", timeout=60)
+    lines = error_lines(res.stderr)
+    assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stdout + res.stderr, res.stderr[-3000:]
+    assert lines[0].startswith("mpippo: error: no step of the evaluation ended for ") and \
+        "(guards.collective_timeout_s = 4): the evaluation hangs in its envs' step, at '" in lines[0], lines[0]
+    assert not (tmp_path / "eval.json").exists()
 
 
 def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path):
