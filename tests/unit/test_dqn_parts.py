@@ -707,3 +707,19 @@ def test_a_damaged_replay_file_is_not_used(tmp_path, damage):
     buf = PrioritizedReplay(50, (3, 2, 1))
     got = buf.load(path, tag=7, num_actions=6)
     assert got is not None and got.startswith("unreadable (") and buf.size == 0, got
+
+
+def test_the_restore_thread_makes_the_learners_gpu_its_current_device(monkeypatch):
+    """The learner restores its checkpoint (the replay buffer: minutes for many GB) in a thread of its
+    own, and a CUDA device is current per thread: the thread makes the learner's GPU its own first,
+    or whatever it made on "the current GPU" would land on GPU 0 of every learner. CPU: nothing."""
+    from mpippo.runners.actor_learner import restore_on
+    made_current = []
+    monkeypatch.setattr(torch.cuda, "set_device", made_current.append)
+
+    class Learner:
+        def restore(self, state):
+            return f"restored {state['n']}"
+    assert restore_on(torch.device("cuda", 3), Learner(), {"n": 7}) == "restored 7"
+    assert made_current == [torch.device("cuda", 3)]
+    assert restore_on(torch.device("cpu"), Learner(), {"n": 1}) == "restored 1" and len(made_current) == 1
