@@ -81,8 +81,8 @@ def atomic_write_with(path: str | Path, write) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(e, OSError) and e.filename is None:  # a failed write names no file: this one's
-            raise OSError(e.errno, e.strerror, str(path)) from e
+        if isinstance(e, OSError) and e.filename in (None, tmp):  # a failed write names no file, the rename
+            raise OSError(e.errno, e.strerror, str(path)) from e      # our hidden temporary one: the target's
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

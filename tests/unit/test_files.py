@@ -174,7 +174,7 @@ def test_pruning_removes_only_the_periodic_checkpoints_it_wrote_oldest_by_number
     assert periodic == ["ckpt_0000008.pt", "ckpt_0000009.pt", "ckpt_10000000.pt", "ckpt_10000001.pt"], periodic
 
 
-@pytest.mark.parametrize("where", ["metrics", "thread", "other"])
+@pytest.mark.parametrize("where", ["metrics", "rename", "thread", "other"])
 def test_a_full_disk_mid_run_is_one_line_wherever_the_write_fails(tmp_path, where):
     """A write that fails for want of room (ENOSPC; EDQUOT, EROFS, EIO alike), in whatever writer of a
     run (benchmark_metrics.json in the main thread, TensorBoard's writer thread), ends the rank through
@@ -193,6 +193,11 @@ def test_a_full_disk_mid_run_is_one_line_wherever_the_write_fails(tmp_path, wher
         if {where!r} == "metrics":
             os.fsync = full
             files.atomic_write_json({str(target)!r}, {{"fps": 1.0}})
+        elif {where!r} == "rename":  # the rename names our hidden temporary file, not the one it makes
+            def fail(src, dst):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), src, dst)
+            os.replace = fail
+            files.atomic_write_json({str(target)!r}, {{"fps": 1.0}})
         elif {where!r} == "thread":  # as TensorBoard's event writer fails, in a thread of its own
             t = threading.Thread(target=full, args=(0,))
             t.start()
@@ -205,7 +210,7 @@ def test_a_full_disk_mid_run_is_one_line_wherever_the_write_fails(tmp_path, wher
         assert res.returncode == 1 and "Traceback" in res.stderr and "FileNotFoundError" in res.stderr
         return
     assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
-    named = f"writing '{target}'" if where == "metrics" else "writing a file (or the console)"
+    named = f"writing '{target}'" if where in ("metrics", "rename") else "writing a file (or the console)"
     assert res.stderr.startswith(f"mpippo: error: {named} failed (No space left on device); what was written "
                                  "before is kept"), res.stderr
     assert target.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
