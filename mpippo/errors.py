@@ -7,6 +7,7 @@ import errno
 import os
 import sys
 import sysconfig
+import traceback
 from pathlib import Path
 
 
@@ -53,21 +54,31 @@ class EnvFailure(RankFailure):
 
 def user_code_at(frames) -> str:
     """", at 'file':line in fn" for the innermost of `frames` (traceback.FrameSummary, outermost
-    first) in the user's own code: outside Python's library, NumPy, Gymnasium, mpippo and the
-    program's entry script (run_mpi.py); "" when none is (the env returned what Gymnasium could not
+    first) in the user's own code: outside Python's library, NumPy, Gymnasium, mpippo and its
+    entry script (run_mpi.py); "" when none is (the env returned what Gymnasium could not
     take, or mpippo's own code is running)."""
     paths = sysconfig.get_paths()
     packages = tuple(p + os.sep for p in {paths["purelib"], paths["platlib"]})  # (under stdlib in a conda env)
     libs = tuple(str(Path(m.__file__).parent) + os.sep for m in (sys.modules.get("numpy"), sys.modules.get("gymnasium"),
                                                                  sys.modules.get("mpippo"))
                  if getattr(m, "__file__", None))
-    entry = getattr(sys.modules.get("__main__"), "__file__", None)  # run_mpi.py (outside the package)
+    mpippo = sys.modules.get("mpippo")  # its entry script, run_mpi.py, lies outside the package (a user's own
+    entry = str(Path(mpippo.__file__).parents[1] / "run_mpi.py") if getattr(mpippo, "__file__", None) else None  # stays)
 
     def ours(name: str) -> bool:
         return (name.startswith(libs) or name == entry
                 or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages)))
     own = [f for f in frames if not ours(f.filename)]
     return f", at {own[-1].filename!r}:{own[-1].lineno} in {own[-1].name}" if own else ""
+
+
+
+def code_at(frame) -> str:
+    """Where a thread is, from its current frame (sys._current_frames()): in the user's code if it is
+    in any, else its innermost frame ("" without one)."""
+    frames = traceback.extract_stack(frame) if frame is not None else []
+    return user_code_at(frames) or (f", at {frames[-1].filename!r}:{frames[-1].lineno} in {frames[-1].name}"
+                                    if frames else "")
 
 
 FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the disk's, not a bug

@@ -271,6 +271,11 @@ class Video:
         self.discard()
         return self.error
 
+    def forget(self) -> None:
+        """Remove the temporary file only (the process is about to end: its encoder goes with it)."""
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+
     def discard(self) -> None:
         """Close the encoder and remove the temporary file (the video, once named, stays)."""
         if self._writer is not None:
@@ -448,7 +453,12 @@ def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, v
     """The episodes, gathered on rank 0, and its table, JSON and video."""
     path, state, cfg, notes, two_player = checked
     t0, timer = time.perf_counter(), Stopwatch(("env_step", "inference"))
-    with runctl.watch_alone(timer, hang_timeout(state), world.abort, what="the evaluation", kept=""):
+    def end(code: int) -> None:  # a hung rank: no half-made video left behind
+        if video is not None:
+            video.forget()
+        world.abort(code)
+    with runctl.watch_alone(timer, hang_timeout(state), end, what="the evaluation", kept="",
+                            who=f"rank {world.rank}: " if world.size > 1 else ""):
         played = play(env, act, quota, args.max_steps, video, args.video_episodes, timer) if quota.sum() else ([], [], [])
     env.close()
     gathered = world.gather_obj(played)

@@ -25,6 +25,9 @@ from mpippo.errors import SecondInterrupt
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # a person's second Ctrl-C: a shell's code for a command Ctrl-C ended (128 + SIGINT)
+# a watchdog's thread that wakes this much later than it asked was stopped (SIGSTOP, Slurm's suspend):
+# the time since is no one's hang
+PAUSE_S = 5.0
 
 
 _FLAGS: "SignalFlags | None" = None

@@ -29,14 +29,13 @@ import os
 import sys
 import threading
 import time
-import traceback
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from mpippo.errors import user_code_at
+from mpippo.errors import code_at
 from mpippo.usage import UsageError
-from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED
+from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PAUSE_S
 
 STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (a job takes its agents' largest)
 URGENCY = STOP_REASONS + ("failed",)  # a failed part fails the job
@@ -78,30 +77,33 @@ PHASE_WORDS = {"env_step": "in its envs' step", "inference": "in the policy's fo
 
 
 @contextmanager
-def watch_alone(timer, timeout_s: float, end, what: str = "training", kept: str = " (its last checkpoint stays)"):
+def watch_alone(timer, timeout_s: float, end, what: str = "training", who: str = "",
+                kept: str = " (its last checkpoint, if one was written, stays)", clock=time.perf_counter):
     """A one-rank job has no other rank to notice that it hangs (a user's env stuck in native code,
-    a deadlocked library), and a stop signal only sets a flag that a hung loop never reads: a
-    thread ends it with `end(1)` when no phase of `timer` has ended for timeout_s, naming the phase
-    and where the training thread is in the user's code. A single phase that long is a hang on any
-    machine, where a whole rollout may legitimately take longer. (evaluate: on every rank, whose
-    episodes run apart until their one gather.)"""
+    a deadlocked library), and a stop signal only sets a flag that a hung loop never reads: a thread
+    ends it with `end(1)` when one phase of `timer` (an env step, a forward or backward pass) has
+    lasted timeout_s, naming it and where the training thread is. Per phase, not per rollout: a
+    whole rollout, a checkpoint write or W&B's upload at the end may legitimately take longer. Time
+    the process spent stopped does not count. (evaluate: on every rank, as its ranks play apart.)"""
     if timeout_s <= 0:
         yield
         return
-    done, trainer = threading.Event(), threading.get_ident()
-    timer.last_end = time.perf_counter()
+    done, trainer, every = threading.Event(), threading.get_ident(), min(1.0, timeout_s / 4)
 
     def watch() -> None:
-        while not done.wait(min(1.0, timeout_s / 4)):
-            quiet = time.perf_counter() - timer.last_end
-            if quiet > timeout_s:
+        woke = resumed = clock()
+        while not done.wait(every):
+            now, phase, since = clock(), timer.phase, timer.since
+            if now - woke > every + PAUSE_S:  # stopped, then continued: none of that time was the phase's
+                resumed = now
+            woke = now
+            if phase is not None and (lasted := now - max(since, resumed)) > timeout_s:
                 frame = sys._current_frames().get(trainer)
-                at = user_code_at(traceback.extract_stack(frame)) if frame is not None else ""
-                sys.stderr.write(f"mpippo: error: no step of {what} ended for {quiet:.0f} s (guards.collective_timeout_s "
-                                 f"= {timeout_s:g}): {what} hangs {PHASE_WORDS.get(timer.phase, 'between its phases')}"
-                                 f"{at}; ending it{kept}\n")
+                sys.stderr.write(f"mpippo: error: {who}one step of {what} has lasted {lasted:.0f} s (guards."
+                                 f"collective_timeout_s = {timeout_s:g}): {what} hangs {PHASE_WORDS.get(phase, phase)}"
+                                 f"{code_at(frame)}; ending it{kept}\n")
                 end(EXIT_FAILURE)
-    threading.Thread(target=watch, name="mpippo-alone-watchdog", daemon=True).start()
+    threading.Thread(target=watch, name="mpippo-hang-watch", daemon=True).start()
     try:
         yield
     finally:

@@ -330,7 +330,7 @@ class PrioritizedReplay:
             return "the file is missing"
         except NotAFile as e:  # a FIFO there would have held the open (and the learner) forever
             return str(e)
-        except (Exception, MemoryError) as e:  # noqa: BLE001 (a damaged zip, header or array: any of a dozen errors)
+        except Exception as e:  # noqa: BLE001 (a damaged zip, header or array: any of a dozen errors, MemoryError too)
             return f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''})"
         return None
 

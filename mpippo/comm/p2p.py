@@ -92,7 +92,7 @@ class ProgressGuard:
     def __init__(self, world: World, peers: list[int], timeout_s: float, role: str):
         self.world, self.timeout_s, self.role = world, timeout_s, role
         now = time.monotonic()
-        self.next_check = now
+        self.next_check = self.last_due = now
         self.last = {p: (now, "nothing yet (starting)") for p in peers}
         self.exempt: set[int] = set()  # peers not expected to talk now
 
@@ -108,6 +108,10 @@ class ProgressGuard:
         if self.timeout_s <= 0:
             return False
         now = time.monotonic()
+        if now - self.last_due > self.timeout_s / 2:  # this side was stopped (a suspended job) or could not
+            for peer in self.last:                    # look: what its peers sent meanwhile is unread, so
+                self.restart(peer)                    # their clocks start again (a hang is still seen)
+        self.last_due = now
         if now < self.next_check:
             return False
         self.next_check = now + self.CHECK_EVERY_S
@@ -360,16 +364,20 @@ class LearnerChannel:
         so their clocks start again when it is done."""
         if self.guard.timeout_s <= 0:
             return work()
-        with ThreadPoolExecutor(1, thread_name_prefix="mpippo-restore") as pool:
-            job = pool.submit(work)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="mpippo-restore")
+        job = pool.submit(work)
+        try:
             while True:
+                for a in self.actors:  # (at once too: the learner's start-up before this took some of their time)
+                    self._ack(a, 0)
+                self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
                 try:
                     result = job.result(timeout=self.keepalive_s)
                     break
                 except StillRunning:
-                    for a in self.actors:
-                        self._ack(a, 0)
-                    self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
+                    continue
+        finally:  # (a second Ctrl-C here ends the process now, not once the restore is done)
+            pool.shutdown(wait=job.done(), cancel_futures=True)
         for a in self.actors:
             self.guard.restart(a)
         return result

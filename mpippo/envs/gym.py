@@ -108,8 +108,9 @@ def _spaces_of(env) -> Spaces:
     if len(ob.shape) == 3 and ob.dtype != np.uint8:
         raise UsageError(f"env.name: the image observation space {_space(ob)} is not uint8; allowed: uint8 images "
                          f"(H, W, C), or vectors (D,)")
-    if len(ob.shape) == 3 and ob.shape[0] < min(ob.shape[1:]) and min(ob.shape[1:]) >= 16:  # (12, 84, 84): no
-        # picture is 12 pixels high with 84 channels; a board (4, 7, 16) of 16 planes is one, and stays
+    c, h, w = ob.shape if len(ob.shape) == 3 else (0, 0, 0)
+    if c < min(h, w) and (min(h, w) >= 16 or h == w):  # (12, 84, 84), (4, 10, 10): no picture is 12 pixels high
+        # with 84 channels, nor 4 high with 10; a board (4, 7, 16) of 16 planes is one, and stays
         raise UsageError(f"env.name: the image observation space {_space(ob)} looks channels-first (C, H, W); "
                          f"allowed: channels-last images (H, W, C), as Gymnasium's and ALE's (transpose them in "
                          f"your env: np.transpose(obs, (1, 2, 0)))")

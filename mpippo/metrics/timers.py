@@ -59,19 +59,18 @@ class Stopwatch:
     def __init__(self, phases=PHASES):
         self.phases = tuple(phases)
         self.seconds = {p: 0.0 for p in self.phases}
-        self.phase: str | None = None  # the phase running now, and when the last one ended: what a
-        self.last_end = time.perf_counter()  # one-rank job's watchdog reads (runctl.watch_alone)
+        self.phase: str | None = None  # the phase running now and since when: what a one-rank job's
+        self.since = 0.0               # hang watch reads (runctl.watch_alone)
 
     @contextmanager
     def __call__(self, phase: str):
-        t0 = time.perf_counter()
+        self.since = t0 = time.perf_counter()  # (since before phase: the watch reads them in that order)
         self.phase = phase
         try:
             yield
         finally:
-            self.last_end = time.perf_counter()
-            self.seconds[phase] += self.last_end - t0
             self.phase = None
+            self.seconds[phase] += time.perf_counter() - t0
 
     def add_other(self, wall: float) -> None:
         """Charge the unaccounted part of `wall` (time since the last reset) to 'other'."""

@@ -68,18 +68,20 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
     code, out, err = finish(proc, timeout=60)
     lines = error_lines(err)
     assert code == 1 and len(lines) == 1 and "Traceback" not in out + err, (code, err[-3000:])
-    assert lines[0].startswith("mpippo: error: no step of training ended for ") and \
+    assert lines[0].startswith("mpippo: error: one step of training has lasted ") and \
         "(guards.collective_timeout_s = 4): training hangs in its envs' step, at '" in lines[0] and \
-        "mpippo_user_envs.py':" in lines[0] and lines[0].endswith("in step; ending it (its last checkpoint stays)"), lines[0]
+        "mpippo_user_envs.py':" in lines[0] and \
+        lines[0].endswith("in step; ending it (its last checkpoint, if one was written, stays)"), lines[0]
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
     # evaluate of that run, its env hanging in the episodes: the same watch (the run's timeout), one line
     res = job(None, ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--import", "mpippo_user_envs",
-                     "--num-episodes", "4", "--json", str(tmp_path / "eval.json")], fault="hang@3", timeout=60)
+                     "--num-episodes", "4", "--json", str(tmp_path / "eval.json"), "--video", str(tmp_path / "v.mp4")],
+              fault="hang@3", timeout=60)
     lines = error_lines(res.stderr)
     assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stdout + res.stderr, res.stderr[-3000:]
-    assert lines[0].startswith("mpippo: error: no step of the evaluation ended for ") and \
+    assert lines[0].startswith("mpippo: error: one step of the evaluation has lasted ") and \
         "(guards.collective_timeout_s = 4): the evaluation hangs in its envs' step, at '" in lines[0], lines[0]
-    assert not (tmp_path / "eval.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no JSON, no video, no temporary file
 
 
 def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path):

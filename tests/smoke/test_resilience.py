@@ -97,13 +97,27 @@ def test_sigterm_or_ctrl_c_through_the_launcher_checkpoints_and_stops(tmp_path, 
     assert load(run_dir)["iteration"] >= 2
 
 
-def test_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
+def test_a_suspended_job_goes_on_and_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
+    """The job stopped for longer than the collective timeout (SIGSTOP: Ctrl-Z, Slurm's suspend), rank 1
+    a second before rank 0 and continued 1.5 s after it, so that rank 0 waits for it in a collective:
+    the time stopped is not taken for a hang. Then SIGTERM to one rank stops both with a checkpoint."""
+    import time
     run_dir = tmp_path / "run"
     proc = start([MPIRUN, "-n", "2", sys.executable, "run_mpi.py", *PLUMBING, "--total-timesteps", "100000",
-                  "--output-dir", str(run_dir), "--set", "logging.print_interval=1"])
+                  "--output-dir", str(run_dir), "--set", "logging.print_interval=1",
+                  "--set", "guards.collective_timeout_s=5"])
     wait_for_line(proc, "iter     1")
     ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
     assert len(ranks) == 2
+    ranks.sort(key=lambda p: "OMPI_COMM_WORLD_RANK=1" in "".join(f"{k}={v}" for k, v in p.environ().items()))
+    ranks[1].suspend()
+    time.sleep(1)
+    ranks[0].suspend()
+    time.sleep(8)
+    ranks[0].resume()  # first: it finds itself 9 s into its wait, of which 1 s is rank 1's
+    time.sleep(1.5)
+    ranks[1].resume()
+    time.sleep(2)
     ranks[-1].send_signal(signal.SIGTERM)  # only one rank hears it; the flag Allreduce tells the other
     rc, out, _ = finish(proc)
     assert rc == 4, out[-2000:]

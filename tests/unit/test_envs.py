@@ -274,7 +274,8 @@ def test_procgens_exploration_mode_makes_its_one_level_and_a_wide_seed_wraps():
 
 
 @pytest.mark.parametrize("shape, refused", [((4, 84, 84), True), ((12, 84, 84), True), ((9, 64, 64), True),
-                                            ((1, 16, 16), True), ((84, 84, 4), False), ((64, 64, 12), False),
+                                            ((1, 16, 16), True), ((4, 10, 10), True), ((2, 8, 8), True),
+                                            ((84, 84, 4), False), ((64, 64, 12), False), ((10, 10, 4), False),
                                             ((4, 7, 16), False), ((4, 4, 16), False), ((6, 7, 2), False),
                                             ((32, 32, 64), False), ((210, 160, 3), False)])
 def test_a_channels_first_image_space_is_refused_and_a_board_of_many_planes_is_not(shape, refused):

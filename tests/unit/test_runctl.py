@@ -319,3 +319,86 @@ def test_a_stop_inside_stops_held_waits_for_the_blocks_end_even_when_it_raised()
         toolcli._stopping.clear()
         toolcli._pending.clear()
         signal.signal(signal.SIGTERM, old)
+
+
+class _Steps:
+    """A stand-in for the trainer's Stopwatch: the phase running and since when (on the fake clock)."""
+    def __init__(self, phase, since):
+        self.phase, self.since = phase, since
+
+
+def _watched(steps, clock, timeout_s=0.4, seconds=1.5):
+    """Run watch_alone for `seconds` of real time over `steps`; the clock readings at which it ended
+    the run (none if it did not), and what it said."""
+    import io
+    import threading
+    import time
+    from contextlib import redirect_stderr
+
+    from mpippo import runctl
+    ended, said, stop = [], io.StringIO(), threading.Event()
+
+    def end(code):
+        ended.append((code, clock.now))
+        stop.set()
+    with redirect_stderr(said), runctl.watch_alone(steps, timeout_s, end, clock=clock):
+        stop.wait(seconds)
+    time.sleep(0.05)
+    return ended, said.getvalue()
+
+
+class _Clock:
+    """Each reading 0.1 s after the last (the watch reads it once a wake-up), and jumps on request."""
+    def __init__(self, jumps=None):
+        self.now, self.jumps, self.reads = 0.0, dict(jumps or {}), 0
+
+    def __call__(self):
+        self.reads += 1
+        self.now += self.jumps.get(self.reads, 0.1)
+        return self.now
+
+
+def test_the_hang_watch_ends_a_run_whose_one_step_lasts_past_the_timeout():
+    ended, said = _watched(_Steps("env_step", 0.0), _Clock())
+    assert ended and ended[0][0] == 1 and 0.4 < ended[0][1] < 0.8, ended
+    assert said.startswith("mpippo: error: one step of training has lasted 0 s (guards.collective_timeout_s = 0.4): "
+                           "training hangs in its envs' step, at '"), said
+
+
+def test_the_hang_watch_leaves_time_outside_the_steps_alone():
+    """A checkpoint write, W&B's upload at the end, a report: no phase runs, nothing is a hang."""
+    ended, said = _watched(_Steps(None, 0.0), _Clock())
+    assert not ended and not said
+
+
+def test_the_hang_watch_does_not_count_time_the_process_was_stopped():
+    """SIGSTOP, then SIGCONT 100 s later (Ctrl-Z and fg, Slurm's suspend): the watch wakes late, and
+    the step it finds running has lasted only what it ran since; past the timeout after that, it ends."""
+    ended, _ = _watched(_Steps("env_step", 0.05), _Clock(jumps={2: 100.0}))
+    assert ended and ended[0][1] > 100.4, ended  # not at the late wake-up (100.1), but 0.4 s of running after it
+
+
+def test_the_progress_guard_restarts_its_peers_clocks_after_this_side_was_stopped(monkeypatch):
+    """The actor-learner layout's guard (comm/p2p.py): a peer silent past the timeout ends the job,
+    but a gap of more than half the timeout between two looks of this side (the whole job suspended,
+    then continued) restarts the peers' clocks: what they sent meanwhile is unread, not missing."""
+    from mpippo.comm import p2p
+    now = [0.0]
+    monkeypatch.setattr(p2p.time, "monotonic", lambda: now[0])
+
+    class World:
+        def job_rank(self, rank=None):
+            return 1 if rank is None else rank
+
+        def abort(self, code):
+            raise SystemExit(code)
+    guard = p2p.ProgressGuard(World(), [2], timeout_s=10.0, role="actor")
+    for t in (0.1, 0.2, 100.0, 100.1):  # stopped from 0.2 to 100: not 99.8 s of the actor's silence
+        now[0] = t
+        guard.check()
+    assert guard.last[2][0] == 100.0
+    with pytest.raises(SystemExit):  # looking on as usual, a silent actor is still seen
+        while now[0] < 120:
+            now[0] += 0.1
+            guard.check()
+    assert 110.0 < now[0] < 110.3, now[0]
