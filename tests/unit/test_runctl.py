@@ -1,6 +1,7 @@
 """Shared run control: stop reasons and their precedence, exit codes, the episode window, device
 and thread policy; and that PPO and DQN report episode_return_mean the same way."""
 import os
+import sys
 import re
 from pathlib import Path
 import numpy as np
@@ -402,3 +403,20 @@ def test_the_progress_guard_restarts_its_peers_clocks_after_this_side_was_stoppe
             now[0] += 0.1
             guard.check()
     assert 110.0 < now[0] < 110.3, now[0]
+
+
+def test_the_users_own_script_is_the_users_code_and_run_mpi_py_is_not(monkeypatch, tmp_path):
+    """Where a failure or a hang is: the innermost frame of the user's code. mpippo's entry script
+    (run_mpi.py) is mpippo's; a user's own train.py, the program's __main__ where it defines its env,
+    is the user's (it was left out with __main__ for a while, and its env's lines named no place)."""
+    import traceback
+    import types
+
+    from mpippo.errors import user_code_at
+    ours = str(Path(runctl.__file__).parents[1] / "run_mpi.py")
+    theirs = str(tmp_path / "train.py")
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__file__=theirs))
+    frames = [traceback.FrameSummary(ours, 24, "<module>"), traceback.FrameSummary(theirs, 15, "step"),
+              traceback.FrameSummary(runctl.__file__, 99, "watch")]
+    assert user_code_at(frames) == f", at {theirs!r}:15 in step"
+    assert user_code_at(frames[:1] + frames[2:]) == ""
