@@ -103,6 +103,21 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
 
 
+def test_an_actors_env_that_sets_its_own_signal_handlers_late_does_not_take_the_requeue_away(tmp_path):
+    """As above for the actor-learner layout: the actor's env sets SIGUSR1 to its default in its 11th
+    step; the actor puts mpippo's handler back every 256 steps, so SIGUSR1 (to mpirun, forwarded to
+    every rank) still checkpoints and exits 3 instead of killing the actor."""
+    run_dir = tmp_path / "run"
+    proc = start([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/dqn_cartpole.yaml",
+                  *FAULTY, "--total-timesteps", "10000000", "--set", "env.kwargs={fault: late-signals, at: 10, rank: 1}",
+                  "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS})
+    wait_for_line(proc, "mpippo: agent 0: starting")
+    time.sleep(3)  # (thousands of actor steps: the handlers were reset, then put back)
+    proc.send_signal(signal.SIGUSR1)
+    code, out, err = finish(proc)
+    assert code == 3 and "stopped by SIGUSR1 after a checkpoint" in out, (code, out[-2000:], err[-2000:])
+
+
 def test_an_env_calling_sys_exit_3_on_one_rank_ends_the_job_naming_the_rank_with_exit_2(tmp_path):
     """Two ranks, PPO: rank 1's env calls sys.exit(3) while rank 0 waits for it in the gradient
     Allreduce: rank 1 says so and aborts the job; the exit is 2, not the requeue's 3."""
