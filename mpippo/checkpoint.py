@@ -46,8 +46,7 @@ def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last
     atomic_write_bytes(path, data, _midway=faults.save_fault(iteration))
     _atomic_link_or_copy(path, ckpt_dir / LATEST, data)
     # this run's line: newer ones (left by a run this one resumed before its end) are not its to prune
-    line = [p for p in periodic_checkpoints(ckpt_dir) if int(PERIODIC.fullmatch(p.name)[1]) <= iteration]
-    for old in line[:-keep_last] if keep_last > 0 else []:
+    for old in periodic_checkpoints(ckpt_dir, up_to=iteration)[:-keep_last] if keep_last > 0 else []:
         old.unlink(missing_ok=True)
     return path
 
@@ -55,12 +54,13 @@ def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last
 PERIODIC = re.compile(r"ckpt_(\d{7,})\.pt")  # what save_checkpoint names, and nothing a user put beside it
 
 
-def periodic_checkpoints(ckpt_dir: Path) -> list[Path]:
-    """The periodic checkpoints save_checkpoint wrote, oldest first by number (past 9,999,999 the names
-    grow a digit: text order would put the newest first); a user's own file there (ckpt_0000050_best.pt,
-    a copy) is never one of them, so never pruned."""
+def periodic_checkpoints(ckpt_dir: Path, up_to: int | None = None) -> list[Path]:
+    """The periodic checkpoints save_checkpoint wrote (numbered up to `up_to`), oldest first by number
+    (past 9,999,999 the names grow a digit: text order would put the newest first); a user's own file
+    there (ckpt_0000050_best.pt, a copy) is never one of them, so never pruned."""
     found = [(int(m[1]), p) for p in ckpt_dir.iterdir()
-             if (m := PERIODIC.fullmatch(p.name)) and p.is_file() and not p.is_symlink()]
+             if (m := PERIODIC.fullmatch(p.name)) and p.is_file() and not p.is_symlink()
+             and (up_to is None or int(m[1]) <= up_to)]
     return [p for _, p in sorted(found)]
 
 

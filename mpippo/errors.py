@@ -59,26 +59,28 @@ def user_code_at(frames) -> str:
     take, or mpippo's own code is running)."""
     paths = sysconfig.get_paths()
     packages = tuple(p + os.sep for p in {paths["purelib"], paths["platlib"]})  # (under stdlib in a conda env)
-    libs = tuple(str(Path(m.__file__).parent) + os.sep for m in (sys.modules.get("numpy"), sys.modules.get("gymnasium"),
-                                                                 sys.modules.get("mpippo"))
-                 if getattr(m, "__file__", None))
-    mpippo = sys.modules.get("mpippo")  # its entry script, run_mpi.py, lies outside the package (a user's own
-    entry = str(Path(mpippo.__file__).parents[1] / "run_mpi.py") if getattr(mpippo, "__file__", None) else None  # stays)
+    mods = [m for m in (sys.modules.get("numpy"), sys.modules.get("gymnasium"), sys.modules.get("mpippo"))
+            if getattr(m, "__file__", None)]
+    libs = tuple(str(Path(m.__file__).parent) + os.sep for m in mods)
+    # mpippo's entry script lies outside the package (a user's own train.py is the user's code)
+    entry = str(Path(mods[-1].__file__).parents[1] / "run_mpi.py") if mods and mods[-1].__name__ == "mpippo" else None
 
     def ours(name: str) -> bool:
         return (name.startswith(libs) or name == entry
                 or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages)))
     own = [f for f in frames if not ours(f.filename)]
-    return f", at {own[-1].filename!r}:{own[-1].lineno} in {own[-1].name}" if own else ""
-
+    return _at(own[-1]) if own else ""
 
 
 def code_at(frame) -> str:
     """Where a thread is, from its current frame (sys._current_frames()): in the user's code if it is
     in any, else its innermost frame ("" without one)."""
     frames = traceback.extract_stack(frame) if frame is not None else []
-    return user_code_at(frames) or (f", at {frames[-1].filename!r}:{frames[-1].lineno} in {frames[-1].name}"
-                                    if frames else "")
+    return user_code_at(frames) or (_at(frames[-1]) if frames else "")
+
+
+def _at(f: traceback.FrameSummary) -> str:
+    return f", at {f.filename!r}:{f.lineno} in {f.name}"
 
 
 FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the disk's, not a bug

@@ -130,8 +130,9 @@ def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:
         if env["num_levels"] == 0:
             notes.append("the run trained on unlimited levels, so train and test levels are the same distribution")
         env["start_level"], env["num_levels"] = env["start_level"] + env["num_levels"], 0
-    errors: list[str] = []  # only the env section matters here; the rest was checked when the run started
-    cfg = C.from_dict({"env": {k: v for k, v in env.items() if k in ENV_KEYS}}, errors)
+    errors: list[str] = []  # only the env and guards sections matter here; the run checked them when it started
+    cfg = C.from_dict({"env": {k: v for k, v in env.items() if k in ENV_KEYS},  # (a value a hand-edited file
+                       "guards": state["config"].get("guards")}, errors)          # spoiled: its default)
     return cfg, notes
 
 
@@ -178,12 +179,10 @@ def check_env(cfg: C.Config, state: dict, imports: str | None) -> None:
                            f"{spec['num_actions']}")
 
 
-def play(env, act, quota: np.ndarray, max_steps: int, video: Video | None, video_episodes: int,
-         timer: Stopwatch | None = None):
+def play(env, act, quota: np.ndarray, max_steps: int, video: Video | None, video_episodes: int, timer: Stopwatch):
     """Step until every env slot finished its quota; returns (returns, lengths, start frames) of counted
     episodes (start frames: Atari's, the frame each game began at; else empty). `timer` times the
     steps for the hang watch (runctl.watch_alone)."""
-    timer = timer or Stopwatch(("env_step", "inference"))
     n = env.num_envs
     done_count = np.zeros(n, dtype=np.int64)
     ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -441,14 +440,6 @@ def main(argv: list[str] | None = None) -> int:
             video.discard()
 
 
-def hang_timeout(state: dict) -> float:
-    """The run's guards.collective_timeout_s (the default where a hand-edited checkpoint holds no number)."""
-    guards = state["config"].get("guards") if isinstance(state["config"], dict) else None
-    value = guards.get("collective_timeout_s") if isinstance(guards, dict) else None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
-    return float(value) if ok else C.GuardsConfig().collective_timeout_s
-
-
 def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:
     """The episodes, gathered on rank 0, and its table, JSON and video."""
     path, state, cfg, notes, two_player = checked
@@ -457,7 +448,7 @@ def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, v
         if video is not None:
             video.forget()
         world.abort(code)
-    with runctl.watch_alone(timer, hang_timeout(state), end, what="the evaluation", kept="",
+    with runctl.watch_alone(timer, cfg.guards.collective_timeout_s, end, what="the evaluation", kept="",
                             who=f"rank {world.rank}: " if world.size > 1 else ""):
         played = play(env, act, quota, args.max_steps, video, args.video_episodes, timer) if quota.sum() else ([], [], [])
     env.close()

@@ -10,7 +10,8 @@ env step and each backward pass it sleeps F times what that took (a slow node; t
 cut-off's measurement). kind=kill_in_save|enospc act inside the checkpoint
 write of that iteration on rank 0: die half-way through writing the temp file, or fail
 there as a full disk would. kind=slow_restore,seconds=S: that learner takes S seconds more to
-restore its checkpoint on a resume (a replay buffer on a slow file system). Unset (the normal case) it costs one lookup per iteration.
+restore its checkpoint on a resume (a replay buffer on a slow file system). Unset (the normal
+case) it costs one lookup per iteration.
 MPIPPO_FAULT_STAMP=<file>: a raise, kill or hang first writes its wall-clock time there, so a test
 times the job's end from the fault, not from a launch whose start-up a slow machine stretches.
 """

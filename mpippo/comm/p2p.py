@@ -350,10 +350,7 @@ class LearnerChannel:
         actor that holds credit (so it should be sending) has been silent too long."""
         if not self.guard.due():
             return
-        now = time.monotonic()
-        for a in self.actors:
-            if now - self.last_sent[a] > self.keepalive_s and a not in self.stopped:
-                self._ack(a, 0)
+        self._keepalives(older_than=self.keepalive_s)
         self.guard.exempt = {a for a in self.actors if self.unacked[a] or self._finished(a)}
         self.guard.check_now()
 
@@ -367,10 +364,8 @@ class LearnerChannel:
         pool = ThreadPoolExecutor(1, thread_name_prefix="mpippo-restore")
         job = pool.submit(work)
         try:
-            while True:
-                for a in self.actors:  # (at once too: the learner's start-up before this took some of their time)
-                    self._ack(a, 0)
-                self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
+            while True:  # (the first at once: the learner's start-up before this took some of their time)
+                self._keepalives(older_than=0.0)
                 try:
                     result = job.result(timeout=self.keepalive_s)
                     break
@@ -381,6 +376,14 @@ class LearnerChannel:
         for a in self.actors:
             self.guard.restart(a)
         return result
+
+    def _keepalives(self, older_than: float) -> None:
+        """An ACK of 0 credits to each actor still sending that got nothing for `older_than` seconds."""
+        now = time.monotonic()
+        for a in self.actors:
+            if now - self.last_sent[a] >= older_than and a not in self.stopped:
+                self._ack(a, 0)
+        self.pending_sends = [(r, m) for r, m in self.pending_sends if not r.Test()]
 
     def _finished(self, a: int) -> bool:
         return a in self.stopped and self.received[a] == int(self.stopped[a][0])

@@ -131,7 +131,8 @@ class World:
             while req is not None and req.Test(status):
                 busy = int(time.monotonic() - self._left_at)  # outside collectives: its envs, its update
                 if self._watch_name is None and not said:  # the rank the others wait for: once, where it is
-                    said = self._say_where(status.Get_source(), busy)
+                    self._say_where(status.Get_source(), busy)
+                    said = True
                 reply = np.array([self._seq, self._watch_name is not None, busy], dtype=np.int64)
                 pending.append((self._diag.Isend(reply, dest=status.Get_source(), tag=self._REPLY), reply))
                 req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY)
@@ -144,14 +145,13 @@ class World:
                 sys.stderr.flush()
                 self.abort(1)
 
-    def _say_where(self, asker: int, busy: int) -> bool:
+    def _say_where(self, asker: int, busy: int) -> None:
         """The line of a rank that others wait for, before their abort ends it: where its main thread
         is, in the user's code if it is in any (an env's step), so a hang names its place, not only
         its rank."""
         at = code_at(sys._current_frames().get(threading.main_thread().ident))
         sys.stderr.write(f"[rank {self.rank}] rank {asker} waits for this rank, outside collectives for {busy} s{at}\n")
         sys.stderr.flush()
-        return True
 
     def _diagnose(self, seq: int, wait_s: float = 5.0) -> str:
         """Ask every other rank which collective it is in; name those that did not arrive."""
