@@ -252,12 +252,25 @@ def _parse(world: World, argv: list[str], start: _StartUp):
         with quiet:
             args = make_parser().parse_args(argv)
         overrides = _overrides(args)
+        errors = _launched_wrongly(overrides, world.size) or None
     except C.UsageError as e:
         errors = e.errors
     if (bad_allocator := hostmem.error()):
         errors = (errors or []) + [bad_allocator]
     start.agree_or_exit(errors)
     return args, overrides
+
+
+def _launched_wrongly(overrides: list, world_size: int) -> list[str]:
+    """The Slurm scripts' `--set parallel.expected_world_size=N`, asked before the run folder is
+    touched: srun without PMIx starts N jobs of one rank each, and all N would race for the same
+    folder's lock (the loser's "in use" line, or srun killing the rest, hid the real mistake).
+    A value of the wrong type is left to the config's own check."""
+    asked = [v for sec, key, v in overrides if (sec, key) == ("parallel", "expected_world_size")]
+    value = asked[-1] if asked else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return []
+    return C.world_size_problems(value, world_size)
 
 
 def _run_dir(world: World, args, start: _StartUp) -> Path:

@@ -21,17 +21,24 @@ from mpippo.usage import UsageError
 def validate(cfg: Config, world_size: int = 1) -> list[str]:
     """All problems with `cfg` for a job of `world_size` ranks, each one line."""
     errs = _check_choices(cfg) + _check_ranges(cfg)
-    p = cfg.parallel
-    if p.expected_world_size is not None and p.expected_world_size < 1:
-        errs.append(f"parallel.expected_world_size: must be a number of ranks >= 1 (the tasks the job was given), or "
-                    f"null for any; got {show(p.expected_world_size)}")
-    elif p.expected_world_size is not None and p.expected_world_size != world_size:
-        errs.append(f"parallel.expected_world_size: {p.expected_world_size} tasks were allocated but this job has "
-                    f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)")
+    errs += world_size_problems(cfg.parallel.expected_world_size, world_size)
     if cfg.training.algo not in ALGOS:  # said by _check_choices
         return errs
     return errs + algorithm(cfg).check(cfg, world_size, errs)
 
+
+def world_size_problems(expected: Any, world_size: int) -> list[str]:
+    """parallel.expected_world_size against the job's ranks (type-checked values; the start-up also
+    asks it of a --set value before the run folder is touched: see cli._parse)."""
+    if expected is None:
+        return []
+    if expected < 1:
+        return [f"parallel.expected_world_size: must be a number of ranks >= 1 (the tasks the job was given), or "
+                f"null for any; got {show(expected)}"]
+    if expected != world_size:
+        return [f"parallel.expected_world_size: {expected} tasks were allocated but this job has "
+                f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)"]
+    return []
 
 
 def _check_choices(cfg: Config) -> list[str]:

@@ -341,7 +341,9 @@ def test_launcher_mistake_fails_loudly(cluster, tmp_path):
     job = sbatch("ppo_48core.sh", ["--ntasks=2"], SMOKE_TOY, env, out)
     info = wait_state(job, FINAL, 300, out)
     assert info["JobState"] == "FAILED"
-    assert "parallel.expected_world_size: 2 tasks were allocated but this job has 1 rank(s)" in out.read_text()
+    log = out.read_text()  # (both tasks refuse before either touches the folder: no race for its lock)
+    assert "parallel.expected_world_size: 2 tasks were allocated but this job has 1 rank(s)" in log, log
+    assert "is in use" not in log, log
     assert not (run_dir / "checkpoints" / "latest.pt").exists()
 
 

@@ -321,6 +321,9 @@ CASES = [
     Case("lock-fresh-run-into-a-locked-folder", lambda t, b: _locked(t, None, TOY), "is in use: process",
          check=lambda t: _unlock(t)),
     Case("lock-fresh-run-2-ranks", lambda t, b: _locked(t, None, TOY, ranks=2), "is in use: process", check=lambda t: _unlock(t)),
+    # srun without PMIx: N one-rank jobs race for one folder; the launch mistake is named first, not the lock
+    Case("lock-separate-jobs-of-one-launch", lambda t, b: _locked(t, None, [*TOY, "--set", "parallel.expected_world_size=2"]),
+         "parallel.expected_world_size: 2 tasks were allocated but this job has 1 rank(s)", check=lambda t: _unlock(t)),
     Case("lock-resume-while-another-trains", lambda t, b: _locked(t, b["ppo"], []), "holds its lock", check=lambda t: _unlock(t)),
     Case("lock-resume-dqn-3-ranks", lambda t, b: _locked(t, b["dqn"], [], ranks=3), "holds its lock", check=lambda t: _unlock(t)),
     Case("lock-file-deleted-while-held", lambda t, b: _locked(t, None, TOY, delete=True),
