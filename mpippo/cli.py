@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from mpippo import config as C
-from mpippo import hostmem, preemption, runctl, runlock
+from mpippo import faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.files import atomic_write_bytes, is_number, missing_folders, remove_if_empty
 from mpippo.comm import World
@@ -196,6 +196,26 @@ def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
     return read_checkpoint_bytes(latest_path(run_dir))
 
 
+# Start-up's collectives wait at least this long, whatever guards.collective_timeout_s says: ranks
+# import torch, read the checkpoint and make their envs at their own pace (on a loaded node, or a
+# parallel file system at scale, seconds to minutes apart), and a short timeout meant for training's
+# steps would end a healthy job there. A rank hung in start-up still ends the job, later.
+STARTUP_TIMEOUT_S = 300.0
+
+
+def startup_timeout(configured: float) -> float:
+    """The watchdog's timeout through start-up (0, off, stays off)."""
+    return max(configured, STARTUP_TIMEOUT_S) if configured > 0 else 0.0
+
+
+def _console_lines() -> None:
+    """Each console line leaves the process when printed: a Slurm job's log is a file, where Python
+    would hold the progress lines in an 8 KB buffer (minutes of a run) unless PYTHONUNBUFFERED is set."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and not getattr(stream, "line_buffering", True):
+            stream.reconfigure(line_buffering=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     return run(argv)[0]
 
@@ -204,6 +224,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     """The whole program; returns (exit code, this rank's summary: rank 0's run summary for PPO,
     each learner's metrics and each actor's counts for DQN)."""
     signals = preemption.install()  # run_mpi.py did it first thing; the Python API gets it here
+    _console_lines()
     hostmem.configure()  # before the first large tensor (run_mpi.py did it already)
     world = World()
     world.install_abort_hook()
@@ -220,6 +241,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         print(f"mpippo: note: {note}", flush=True)
     if (unread := C.ignored_note(cfg)) and world.is_root:
         print(f"mpippo: warning: {unread}", flush=True)
+    world.set_collective_timeout(cfg.guards.collective_timeout_s)  # start-up is over: the run's own timeout
     if C.actor_learner(cfg):  # dqn, appo: learners and actors
         return _train_actor_learner(world, trainer, signals)
     if world.is_root:
@@ -299,7 +321,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
         cfg = C.resolve(asked, world.size)
         note = C.envs_note(asked, cfg, world.size)
         errors = C.host_problems(cfg, world.size, world.local_size) or None
-        world.set_collective_timeout(cfg.guards.collective_timeout_s)
+        world.set_collective_timeout(startup_timeout(cfg.guards.collective_timeout_s))
     except C.UsageError as e:
         errors = e.errors
     except OSError as e:  # the run folder vanished or became unreadable since phase B
@@ -317,6 +339,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     """D. checkpoint (rank 0 reads it for everyone; every rank checks it) and trainer; then rank 0
     records the resolved config in the run folder."""
     trainer = errors = None
+    faults.start_delay(world.rank)  # tests only: MPIPPO_FAULT kind=slow_start
     try:
         if C.actor_learner(cfg):  # each learner reads its own agent's checkpoint
             from mpippo.runners.actor_learner import ActorLearnerRun  # torch: after the config is agreed

@@ -10,7 +10,8 @@ env step and each backward pass it sleeps F times what that took (a slow node; t
 cut-off's measurement). kind=kill_in_save|enospc act inside the checkpoint
 write of that iteration on rank 0: die half-way through writing the temp file, or fail
 there as a full disk would. kind=slow_restore,seconds=S: that learner takes S seconds more to
-restore its checkpoint on a resume (a replay buffer on a slow file system). Unset (the normal
+restore its checkpoint on a resume (a replay buffer on a slow file system); kind=slow_start,seconds=S:
+that rank reaches the trainer's construction S seconds after the others (a slow import). Unset (the normal
 case) it costs one lookup per iteration.
 MPIPPO_FAULT_STAMP=<file>: a raise, kill or hang first writes its wall-clock time there, so a test
 times the job's end from the fault, not from a launch whose start-up a slow machine stretches.
@@ -26,7 +27,7 @@ from contextlib import contextmanager
 
 from mpippo.metrics.timers import PhaseTimer
 
-KINDS = ("raise", "kill", "hang", "nan", "slow", "lag", "kill_in_save", "enospc", "slow_restore")
+KINDS = ("raise", "kill", "hang", "nan", "slow", "lag", "kill_in_save", "enospc", "slow_restore", "slow_start")
 
 
 class InjectedFault(RuntimeError):
@@ -100,6 +101,12 @@ def phase_timer(rank: int) -> PhaseTimer:
 def restore_delay(rank: int) -> None:
     """kind=slow_restore: sleep in this learner's restore."""
     if FAULT is not None and FAULT["kind"] == "slow_restore" and rank in FAULT["ranks"]:
+        time.sleep(FAULT["seconds"])
+
+
+def start_delay(rank: int) -> None:
+    """kind=slow_start: this rank comes late to the trainer's construction (start-up's collectives)."""
+    if FAULT is not None and FAULT["kind"] == "slow_start" and rank in FAULT["ranks"]:
         time.sleep(FAULT["seconds"])
 
 

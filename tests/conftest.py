@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -196,11 +197,37 @@ def seconds_since(stamp: Path) -> float:
     return time.time() - float(stamp.read_text())
 
 
+def rank_processes(proc: subprocess.Popen) -> list:
+    """The trainer ranks under a started job (psutil processes), in rank order; a process that ends
+    between the listing and the look (mpirun's helpers, a rank finishing) is left out, not an error."""
+    import psutil
+    ranks = []
+    for p in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if "run_mpi.py" in " ".join(p.cmdline()):
+                ranks.append((int(p.environ().get("OMPI_COMM_WORLD_RANK", "0")), p))
+        except psutil.Error:
+            continue
+    return [p for _, p in sorted(ranks, key=lambda r: r[0])]
+
+
+def _readline(proc: subprocess.Popen, deadline: float) -> str | None:
+    """The job's next line ('' at its end), or None if none came by `deadline` (a blocked read is
+    left to a thread, whose read ends when the job is killed)."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(max(deadline - time.monotonic(), 0.0))
+    return box[0] if box else None
+
+
 def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 120) -> str:
     """The first line of the job's output that starts with `prefix`; the test fails if none comes."""
     deadline, err = time.monotonic() + timeout, ""
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
+        line = _readline(proc, deadline)
+        if line is None:  # nothing more within the time: a job that prints nothing fails, it does not hang
+            break
         if line.startswith(prefix):
             return line
         if not line and proc.poll() is not None:

@@ -55,7 +55,7 @@ class ParallelConfig:
 
 @dataclass
 class GuardsConfig:
-    collective_timeout_s: float = _f(600.0, "Abort the job when one collective waits longer than this (watchdog), "
+    collective_timeout_s: float = _f(600.0, "Abort the job when one collective waits longer than this (watchdog; start-up's at least 300 s), "
                                      "a one-rank job (and an evaluate rank) when one step lasts this long; 0 = off.")
     max_nonfinite_skips: int = _f(3, "Abort after this many consecutive optimizer steps skipped for NaN/Inf on any rank.")
     checksum_interval: int = _f(10, "Compare parameter checksums across ranks at the first iteration end after this many updates, and at the end.")

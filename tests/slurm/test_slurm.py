@@ -176,9 +176,10 @@ def test_node_range_job_runs_on_both_nodes_and_requeued_onto_one_continues_to_it
     one node it gets (2 ranks), its 8 games re-sharded, and ends on its exact budget."""
     run_dir, out = tmp_path / "run", tmp_path / "job.out"
     budget = 6 * 256  # 6 iterations of 8 envs x 32 steps
-    # rank 0 sleeps 2 s in iterations 3 and 4: the USR1 sent after iteration 2 lands mid-run
+    # rank 0 sleeps 2 s in each iteration from the 3rd: the USR1 sent after iteration 2 lands mid-run
+    # even when slurmctld is slow to take the drain and the signal (it has answered in 30 s here)
     env = job_env(run_dir, OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,tcp",
-                  MPIPPO_FAULT="rank=0,iteration=3,kind=slow,count=2,seconds=2")
+                  MPIPPO_FAULT="rank=0,iteration=3,kind=slow,count=4,seconds=2")
     args = SMOKE_TOY + ["--total-timesteps", str(budget), "--set", "logging.print_interval=1"]
     job = sbatch("ppo_multinode.sh", ["--partition=multi", "--nodes=1-2", "--ntasks-per-node=2"], args, env, out)
     wait_for_text(out, "iter     2", 300)
@@ -371,9 +372,9 @@ def test_suite_job_array_requeues_a_preempted_member_and_resubmits_only_a_killed
     import yaml
 
     from mpippo.suite import spec
-    # every member's rank 0 sleeps 3 s in its iteration 2, so the signals sent at its first checkpoint
-    # (iteration 1 of 8) land before it ends on any machine
-    env = job_env(tmp_path / "unused", MPIPPO_FAULT="rank=0,iteration=2,kind=slow,seconds=3")
+    # every member's rank 0 sleeps 2 s in its iterations 2-4, so the signals sent at its first checkpoint
+    # (iteration 1 of 8) land before it ends on any machine (scancel retries on a loaded one)
+    env = job_env(tmp_path / "unused", MPIPPO_FAULT="rank=0,iteration=2,kind=slow,count=3,seconds=2")
     env.pop("MPIPPO_RUN_DIR")
     data = yaml.safe_load((ROOT / "configs" / "suites" / "tiny.yaml").read_text())
     tiny = tmp_path / "tiny.yaml"  # (a second seed: four more members that prove nothing more)

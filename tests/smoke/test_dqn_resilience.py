@@ -5,11 +5,10 @@ import signal
 import sys
 
 import numpy as np
-import psutil
 import pytest
 import torch
 
-from conftest import MPIRUN, finish, learner_line_by, metrics, ok, start, trainer, wait_for_line
+from conftest import MPIRUN, finish, learner_line_by, metrics, ok, rank_processes, start, trainer, wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +57,7 @@ def test_sigterm_to_one_actor_stops_the_whole_agent_with_a_checkpoint(tmp_path):
     proc = start([MPIRUN, "--oversubscribe", "-n", "3", sys.executable, "run_mpi.py", *DQN, "--total-timesteps", "1000000",
                   "--output-dir", str(run_dir)])
     wait_for_line(proc, "agent 0 |")
-    ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
+    ranks = rank_processes(proc)
     assert len(ranks) == 3
     ranks[-1].send_signal(signal.SIGTERM)  # one actor; the learner hears of it in its STOP message
     rc, out, _ = finish(proc)

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, error_lines, finish, run, start, wait_for_line
+from conftest import MPIRUN, ROOT, error_lines, finish, rank_processes, run, start, wait_for_line
 
 USER_ENVS = str(ROOT / "tests" / "user_env")
 FAULTY = ["--no-progress", "--set", "env.import=mpippo_user_envs", "--set", "env.name=gym:mpippo-test/Faulty-v0",
@@ -86,12 +86,15 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
 
 def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path):
     """A person's second Ctrl-C is their "now", also while the env waits in native code: one line,
-    exit 130 (a shell's code for Ctrl-C), no traceback, the last checkpoint kept."""
+    exit 130 (a shell's code for Ctrl-C), no traceback, the last checkpoint kept. Without
+    PYTHONUNBUFFERED (a Slurm log's case: the console is a file, here a pipe) the progress lines still
+    come out as printed, while the run hangs: they are not held in Python's buffer."""
     run_dir = tmp_path / "run"
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
                   "4096", "--set", "env.kwargs={fault: hang, at: 1063}", "--set", "checkpoint.interval_iterations=1",
-                  "--set", "logging.print_interval=1", "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS})
-    wait_for_line(proc, "iter     2")
+                  "--set", "logging.print_interval=1", "--output-dir", str(run_dir)],
+                 env={"PYTHONPATH": USER_ENVS, "PYTHONUNBUFFERED": ""})  # (empty: unset, for Python)
+    wait_for_line(proc, "iter     2", timeout=60)
     time.sleep(1)
     for _ in range(2):
         proc.send_signal(signal.SIGINT)
@@ -103,6 +106,22 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
 
 
+def _handler_reset_then_back(proc, rank: int) -> None:
+    """Wait (not a guessed sleep) until that rank's SIGUSR1 handler was seen gone (its env reset it)
+    and then back (mpippo put it back); the window without it may be too short to see: then only back."""
+    from mpippo.launch import catches_usr1
+    deadline = time.monotonic() + 60
+    while len(ranks := rank_processes(proc)) <= rank and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = ranks[rank].pid
+    seen_off = time.monotonic() + 3  # (as long as the sleep this wait replaced)
+    while catches_usr1(pid) and time.monotonic() < seen_off:
+        time.sleep(0.002)
+    while not catches_usr1(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert catches_usr1(pid), "the actor's SIGUSR1 handler did not come back within 60 s"
+
+
 def test_an_actors_env_that_sets_its_own_signal_handlers_late_does_not_take_the_requeue_away(tmp_path):
     """As above for the actor-learner layout: the actor's env sets SIGUSR1 to its default in its 11th
     step; the actor puts mpippo's handler back every 256 steps, so SIGUSR1 (to mpirun, forwarded to
@@ -112,7 +131,7 @@ def test_an_actors_env_that_sets_its_own_signal_handlers_late_does_not_take_the_
                   *FAULTY, "--total-timesteps", "10000000", "--set", "env.kwargs={fault: late-signals, at: 10, rank: 1}",
                   "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS})
     wait_for_line(proc, "mpippo: agent 0: starting")
-    time.sleep(3)  # (thousands of actor steps: the handlers were reset, then put back)
+    _handler_reset_then_back(proc, rank=1)
     proc.send_signal(signal.SIGUSR1)
     code, out, err = finish(proc)
     assert code == 3 and "stopped by SIGUSR1 after a checkpoint" in out, (code, out[-2000:], err[-2000:])

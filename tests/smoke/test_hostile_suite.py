@@ -429,6 +429,13 @@ def test_sigterm_to_a_local_suite_any_number_of_times_stops_its_member_with_a_ch
     assert "summary: 1 stopped" in status.stdout, status.stdout + status.stderr
 
 
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:  # (it ended between the listing and the look)
+        return []
+
+
 def test_a_local_suite_killed_outright_still_stops_its_member_with_a_checkpoint(tmp_path):
     """kill -9 of the suite: its launcher gets SIGTERM from the kernel (die_with_parent), checkpoints
     and stops; until then it keeps the suite folder locked, so no second run starts beside it."""
@@ -438,8 +445,8 @@ def test_a_local_suite_killed_outright_still_stops_its_member_with_a_checkpoint(
     proc.communicate(timeout=30)
     suite_folder = member.parents[2]
     held = runlock.holder(suite_folder)
-    launcher_alive = any("mpippo.launch" in " ".join(p.cmdline()) for p in hostile.marked_processes(tag)
-                         if p.status() != psutil.STATUS_ZOMBIE)
+    launcher_alive = any("mpippo.launch" in " ".join(_cmdline(p)) for p in hostile.marked_processes(tag)
+                         if hostile._running(p))
     assert held or not launcher_alive  # the launcher, alive after the check, held the suite's lock during it
     assert not hostile.survivors(tag, timeout=60)
     _stopped_with_a_checkpoint(member)

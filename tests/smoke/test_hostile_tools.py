@@ -576,8 +576,7 @@ def outcomes(request, tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("case", hostile.params(CASES))
 def test_hostile_tool(case: Case, outcomes):
-    hostile.check(case, outcomes[case.id].result())
-    assert outcomes[case.id].result().seconds < 20  # refused before any run: a start-up's time
+    hostile.check(case, outcomes[case.id].result())  # (nothing new left: refused before any run)
 
 
 def test_every_tool_meets_every_class():

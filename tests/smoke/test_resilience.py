@@ -3,12 +3,11 @@ import re
 import signal
 import sys
 
-import psutil
 import pytest
 import torch
 
-from conftest import (MPIRUN, SMOKE_TOY, error_lines, fault_stamp, finish, ok, seconds_since, start, trainer,
-                      wait_for_line)
+from conftest import (MPIRUN, SMOKE_TOY, error_lines, fault_stamp, finish, ok, rank_processes, seconds_since, start,
+                      trainer, wait_for_line)
 
 # starpilot ends random-play episodes quickly and with non-zero returns, so curves are informative
 pytestmark = pytest.mark.slow
@@ -98,24 +97,25 @@ def test_sigterm_or_ctrl_c_through_the_launcher_checkpoints_and_stops(tmp_path, 
 
 
 def test_a_suspended_job_goes_on_and_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
-    """The job stopped for longer than the collective timeout (SIGSTOP: Ctrl-Z, Slurm's suspend), rank 1
-    a second before rank 0 and continued 1.5 s after it, so that rank 0 waits for it in a collective:
-    the time stopped is not taken for a hang. Then SIGTERM to one rank stops both with a checkpoint."""
+    """Rank 1 comes 8 s late to the trainer's construction (a slow import), longer than the 5-s
+    collective timeout: start-up's collectives wait longer (cli.STARTUP_TIMEOUT_S). Then the job is
+    stopped for longer than the timeout (SIGSTOP: Ctrl-Z, Slurm's suspend), rank 1 a second before
+    rank 0 and continued 0.5 s after it, so that rank 0 waits for it in a collective: the time stopped
+    is not taken for a hang. Then SIGTERM to one rank stops both with a checkpoint."""
     import time
     run_dir = tmp_path / "run"
     proc = start([MPIRUN, "-n", "2", sys.executable, "run_mpi.py", *PLUMBING, "--total-timesteps", "100000",
                   "--output-dir", str(run_dir), "--set", "logging.print_interval=1",
-                  "--set", "guards.collective_timeout_s=5"])
+                  "--set", "guards.collective_timeout_s=5"], env={"MPIPPO_FAULT": "rank=1,kind=slow_start,seconds=8"})
     wait_for_line(proc, "iter     1")
-    ranks = [p for p in psutil.Process(proc.pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
+    ranks = rank_processes(proc)
     assert len(ranks) == 2
-    ranks.sort(key=lambda p: "OMPI_COMM_WORLD_RANK=1" in "".join(f"{k}={v}" for k, v in p.environ().items()))
     ranks[1].suspend()
     time.sleep(1)
     ranks[0].suspend()
     time.sleep(8)
     ranks[0].resume()  # first: it finds itself 9 s into its wait, of which 1 s is rank 1's
-    time.sleep(1.5)
+    time.sleep(0.5)  # (rank 1 then has 4.5 s of the timeout to reach the collective, on a loaded machine too)
     ranks[1].resume()
     time.sleep(2)
     ranks[-1].send_signal(signal.SIGTERM)  # only one rank hears it; the flag Allreduce tells the other
