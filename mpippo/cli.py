@@ -212,8 +212,11 @@ def _console_lines() -> None:
     """Each console line leaves the process when printed: a Slurm job's log is a file, where Python
     would hold the progress lines in an 8 KB buffer (minutes of a run) unless PYTHONUNBUFFERED is set."""
     for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and not getattr(stream, "line_buffering", True):
-            stream.reconfigure(line_buffering=True)
+        try:
+            if hasattr(stream, "reconfigure") and not getattr(stream, "line_buffering", True):
+                stream.reconfigure(line_buffering=True)
+        except (ValueError, OSError):  # a closed console (the Python API's caller's), or one that cannot flush
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,8 +244,8 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
         print(f"mpippo: note: {note}", flush=True)
     if (unread := C.ignored_note(cfg)) and world.is_root:
         print(f"mpippo: warning: {unread}", flush=True)
-    world.set_collective_timeout(cfg.guards.collective_timeout_s)  # start-up is over: the run's own timeout
     if C.actor_learner(cfg):  # dqn, appo: learners and actors
+        world.set_collective_timeout(cfg.guards.collective_timeout_s)  # (their start-ups talk: p2p.talking_while)
         return _train_actor_learner(world, trainer, signals)
     if world.is_root:
         if trainer.resume_note:
@@ -290,7 +293,7 @@ def _launched_wrongly(overrides: list, world_size: int) -> list[str]:
     A value of the wrong type is left to the config's own check."""
     asked = [v for sec, key, v in overrides if (sec, key) == ("parallel", "expected_world_size")]
     value = asked[-1] if asked else None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > C.INT64_MAX:
         return []
     return C.world_size_problems(value, world_size)
 

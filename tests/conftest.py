@@ -205,7 +205,8 @@ def rank_processes(proc: subprocess.Popen) -> list:
     for p in psutil.Process(proc.pid).children(recursive=True):
         try:
             if "run_mpi.py" in " ".join(p.cmdline()):
-                ranks.append((int(p.environ().get("OMPI_COMM_WORLD_RANK", "0")), p))
+                env = p.environ()
+                ranks.append((int(env.get("OMPI_COMM_WORLD_RANK") or env.get("PMIX_RANK") or env["PMI_RANK"]), p))
         except psutil.Error:
             continue
     return [p for _, p in sorted(ranks, key=lambda r: r[0])]
@@ -235,6 +236,8 @@ def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 120) -> 
             if isinstance(proc, Started) and proc.again(err):
                 continue
             break
+        if not line:  # (its output closed, the process not yet reaped: no busy loop meanwhile)
+            time.sleep(0.05)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         err = proc.stderr.read()

@@ -36,7 +36,7 @@ def world_size_problems(expected: Any, world_size: int) -> list[str]:
         return [f"parallel.expected_world_size: must be a number of ranks >= 1 (the tasks the job was given), or "
                 f"null for any; got {show(expected)}"]
     if expected != world_size:
-        return [f"parallel.expected_world_size: {expected} tasks were allocated but this job has "
+        return [f"parallel.expected_world_size: {show(expected)} tasks were allocated but this job has "
                 f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)"]
     return []
 

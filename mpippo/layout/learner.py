@@ -76,7 +76,7 @@ class Learner:
 
     # ---- the loop ----
     def run(self, signals: SignalFlags) -> dict:
-        self.open_logs()
+        """The loop; the caller has restored the learner (on a resume) and opened its logs."""
         self.updates0, self.t0 = self.c["updates"], time.perf_counter()
         self.last_log, self.last_print, self.last_ckpt = self.t0, self.t0, time.monotonic()
         # an algorithm whose updates are few and large (APPO) also logs every log_interval updates

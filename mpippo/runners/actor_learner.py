@@ -77,13 +77,17 @@ class Agent:
         return layout_section(self.cfg)
 
 
-def restore_on(device, learner: Learner, state: dict) -> str:
-    """Learner.restore in the thread talking_while runs it in: on the learner's GPU, which is the
-    main thread's current device only (a CUDA device is current per thread; a stream or handle made
-    on GPU 0 would put a context of every learner there)."""
+def start_on(device, learner: Learner, state: dict | None) -> str:
+    """The learner's own start-up, in the thread talking_while runs it in (its actors wait meanwhile):
+    Learner.restore on a resume (the replay buffer: minutes for many GB), then its logs' writers
+    (TensorBoard's import). On the learner's GPU, which is the main thread's current device only (a
+    CUDA device is current per thread; a stream or handle made on GPU 0 would put a context of every
+    learner there)."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    return learner.restore(state)
+    note = learner.restore(state) if state is not None else ""
+    learner.open_logs()
+    return note
 
 
 class ActorLearnerRun:
@@ -219,7 +223,7 @@ class ActorLearnerRun:
                             a.section.max_inflight, self.table_size, timeout_s=cfg.guards.collective_timeout_s)
         learner = Learner(a, self.algo, ch, flat, hook)
         state, self.resume_state = self.resume_state, None
-        note = ch.talking_while(lambda: restore_on(device, learner, state)) if state is not None else ""
+        note = ch.talking_while(lambda: start_on(device, learner, state))
         for line in self.resume_notes:
             print(f"mpippo: agent {a.index}: warning: {line}", flush=True)
         a.run_dir.mkdir(parents=True, exist_ok=True)

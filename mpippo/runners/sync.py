@@ -479,9 +479,9 @@ class SyncTrainer:
         self.wandb_run = started.run
         return started
 
-    def train(self, signals: SignalFlags | None = None) -> dict:
+    def _reporter(self) -> Reporter | None:
+        """Rank 0's console, metrics and TensorBoard (None elsewhere); the end of start-up."""
         cfg, world, t = self.cfg, self.world, self.cfg.training
-        self._broadcast_parameters()  # rule: initial weights come from rank 0, never from equal seeds
         hosts = world.allgather_obj((world.hostname, world.node))
         reporter = None
         if world.is_root:
@@ -494,6 +494,16 @@ class SyncTrainer:
                               "allreduce_bytes": int(self.grad_sync.host.numel() * 4),
                               "allreduce_calls_per_iteration": self.algo.allreduces_per_iteration,
                               "rollout_cutoff": None}
+        # start-up ends here, for every rank together: rank 0's reporter (git, TensorBoard's import) was
+        # its last part, under start-up's longer watch (cli.STARTUP_TIMEOUT_S); the run's own from now
+        world.barrier()
+        world.set_collective_timeout(cfg.guards.collective_timeout_s)
+        return reporter
+
+    def train(self, signals: SignalFlags | None = None) -> dict:
+        cfg, world, t = self.cfg, self.world, self.cfg.training
+        self._broadcast_parameters()  # rule: initial weights come from rank 0, never from equal seeds
+        reporter = self._reporter()
         signals = signals or SignalFlags()
         stats_vec = np.zeros(len(FIELDS), dtype=np.float64)
         deadline = Deadline(t.duration_hours)

@@ -106,32 +106,31 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
 
 
-def _handler_reset_then_back(proc, rank: int) -> None:
-    """Wait (not a guessed sleep) until that rank's SIGUSR1 handler was seen gone (its env reset it)
-    and then back (mpippo put it back); the window without it may be too short to see: then only back."""
+def _handler_reset_then_back(proc, rank: int, mark) -> None:
+    """Wait (not a guessed sleep) until that rank's env has reset its SIGUSR1 handler (it creates
+    `mark` then) and mpippo has put its handler back."""
     from mpippo.launch import catches_usr1
     deadline = time.monotonic() + 60
-    while len(ranks := rank_processes(proc)) <= rank and time.monotonic() < deadline:
-        time.sleep(0.05)
-    pid = ranks[rank].pid
-    seen_off = time.monotonic() + 3  # (as long as the sleep this wait replaced)
-    while catches_usr1(pid) and time.monotonic() < seen_off:
-        time.sleep(0.002)
-    while not catches_usr1(pid) and time.monotonic() < deadline:
+    while not mark.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert catches_usr1(pid), "the actor's SIGUSR1 handler did not come back within 60 s"
+    assert mark.exists(), "the env did not reset its handlers within 60 s"
+    ranks = rank_processes(proc)
+    assert len(ranks) > rank, ranks
+    while not catches_usr1(ranks[rank].pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert catches_usr1(ranks[rank].pid), "the actor's SIGUSR1 handler did not come back within 60 s"
 
 
 def test_an_actors_env_that_sets_its_own_signal_handlers_late_does_not_take_the_requeue_away(tmp_path):
     """As above for the actor-learner layout: the actor's env sets SIGUSR1 to its default in its 11th
     step; the actor puts mpippo's handler back every 256 steps, so SIGUSR1 (to mpirun, forwarded to
     every rank) still checkpoints and exits 3 instead of killing the actor."""
-    run_dir = tmp_path / "run"
+    run_dir, mark = tmp_path / "run", tmp_path / "reset"
     proc = start([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/dqn_cartpole.yaml",
                   *FAULTY, "--total-timesteps", "10000000", "--set", "env.kwargs={fault: late-signals, at: 10, rank: 1}",
-                  "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS})
+                  "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_MARK": str(mark)})
     wait_for_line(proc, "mpippo: agent 0: starting")
-    _handler_reset_then_back(proc, rank=1)
+    _handler_reset_then_back(proc, rank=1, mark=mark)
     proc.send_signal(signal.SIGUSR1)
     code, out, err = finish(proc)
     assert code == 3 and "stopped by SIGUSR1 after a checkpoint" in out, (code, out[-2000:], err[-2000:])

@@ -712,14 +712,21 @@ def test_a_damaged_replay_file_is_not_used(tmp_path, damage):
 def test_the_restore_thread_makes_the_learners_gpu_its_current_device(monkeypatch):
     """The learner restores its checkpoint (the replay buffer: minutes for many GB) in a thread of its
     own, and a CUDA device is current per thread: the thread makes the learner's GPU its own first,
-    or whatever it made on "the current GPU" would land on GPU 0 of every learner. CPU: nothing."""
-    from mpippo.runners.actor_learner import restore_on
-    made_current = []
+    or whatever it made on "the current GPU" would land on GPU 0 of every learner. CPU: nothing. Its
+    logs' writers are opened there too, after the restore (a fresh run: no restore)."""
+    from mpippo.runners.actor_learner import start_on
+    made_current, done = [], []
     monkeypatch.setattr(torch.cuda, "set_device", made_current.append)
 
     class Learner:
         def restore(self, state):
+            done.append("restore")
             return f"restored {state['n']}"
-    assert restore_on(torch.device("cuda", 3), Learner(), {"n": 7}) == "restored 7"
-    assert made_current == [torch.device("cuda", 3)]
-    assert restore_on(torch.device("cpu"), Learner(), {"n": 1}) == "restored 1" and len(made_current) == 1
+
+        def open_logs(self):
+            done.append("logs")
+    assert start_on(torch.device("cuda", 3), Learner(), {"n": 7}) == "restored 7"
+    assert made_current == [torch.device("cuda", 3)] and done == ["restore", "logs"]
+    assert start_on(torch.device("cpu"), Learner(), {"n": 1}) == "restored 1" and len(made_current) == 1
+    del done[:]
+    assert start_on(torch.device("cpu"), Learner(), None) == "" and done == ["logs"]

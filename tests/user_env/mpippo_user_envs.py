@@ -169,7 +169,8 @@ class Faulty(Steady):
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), render,
     close; make (its constructor raises once `at` envs were made in this process); late-signals (its
-    step number `at` sets the stop signals' handlers to the default, as a library started lazily); or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
+    step number `at` sets the stop signals' handlers to the default, as a library started lazily, and
+    creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
     metadata = {"render_modes": ["rgb_array"]}
     steps = 0  # this process's, all envs
@@ -205,6 +206,8 @@ class Faulty(Steady):
         if self.fault == "late-signals" and Faulty.steps == self.at + 1:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 signal.signal(sig, signal.SIG_DFL)
+            if os.environ.get("MPIPPO_TEST_ENV_MARK"):  # (a test waits for this moment, then for mpippo's repair)
+                open(os.environ["MPIPPO_TEST_ENV_MARK"], "w").close()
         if self.broken("four-tuple"):
             return obs, reward, terminated, info
         if self.broken("shape"):
