@@ -277,7 +277,7 @@ def _parse(world: World, argv: list[str], start: _StartUp):
         with quiet:
             args = make_parser().parse_args(argv)
         overrides = _overrides(args)
-        errors = _launched_wrongly(overrides, world.size) or None
+        errors = _launched_wrongly(args, overrides, world.size) or None
     except C.UsageError as e:
         errors = e.errors
     if (bad_allocator := hostmem.error()):
@@ -286,13 +286,19 @@ def _parse(world: World, argv: list[str], start: _StartUp):
     return args, overrides
 
 
-def _launched_wrongly(overrides: list, world_size: int) -> list[str]:
-    """The Slurm scripts' `--set parallel.expected_world_size=N`, asked before the run folder is
-    touched: srun without PMIx starts N jobs of one rank each, and all N would race for the same
-    folder's lock (the loser's "in use" line, or srun killing the rest, hid the real mistake).
-    A value of the wrong type is left to the config's own check."""
+def _launched_wrongly(args, overrides: list, world_size: int) -> list[str]:
+    """parallel.expected_world_size (the Slurm scripts' --set, or the --config file's), asked before
+    the run folder is touched: srun without PMIx starts N jobs of one rank each, and all N would race
+    for the same folder's lock (the loser's "in use" line, or srun killing the rest, hid the real
+    mistake). A file that cannot be read, or a value of the wrong type, is left to phase C's checks."""
     asked = [v for sec, key, v in overrides if (sec, key) == ("parallel", "expected_world_size")]
     value = asked[-1] if asked else None
+    if not asked and args.config is not None:
+        try:
+            section = C.load_yaml(args.config).get("parallel")
+            value = section.get("expected_world_size") if isinstance(section, dict) else None
+        except (C.UsageError, OSError, AttributeError):
+            return []
     if isinstance(value, bool) or not isinstance(value, int) or abs(value) > C.INT64_MAX:
         return []
     return C.world_size_problems(value, world_size)

@@ -325,6 +325,8 @@ CASES = [
     # srun without PMIx: N one-rank jobs race for one folder; the launch mistake is named first, not the lock
     Case("lock-separate-jobs-of-one-launch", lambda t, b: _locked(t, None, [*TOY, "--set", "parallel.expected_world_size=2"]),
          "parallel.expected_world_size: 2 tasks were allocated but this job has 1 rank(s)", check=lambda t: _unlock(t)),
+    Case("lock-separate-jobs-of-one-launch-config-file", lambda t, b: _locked(t, None, _expecting(t, 3)),
+         "parallel.expected_world_size: 3 tasks were allocated but this job has 1 rank(s)", check=lambda t: _unlock(t)),
     Case("lock-resume-while-another-trains", lambda t, b: _locked(t, b["ppo"], []), "holds its lock", check=lambda t: _unlock(t)),
     Case("lock-resume-dqn-3-ranks", lambda t, b: _locked(t, b["dqn"], [], ranks=3), "holds its lock", check=lambda t: _unlock(t)),
     Case("lock-file-deleted-while-held", lambda t, b: _locked(t, None, TOY, delete=True),
@@ -422,6 +424,13 @@ def test_the_checkpoint_schema_refuses_in_one_line(bases, base, edit, expect):
 
 
 _HOLDERS: dict[Path, subprocess.Popen] = {}
+
+
+def _expecting(tmp: Path, ranks: int) -> list[str]:
+    """TOY's arguments with a config file of its own that expects `ranks` ranks (not a --set)."""
+    config = tmp / "expects.yaml"
+    config.write_text((ROOT / "configs" / "toy_cue.yaml").read_text() + f"parallel:\n  expected_world_size: {ranks}\n")
+    return ["--config", str(config), *TOY[2:]]
 
 
 def _locked(tmp: Path, base: Path | None, args: list[str], ranks=None, delete=False, inside=""):
