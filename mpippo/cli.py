@@ -282,6 +282,8 @@ def _parse(world: World, argv: list[str], start: _StartUp):
         errors = e.errors
     if (bad_allocator := hostmem.error()):
         errors = (errors or []) + [bad_allocator]
+    if faults.ERROR:
+        errors = (errors or []) + [faults.ERROR]
     start.agree_or_exit(errors)
     return args, overrides
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo import config as C
-from mpippo import launch, runctl
+from mpippo import faults, launch, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
 from mpippo.files import METRICS, atomic_write_json, file_mode
@@ -313,6 +313,8 @@ RANGES = (("--num-episodes", 1, 1_000_000), ("--num-envs", 1, C.INT64_MAX), ("--
 
 def check_options(args) -> None:
     """Every option, before the checkpoint is read or an env made (one UsageError line)."""
+    if faults.ERROR:
+        raise C.UsageError(faults.ERROR)
     for flag, lo, hi in RANGES:
         value = getattr(args, flag[2:].replace("-", "_"))
         allowed = f"allowed: {lo:,} to {'2**63 - 1' if hi == C.INT64_MAX else f'{hi:,}'}"

@@ -26,6 +26,7 @@ import errno
 from contextlib import contextmanager
 
 from mpippo.metrics.timers import PhaseTimer
+from mpippo.rules import show
 
 KINDS = ("raise", "kill", "hang", "nan", "slow", "lag", "kill_in_save", "enospc", "slow_restore", "slow_start")
 
@@ -38,16 +39,30 @@ def parse(spec: str | None) -> dict | None:
     if not spec:
         return None
     fields = dict(item.split("=", 1) for item in spec.split(",") if "=" in item)
-    fault = {"ranks": frozenset(int(r) for r in fields.get("rank", "0").split("+")),
-             "iteration": int(fields.get("iteration", 1)), "kind": fields.get("kind", "raise"),
-             "count": int(fields.get("count", 1)), "seconds": float(fields.get("seconds", 1.0)),
-             "factor": float(fields.get("factor", 0.0))}
+    try:
+        fault = {"ranks": frozenset(int(r) for r in fields.get("rank", "0").split("+")),
+                 "iteration": int(fields.get("iteration", 1)), "kind": fields.get("kind", "raise"),
+                 "count": int(fields.get("count", 1)), "seconds": float(fields.get("seconds", 1.0)),
+                 "factor": float(fields.get("factor", 0.0))}
+    except ValueError:
+        raise ValueError(f"MPIPPO_FAULT: {show(spec)} is not rank=R[+R...],iteration=N,kind=K[,count=N][,seconds=S]"
+                         f"[,factor=F] (a test hook: unset it to train)") from None
     if fault["kind"] not in KINDS:
-        raise ValueError(f"MPIPPO_FAULT: kind '{fault['kind']}' is not one of {', '.join(KINDS)}")
+        raise ValueError(f"MPIPPO_FAULT: kind {show(fault['kind'])} is not one of {', '.join(KINDS)} (a test hook: "
+                         f"unset it to train)")
     return fault
 
 
-FAULT = parse(os.environ.get("MPIPPO_FAULT"))
+def _from_environment() -> tuple[dict | None, str | None]:
+    """The fault the environment asks for, or the one line saying why it cannot be read (the entry
+    points refuse to start with it: importing this module must not fail)."""
+    try:
+        return parse(os.environ.get("MPIPPO_FAULT")), None
+    except ValueError as e:
+        return None, str(e)
+
+
+FAULT, ERROR = _from_environment()
 
 
 def maybe_inject(rank: int, iteration: int) -> int:

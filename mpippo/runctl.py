@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from mpippo.errors import code_at
+from mpippo.rules import show
 from mpippo.usage import UsageError
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PAUSE_S
 
@@ -173,11 +174,12 @@ def pick_device(want: str, index: int = 0, warn=print):
         torch.cuda.set_device(device)
         return device
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    shown = "unset" if visible is None else show(visible)[1:-1]  # (escaped: the line stays one line)
     if want == "cuda":
         raise UsageError(f"training.device: 'cuda' requested but CUDA is not usable here (CUDA_VISIBLE_DEVICES="
-                          f"{visible}); use auto (falls back to the CPU) or cpu")
+                          f"{shown}); use auto (falls back to the CPU) or cpu")
     if visible:
-        warn(f"mpippo: warning: training.device is auto and GPUs were allocated (CUDA_VISIBLE_DEVICES={visible}), "
+        warn(f"mpippo: warning: training.device is auto and GPUs were allocated (CUDA_VISIBLE_DEVICES={shown}), "
              f"but CUDA is not usable here; running on the CPU")
     return torch.device("cpu")
 

@@ -162,10 +162,18 @@ def memory_available(ranks_on_node: int) -> int:
 RANK_BASE_BYTES = 300 << 20
 
 
+def _slurm_nodes() -> int:
+    """The allocation's node count, 1 outside Slurm or where the variable is not a count (Slurm
+    writes a plain number; anything else is not Slurm's, and one node is the cautious reading)."""
+    try:
+        return max(int(os.environ.get("SLURM_JOB_NUM_NODES", "1").strip()), 1)
+    except ValueError:  # (words, "²", past int()'s 4,300 digits)
+        return 1
+
+
 def ranks_fit(ranks: int, flag: str) -> None:
     """`ranks` processes on this node (or on each node of a Slurm allocation) must have memory to start."""
-    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
-    per_node = -(-ranks // (int(nodes) if nodes.isdigit() and int(nodes) > 0 else 1))
+    per_node = -(-ranks // _slurm_nodes())
     need, have = per_node * RANK_BASE_BYTES, memory_available(1)
     if need > have:
         raise UsageError(f"{flag}: {ranks:,} rank(s) need at least {need / 2**30:,.1f} GiB on this node to start "

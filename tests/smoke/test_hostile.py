@@ -100,6 +100,13 @@ def evaluate(base: str, edit=None, extra=()):
     return setup
 
 
+def _with_env(setup, **env):
+    """A case run with these environment variables set."""
+    def with_env(tmp, bases):
+        return (*setup(tmp, bases)[:2], env)
+    return with_env
+
+
 def train(*args, ranks=None, files: dict | None = None):
     """A trainer case; `files` are written into the case folder first ({name: bytes or text}),
     and TMP/ in an argument stands for that folder."""
@@ -311,11 +318,21 @@ CASES = [
     Case("evaluate-huge-envs", evaluate("ppo", extra=["--num-envs", "1000000000"]), "--num-envs: 1,000,000,000 envs"),
     Case("evaluate-no-checkpoint", evaluate("ppo", extra=["--checkpoint", "/nonexistent"]), "no checkpoint at"),
     Case("evaluate-opponent-one-player", evaluate("ppo", extra=["--opponent", "random"]), "needs a two-player game"),
+    # ---- the test hook's environment variable, garbled: one line, not a traceback at import ----
+    Case("env-fault-hook-garbled-2-ranks", _with_env(train(*TOY, ranks=2), MPIPPO_FAULT="rank=one,kind=slow"),
+         "MPIPPO_FAULT: 'rank=one,kind=slow' is not rank=R[+R...],iteration=N,kind=K"),
+    Case("env-cuda-devices-two-lines", _with_env(train(*TOY, "--set", "training.device=cuda"),
+                                                 CUDA_VISIBLE_DEVICES="0\nGPU-1"),
+         "CUDA is not usable here (CUDA_VISIBLE_DEVICES=0\\nGPU-1)"),
+    Case("evaluate-env-fault-hook-unknown-kind", _with_env(evaluate("ppo"), MPIPPO_FAULT="kind=melt"),
+         "MPIPPO_FAULT: kind 'melt' is not one of raise, kill, hang"),
     # ---- the launcher ----
     Case("launch-n-0", launch("-n", "0"), "-n: the number of ranks must be >= 1, got 0"),
     Case("launch-n-negative", launch("-n", "-3"), "got -3"),
     Case("launch-n-not-int", launch("-n", "two"), "invalid int value: 'two'"),
     Case("launch-n-beyond-memory", launch("-n", "100000"), "-n: 100,000 rank(s) need at least"),  # was started
+    Case("launch-slurm-node-count-not-a-count", _with_env(launch("-n", "100000"), SLURM_JOB_NUM_NODES="²"),
+         "-n: 100,000 rank(s) need at least"),  # ("²".isdigit(), but int() refuses it: a traceback before)
     Case("launch-mpirun-args-quote", launch("-n", "1", "--mpirun-args", '--map-by "core'),
          "--mpirun-args: '--map-by \"core' cannot be split as a shell would (No closing quotation)"),
     # ---- one writer per run folder (another process holds the folder's lock) ----
