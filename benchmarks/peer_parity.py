@@ -126,7 +126,9 @@ def atari_script() -> Path:
     try:
         return adapted_script("ppo_atari_envpool.py", "MPIPPO_CLEANRL_ATARI", atari_throughput.ADAPT + RESUMABLE,
                               "cleanrl_ppo_atari_envpool_resumable.py")
-    except ValueError as e:
+    except UsageError:  # (a ValueError too: MPIPPO_CLEANRL_* naming no file is bad input, exit 2)
+        raise
+    except ValueError as e:  # the pinned script lacks a line to adapt
         raise ToolFailure(str(e)) from None
 
 
@@ -144,7 +146,9 @@ def continuous_script() -> Path:
     try:
         return adapted_script("ppo_continuous_action.py", "MPIPPO_CLEANRL_CONTINUOUS", ADAPT,
                               "cleanrl_ppo_continuous_action_gymnasium1.py")
-    except ValueError as e:
+    except UsageError:  # (a ValueError too: MPIPPO_CLEANRL_* naming no file is bad input, exit 2)
+        raise
+    except ValueError as e:  # the pinned script lacks a line to adapt
         raise ToolFailure(str(e)) from None
 
 

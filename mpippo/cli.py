@@ -28,7 +28,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.files import atomic_write_bytes, is_number, missing_folders, remove_if_empty
 from mpippo.comm import World
 from mpippo.errors import JobFailure
-from mpippo.usage import Parser
+from mpippo.usage import Parser, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
@@ -93,7 +93,7 @@ class _StartUp:
                 runlock.release(folder)
             remove_if_empty(self.created)
             if failed:
-                sys.stderr.write("".join(f"mpippo: error: {line}\n" for line in failed))
+                sys.stderr.write(refusal(failed))
             else:
                 code = EXIT_REQUEUE if requeue else EXIT_STOPPED
                 sys.stderr.write(f"mpippo: {'SIGUSR1' if requeue else 'a stop signal'} arrived during start-up: nothing "

@@ -33,7 +33,7 @@ from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
 from mpippo.preemption import EXIT_USAGE
-from mpippo.usage import Parser, reason
+from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
@@ -66,7 +66,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 def resolve_checkpoint(path: str) -> Path:
     p = Path(path)
-    return latest_path(p) if p.is_dir() else p
+    try:
+        return latest_path(p) if p.is_dir() else p
+    except OSError as e:  # (a name too long, a loop of links: is_dir raises them, and only them)
+        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(p))[1:-1]}' ({e.strerror or e})") from None
 
 
 def build_policy(state: dict):
@@ -506,7 +509,7 @@ def _refused(world, error: str | None) -> bool:
     """Every rank's verdict gathered: the first refusal is the job's one line (rank 0 writes it)."""
     errors = world.allgather_obj(error)
     if any(errors) and world.is_root:
-        sys.stderr.write(f"mpippo: error: {next(e for e in errors if e)}\n")
+        sys.stderr.write(refusal([next(e for e in errors if e)]))
     return any(errors)
 
 

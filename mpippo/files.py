@@ -204,6 +204,8 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> byte
         raise _problem(path, what, "no such file") from None
     except OSError as e:  # permissions, a name too long, an I/O error, a path through a file
         raise _problem(path, what, f"cannot read it ({e.strerror or e})") from None
+    except ValueError:  # (os.open's refusal of a NUL, which a name read from a damaged file may hold)
+        raise _problem(path, what, "its name holds a NUL byte, which no file's name can") from None
 
 
 def read_text(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> str:

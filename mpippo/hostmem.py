@@ -41,8 +41,13 @@ _error: str | None = None
 
 
 def error() -> str | None:
-    """A bad MPIPPO_HOST_ALLOCATOR, for the trainer to report as bad input (exit 2)."""
-    return _error
+    """A bad MPIPPO_HOST_ALLOCATOR, for the trainer to report as bad input (exit 2); read from the
+    environment where this process has not applied it (a tool that checks a run it will start)."""
+    return _error if _state is not None else _refusal(os.environ.get(ENV, "retain"))
+
+
+def _refusal(value: str) -> str | None:
+    return None if value.strip().lower() in CHOICES else f"{ENV}={value!r} is not allowed: {' | '.join(CHOICES)}"
 
 
 def retain_freed_memory() -> str:
@@ -53,7 +58,7 @@ def retain_freed_memory() -> str:
     choice = os.environ.get(ENV, "retain").strip().lower()
     if choice not in CHOICES:
         global _error
-        _error = f"{ENV}={os.environ[ENV]!r} is not allowed: {' | '.join(CHOICES)}"
+        _error = _refusal(os.environ[ENV])
         choice = "system"
     if choice == "system":
         _state = "system"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
 from mpippo.preemption import settle
-from mpippo.usage import EXIT_USAGE, Parser, UsageError
+from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         if not HOST_OPTIONS.intersection(o.split("=")[0] for o in user):  # all on this node (or Slurm's nodes)
             ranks_fit(args.np, "-n")  # now: 100,000 ranks would be started before any could refuse
     except UsageError as e:
-        sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
+        sys.stderr.write(refusal(e.errors))
         return EXIT_USAGE
     where, extra = placement(args.np, user)
     if "--oversubscribe" in user and where[:1] != ["--oversubscribe"] and not extra:

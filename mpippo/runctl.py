@@ -280,11 +280,12 @@ def threads_per_rank(configured: int, cpu_share: int) -> int:
     else the rank's CPU share (World.cpu_share: its affinity mask over the ranks on the node that share
     it). OMP_NUM_THREADS first because torch itself takes it: someone who set it (the Slurm scripts do,
     to the task's CPUs; a machine shared with other jobs, as `make test`'s workers share theirs) meant it.
-    Only a plain positive count counts (OpenMP also takes nested lists such as "4,2")."""
+    Only a plain positive count in ASCII digits counts (OpenMP also takes nested lists such as "4,2";
+    "²" passes isdigit() and fails int()), below a million (torch refuses 2**31)."""
     if configured > 0:
         return configured
     for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
         value = os.environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
+        if value.isascii() and value.isdigit() and len(value) <= 6 and int(value) > 0:
             return int(value)
     return max(1, cpu_share)

@@ -35,7 +35,8 @@ from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folder
 from mpippo import config as C
 from mpippo import launch
 from mpippo.config import INT64_MAX, UsageError, show
-from mpippo.errors import RankFailure
+from mpippo.usage import refusal
+from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE
 from mpippo.usage import Parser as _Parser
@@ -113,7 +114,7 @@ def reclaim_stops() -> None:
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
-        sys.stderr.write(f"mpippo: error: {tool}: {line}".replace("\r", "\\r").replace("\n", "\\n") + "\n")
+        sys.stderr.write(refusal([line], f"{tool}: "))
     escape_unencodable()
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
@@ -128,7 +129,7 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         sys.stderr.write(f"mpippo: {tool}: stopped by {e}; its runs ended and its temporary folders removed\n")
         return EXIT_STOPPED
     except UsageError as e:
-        say(e.errors[0] + (f" (and {len(e.errors) - 1} more problem(s))" if len(e.errors) > 1 else ""))
+        sys.stderr.write(refusal(e.errors, f"{tool}: "))
         return EXIT_USAGE
     except RunStopped as e:
         sys.stderr.write(f"mpippo: {tool}: {e}\n")
@@ -142,6 +143,12 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     except PermissionError as e:  # a file or folder this user may not read or search, met anywhere
         say(f"'{shown(e.filename)}': {e.strerror or e} (check its permissions and those of its folders)" if e.filename
             else f"{e.strerror or e} (a permission this user lacks)")
+        return EXIT_USAGE
+    except OSError as e:  # any other the file system raised where a tool met a path (a name too long, a full disk)
+        if e.errno in FILE_SYSTEM_FULL:
+            say(file_system_failure(e))
+            return EXIT_FAILURE
+        say(f"'{shown(e.filename)}': {e.strerror or e}" if e.filename else f"{e.strerror or e}")
         return EXIT_USAGE
     finally:
         sys.stdout = stdout

@@ -38,6 +38,13 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def refusal(errors: list[str], prefix: str = "") -> str:
+    """The one line an entry point prints for its bad input: the first problem (and how many more),
+    its line breaks escaped, so a value holding one cannot make two lines."""
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"mpippo: error: {prefix}{errors[0]}{more}".replace("\r", "\\r").replace("\n", "\\n") + "\n"
+
+
 class UsageError(ValueError):
     """Bad user input (a command line, a config, a file we wrote earlier, a folder, a device that is
     not there). Carries one or more one-line messages."""

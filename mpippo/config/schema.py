@@ -227,8 +227,8 @@ def _coerce(value: Any, tp, where: str) -> Any:
     }[tp](value)
     if not ok:
         raise UsageError(f"{where}: expected {_type_name(tp)}, got {show(value)} ({type(value).__name__})")
-    if tp is float and not math.isfinite(value):  # NaN passes every `<` check below; refuse it here
-        raise UsageError(f"{where}: must be a finite number, got {value}")
+    if isinstance(value, float) and not math.isfinite(value):  # NaN passes every `<` check below; refuse it here
+        raise UsageError(f"{where}: must be a finite number, got {value}")  # (an int too large for a float: below)
     if tp in (int, float) and abs(value) > INT64_MAX:  # counters and seeds end up in int64 arrays
         allowed = "below 2**63" if tp is int else "magnitudes below 9.2e18 (2**63)"
         raise UsageError(f"{where}: {show(value)} is out of range; allowed: {allowed}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from mpippo import config as C
 from mpippo import files, runlock, toolcli
 from mpippo.errors import FILE_SYSTEM_FULL
-from mpippo.usage import UsageError
+from mpippo.usage import UsageError, refusal
 from mpippo.suite import spec, state, submit
 from mpippo.suite.submit import set_aside
 from mpippo.usage import Parser
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         suite = spec.load(args.suite, args.root)
         return {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.cmd](suite, args)
     except UsageError as e:  # SuiteError, a damaged file of the suite's (mpippo.files), a folder in use
-        sys.stderr.write(f"mpippo: error: {e.errors[0]}\n")
+        sys.stderr.write(refusal(e.errors))
         return 2
     except OSError as e:  # a folder that cannot be made or written: its path and the reason
         where = f"'{e.filename}': " if e.filename else ""

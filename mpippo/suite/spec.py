@@ -181,7 +181,7 @@ def _check(s: Suite) -> None:
     if s.distribution_mode not in ("easy", "hard"):
         raise SuiteError(f"{where}: distribution_mode: {C.show(s.distribution_mode)} is not one of easy, hard")
     if _breaks_line(s.base_config):  # (the batch script reads a member's options one a line)
-        raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} holds a line break")
+        raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} holds a line break or a NUL")
     if not Path(s.base_config).is_file():
         raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} is not a file (paths are from the repository root)")
     if not s.variants:
@@ -192,8 +192,8 @@ def _check(s: Suite) -> None:
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             raise SuiteError(f"{where}: variants.{name}: a list of 'section.key=value' strings, got {C.show(overrides)}")
         if (broken := next((o for o in overrides if _breaks_line(o)), None)) is not None:
-            raise SuiteError(f"{where}: variants.{name}: {C.show(broken)} holds a line break; the batch script reads "
-                             f"a member's options one a line (slurm/suite_member.sh)")
+            raise SuiteError(f"{where}: variants.{name}: {C.show(broken)} holds a line break or a NUL; the batch "
+                             f"script reads a member's options one a line (slurm/suite_member.sh)")
         # every game with the first variant (a misspelled gym: or atari: game is refused before anything is
         # submitted, not by its member's run); the other variants with each family's first game
         _check_variant(s, name, overrides, every_game=i == 0)
@@ -231,7 +231,8 @@ def write_manifest(path: Path, members: list[Member]) -> None:
 
 
 def _breaks_line(text: str) -> bool:
-    return "\n" in text or "\r" in text
+    """A line break (suite_member.sh reads one value a line), or a NUL (no path or option holds one)."""
+    return "\n" in text or "\r" in text or "\0" in text
 
 
 def read_manifest(path: str | Path) -> dict[str, dict]:
@@ -240,7 +241,7 @@ def read_manifest(path: str | Path) -> dict[str, dict]:
     rows = files.read_json(path, "suite manifest")
     for index, row in rows.items():
         where = f"suite manifest '{C.show(str(path))[1:-1]}': entry {C.show(index)}"
-        if not index.isdigit() or len(index) > 4:
+        if not (index.isascii() and index.isdigit()) or len(index) > 4:  # ("²" is a digit to isdigit())
             raise SuiteError(f"{where}: expected an array index (0-{MAX_MEMBERS - 1}) as its key")
         if not isinstance(row, dict) or not isinstance(row.get("key"), str) or not isinstance(row.get("folder"), str) \
                 or not row["folder"] or not isinstance(row.get("args"), list) \
@@ -248,8 +249,8 @@ def read_manifest(path: str | Path) -> dict[str, dict]:
             raise SuiteError(f"{where}: expected {{\"key\": text, \"folder\": text, \"args\": [text, ...]}}, "
                              f"got {C.show(row)}; it is not a manifest `suite run` wrote")
         if any(_breaks_line(x) for x in (row["folder"], *row["args"])):  # (suite_member.sh reads one a line)
-            raise SuiteError(f"{where}: its folder or an option holds a line break; it is not a manifest `suite run` "
-                             f"wrote")
+            raise SuiteError(f"{where}: its folder or an option holds a line break or a NUL; it is not a manifest "
+                             f"`suite run` wrote")
     return rows
 
 

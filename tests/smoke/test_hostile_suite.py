@@ -229,7 +229,17 @@ CASES = [
     # suite_member.sh reads the lookup's answer one a line: a line break made one option two
     Case("lookup-manifest-option-line-break", lookup(0, lambda t: submitted(t, manifest=json.dumps({"0": {
         "key": "default/starpilot/seed_1", "folder": "/tmp/m", "args": ["--seed", "1\n--output-dir\n/tmp/x"]}}).encode())),
-         "entry '0': its folder or an option holds a line break"),
+         "entry '0': its folder or an option holds a line break or a NUL"),
+    # a NUL in a name read back from the suite's own files (os.open raises ValueError on it), an index of "²"
+    Case("submissions-manifest-name-nul", suite("status", prepare=lambda t: submitted(
+        t, line=json.dumps({"job": 41, "manifest": "m\u0000.json", "members": []}))),
+         "its name holds a NUL byte"),
+    Case("lookup-manifest-folder-nul", lookup(0, lambda t: submitted(t, manifest=json.dumps({"0": {
+        "key": "default/starpilot/seed_1", "folder": "/tmp/m\u0000x", "args": []}}).encode())),
+         "entry '0': its folder or an option holds a line break or a NUL"),
+    Case("lookup-manifest-index-superscript", lookup(0, lambda t: submitted(t, manifest=json.dumps({"\u00b2": {
+        "key": "default/starpilot/seed_1", "folder": "/tmp/m", "args": []}}).encode())),
+         "entry '²': expected an array index (0-"),
     Case("manifest-damaged-job-script", job_script(lambda t: submitted(t, manifest=b'{"0": {"key": "x", "folder": 3}}')),
          "entry '0': expected"),
     # ---- a member's folder holding another run: refused before it is scored, reported done or resumed ----

@@ -196,6 +196,10 @@ CASES = [
          "must divide evenly"),
     Case("sweep-seed-beyond-64-bits", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, "--", "--seed", str(2**64)),
          "training.seed: 18446744073709551616 is out of range"),
+    Case("sweep-config-host-allocator", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, env={"MPIPPO_HOST_ALLOCATOR": "bogus"}),
+         "MPIPPO_HOST_ALLOCATOR='bogus' is not allowed: retain | system"),  # (its trainers would refuse it, exit 1)
+    Case("selfplay-out-name-too-long", tool(SELF, "TMP/" + "a" * 300, "--out", "TMP/s.png"),
+         "File name too long"),  # (an OSError that is no PermissionError: a traceback before)
     Case("sweep-seed-not-int", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, "--", "--seed", "one"),
          "argument --seed: invalid int value: 'one'"),
     Case("sweep-config-not-utf8", tool(SWEEP, "--config", "TMP/c.yaml", *SWEEP_OUT, files={"c.yaml": b"env: \xe9\n"}),

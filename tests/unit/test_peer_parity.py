@@ -124,6 +124,22 @@ def test_the_adapted_copy_follows_its_edits(tmp_path, monkeypatch):
     assert first.read_text().splitlines()[1:] == ["lr = 3", "steps = 5"]  # a refused call changes nothing
 
 
+def test_a_local_cleanrl_copy_that_is_not_there_is_bad_input_not_a_failure(tmp_path, monkeypatch):
+    """MPIPPO_CLEANRL_ATARI / _CONTINUOUS naming no file is the user's input: a UsageError (one line,
+    exit 2), not the ToolFailure (exit 1) of a pinned script that lacks a line to adapt."""
+    import atari_throughput
+    import peers
+    from mpippo.usage import UsageError
+    monkeypatch.setattr(peers, "PEERS", tmp_path / "peers")
+    for var, made in (("MPIPPO_CLEANRL_ATARI", atari_throughput.cleanrl_script),
+                      ("MPIPPO_CLEANRL_ATARI", peer_parity.atari_script),
+                      ("MPIPPO_CLEANRL_CONTINUOUS", peer_parity.continuous_script)):
+        monkeypatch.setenv(var, str(tmp_path / "nowhere.py"))
+        with pytest.raises(UsageError, match=f"{var}.*no such file"):
+            made()
+        monkeypatch.delenv(var)
+
+
 def test_a_run_on_another_rank_count_is_named_for_it_and_trained_on_it(tmp_path, monkeypatch):
     """--ranks 1 (CleanRL's layout, one process of 8 envs): mpippo's run gets its own name and folder, so it
     never resumes or replaces the 2-rank run of the same seed; CleanRL's keeps its name (one process always)."""

@@ -83,7 +83,7 @@ def test_threads_policy(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert runctl.threads_per_rank(0, 48) == 2  # the user's OpenMP count first, as torch takes it
     assert runctl.threads_per_rank(4, 48) == 4  # and the config's over it
-    for nested_or_not_a_count in ("4,2", "0", "two", ""):
+    for nested_or_not_a_count in ("4,2", "0", "two", "", "²", "٣", "9" * 5000, "2147483648"):
         monkeypatch.setenv("OMP_NUM_THREADS", nested_or_not_a_count)
         assert runctl.threads_per_rank(0, 48) == 6
 
