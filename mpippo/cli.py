@@ -262,7 +262,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
             summary = trainer.train(signals)
     except JobFailure as e:  # detected by all ranks together: one message, clean exit
         if world.is_root:
-            sys.stderr.write(f"mpippo: error: {e}\n")
+            sys.stderr.write(refusal([str(e)]))
         return EXIT_FAILURE, None
     if world.is_root:
         print_summary(summary, run_dir)
@@ -400,7 +400,7 @@ def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[i
     errors = [e for e in world.allgather_obj(summary.get("error")) if e]  # learners that failed: one line per job
     if world.is_root and errors:
         more = f" (and {len(errors) - 1} other agent(s) failed)" if len(errors) > 1 else ""
-        sys.stderr.write(f"mpippo: error: {errors[0]}{more}\n")
+        sys.stderr.write(refusal([f"{errors[0]}{more}"]))
         sys.stderr.flush()
     if world.is_root and result.stop_reason != "done":
         print(f"mpippo: {runctl.STOP_WHY[result.stop_reason]}", flush=True)

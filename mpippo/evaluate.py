@@ -497,10 +497,10 @@ def write_outputs(args, res: dict, video: Video | None) -> int:
             atomic_write_json(args.json, res)
             print(f"  json          {args.json}")
         except OSError as e:
-            sys.stderr.write(f"mpippo: error: --json: writing '{args.json}' failed ({e.strerror or e})\n")
+            sys.stderr.write(refusal([f"--json: writing '{args.json}' failed ({e.strerror or e})"]))
             code = 1
     if failed is not None:
-        sys.stderr.write(f"mpippo: error: --video: writing '{args.video}' failed ({failed})\n")
+        sys.stderr.write(refusal([f"--video: writing '{args.video}' failed ({failed})"]))
         code = 1
     return code
 

@@ -191,6 +191,8 @@ def _problem(path: Path, what: str, why: str) -> UsageError:
 def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> bytes:
     """The file's bytes: it must exist, be a file, and hold at most `limit` bytes."""
     path = Path(path)
+    if "\0" in str(path):  # (os.open would raise ValueError: a name read back from a damaged file may hold one)
+        raise _problem(path, what, "its name holds a NUL byte, which no file's name can")
     try:
         with open_regular(path) as f:  # its kind and size from the opened descriptor: no swap in between
             size = os.fstat(f.fileno()).st_size
@@ -204,8 +206,6 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> byte
         raise _problem(path, what, "no such file") from None
     except OSError as e:  # permissions, a name too long, an I/O error, a path through a file
         raise _problem(path, what, f"cannot read it ({e.strerror or e})") from None
-    except ValueError:  # (os.open's refusal of a NUL, which a name read from a damaged file may hold)
-        raise _problem(path, what, "its name holds a NUL byte, which no file's name can") from None
 
 
 def read_text(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> str:

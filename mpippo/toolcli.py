@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
 import json
 import math
@@ -111,6 +112,9 @@ def reclaim_stops() -> None:
         signal.signal(sig, _raise_stopped)
 
 
+BAD_NAMES = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST})
+
+
 def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
@@ -144,12 +148,12 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         say(f"'{shown(e.filename)}': {e.strerror or e} (check its permissions and those of its folders)" if e.filename
             else f"{e.strerror or e} (a permission this user lacks)")
         return EXIT_USAGE
-    except OSError as e:  # any other the file system raised where a tool met a path (a name too long, a full disk)
+    except OSError as e:  # any other the system raised where a tool met a path (a name too long, a full disk)
         if e.errno in FILE_SYSTEM_FULL:
             say(file_system_failure(e))
             return EXIT_FAILURE
         say(f"'{shown(e.filename)}': {e.strerror or e}" if e.filename else f"{e.strerror or e}")
-        return EXIT_USAGE
+        return EXIT_USAGE if e.errno in BAD_NAMES else EXIT_FAILURE  # (a name the user gave, or the machine's)
     finally:
         sys.stdout = stdout
 
@@ -417,9 +421,9 @@ def check_trainer(argv: list[str], ranks: int, what: str):
     config file, values, memory, threads), run in this process without MPI or torch; returns
     (the parsed options, the resolved Config), or a UsageError whose lines start with `what`.
     (A tool is no MPI job: importing the trainer's cli starts no MPI here, comm/world.py.)"""
-    from mpippo import cli, hostmem  # the trainer's start-up and its MPI bindings: for the tools that check a run
+    from mpippo import cli, faults, hostmem  # the trainer's start-up and its MPI bindings: for tools that check a run
     try:
-        if (bad := hostmem.error()):
+        if (bad := hostmem.error() or faults.ERROR):
             raise UsageError(bad)
         args = cli.make_parser().parse_args(argv)
         cfg = C.resolve(C.build(C.load_yaml(args.config or C.DEFAULT_CONFIG), cli._overrides(args), ranks), ranks)

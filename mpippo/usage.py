@@ -1,5 +1,6 @@
 """Bad input, one rule at every entry point: a UsageError carries one-line messages naming the bad
-value and what is allowed; the entry point prints the first as `mpippo: error: ...` and exits 2.
+value and what is allowed; the entry point prints them as one `mpippo: error: ...` line (`refusal`) and
+exits 2.
 
 `Parser` is argparse whose mistakes are such a line (no usage wall, the same on every rank): the
 trainer, the launcher, evaluate, the suite and the tools all parse with it.
@@ -39,10 +40,10 @@ def file_kind(mode: int) -> str:
 
 
 def refusal(errors: list[str], prefix: str = "") -> str:
-    """The one line an entry point prints for its bad input: the first problem (and how many more),
-    its line breaks escaped, so a value holding one cannot make two lines."""
-    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return f"mpippo: error: {prefix}{errors[0]}{more}".replace("\r", "\\r").replace("\n", "\\n") + "\n"
+    """The one line an entry point prints for its bad input (or a run for its failure): every problem,
+    '; ' between them (a config's all at once), line breaks escaped, so a value holding one cannot make
+    two lines."""
+    return f"mpippo: error: {prefix}{'; '.join(errors)}".replace("\r", "\\r").replace("\n", "\\n") + "\n"
 
 
 class UsageError(ValueError):

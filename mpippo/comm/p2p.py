@@ -129,6 +129,8 @@ class ProgressGuard:
                 sys.stderr.write(f"mpippo: error: rank {self.world.job_rank(peer)} ({self.role}) was silent for "
                                  f"{now - when:.0f} s (guards.collective_timeout_s = {self.timeout_s:g}); last seen: "
                                  f"{what}; rank {self.world.job_rank()} ends the job\n")
+                sys.stderr.flush()
+                self.world.ask_where(peer)  # (a hung peer says where: in its env's code, the user's line)
                 self.world.abort(1)
 
 

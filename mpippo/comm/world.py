@@ -131,7 +131,7 @@ class World:
             while req is not None and req.Test(status):
                 busy = int(time.monotonic() - self._left_at)  # outside collectives: its envs, its update
                 if self._watch_name is None and not said:  # the rank the others wait for: once, where it is
-                    self._say_where(status.Get_source(), busy)
+                    self._say_where(status.Get_source(), busy if query[0] >= 0 else None)
                     said = True
                 reply = np.array([self._seq, self._watch_name is not None, busy], dtype=np.int64)
                 pending.append((self._diag.Isend(reply, dest=status.Get_source(), tag=self._REPLY), reply))
@@ -145,13 +145,38 @@ class World:
                 sys.stderr.flush()
                 self.abort(1)
 
-    def _say_where(self, asker: int, busy: int) -> None:
+    def _say_where(self, asker: int, busy: int | None) -> None:
         """The line of a rank that others wait for, before their abort ends it: where its main thread
         is, in the user's code if it is in any (an env's step), so a hang names its place, not only
-        its rank."""
+        its rank. `busy` None: asked by a progress guard (ask_where), whose layout has no collectives
+        to count time from."""
         at = code_at(sys._current_frames().get(threading.main_thread().ident))
-        sys.stderr.write(f"[rank {self.rank}] rank {asker} waits for this rank, outside collectives for {busy} s{at}\n")
+        why = (f"waits for this rank, outside collectives for {busy} s" if busy is not None else
+               "finds this rank silent (its progress guard)")
+        sys.stderr.write(f"[rank {self.rank}] rank {asker} {why}{at}\n")
         sys.stderr.flush()
+
+    def ask_where(self, rank: int, wait_s: float = 3.0) -> None:
+        """Ask `rank` of this World (a peer gone silent) where it is, before this rank ends the job:
+        its watchdog thread, which runs while its main thread hangs (an env's native code), prints
+        its place (_say_where). Through the job's World, whose watchdog thread every rank runs; a
+        dead rank, or MPI without THREAD_MULTIPLE, gives no answer and costs `wait_s` at most."""
+        top = self
+        while top.parent is not None:
+            top = top.parent
+        if top._diag is None or MPI.Query_thread() != MPI.THREAD_MULTIPLE or top.collective_timeout_s <= 0:
+            return
+        peer, reply = self.job_rank(rank), np.full(3, -1, dtype=np.int64)
+        ask = np.array([-1], dtype=np.int64)  # (-1: a progress guard's question, not a collective's)
+        try:
+            send = top._diag.Isend(ask, dest=peer, tag=self._QUERY)
+            recv = top._diag.Irecv(reply, source=peer, tag=self._REPLY)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and not recv.Test():
+                time.sleep(0.05)
+            del send  # (the abort that follows ends whatever is still pending)
+        except MPI.Exception:  # a dead peer (MPI returns errors here): nothing to say; the abort follows
+            return
 
     def _diagnose(self, seq: int, wait_s: float = 5.0) -> str:
         """Ask every other rank which collective it is in; name those that did not arrive."""

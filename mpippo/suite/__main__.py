@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         return 2
     except OSError as e:  # a folder that cannot be made or written: its path and the reason
         where = f"'{e.filename}': " if e.filename else ""
-        sys.stderr.write(f"mpippo: error: suite: {where}{e.strerror or e}\n")
+        sys.stderr.write(refusal([f"{where}{e.strerror or e}"], "suite: "))
         return 1 if e.errno in FILE_SYSTEM_FULL else 2  # (a full disk is no bad input)
     except KeyboardInterrupt:  # Ctrl-C before a member started (then the relay takes signals)
         sys.stderr.write("\nmpippo: suite: interrupted\n")

@@ -318,12 +318,12 @@ CASES = [
     Case("evaluate-huge-envs", evaluate("ppo", extra=["--num-envs", "1000000000"]), "--num-envs: 1,000,000,000 envs"),
     Case("evaluate-no-checkpoint", evaluate("ppo", extra=["--checkpoint", "/nonexistent"]), "no checkpoint at"),
     Case("evaluate-opponent-one-player", evaluate("ppo", extra=["--opponent", "random"]), "needs a two-player game"),
-    # ---- the test hook's environment variable, garbled: one line, not a traceback at import ----
     # ---- several problems, or a value holding a line break: still one line ----
     Case("config-two-problems-2-ranks", train(*TOY, "--set", "training.gamma=2", "--set", "training.n_steps=0", ranks=2),
-         "(and 1 more problem(s))"),
+         "; training."),  # (both named, '; ' between them, on the one line)
     Case("config-file-name-two-lines", train("--config", "TMP/x\ny.yaml", "--no-progress"),
          "/x\\ny.yaml'"),  # (escaped: before, the name's line break split the line, the rest unlabelled)
+    # ---- environment variables, garbled: one line, not a traceback (a test hook's at import) ----
     Case("env-fault-hook-garbled-2-ranks", _with_env(train(*TOY, ranks=2), MPIPPO_FAULT="rank=one,kind=slow"),
          "MPIPPO_FAULT: 'rank=one,kind=slow' is not rank=R[+R...],iteration=N,kind=K"),
     Case("env-cuda-devices-two-lines", _with_env(train(*TOY, "--set", "training.device=cuda"),

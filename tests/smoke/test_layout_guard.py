@@ -1,5 +1,6 @@
-"""The actor-learner layout's progress guard: a hung actor or learner ends the job, naming it;
-a slow learner that keeps talking does not."""
+"""The actor-learner layout's progress guard: a hung actor or learner ends the job, naming it and
+where it hangs; a slow learner that keeps talking does not."""
+import re
 import subprocess
 import sys
 
@@ -33,6 +34,9 @@ def test_a_hung_rank_ends_the_job_naming_it(tmp_path, rank, role, iteration):
     lines = error_lines(res.stderr)
     assert len(lines) >= 1 and f"rank {rank} ({role}) was silent for" in lines[0], res.stderr[-3000:]
     assert "last seen:" in lines[0] and "Traceback" not in res.stderr
+    # ... and the silent rank says where it hangs (here the fault's own wait; a user's env would be named)
+    assert re.search(rf"\[rank {rank}\] rank \d finds this rank silent \(its progress guard\), at "
+                     rf"'[^']*faults\.py':\d+ in maybe_inject", res.stderr), res.stderr[-3000:]
     # the timeout + the abort, well within 30 s more, counted from the hang
     assert elapsed < TIMEOUT_S + 30, elapsed
 

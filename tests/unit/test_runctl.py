@@ -387,9 +387,14 @@ def test_the_progress_guard_restarts_its_peers_clocks_after_this_side_was_stoppe
     now = [0.0]
     monkeypatch.setattr(p2p.time, "monotonic", lambda: now[0])
 
+    asked = []
+
     class World:
         def job_rank(self, rank=None):
             return 1 if rank is None else rank
+
+        def ask_where(self, rank):
+            asked.append(rank)
 
         def abort(self, code):
             raise SystemExit(code)
@@ -403,6 +408,7 @@ def test_the_progress_guard_restarts_its_peers_clocks_after_this_side_was_stoppe
             now[0] += 0.1
             guard.check()
     assert 110.0 < now[0] < 110.3, now[0]
+    assert asked == [2]  # the silent peer was asked where it is before the job ended
 
 
 def test_the_users_own_script_is_the_users_code_and_run_mpi_py_is_not(monkeypatch, tmp_path):
