@@ -39,7 +39,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.usage import UsageError  # noqa: E402
 from mpippo.toolcli import (Parser, ToolFailure, check_trainer, count, number, output_folder, run,  # noqa: E402
                             run_trainer, write_json)
 from peers import CLEANRL_COMMIT, adapted_script, cleanrl_ready, steady_sps, target_install  # noqa: E402 (peers' set-up)
@@ -79,12 +78,7 @@ def game_name(text: str) -> str:
 
 
 def cleanrl_script() -> Path:
-    try:
-        return adapted_script("ppo_atari_envpool.py", "MPIPPO_CLEANRL_ATARI", ADAPT, "cleanrl_ppo_atari_envpool_gymnasium1.py")
-    except UsageError:  # (a ValueError too: MPIPPO_CLEANRL_* naming no file is bad input, exit 2)
-        raise
-    except ValueError as e:  # the pinned script lacks a line to adapt
-        raise ToolFailure(str(e)) from None
+    return adapted_script("ppo_atari_envpool.py", "MPIPPO_CLEANRL_ATARI", ADAPT, "cleanrl_ppo_atari_envpool_gymnasium1.py")
 
 
 def peer_path() -> str:

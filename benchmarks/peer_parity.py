@@ -123,13 +123,8 @@ RESUMABLE = [
 
 def atari_script() -> Path:
     """ppo_atari_envpool.py with the Gymnasium edits (atari_throughput.ADAPT) and RESUMABLE's."""
-    try:
-        return adapted_script("ppo_atari_envpool.py", "MPIPPO_CLEANRL_ATARI", atari_throughput.ADAPT + RESUMABLE,
-                              "cleanrl_ppo_atari_envpool_resumable.py")
-    except UsageError:  # (a ValueError too: MPIPPO_CLEANRL_* naming no file is bad input, exit 2)
-        raise
-    except ValueError as e:  # the pinned script lacks a line to adapt
-        raise ToolFailure(str(e)) from None
+    return adapted_script("ppo_atari_envpool.py", "MPIPPO_CLEANRL_ATARI", atari_throughput.ADAPT + RESUMABLE,
+                          "cleanrl_ppo_atari_envpool_resumable.py")
 
 
 def gym_id(text: str) -> str:
@@ -143,13 +138,8 @@ def gym_id(text: str) -> str:
 
 
 def continuous_script() -> Path:
-    try:
-        return adapted_script("ppo_continuous_action.py", "MPIPPO_CLEANRL_CONTINUOUS", ADAPT,
-                              "cleanrl_ppo_continuous_action_gymnasium1.py")
-    except UsageError:  # (a ValueError too: MPIPPO_CLEANRL_* naming no file is bad input, exit 2)
-        raise
-    except ValueError as e:  # the pinned script lacks a line to adapt
-        raise ToolFailure(str(e)) from None
+    return adapted_script("ppo_continuous_action.py", "MPIPPO_CLEANRL_CONTINUOUS", ADAPT,
+                          "cleanrl_ppo_continuous_action_gymnasium1.py")
 
 
 # Ape-X at a budget of a few million env steps: batches of 128 (4x the updates at the same replay ratio),

@@ -52,12 +52,17 @@ def setup() -> Path:
     return script
 
 
+class ScriptMismatch(ToolFailure, ValueError):
+    """The CleanRL script read lacks a line the benchmark adapts: the tool's failure (exit 1), not bad input."""
+
+
 def adapted_script(file: str, local_var: str, adapt: list[tuple[str, str]], saved_as: str) -> Path:
     """CleanRL's cleanrl/<file> at CLEANRL_COMMIT in .venv-peers/<saved_as>, with each (old, new) of
     `adapt` applied and nothing else; read from $<local_var> (a copy at that commit), the pristine copy
     kept from an earlier call, or downloaded. The copy's first line names the edits it holds (a digest),
     so a change to `adapt` makes a new copy rather than running the old one. A line to adapt that is
-    not there raises ValueError (the commit is not the one pinned)."""
+    not there raises ScriptMismatch (the commit is not the one pinned); a $<local_var> naming no file
+    is the user's UsageError."""
     script = PEERS / saved_as
     digest = hashlib.sha256(json.dumps(adapt).encode()).hexdigest()[:16]
     stamp = f"# CleanRL's {file} at {CLEANRL_COMMIT}, adapted by mpippo's benchmarks (edits {digest})\n"
@@ -66,7 +71,7 @@ def adapted_script(file: str, local_var: str, adapt: list[tuple[str, str]], save
     text = _pristine(file, local_var)
     for old, new in adapt:
         if old not in text:
-            raise ValueError(f"CleanRL's {file} at {CLEANRL_COMMIT} lacks a line to adapt: {old.strip()[:60]}")
+            raise ScriptMismatch(f"CleanRL's {file} at {CLEANRL_COMMIT} lacks a line to adapt: {old.strip()[:60]}")
         text = text.replace(old, new)
     atomic_write_bytes(script, (stamp + text).encode())
     return script

@@ -280,11 +280,8 @@ def _parse(world: World, argv: list[str], start: _StartUp):
         errors = _launched_wrongly(args, overrides, world.size) or None
     except C.UsageError as e:
         errors = e.errors
-    if (bad_allocator := hostmem.error()):
-        errors = (errors or []) + [bad_allocator]
-    if faults.ERROR:
-        errors = (errors or []) + [faults.ERROR]
-    start.agree_or_exit(errors)
+    environment = [e for e in (hostmem.error(), faults.ERROR) if e]  # (variables set beside the command)
+    start.agree_or_exit((errors or []) + environment or None)
     return args, overrides
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from mpippo.errors import SecondInterrupt
 
@@ -28,6 +29,23 @@ EXIT_INTERRUPTED = 130  # a person's second Ctrl-C: a shell's code for a command
 # a watchdog's thread that wakes this much later than it asked was stopped (SIGSTOP, Slurm's suspend):
 # the time since is no one's hang
 PAUSE_S = 5.0
+
+
+class PauseClock:
+    """A watch thread's clock that knows when the process was last stopped and continued: `tick()`,
+    once per wake-up of a thread that sleeps `every` seconds, returns now and moves `resumed` to now
+    when the wake-up came more than PAUSE_S late. A wait is timed from max(its start, resumed)."""
+
+    def __init__(self, every: float, clock=time.monotonic):
+        self.every, self.clock = every, clock
+        self.woke = self.resumed = clock()
+
+    def tick(self) -> float:
+        now = self.clock()
+        if now - self.woke > self.every + PAUSE_S:  # stopped, then continued: none of that time was a wait's
+            self.resumed = now
+        self.woke = now
+        return now
 
 
 _FLAGS: "SignalFlags | None" = None

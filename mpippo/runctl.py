@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from mpippo.errors import code_at
 from mpippo.rules import show
 from mpippo.usage import UsageError
-from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PAUSE_S
+from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PauseClock
 
 STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (a job takes its agents' largest)
 URGENCY = STOP_REASONS + ("failed",)  # a failed part fails the job
@@ -92,13 +92,10 @@ def watch_alone(timer, timeout_s: float, end, what: str = "training", who: str =
     done, trainer, every = threading.Event(), threading.get_ident(), min(1.0, timeout_s / 4)
 
     def watch() -> None:
-        woke = resumed = clock()
+        pause = PauseClock(every, clock)
         while not done.wait(every):
-            now, phase, since = clock(), timer.phase, timer.since
-            if now - woke > every + PAUSE_S:  # stopped, then continued: none of that time was the phase's
-                resumed = now
-            woke = now
-            if phase is not None and (lasted := now - max(since, resumed)) > timeout_s:
+            now, phase, since = pause.tick(), timer.phase, timer.since
+            if phase is not None and (lasted := now - max(since, pause.resumed)) > timeout_s:
                 frame = sys._current_frames().get(trainer)
                 sys.stderr.write(f"mpippo: error: {who}one step of {what} has lasted {lasted:.0f} s (guards."
                                  f"collective_timeout_s = {timeout_s:g}): {what} hangs {PHASE_WORDS.get(phase, phase)}"

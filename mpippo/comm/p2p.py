@@ -359,8 +359,8 @@ class LearnerChannel:
     def talking_while(self, work):
         """work()'s result, run in a thread while this one sends every actor a keepalive each quarter
         of the timeout: the learner's start-up (restoring a replay buffer of many GB from a slow file
-        system, its logs' writers) must not look like a hung learner. Only this thread calls MPI. The actors' chunks wait unread meanwhile,
-        so their clocks start again when it is done."""
+        system, its logs' writers) must not look like a hung learner. Only this thread calls MPI. The
+        actors' chunks wait unread meanwhile, so their clocks start again when it is done."""
         if self.guard.timeout_s <= 0:
             return work()
         pool = ThreadPoolExecutor(1, thread_name_prefix="mpippo-learner-start")

@@ -17,7 +17,7 @@ import traceback
 import numpy as np
 
 from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, code_at, file_system_failure
-from mpippo.preemption import EXIT_INTERRUPTED, PAUSE_S
+from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
 # rank's environment. Without any of them this is one process (plain `python run_mpi.py`, a tool, a
@@ -122,12 +122,10 @@ class World:
         threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         query, status, pending, said = np.zeros(1, np.int64), MPI.Status(), [], False
         req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY) if threaded else None
-        woke = resumed = time.monotonic()
+        pause = PauseClock(0.5)  # (a suspended job: the other ranks were stopped too, so that time is no one's wait)
         while True:
             time.sleep(0.5)
-            if time.monotonic() - woke > 0.5 + PAUSE_S:  # the job was stopped (suspended) and continued: the
-                resumed = time.monotonic()               # other ranks were too, so that time is no one's wait
-            woke = time.monotonic()
+            pause.tick()
             while req is not None and req.Test(status):
                 busy = int(time.monotonic() - self._left_at)  # outside collectives: its envs, its update
                 if self._watch_name is None and not said:  # the rank the others wait for: once, where it is
@@ -138,7 +136,7 @@ class World:
                 req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY)
             pending = [(r, b) for r, b in pending if not r.Test()]
             name, since, seq = self._watch_name, self._watch_since, self._seq
-            if name is not None and time.monotonic() - max(since, resumed) > self.collective_timeout_s:
+            if name is not None and time.monotonic() - max(since, pause.resumed) > self.collective_timeout_s:
                 where = self._diagnose(seq) if threaded else "ranks not known (MPI without THREAD_MULTIPLE)"
                 sys.stderr.write(f"[rank {self.rank}] collective '{name}' (#{seq}) waited more than "
                                  f"{self.collective_timeout_s:.0f} s for other ranks; {where}; aborting the job\n")
