@@ -23,6 +23,7 @@ PID="" PENDING=() LISTEN_MAX_S=60
 for s in ${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}; do  # (only these: a variable of that name
     case $s in USR1|USR2) PENDING+=("$s") ;; esac                      # in the user's environment is no list of ours)
 done
+CAME=(${PENDING[@]+"${PENDING[@]}"})  # every signal this job was asked to pass on (a relaunch passes them again)
 # Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<boot>.<pid namespace>.<pid>-,
 # launch.owner: whose pids the pid is, on a TMPDIR other nodes may share): a batch shell killed before
 # its end leaves the mark, and the next job here (below), launcher or tool removes it once that shell is gone.
@@ -46,6 +47,7 @@ FORWARDED=" "
 forward() {
     case "$FORWARDED" in *" $1 "*) echo "mpippo: $1 again: already passed on, ignored"; return ;; esac
     FORWARDED+="$1 "
+    CAME+=("$1")
     if [ -z "$PID" ]; then PENDING+=("$1")
     elif [ -e "$MPIPPO_LISTENING" ]; then kill "-$1" "$PID" 2>/dev/null
     else send_when_listening "$1"; fi
@@ -181,14 +183,32 @@ fi
 
 echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER${BIND[*]:+ (${BIND[*]})}, run $RUN_DIR${SHM_DIR:+, shared memory in $SHM_DIR}"
 
-"${CMD[@]}" "${ARGS[@]}" "$@" &
-PID=$!
-for sig in ${PENDING[@]+"${PENDING[@]}"}; do send_when_listening "$sig"; done  # (bash < 4.4: an empty "${A[@]}" is unbound)
-# `wait` returns early when a trapped signal arrives; keep waiting for the trainer itself.
-while true; do
-    wait "$PID"; RC=$?
-    kill -0 "$PID" 2>/dev/null || break
-done
+launch() {
+    "${CMD[@]}" "${ARGS[@]}" "$@" &
+    PID=$!
+    for sig in ${PENDING[@]+"${PENDING[@]}"}; do send_when_listening "$sig"; done  # (bash < 4.4: an empty "${A[@]}" is unbound)
+    # `wait` returns early when a trapped signal arrives; keep waiting for the trainer itself.
+    while true; do
+        wait "$PID"; RC=$?
+        kill -0 "$PID" 2>/dev/null || break
+    done
+}
+launch "$@"
+# A launcher that failed before any rank listened (no mark: rank 0 makes it once every rank runs
+# mpippo; Open MPI's "PMIx server's listener thread failed to start", about one launch in 900 on a
+# loaded node) trained nothing and wrote nothing: it is started once more, unless the status is the
+# trainer's own (0, or 2-4: bad input, a checkpoint after a signal). No rank heard the signals that
+# came meanwhile (none listened): they are held for the second launch, as before the first.
+case $RC in
+  0|2|3|4) ;;
+  *) if [ ! -e "$MPIPPO_LISTENING" ]; then
+         PID="" PENDING=()  # (a signal from now on is held, not sent to the ended launch)
+         echo "mpippo: the launch failed before every rank ran mpippo (status $RC); starting it once more"
+         sleep 2
+         PENDING=(${CAME[@]+"${CAME[@]}"})
+         launch "$@"
+     fi ;;
+esac
 
 # Slurm answers a requeue by sending TERM to every process of this allocation, scontrol included:
 # one still running when it lands dies of it (under load it often is), and its requeue or update

@@ -28,11 +28,11 @@ exit 0
 TRAINER = "#!/bin/bash\necho trainer \"$@\" >> \"$CALLS\"\nexit 3\n"
 
 
-def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str, args: tuple = (),
+def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str, args: tuple = (), trainer: str = TRAINER,
                      **more_env) -> tuple[str, list[str], int]:
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("mpirun", TRAINER), ("srun", TRAINER)):
+    for name, text in (("scontrol", SCONTROL), ("mpirun", trainer), ("srun", trainer)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     calls = tmp_path / "calls"
@@ -95,6 +95,43 @@ def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_p
         monkeypatch.setenv(preemption.LISTENING_ENV, str(tmp_path / name))
         preemption.announce_listening()  # a FIFO opened for writing would block here
     assert (tmp_path / "theirs").read_text() == "data" and not (tmp_path / "nowhere").exists()
+
+
+# A launcher whose n-th start does what MODE says for it: "213" is Open MPI's own failure before any rank ran
+# (the PMIx listener that failed to start); "mark" makes rank 0's listening mark first, as a trainer whose
+# every rank runs mpippo does; "sig" is a USR1 to the batch shell during that start (Slurm's warning);
+# "hear" listens for USR1 and exits 3 on it (a checkpoint after USR1).
+LAUNCHES = """#!/bin/bash
+n=$(( $(cat "$CALLS.n" 2>/dev/null || echo 0) + 1 )); echo $n > "$CALLS.n"
+echo "trainer $n" >> "$CALLS"
+what=$(echo "$MODE" | cut -d, -f$n)
+case $what in *mark*) touch "$MPIPPO_LISTENING" ;; esac
+case $what in *sig*) kill -USR1 "$PPID"; sleep 0.5 ;; esac
+case $what in *hear*) trap 'echo "heard USR1" >> "$CALLS"; exit 3' USR1; touch "$MPIPPO_LISTENING"
+                      for _ in $(seq 100); do sleep 0.1; done; exit 0 ;; esac
+exit "${what//[!0-9]/}"
+"""
+
+
+@pytest.mark.parametrize("mode, launches, rc", [("213,0", 2, 0), ("213,213,0", 2, 213), ("mark1,0", 1, 1),
+                                                ("2,0", 1, 2), ("4,0", 1, 4), ("137,mark1", 2, 1)])
+def test_a_launch_that_failed_before_any_rank_ran_mpippo_is_started_once_more(tmp_path, mode, launches, rc):
+    """Open MPI's mpirun fails to start now and then on a loaded node ("The PMIx server's listener thread
+    failed to start", status 213, about one launch in 900): nothing was trained, and the job ended
+    "trainer exited with status 213" (a Slurm test of ours failed so). Started once more; not when a rank
+    had run mpippo (its mark), nor on the trainer's own statuses (bad input, a checkpoint and stop)."""
+    out, calls, got = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=LAUNCHES, MODE=mode)
+    assert [c for c in calls if c.startswith("trainer")] == [f"trainer {n + 1}" for n in range(launches)], (calls, out)
+    assert ("starting it once more" in out) == (launches == 2), out
+    assert got == rc, out
+
+
+def test_a_signal_that_came_while_a_launch_failed_is_passed_to_the_second_one(tmp_path):
+    """No rank heard Slurm's USR1 (none listened): held for the second launch, whose checkpoint after it
+    requeues the job as the first would have."""
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=LAUNCHES, MODE="sig 213,hear")
+    assert calls[:3] == ["trainer 1", "trainer 2", "heard USR1"] and "requeue 77" in calls, (calls, out)
+    assert "starting it once more" in out and "requeueing job 77" in out and rc == 0, out
 
 
 def test_a_job_requeued_before_its_first_checkpoint_sets_what_it_wrote_aside_and_starts_afresh(tmp_path):
