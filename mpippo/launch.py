@@ -318,16 +318,37 @@ def catches_usr1(pid: int) -> bool:
         return False
 
 
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+
+
+def rank_processes(mpirun_pid: int) -> list:
+    """The trainer ranks under mpirun on this node (psutil processes), in rank order. A process mpirun
+    has forked but not yet made a rank is left out: it still has mpirun's command line (run_mpi.py in
+    it), mpirun's environment (no rank in it) and mpirun's handlers (which catch SIGUSR1, to forward
+    it). So is one that ends between the listing and the look."""
+    import psutil
+    try:
+        children = psutil.Process(mpirun_pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    ranks = []
+    for p in children:
+        try:
+            if "run_mpi.py" in " ".join(p.cmdline()):
+                env = p.environ()
+                rank = next((env[v] for v in RANK_VARS if env.get(v, "").isdecimal()), None)
+                if rank is not None:
+                    ranks.append((int(rank), p))
+        except psutil.Error:
+            continue
+    return [p for _, p in sorted(ranks, key=lambda r: r[0])]
+
+
 def ranks_listening(mpirun_pid: int, ranks: int) -> bool:
     """True once `ranks` rank processes under mpirun catch SIGUSR1: run_mpi.py's first line
     installed the handlers. Before that, a forwarded signal would kill a rank whose interpreter is
     still starting."""
-    import psutil
-    try:
-        procs = [p for p in psutil.Process(mpirun_pid).children(recursive=True) if "run_mpi.py" in " ".join(p.cmdline())]
-    except psutil.Error:
-        return False
-    return sum(catches_usr1(p.pid) for p in procs) >= ranks
+    return sum(catches_usr1(p.pid) for p in rank_processes(mpirun_pid)) >= ranks
 
 
 class _Relay:

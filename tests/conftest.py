@@ -198,22 +198,11 @@ def seconds_since(stamp: Path) -> float:
 
 
 def rank_processes(proc: subprocess.Popen) -> list:
-    """The trainer ranks under a started job (psutil processes), in rank order; a process that ends
-    between the listing and the look (mpirun's helpers, a rank finishing) is left out, not an error,
-    and so is one mpirun has forked but not yet made a rank (it still has mpirun's command line, with
-    run_mpi.py in it, and no rank in its environment): callers wait for the count they expect."""
-    import psutil
-    ranks = []
-    for p in psutil.Process(proc.pid).children(recursive=True):
-        try:
-            if "run_mpi.py" in " ".join(p.cmdline()):
-                env = p.environ()
-                rank = env.get("OMPI_COMM_WORLD_RANK") or env.get("PMIX_RANK") or env.get("PMI_RANK")
-                if rank is not None:
-                    ranks.append((int(rank), p))
-        except psutil.Error:
-            continue
-    return [p for _, p in sorted(ranks, key=lambda r: r[0])]
+    """The trainer ranks under a started job, in rank order (mpippo.launch's own reading: a process
+    mpirun has forked but not yet made a rank, or one that ended meanwhile, is left out; callers wait
+    for the count they expect)."""
+    from mpippo import launch
+    return launch.rank_processes(proc.pid)
 
 
 def _readline(proc: subprocess.Popen, deadline: float) -> str | None:

@@ -83,3 +83,46 @@ def test_a_fault_can_name_several_ranks_and_only_those_ranks_act_on_it(monkeypat
         faults.maybe_inject(rank, 3)
         slept.append(f"after {rank}")
     assert slept == [0.2, "after 0", "after 1", 0.2, "after 2", "after 3"]
+
+
+RANK = """import os, signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *a: None)
+open(sys.argv[1] + str(os.getpid()), "w").close()
+time.sleep(60)
+"""
+MPIRUN = """import os, signal, subprocess, sys, time
+signal.signal(signal.SIGUSR1, lambda *a: None)
+env = {k: v for k, v in os.environ.items() if k not in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")}
+rank = [sys.executable, sys.argv[1], sys.argv[2], "run_mpi.py"]
+kids = [subprocess.Popen(rank, env=dict(env, PMIX_RANK=r)) for r in ("1", "0")] + [subprocess.Popen(rank, env=env)]
+time.sleep(60)
+"""
+
+
+def test_a_process_mpirun_has_forked_but_not_yet_made_a_rank_is_no_rank(tmp_path):
+    """Between fork and exec mpirun's child has mpirun's command line (run_mpi.py in it), environment (no
+    rank) and handlers (SIGUSR1 caught, to forward it): the tests read it as a rank (KeyError 'PMI_RANK'
+    in CI) and the launcher would count it as listening and pass a held signal on too soon. A stand-in
+    mpirun starts two ranks out of order and one such child, all catching SIGUSR1."""
+    import time
+
+    import psutil
+
+    from mpippo import launch
+    (tmp_path / "rank.py").write_text(RANK)
+    (tmp_path / "mpirun.py").write_text(MPIRUN)
+    mpirun = subprocess.Popen([sys.executable, str(tmp_path / "mpirun.py"), str(tmp_path / "rank.py"),
+                               str(tmp_path / "up-"), "run_mpi.py"])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("up-*"))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        kids = psutil.Process(mpirun.pid).children()
+        assert len(kids) == 3 and all(launch.catches_usr1(p.pid) for p in kids)
+        assert [p.environ()["PMIX_RANK"] for p in launch.rank_processes(mpirun.pid)] == ["0", "1"]
+        assert launch.ranks_listening(mpirun.pid, 2) and not launch.ranks_listening(mpirun.pid, 3)
+    finally:
+        for p in psutil.Process(mpirun.pid).children():
+            p.kill()
+        mpirun.kill()
+        mpirun.wait()
