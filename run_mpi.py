@@ -21,6 +21,10 @@ from mpippo.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     try:
-        raise SystemExit(main())
+        code = main()
+    except SystemExit as e:  # (start-up's refusals, a stop after a signal)
+        code = e.code
     finally:  # decided (start-up exits too): a late signal cannot change the exit code in MPI's shutdown
         preemption.settle()
+    from mpippo.shutdown import end_process
+    end_process(code)  # (without the interpreter's teardown: mpippo/shutdown.py says why)

@@ -34,7 +34,7 @@ from typing import Any, Callable
 from mpippo.checkpoint import latest_path
 from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folders, remove_if_empty
 from mpippo import config as C
-from mpippo import launch
+from mpippo import launch, shutdown
 from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import refusal
 from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure
@@ -207,7 +207,7 @@ def exit_process(code: int):
         _stopping.append(0)  # (a Python-level check point: a signal caught just before is raised here)
     except (OSError, Stopped):  # one already on its way: the outcome stands
         pass
-    raise SystemExit(code)
+    shutdown.end_process(code)
 
 
 def shown(path) -> str:

@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from mpippo import shutdown
 from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, code_at, file_system_failure
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
 
@@ -46,6 +47,21 @@ _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 def mpi_library() -> str:
     """The MPI library's name and version (benchmark records), or 'none'."""
     return MPI.Get_library_version().splitlines()[0] if MPI is not None else "none"
+
+
+_MPI_IN_THREADS = threading.Lock()  # held by a watchdog thread while it calls MPI
+
+
+def _finalize_mpi() -> None:
+    """shutdown.end_process's last step. The watchdog threads (daemons) still run then: none may call
+    MPI from here on. (The interpreter's teardown froze them instead: a daemon thread stops at its next
+    attempt to run Python.)"""
+    if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+        _MPI_IN_THREADS.acquire()
+        MPI.Finalize()
+
+
+shutdown.last(_finalize_mpi)
 
 
 def cpu_share(mine: list[int], node_masks: list[list[int]]) -> int:
@@ -125,23 +141,33 @@ class World:
         pause = PauseClock(0.5)  # (a suspended job: the other ranks were stopped too, so that time is no one's wait)
         while True:
             time.sleep(0.5)
-            pause.tick()
-            while req is not None and req.Test(status):
-                busy = int(time.monotonic() - self._left_at)  # outside collectives: its envs, its update
-                if self._watch_name is None and not said:  # the rank the others wait for: once, where it is
-                    self._say_where(status.Get_source(), busy if query[0] >= 0 else None)
-                    said = True
-                reply = np.array([self._seq, self._watch_name is not None, busy], dtype=np.int64)
-                pending.append((self._diag.Isend(reply, dest=status.Get_source(), tag=self._REPLY), reply))
-                req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY)
-            pending = [(r, b) for r, b in pending if not r.Test()]
-            name, since, seq = self._watch_name, self._watch_since, self._seq
-            if name is not None and time.monotonic() - max(since, pause.resumed) > self.collective_timeout_s:
-                where = self._diagnose(seq) if threaded else "ranks not known (MPI without THREAD_MULTIPLE)"
-                sys.stderr.write(f"[rank {self.rank}] collective '{name}' (#{seq}) waited more than "
-                                 f"{self.collective_timeout_s:.0f} s for other ranks; {where}; aborting the job\n")
-                sys.stderr.flush()
-                self.abort(1)
+            with _MPI_IN_THREADS:  # (end_process holds it from before MPI_Finalize to the process's end)
+                pause.tick()
+                req, said = self._answer(req, query, status, pending, said)
+                pending[:] = [(r, b) for r, b in pending if not r.Test()]
+                self._check_stall(threaded, pause)
+
+    def _answer(self, req, query, status, pending: list, said: bool):
+        """Reply to each rank that asked where this one is (its collective's number, whether it waits in
+        one, for how long it has been outside them); the next query's receive, and whether it said where."""
+        while req is not None and req.Test(status):
+            busy = int(time.monotonic() - self._left_at)  # outside collectives: its envs, its update
+            if self._watch_name is None and not said:  # the rank the others wait for: once, where it is
+                self._say_where(status.Get_source(), busy if query[0] >= 0 else None)
+                said = True
+            reply = np.array([self._seq, self._watch_name is not None, busy], dtype=np.int64)
+            pending.append((self._diag.Isend(reply, dest=status.Get_source(), tag=self._REPLY), reply))
+            req = self._diag.Irecv(query, source=MPI.ANY_SOURCE, tag=self._QUERY)
+        return req, said
+
+    def _check_stall(self, threaded: bool, pause: PauseClock) -> None:
+        name, since, seq = self._watch_name, self._watch_since, self._seq
+        if name is not None and time.monotonic() - max(since, pause.resumed) > self.collective_timeout_s:
+            where = self._diagnose(seq) if threaded else "ranks not known (MPI without THREAD_MULTIPLE)"
+            sys.stderr.write(f"[rank {self.rank}] collective '{name}' (#{seq}) waited more than "
+                             f"{self.collective_timeout_s:.0f} s for other ranks; {where}; aborting the job\n")
+            sys.stderr.flush()
+            self.abort(1)
 
     def _say_where(self, asker: int, busy: int | None) -> None:
         """The line of a rank that others wait for, before their abort ends it: where its main thread
