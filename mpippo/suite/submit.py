@@ -255,8 +255,11 @@ class Relay:
                  f"{' (a second Ctrl-C stops it at once)' if sig != signal.SIGINT else ''}")
 
     def close(self) -> None:
+        """The old handlers back; after a stop, ignored signals instead to the process's end: a repeat
+        that lands after the member ended (a wrapper sending SIGTERM every 100 ms) would kill the
+        suite and lose its exit code, which any number of repeats must keep."""
         for sig, old in self.old.items():
-            signal.signal(sig, old)
+            signal.signal(sig, signal.SIG_IGN if self.received else old)
         signal.set_wakeup_fd(self.old_wakeup)
         os.close(self.wake_r)
         os.close(self.wake_w)

@@ -443,7 +443,10 @@ class FakeLauncher:
     ("USR1 USR1 TERM TERM", "USR1 TERM"),
 ])
 def test_the_local_suite_relays_signals_as_the_launcher_reads_them(signals, relayed):
+    """... and once it closes after a stop, repeats are ignored to the process's end (one after the
+    member ended killed the suite, exit -15 instead of 4, in CI)."""
     from mpippo.suite.submit import Relay
+    before = {sig: signal.getsignal(sig) for sig in Relay.SIGNALS}
     relay = Relay()
     try:
         launcher = FakeLauncher()
@@ -456,6 +459,17 @@ def test_the_local_suite_relays_signals_as_the_launcher_reads_them(signals, rela
         assert relay.code() == (3 if "USR1" in signals else 4)
     finally:
         relay.close()
+        after = {sig: signal.getsignal(sig) for sig in Relay.SIGNALS}
+        for sig, old in before.items():  # (this test process's own, back)
+            signal.signal(sig, old)
+    assert set(after.values()) == {signal.SIG_IGN}
+
+
+def test_a_local_suite_that_ends_without_a_signal_gives_its_handlers_back():
+    from mpippo.suite.submit import Relay
+    before = {sig: signal.getsignal(sig) for sig in Relay.SIGNALS}
+    Relay().close()
+    assert {sig: signal.getsignal(sig) for sig in Relay.SIGNALS} == before
 
 
 @pytest.mark.parametrize("err, code", [(28, 1), (13, 2)])  # ENOSPC: the disk's; EACCES: the user's to mend
