@@ -15,7 +15,7 @@ import sys
 import time
 
 from mpippo.runctl import bf16_native
-from mpippo.toolcli import Parser, run
+from mpippo.toolcli import Parser, exit_process, run
 
 
 def cpu_model() -> str:
@@ -50,4 +50,4 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run("machine", _main))
+    exit_process(run("machine", _main))

@@ -3,14 +3,17 @@
 After torch's import, Python's teardown frees module by module what the kernel frees at once:
 0.1-0.7 s of CPU per process (more on a slow node), a tenth to a quarter of a short run's. The
 trainer (run_mpi.py) and the tools (toolcli.exit_process) end here once their outcome is decided
-and their files are closed. What the teardown owed the process is done, in its order: threads that
-are not daemons joined, atexit's functions (W&B's finish, logging's flush), the steps registered
-with `last` (mpippo.comm: MPI_Finalize), the standard streams flushed.
+and their files are closed. What the teardown owed the process is done, in its order: threading's
+own end (its exit hooks stop idle executor workers, then threads that are not daemons are joined),
+atexit's functions (W&B's finish, logging's flush, temporary folders), the steps registered with
+`last` (mpippo.comm: MPI_Finalize), the Python and C standard streams flushed. Objects' __del__
+do not run: whatever holds data closes it before (the trainer's logs, the tools' atomic writes).
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import sys
 import threading
@@ -25,20 +28,26 @@ def last(step) -> None:
 
 
 def end_process(code) -> None:
-    """Exit with `code`, as SystemExit(code) would: None is 0, a text is printed on stderr and is 1."""
+    """Exit with `code` as SystemExit(code) would (None is 0; a text is printed on stderr and is 1),
+    except that a stream that cannot be flushed at the end (a reader gone: `tool | head`) keeps the
+    status, where Python's teardown turns it into 120. A Ctrl-C meanwhile (a person's "now": the
+    outcome is decided) skips what is left of the teardown's duties, not the exit."""
     if code is None or isinstance(code, int):
-        code = code or 0
+        code = int(code or 0)
     else:
         with contextlib.suppress(Exception):
             print(code, file=sys.stderr)
         code = 1
-    for t in threading.enumerate():
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
-    atexit._run_exitfuncs()
-    for step in _LAST:
-        step()
+    try:
+        threading._shutdown()  # (what Py_FinalizeEx calls first)
+        atexit._run_exitfuncs()
+        for step in _LAST:
+            step()
+    except KeyboardInterrupt:
+        pass
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # (a reader gone, or no stream at all: `tool >&-`)
             stream.flush()
+    with contextlib.suppress(Exception):  # C libraries' buffered output (exit() would flush it)
+        ctypes.CDLL(None).fflush(None)
     os._exit(code & 0xFF)  # (what the kernel keeps of any status)

@@ -197,9 +197,9 @@ class _ReaderMayLeave:
 
 def exit_process(code: int):
     """A tool's `__main__` ends with this: its outcome is decided, so stop signals are ignored to the
-    process's end. Python's shutdown puts the ones it handled back to their default action (which
-    kills), and a second Ctrl-C during it turned exit 4 into death by signal (preemption.settle does
-    the same for the trainer). Not in `run`: tests call tools in-process, which must stay stoppable."""
+    process's end (a second Ctrl-C at the end turned exit 4 into death by signal; preemption.settle
+    does the same for the trainer), and it ends without the interpreter's teardown (shutdown.py).
+    Not in `run`: tests call tools in-process, which must stay stoppable."""
     try:
         for sig in STOP_SIGNALS:
             if signal.getsignal(sig) is _raise_stopped:

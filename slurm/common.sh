@@ -20,8 +20,12 @@ set -uo pipefail
 # or after LISTEN_MAX_S if it never does (a trainer that ends first is past needing it).
 # (a script that sourced this file may have kept signals from before: suite_member.sh)
 PID="" PENDING=() LISTEN_MAX_S=60
+FORWARDED=" "  # the kinds passed on (or held to be): each once, see forward()
 for s in ${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}; do  # (only these: a variable of that name
-    case $s in USR1|USR2) PENDING+=("$s") ;; esac                      # in the user's environment is no list of ours)
+    case "$s:$FORWARDED" in                                            # in the user's environment is no list of ours)
+      USR1:*" USR1 "*|USR2:*" USR2 "*) ;;
+      USR1:*|USR2:*) PENDING+=("$s"); FORWARDED+="$s " ;;
+    esac
 done
 CAME=(${PENDING[@]+"${PENDING[@]}"})  # every signal this job was asked to pass on (a relaunch passes them again)
 # Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<boot>.<pid namespace>.<pid>-,
@@ -43,7 +47,6 @@ send_when_listening() {
 # Each kind is passed on once: the trainer is already stopping after the first, and a repeat that
 # lands while its ranks exit (a retried scancel, a second preemption notice) would kill a rank
 # whose interpreter has already dropped its handlers, losing the requeue.
-FORWARDED=" "
 forward() {
     case "$FORWARDED" in *" $1 "*) echo "mpippo: $1 again: already passed on, ignored"; return ;; esac
     FORWARDED+="$1 "
@@ -192,16 +195,24 @@ launch() {
         wait "$PID"; RC=$?
         kill -0 "$PID" 2>/dev/null || break
     done
+    if [ "$RC" -gt 128 ]; then  # (a trap's return from `wait`, the trainer ending meanwhile: bash keeps its status)
+        wait "$PID" 2>/dev/null; local again=$?
+        [ "$again" -eq 127 ] || RC=$again
+    fi
 }
+# What the run folder holds, names, sizes and times: a launch that changed nothing in it wrote nothing.
+folder_state() { find "$RUN_DIR" -maxdepth 3 -printf '%p %s %T@\n' 2>/dev/null | sort | cksum; }
+BEFORE=$(folder_state)
 launch "$@"
 # A launcher that failed before any rank listened (no mark: rank 0 makes it once every rank runs
 # mpippo; Open MPI's "PMIx server's listener thread failed to start", about one launch in 900 on a
-# loaded node) trained nothing and wrote nothing: it is started once more, unless the status is the
-# trainer's own (0, or 2-4: bad input, a checkpoint after a signal). No rank heard the signals that
-# came meanwhile (none listened): they are held for the second launch, as before the first.
+# loaded node) trained nothing: it is started once more, unless the status is the trainer's own (0,
+# or 2-4: bad input, a checkpoint after a signal) or the run folder changed (the mark is best effort:
+# a full TMPDIR, or one on another node, leaves none after hours of training). No rank heard the
+# signals that came meanwhile (none listened): they are held for the second launch, as before the first.
 case $RC in
   0|2|3|4) ;;
-  *) if [ ! -e "$MPIPPO_LISTENING" ]; then
+  *) if [ ! -e "$MPIPPO_LISTENING" ] && [ "$(folder_state)" = "$BEFORE" ]; then
          PID="" PENDING=()  # (a signal from now on is held, not sent to the ended launch)
          echo "mpippo: the launch failed before every rank ran mpippo (status $RC); starting it once more"
          sleep 2

@@ -56,10 +56,13 @@ def parser() -> argparse.ArgumentParser:
 MAX_REPS = 100_000  # rliable's bootstrap: 2,000 is its default; beyond this it only costs minutes
 
 
-def main(argv=None) -> int:
+def main(argv=None, settle: bool = False) -> int:
+    """`settle`: this is the suite's own process (python -m mpippo.suite), whose stop signals stay
+    ignored once a stop is decided (submit.Relay.close); tests call main in-process without it."""
     toolcli.escape_unencodable()  # (the report prints member names, which may hold any byte)
     try:
         args = parser().parse_args(argv)
+        args.settle = settle
         if args.cmd == "member":
             return cmd_member(args)
         suite = spec.load(args.suite, args.root)
@@ -121,7 +124,7 @@ def cmd_run(suite: spec.Suite, args) -> int:
             lock.undo()  # nothing to do changes nothing
             return 0
         if args.local:
-            return submit.run_local(suite, members, args.mpirun_args, lock.fds())
+            return submit.run_local(suite, members, args.mpirun_args, lock.fds(), args.settle)
         job = submit.submit_slurm(suite, members, args.max_parallel, extra)
     print(f"suite {suite.name}: submitted job array {job} ({len(members)} elements"
           f"{f', at most {args.max_parallel} at once' if args.max_parallel else ''}); "
@@ -174,4 +177,4 @@ def cmd_report(suite: spec.Suite, args) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(settle=True))

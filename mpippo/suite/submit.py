@@ -254,12 +254,13 @@ class Relay:
             _say(f"mpippo.suite: {name} again: the member is already stopping with a checkpoint"
                  f"{' (a second Ctrl-C stops it at once)' if sig != signal.SIGINT else ''}")
 
-    def close(self) -> None:
-        """The old handlers back; after a stop, ignored signals instead to the process's end: a repeat
-        that lands after the member ended (a wrapper sending SIGTERM every 100 ms) would kill the
-        suite and lose its exit code, which any number of repeats must keep."""
+    def close(self, settle: bool = False) -> None:
+        """The old handlers back; with `settle` (the suite's own process) and after a stop, ignored
+        instead to the process's end: a repeat that lands after the member ended (a wrapper sending
+        SIGTERM every 100 ms) would kill the suite and lose its exit code, which any number of repeats
+        must keep. (An in-process caller, a test, stays stoppable.)"""
         for sig, old in self.old.items():
-            signal.signal(sig, signal.SIG_IGN if self.received else old)
+            signal.signal(sig, signal.SIG_IGN if settle and self.received else old)
         signal.set_wakeup_fd(self.old_wakeup)
         os.close(self.wake_r)
         os.close(self.wake_w)
@@ -274,16 +275,17 @@ def _say(line: str) -> None:
 
 
 def run_local(suite: Suite, members: list[Member], mpirun_args: str = "",
-              lock_fds: tuple[int, ...] = ()) -> int:
+              lock_fds: tuple[int, ...] = (), settle: bool = False) -> int:
     """The members one after another through the launcher (a live progress bar on a terminal).
     A SIGTERM or Ctrl-C (SIGINT), or SIGUSR1: the running member checkpoints and stops, no further
     member starts, and the exit code is the member's (4; 3 for SIGUSR1). `lock_fds`: the suite
-    folder's locks, held by each launcher too, so the suite stays locked until its member has stopped."""
+    folder's locks, held by each launcher too, so the suite stays locked until its member has stopped.
+    `settle`: this is the suite's own process (Relay.close)."""
     relay = Relay()
     try:
         return _run_members(suite, members, mpirun_args, lock_fds, relay)
     finally:
-        relay.close()
+        relay.close(settle)
 
 
 def _run_members(suite: Suite, members: list[Member], mpirun_args: str, lock_fds: tuple[int, ...], relay: Relay) -> int:

@@ -29,7 +29,7 @@ TRAINER = "#!/bin/bash\necho trainer \"$@\" >> \"$CALLS\"\nexit 3\n"
 
 
 def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str, args: tuple = (), trainer: str = TRAINER,
-                     **more_env) -> tuple[str, list[str], int]:
+                     script: tuple = ("slurm/ppo_multinode.sh",), **more_env) -> tuple[str, list[str], int]:
     stubs = tmp_path / "bin"
     stubs.mkdir()
     for name, text in (("scontrol", SCONTROL), ("mpirun", trainer), ("srun", trainer)):
@@ -40,7 +40,7 @@ def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str, args
                MPIPPO_MPIRUN=str(stubs / "mpirun"), MPIPPO_RUN_DIR=str(tmp_path / "run"), TMPDIR=str(tmp_path),
                SLURM_JOB_ID="77", SLURM_NTASKS=tasks, SLURM_NTASKS_PER_NODE=per_node,
                SLURM_JOB_NUM_NODES=nodes, SLURM_JOB_NODELIST="n[1-2]", SLURM_TASKS_PER_NODE=per_node) | more_env
-    res = subprocess.run(["bash", "slurm/ppo_multinode.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    res = subprocess.run(["bash", *script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60)
     return res.stdout + res.stderr, calls.read_text().splitlines() if calls.exists() else [], res.returncode
 
@@ -99,14 +99,19 @@ def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_p
 
 # A launcher whose n-th start does what MODE says for it: "213" is Open MPI's own failure before any rank ran
 # (the PMIx listener that failed to start); "mark" makes rank 0's listening mark first, as a trainer whose
-# every rank runs mpippo does; "sig" is a USR1 to the batch shell during that start (Slurm's warning);
-# "hear" listens for USR1 and exits 3 on it (a checkpoint after USR1).
+# every rank runs mpippo does; "wrote" writes in the run folder (a trainer that ran, its mark lost); "sig" is a USR1 to the batch shell during that start (Slurm's warning);
+# "hear" listens for USR1 and exits 3 on it (a checkpoint after USR1); "count" notes each USR1 for 2 s, a USR1 to the batch shell
+# (Slurm's again) 1 s in, then exits 3.
 LAUNCHES = """#!/bin/bash
 n=$(( $(cat "$CALLS.n" 2>/dev/null || echo 0) + 1 )); echo $n > "$CALLS.n"
 echo "trainer $n" >> "$CALLS"
 what=$(echo "$MODE" | cut -d, -f$n)
 case $what in *mark*) touch "$MPIPPO_LISTENING" ;; esac
+case $what in *wrote*) mkdir -p "$MPIPPO_RUN_DIR/logs"; echo "iter 1" > "$MPIPPO_RUN_DIR/logs/metrics" ;; esac
 case $what in *sig*) kill -USR1 "$PPID"; sleep 0.5 ;; esac
+case $what in *count*) trap 'echo "heard USR1" >> "$CALLS"' USR1; touch "$MPIPPO_LISTENING"
+                       for _ in $(seq 10); do sleep 0.1; done; kill -USR1 "$PPID"
+                       for _ in $(seq 10); do sleep 0.1; done; exit 3 ;; esac
 case $what in *hear*) trap 'echo "heard USR1" >> "$CALLS"; exit 3' USR1; touch "$MPIPPO_LISTENING"
                       for _ in $(seq 100); do sleep 0.1; done; exit 0 ;; esac
 exit "${what//[!0-9]/}"
@@ -114,12 +119,14 @@ exit "${what//[!0-9]/}"
 
 
 @pytest.mark.parametrize("mode, launches, rc", [("213,0", 2, 0), ("213,213,0", 2, 213), ("mark1,0", 1, 1),
-                                                ("2,0", 1, 2), ("4,0", 1, 4), ("137,mark1", 2, 1)])
+                                                ("2,0", 1, 2), ("4,0", 1, 4), ("137,mark1", 2, 1),
+                                                ("wrote137,0", 1, 137)])
 def test_a_launch_that_failed_before_any_rank_ran_mpippo_is_started_once_more(tmp_path, mode, launches, rc):
     """Open MPI's mpirun fails to start now and then on a loaded node ("The PMIx server's listener thread
     failed to start", status 213, about one launch in 900): nothing was trained, and the job ended
     "trainer exited with status 213" (a Slurm test of ours failed so). Started once more; not when a rank
-    had run mpippo (its mark), nor on the trainer's own statuses (bad input, a checkpoint and stop)."""
+    had run mpippo (its mark, or, the mark being best effort, a change in the run folder: a failure after
+    hours of training), nor on the trainer's own statuses (bad input, a checkpoint and stop)."""
     out, calls, got = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=LAUNCHES, MODE=mode)
     assert [c for c in calls if c.startswith("trainer")] == [f"trainer {n + 1}" for n in range(launches)], (calls, out)
     assert ("starting it once more" in out) == (launches == 2), out
@@ -132,6 +139,17 @@ def test_a_signal_that_came_while_a_launch_failed_is_passed_to_the_second_one(tm
     out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=LAUNCHES, MODE="sig 213,hear")
     assert calls[:3] == ["trainer 1", "trainer 2", "heard USR1"] and "requeue 77" in calls, (calls, out)
     assert "starting it once more" in out and "requeueing job 77" in out and rc == 0, out
+
+
+def test_signals_held_from_before_the_traps_are_passed_on_once_per_kind(tmp_path):
+    """suite_member.sh keeps the signals that come before common.sh's traps (MPIPPO_EARLY_SIGNALS): Slurm's
+    USR1 there and Slurm's USR1 again later reached the trainer twice, where common.sh passes each kind on once (a repeat landing
+    while the ranks exit kills one whose interpreter dropped its handlers, losing the requeue)."""
+    early = "MPIPPO_EARLY_SIGNALS=(USR1); source slurm/common.sh"
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=LAUNCHES, MODE="count",
+                                      script=("-c", early, "suite_member.sh"))
+    assert calls.count("heard USR1") == 1 and "requeue 77" in calls, (calls, out)
+    assert "USR1 again: already passed on, ignored" in out and "requeueing job 77" in out and rc == 0, out
 
 
 def test_a_job_requeued_before_its_first_checkpoint_sets_what_it_wrote_aside_and_starts_afresh(tmp_path):

@@ -429,10 +429,13 @@ def test_the_users_own_script_is_the_users_code_and_run_mpi_py_is_not(monkeypatc
 
 
 END = """import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
 from mpippo.shutdown import end_process
 sys.stdout = open(sys.stdout.fileno(), "w", buffering=1 << 16, closefd=False)  # (a block-buffered console)
 atexit.register(lambda: print("atexit ran"))
 threading.Thread(target=lambda: (time.sleep(0.5), print("thread done"))).start()
+pool = ThreadPoolExecutor(1)
+pool.submit(lambda: None)  # an idle worker left running: threading's exit hook stops it
 print("buffered")
 end_process({code})
 print("never")
@@ -444,7 +447,8 @@ print("never")
 def test_a_process_ended_without_the_teardown_still_does_what_the_teardown_owed(code, status, err):
     """run_mpi.py and the tools end with shutdown.end_process (no interpreter teardown: a tenth to a quarter
     of a short run's CPU): the streams are flushed, a thread that is no daemon finishes, atexit's functions
-    run (W&B's finish, logging's flush), and the status is what SystemExit(code) gives."""
+    run (W&B's finish, logging's flush), an executor left open (a user's env's) does not hang it, and the
+    status is what SystemExit(code) gives."""
     import subprocess
     res = subprocess.run([sys.executable, "-c", END.format(code=code)], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parents[2])

@@ -458,17 +458,21 @@ def test_the_local_suite_relays_signals_as_the_launcher_reads_them(signals, rela
         assert [signal.Signals(x).name[3:] for x in launcher.sent] == relayed.split()
         assert relay.code() == (3 if "USR1" in signals else 4)
     finally:
-        relay.close()
+        relay.close(settle=True)
         after = {sig: signal.getsignal(sig) for sig in Relay.SIGNALS}
         for sig, old in before.items():  # (this test process's own, back)
             signal.signal(sig, old)
     assert set(after.values()) == {signal.SIG_IGN}
 
 
-def test_a_local_suite_that_ends_without_a_signal_gives_its_handlers_back():
+def test_a_local_suite_that_ends_without_a_signal_or_in_process_gives_its_handlers_back():
     from mpippo.suite.submit import Relay
     before = {sig: signal.getsignal(sig) for sig in Relay.SIGNALS}
-    Relay().close()
+    Relay().close(settle=True)  # no signal came
+    assert {sig: signal.getsignal(sig) for sig in Relay.SIGNALS} == before
+    relay = Relay()
+    relay.received.append(signal.SIGTERM)
+    relay.close()  # a stop, in a caller's process (not the suite's own): it stays stoppable
     assert {sig: signal.getsignal(sig) for sig in Relay.SIGNALS} == before
 
 
