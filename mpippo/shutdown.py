@@ -31,7 +31,10 @@ def end_process(code) -> None:
     """Exit with `code` as SystemExit(code) would (None is 0; a text is printed on stderr and is 1),
     except that a stream that cannot be flushed at the end (a reader gone: `tool | head`) keeps the
     status, where Python's teardown turns it into 120. A Ctrl-C meanwhile (a person's "now": the
-    outcome is decided) skips what is left of the teardown's duties, not the exit."""
+    outcome is decided) skips what is left of the teardown's duties, not the exit. Under a profiler or
+    debugger (python -m cProfile -o ..., pdb) it is SystemExit, whose teardown gives them their end."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)  # a profiler, tracer or debugger wraps the program: it writes its results after
     if code is None or isinstance(code, int):
         code = int(code or 0)
     else:

@@ -455,3 +455,16 @@ def test_a_process_ended_without_the_teardown_still_does_what_the_teardown_owed(
     assert res.returncode == status, res.stderr
     assert res.stdout.splitlines() == ["buffered", "thread done", "atexit ran"], res.stdout
     assert res.stderr == err
+
+
+def test_a_profiled_process_ends_with_the_teardown_so_the_profiler_writes_its_results(tmp_path):
+    """`python -m cProfile -o FILE run_mpi.py ...` writes FILE after the program: an os._exit inside it lost
+    the profile."""
+    import subprocess
+    script = tmp_path / "end.py"
+    script.write_text("from mpippo.shutdown import end_process\nend_process(3)\n")
+    res = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(tmp_path / "prof"), str(script)],
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert (tmp_path / "prof").exists() and (tmp_path / "prof").stat().st_size > 0, res.stderr  # (cProfile ends 0
+    # after a SystemExit, whatever its code: its own way, as before end_process)
