@@ -97,11 +97,13 @@ def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_p
     assert (tmp_path / "theirs").read_text() == "data" and not (tmp_path / "nowhere").exists()
 
 
-# A launcher whose n-th start does what MODE says for it: "213" is Open MPI's own failure before any rank ran
-# (the PMIx listener that failed to start); "mark" makes rank 0's listening mark first, as a trainer whose
-# every rank runs mpippo does; "wrote" writes in the run folder (a trainer that ran, its mark lost); "sig" is a USR1 to the batch shell during that start (Slurm's warning);
-# "hear" listens for USR1 and exits 3 on it (a checkpoint after USR1); "count" notes each USR1 for 2 s, a USR1 to the batch shell
-# (Slurm's again) 1 s in, then exits 3.
+# A launcher whose n-th start does what MODE says for it (the n-th comma-separated field):
+# "213": Open MPI's own failure before any rank ran (the PMIx listener that failed to start);
+# "mark": rank 0's listening mark first, as a trainer whose every rank runs mpippo makes it;
+# "wrote": a write in the run folder (a trainer that ran, its mark lost);
+# "sig": a USR1 to the batch shell during that start (Slurm's warning);
+# "hear": listens for USR1 and exits 3 on it (a checkpoint after USR1);
+# "count": notes each USR1; once it heard one, a USR1 to the batch shell (Slurm's again), exit 3 a second later.
 LAUNCHES = """#!/bin/bash
 n=$(( $(cat "$CALLS.n" 2>/dev/null || echo 0) + 1 )); echo $n > "$CALLS.n"
 echo "trainer $n" >> "$CALLS"
@@ -109,8 +111,8 @@ what=$(echo "$MODE" | cut -d, -f$n)
 case $what in *mark*) touch "$MPIPPO_LISTENING" ;; esac
 case $what in *wrote*) mkdir -p "$MPIPPO_RUN_DIR/logs"; echo "iter 1" > "$MPIPPO_RUN_DIR/logs/metrics" ;; esac
 case $what in *sig*) kill -USR1 "$PPID"; sleep 0.5 ;; esac
-case $what in *count*) trap 'echo "heard USR1" >> "$CALLS"' USR1; touch "$MPIPPO_LISTENING"
-                       for _ in $(seq 10); do sleep 0.1; done; kill -USR1 "$PPID"
+case $what in *count*) heard=""; trap 'echo "heard USR1" >> "$CALLS"; heard=1' USR1; touch "$MPIPPO_LISTENING"
+                       for _ in $(seq 100); do [ -n "$heard" ] && break; sleep 0.1; done; kill -USR1 "$PPID"
                        for _ in $(seq 10); do sleep 0.1; done; exit 3 ;; esac
 case $what in *hear*) trap 'echo "heard USR1" >> "$CALLS"; exit 3' USR1; touch "$MPIPPO_LISTENING"
                       for _ in $(seq 100); do sleep 0.1; done; exit 0 ;; esac
