@@ -51,6 +51,16 @@ def test_an_env_raising_mid_run_ends_the_run_in_one_line_keeping_its_checkpoint_
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def _wait_for_file(path, timeout: float = 60.0) -> None:
+    """Until the env made `path` (it does just before it hangs): a signal sent then finds the run in
+    its env's step, where a fixed sleep after the progress line could land before, on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert path.exists(), f"the env did not reach its hang within {timeout} s"
+    path.unlink()  # (the tests check what the run folder's parent holds)
+
+
 def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keeping_its_checkpoint(tmp_path):
     """One rank has no other rank to notice it hang, and a signal only sets a flag that the hung
     loop never reads: the env waits forever in native code in the third update, a SIGTERM then
@@ -61,9 +71,9 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
                   "4096", "--set", "env.kwargs={fault: hang, at: 1063}", "--set", "checkpoint.interval_iterations=1",
                   "--set", "guards.collective_timeout_s=4", "--set", "logging.print_interval=1",
-                  "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS})
-    wait_for_line(proc, "iter     2")  # (the hang comes in the third update, about a second later)
-    time.sleep(2)
+                  "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_MARK": str(tmp_path / "hung")})
+    wait_for_line(proc, "iter     2")  # (the hang comes in the third update)
+    _wait_for_file(tmp_path / "hung")
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=60)
     lines = error_lines(err)
@@ -93,9 +103,10 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
                   "4096", "--set", "env.kwargs={fault: hang, at: 1063}", "--set", "checkpoint.interval_iterations=1",
                   "--set", "logging.print_interval=1", "--output-dir", str(run_dir)],
-                 env={"PYTHONPATH": USER_ENVS, "PYTHONUNBUFFERED": ""})  # (empty: unset, for Python)
+                 env={"PYTHONPATH": USER_ENVS, "PYTHONUNBUFFERED": "",  # (empty: unset, for Python)
+                      "MPIPPO_TEST_ENV_MARK": str(tmp_path / "hung")})
     wait_for_line(proc, "iter     2", timeout=60)
-    time.sleep(1)
+    _wait_for_file(tmp_path / "hung")
     for _ in range(2):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)

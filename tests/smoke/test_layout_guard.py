@@ -37,8 +37,9 @@ def test_a_hung_rank_ends_the_job_naming_it(tmp_path, rank, role, iteration):
     # ... and the silent rank says where it hangs (here the fault's own wait; a user's env would be named)
     assert re.search(rf"\[rank {rank}\] rank \d finds this rank silent \(its progress guard\), at "
                      rf"'[^']*faults\.py':\d+ in maybe_inject", res.stderr), res.stderr[-3000:]
-    # the timeout + the abort, well within 30 s more, counted from the hang
-    assert elapsed < TIMEOUT_S + 30, elapsed
+    # the timeout + the abort, within a minute more, counted from the hang (a bound, not a speed: a job that
+    # never ended would meet the test's own timeout instead)
+    assert elapsed < TIMEOUT_S + 60, elapsed
 
 
 def test_a_slow_learner_that_keeps_talking_is_not_a_hang(tmp_path):

@@ -69,9 +69,10 @@ def test_sigusr1_mid_iteration_checkpoints_requeues_and_resumes_exactly(referenc
     run_dir = tmp_path / "run"
     proc = start([MPIRUN, "-n", "2", sys.executable, "run_mpi.py", *FAST, "--total-timesteps", str(K_STEPS),
                   "--output-dir", str(run_dir), "--set", "logging.print_interval=1",
-                  "--set", "checkpoint.interval_iterations=0"], env={"MPIPPO_FAULT": "rank=0,iteration=2,kind=slow,seconds=2"})
+                  "--set", "checkpoint.interval_iterations=0"], env={"MPIPPO_FAULT": "rank=0,iteration=2,kind=slow,seconds=2,count=6"})
     wait_for_line(proc, "iter     1")
-    proc.send_signal(signal.SIGUSR1)  # to mpirun, which forwards it; lands during iteration 2 (rank 0 sleeps 2 s in it)
+    proc.send_signal(signal.SIGUSR1)  # to mpirun, which forwards it; lands mid-iteration (rank 0 sleeps 2 s in each of
+    # iterations 2-7: a forwarding slow on a loaded machine still lands before the run's end)
     rc, out, _ = finish(proc)
     assert rc == 3, out[-2000:]
     assert "stopped by SIGUSR1" in out
@@ -97,7 +98,7 @@ def test_sigterm_or_ctrl_c_through_the_launcher_checkpoints_and_stops(tmp_path, 
 
 
 def test_a_suspended_job_goes_on_and_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
-    """Rank 1 comes 8 s late to the trainer's construction (a slow import), longer than the 5-s
+    """Rank 1 comes 11 s late to the trainer's construction (a slow import), longer than the 8-s
     collective timeout: start-up's collectives wait longer (cli.STARTUP_TIMEOUT_S). Then the job is
     stopped for longer than the timeout (SIGSTOP: Ctrl-Z, Slurm's suspend), rank 1 a second before
     rank 0 and continued 0.5 s after it, so that rank 0 waits for it in a collective: the time stopped
@@ -106,16 +107,16 @@ def test_a_suspended_job_goes_on_and_sigterm_to_a_single_rank_stops_all_ranks_cl
     run_dir = tmp_path / "run"
     proc = start([MPIRUN, "-n", "2", sys.executable, "run_mpi.py", *PLUMBING, "--total-timesteps", "100000",
                   "--output-dir", str(run_dir), "--set", "logging.print_interval=1",
-                  "--set", "guards.collective_timeout_s=5"], env={"MPIPPO_FAULT": "rank=1,kind=slow_start,seconds=8"})
+                  "--set", "guards.collective_timeout_s=8"], env={"MPIPPO_FAULT": "rank=1,kind=slow_start,seconds=11"})
     wait_for_line(proc, "iter     1")
     ranks = rank_processes(proc)
     assert len(ranks) == 2
     ranks[1].suspend()
     time.sleep(1)
     ranks[0].suspend()
-    time.sleep(8)
-    ranks[0].resume()  # first: it finds itself 9 s into its wait, of which 1 s is rank 1's
-    time.sleep(0.5)  # (rank 1 then has 4.5 s of the timeout to reach the collective, on a loaded machine too)
+    time.sleep(10)
+    ranks[0].resume()  # first: it finds itself 11 s into its wait, of which 1 s is rank 1's
+    time.sleep(0.5)  # (rank 1 then has 6.5 s of the timeout to reach the collective, on a loaded machine too)
     ranks[1].resume()
     time.sleep(2)
     ranks[-1].send_signal(signal.SIGTERM)  # only one rank hears it; the flag Allreduce tells the other
