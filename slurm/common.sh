@@ -27,7 +27,6 @@ for s in ${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}; do  # (only th
       USR1:*|USR2:*) PENDING+=("$s"); FORWARDED+="$s " ;;
     esac
 done
-CAME=(${PENDING[@]+"${PENDING[@]}"})  # every signal this job was asked to pass on (a relaunch passes them again)
 # Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<boot>.<pid namespace>.<pid>-,
 # launch.owner: whose pids the pid is, on a TMPDIR other nodes may share): a batch shell killed before
 # its end leaves the mark, and the next job here (below), launcher or tool removes it once that shell is gone.
@@ -50,7 +49,6 @@ send_when_listening() {
 forward() {
     case "$FORWARDED" in *" $1 "*) echo "mpippo: $1 again: already passed on, ignored"; return ;; esac
     FORWARDED+="$1 "
-    CAME+=("$1")
     if [ -z "$PID" ]; then PENDING+=("$1")
     elif [ -e "$MPIPPO_LISTENING" ]; then kill "-$1" "$PID" 2>/dev/null
     else send_when_listening "$1"; fi
@@ -213,10 +211,10 @@ launch "$@"
 case $RC in
   0|2|3|4) ;;
   *) if [ ! -e "$MPIPPO_LISTENING" ] && [ "$(folder_state)" = "$BEFORE" ]; then
-         PID="" PENDING=()  # (a signal from now on is held, not sent to the ended launch)
+         PID=""  # (a signal from now on is held, not sent to the ended launch)
          echo "mpippo: the launch failed before every rank ran mpippo (status $RC); starting it once more"
          sleep 2
-         PENDING=(${CAME[@]+"${CAME[@]}"})
+         read -ra PENDING <<< "$FORWARDED"  # (every kind this job was asked to pass on, each once)
          launch "$@"
      fi ;;
 esac

@@ -215,6 +215,17 @@ def _readline(proc: subprocess.Popen, deadline: float) -> str | None:
     return box[0] if box else None
 
 
+def wait_until(condition, what: str, timeout: float = 30.0):
+    """condition()'s first true value, polled until `timeout` (a moment the test waits for, not a guessed
+    sleep: on a loaded machine it comes late); the test fails naming `what` if it never comes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out := condition()):
+            return out
+        time.sleep(0.005)
+    pytest.fail(f"{what} did not happen within {timeout} s")
+
+
 def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 120) -> str:
     """The first line of the job's output that starts with `prefix`; the test fails if none comes."""
     deadline, err = time.monotonic() + timeout, ""

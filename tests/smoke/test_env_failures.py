@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import MPIRUN, ROOT, error_lines, finish, rank_processes, run, start, wait_for_line
+from conftest import MPIRUN, ROOT, error_lines, finish, rank_processes, run, start, wait_for_line, wait_until
 
 USER_ENVS = str(ROOT / "tests" / "user_env")
 FAULTY = ["--no-progress", "--set", "env.import=mpippo_user_envs", "--set", "env.name=gym:mpippo-test/Faulty-v0",
@@ -51,16 +51,6 @@ def test_an_env_raising_mid_run_ends_the_run_in_one_line_keeping_its_checkpoint_
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def _wait_for_file(path, timeout: float = 60.0) -> None:
-    """Until the env made `path` (it does just before it hangs): a signal sent then finds the run in
-    its env's step, where a fixed sleep after the progress line could land before, on a loaded machine."""
-    deadline = time.monotonic() + timeout
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert path.exists(), f"the env did not reach its hang within {timeout} s"
-    path.unlink()  # (the tests check what the run folder's parent holds)
-
-
 def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keeping_its_checkpoint(tmp_path):
     """One rank has no other rank to notice it hang, and a signal only sets a flag that the hung
     loop never reads: the env waits forever in native code in the third update, a SIGTERM then
@@ -73,7 +63,8 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
                   "--set", "guards.collective_timeout_s=4", "--set", "logging.print_interval=1",
                   "--output-dir", str(run_dir)], env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_MARK": str(tmp_path / "hung")})
     wait_for_line(proc, "iter     2")  # (the hang comes in the third update)
-    _wait_for_file(tmp_path / "hung")
+    wait_until((tmp_path / "hung").exists, "the env's hang (its mark)", 60)  # (the env makes it as it hangs)
+    (tmp_path / "hung").unlink()  # (the test checks what the run folder's parent holds)
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=60)
     lines = error_lines(err)
@@ -106,7 +97,7 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
                  env={"PYTHONPATH": USER_ENVS, "PYTHONUNBUFFERED": "",  # (empty: unset, for Python)
                       "MPIPPO_TEST_ENV_MARK": str(tmp_path / "hung")})
     wait_for_line(proc, "iter     2", timeout=60)
-    _wait_for_file(tmp_path / "hung")
+    wait_until((tmp_path / "hung").exists, "the env's hang (its mark)", 60)
     for _ in range(2):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
@@ -121,15 +112,10 @@ def _handler_reset_then_back(proc, rank: int, mark) -> None:
     """Wait (not a guessed sleep) until that rank's env has reset its SIGUSR1 handler (it creates
     `mark` then) and mpippo has put its handler back."""
     from mpippo.launch import catches_usr1
-    deadline = time.monotonic() + 60
-    while not mark.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert mark.exists(), "the env did not reset its handlers within 60 s"
+    wait_until(mark.exists, "the env's reset of its handlers", 60)
     ranks = rank_processes(proc)
     assert len(ranks) > rank, ranks
-    while not catches_usr1(ranks[rank].pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert catches_usr1(ranks[rank].pid), "the actor's SIGUSR1 handler did not come back within 60 s"
+    wait_until(lambda: catches_usr1(ranks[rank].pid), "the actor's SIGUSR1 handler coming back", 60)
 
 
 def test_an_actors_env_that_sets_its_own_signal_handlers_late_does_not_take_the_requeue_away(tmp_path):

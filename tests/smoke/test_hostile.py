@@ -24,7 +24,7 @@ import torch
 
 import hostile
 from conftest import (MPIRUN, ROOT, fake_wandb, finish, mpi_env, ok, rank_processes, start, trainer, wait_for_line,
-                      wandb_home)
+                      wait_until, wandb_home)
 from mpippo import runlock
 from mpippo.checkpoint import latest_path
 from hostile import Case
@@ -553,21 +553,12 @@ def test_every_case_class_is_covered():
 
 
 # ---- signals from the first instant ----
-def _wait_until(condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (out := condition()):
-            return out
-        time.sleep(0.005)
-    pytest.fail(f"{what} did not happen within {timeout} s")
-
-
 def _listening_ranks(proc, n=2):
     """The n ranks under `proc`, once every one of them catches SIGUSR1 (run_mpi.py's first line)."""
     def ready():
         ranks = rank_processes(proc)
         return ranks if len(ranks) == n and all(catches_usr1(p.pid) for p in ranks) else None
-    return _wait_until(ready, "the ranks' handlers")
+    return wait_until(ready, "the ranks' handlers")
 
 
 def _signal_during_startup(cmd, run_dir: Path, sig, delays, pick):
@@ -618,7 +609,7 @@ def test_sigusr1_to_the_launcher_before_mpirun_runs_is_held_and_passed_on(tmp_pa
            "configs/smoke.yaml", "--no-progress"]
 
     def launcher(proc):
-        _wait_until(lambda: catches_usr1(proc.pid), "the launcher's handlers")
+        wait_until(lambda: catches_usr1(proc.pid), "the launcher's handlers")
         return [proc]
     rc, out = _signal_during_startup(cmd, tmp_path / "run", signal.SIGUSR1, (0.0,), launcher)
     assert rc == 3, out[-2000:]
@@ -637,18 +628,6 @@ REPEATED = {  # id: (command before --output-dir, a line that says training runs
 }
 
 
-def _ranks_of(proc) -> list:
-    import psutil
-    out = []
-    for p in psutil.Process(proc.pid).children(recursive=True):
-        try:
-            if "run_mpi.py" in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(REPEATED))
 def test_signals_repeated_during_a_stop_keep_its_exit_code(name, tmp_path):
@@ -662,7 +641,7 @@ def test_signals_repeated_during_a_stop_keep_its_exit_code(name, tmp_path):
     wait_for_line(proc, line)
     sent, deadline = 0, time.monotonic() + 90
     while proc.poll() is None and time.monotonic() < deadline:
-        for p in ([proc] if whom == "mpirun" else _ranks_of(proc)):
+        for p in ([proc] if whom == "mpirun" else rank_processes(proc)):
             try:
                 p.send_signal(sig)
                 sent += 1
