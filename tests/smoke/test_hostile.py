@@ -554,8 +554,15 @@ def test_every_case_class_is_covered():
 
 # ---- signals from the first instant ----
 def _listening_ranks(proc, n=2):
-    """The n ranks under `proc`, once every one of them catches SIGUSR1 (run_mpi.py's first line)."""
+    """The n ranks under `proc`, once every one of them catches SIGUSR1 (run_mpi.py's first line). A job
+    Open MPI failed to start is started again (Started.again, as wait_for_line does); one that ended
+    otherwise fails the test at once, with its output (it waited out the whole timeout, saying nothing)."""
     def ready():
+        if proc.poll() is not None:
+            err = proc.stderr.read()
+            if not proc.again(err):
+                pytest.fail(f"the job ended (exit {proc.returncode}) before its ranks listened: {err[-2000:]}")
+            return None
         ranks = rank_processes(proc)
         return ranks if len(ranks) == n and all(catches_usr1(p.pid) for p in ranks) else None
     return wait_until(ready, "the ranks' handlers")
