@@ -735,6 +735,11 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
         os.kill(proc.pid, getattr(signal, name))
         time.sleep(2)  # (the second comes once the tool waits for the checkpoint, as a person's would)
     t0 = time.monotonic()
+    for _ in range(5 if hard else 0):  # two Ctrl-Cs that land before the tool runs its handler are one
+        if proc.poll() is not None:   # (a loaded machine need not schedule it within 2 s): a person presses
+            break                     # again, as the test does
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(2)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 4, err[-2000:]
     last = err.strip().splitlines()[-1]
