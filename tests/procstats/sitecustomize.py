@@ -11,12 +11,16 @@ import sys
 import time
 
 _START = time.monotonic()
+_DONE: list[int] = []
 
 
 def _record() -> None:
+    if _DONE:  # (mpippo.shutdown.end_process runs atexit's functions, then os._exit: one line a process)
+        return
+    _DONE.append(1)
     try:
         use = resource.getrusage(resource.RUSAGE_SELF)
-        line = json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
+        line = json.dumps({"pid": os.getpid(), "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
                            "argv": sys.argv[:2], "cpu_s": round(use.ru_utime + use.ru_stime, 2),
                            "wall_s": round(time.monotonic() - _START, 2),
                            "torch": "torch" in sys.modules, "procgen": "procgen" in sys.modules})
