@@ -258,7 +258,8 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
               f"{', policy step as a CUDA graph' if trainer.policy_step.mode == 'graph' else ''}"
               f"; output {run_dir}", flush=True)
     try:
-        with runctl.watch_alone(trainer.timer, cfg.guards.collective_timeout_s if world.size == 1 else 0, world.abort):
+        with runctl.watch_alone(trainer.timer, cfg.guards.collective_timeout_s if world.size == 1 else 0, world.abort,
+                                signals=signals):
             summary = trainer.train(signals)
     except JobFailure as e:  # detected by all ranks together: one message, clean exit
         if world.is_root:

@@ -5,7 +5,8 @@ SIGTERM/SIGINT -> checkpoint, exit EXIT_STOPPED (4): stopped on request, resumab
 SIGUSR2        -> the same as SIGTERM; `python -m mpippo.launch` relays SIGTERM/SIGINT as SIGUSR2,
                   because mpirun kills the ranks right after forwarding a SIGTERM.
 A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts with one
-line, exit 130, comm.World.install_abort_hook); any
+line, exit 130, comm.World.install_abort_hook; a one-rank run whose main thread native code holds
+is ended so by its hang watch, which sees the signals through `SecondCtrlC`); any
 number of SIGUSR1/SIGUSR2/SIGTERM keep the first stop's outcome, up to the process's last
 instant (`settle`).
 Whichever rank or ranks got the signal, the flags are combined with one Allreduce(MAX), so
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 from mpippo.errors import SecondInterrupt
@@ -123,3 +125,43 @@ class SignalFlags:
         if signum == signal.SIGINT and self.stop:
             raise SecondInterrupt  # impatient second Ctrl-C
         self.stop = True
+
+
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+
+
+class SecondCtrlC:
+    """A person's second Ctrl-C, seen from another thread than the main one. Python runs a signal's
+    handler in the main thread between bytecodes: one waiting in native code that retries EINTR (a
+    simulator's socket read, a mutex) never runs it, and `_on_stop`'s SecondInterrupt never comes.
+    Python's C-level handler still writes each signal's number to the wakeup fd, whichever thread the
+    kernel interrupts; `seen()` reads them by `_on_stop`'s rule (a SIGINT after any stop). Only the
+    main thread may set that fd: `open` gives None elsewhere."""
+
+    def __init__(self, stopped: bool):
+        self.r, self.w = os.pipe()
+        for fd in (self.r, self.w):
+            os.set_blocking(fd, False)  # (the C handler must never block, the reader never wait)
+        self.old = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+        self.stops, self.second = int(stopped), False
+
+    @classmethod
+    def open(cls, flags: SignalFlags) -> "SecondCtrlC | None":
+        return cls(flags.stop) if threading.current_thread() is threading.main_thread() else None
+
+    def seen(self) -> bool:
+        try:
+            got = os.read(self.r, 256)
+        except OSError:  # (nothing came: EAGAIN)
+            got = b""
+        for sig in got:
+            self.second |= sig == signal.SIGINT and self.stops > 0
+            self.stops += sig in STOPS
+        return self.second
+
+    def close(self) -> None:
+        """The wakeup fd as it was, unless the user's code set its own meanwhile (asyncio's): that stays."""
+        if (now := signal.set_wakeup_fd(self.old)) != self.w:
+            signal.set_wakeup_fd(now)
+        os.close(self.r)
+        os.close(self.w)

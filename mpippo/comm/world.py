@@ -17,7 +17,8 @@ import traceback
 import numpy as np
 
 from mpippo import shutdown
-from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, code_at, file_system_failure
+from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, code_at, file_system_failure,
+                           say_interrupted)
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
@@ -309,10 +310,8 @@ class World:
                 sys.stderr.write(f"mpippo: error: {who}{exc}\n")
                 self.abort(exc.exit_code)
             if isinstance(exc, KeyboardInterrupt):  # a person's second Ctrl-C (preemption.py): their "now"
-                how = "a second Ctrl-C" if isinstance(exc, SecondInterrupt) else "Ctrl-C (KeyboardInterrupt)"
-                sys.stderr.write(f"mpippo: {who}stopped at once by {how}, without a checkpoint of this "
-                                 f"iteration (--resume continues from the last checkpoint, if one was written)\n")
-                self.abort(EXIT_INTERRUPTED)
+                say_interrupted(who, "a second Ctrl-C" if isinstance(exc, SecondInterrupt) else "Ctrl-C (KeyboardInterrupt)")
+                self.abort(EXIT_INTERRUPTED)  # (the hang watch may have said it first: the same end)
             if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_FULL:  # the disk, not a bug: any writer
                 sys.stderr.write(f"mpippo: error: {who}{file_system_failure(exc)}\n")  # (TensorBoard's thread too)
                 self.abort(1)

@@ -85,14 +85,17 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no JSON, no video, no temporary file
 
 
-def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path):
+@pytest.mark.parametrize("hang", ["hang", "hang-native"])
+def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path, hang):
     """A person's second Ctrl-C is their "now", also while the env waits in native code: one line,
-    exit 130 (a shell's code for Ctrl-C), no traceback, the last checkpoint kept. Without
-    PYTHONUNBUFFERED (a Slurm log's case: the console is a file, here a pipe) the progress lines still
-    come out as printed, while the run hangs: they are not held in Python's buffer."""
+    exit 130 (a shell's code for Ctrl-C), no traceback, the last checkpoint kept; also where that code
+    retries after a signal, so that Python's handler never runs (hang-native: the hang watch reads
+    the signals, not the 600 s timeout). Without PYTHONUNBUFFERED (a Slurm log's case: the console is
+    a file, here a pipe) the progress lines still come out as printed, while the run hangs: they are
+    not held in Python's buffer."""
     run_dir = tmp_path / "run"
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
-                  "4096", "--set", "env.kwargs={fault: hang, at: 1063}", "--set", "checkpoint.interval_iterations=1",
+                  "4096", "--set", f"env.kwargs={{fault: {hang}, at: 1063}}", "--set", "checkpoint.interval_iterations=1",
                   "--set", "logging.print_interval=1", "--output-dir", str(run_dir)],
                  env={"PYTHONPATH": USER_ENVS, "PYTHONUNBUFFERED": "",  # (empty: unset, for Python)
                       "MPIPPO_TEST_ENV_MARK": str(tmp_path / "hung")})
@@ -101,7 +104,7 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     for _ in range(2):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
-    code, out, err = finish(proc, timeout=60)
+    code, out, err = finish(proc, timeout=60)  # (the hang watch's own end would come after 600 s)
     assert code == 130 and "Traceback" not in out + err, (code, err[-3000:])
     assert err.strip().splitlines()[-1] == ("mpippo: stopped at once by a second Ctrl-C, without a checkpoint of this "
                                             "iteration (--resume continues from the last checkpoint, if one was written)")

@@ -163,11 +163,26 @@ gym.register(id="mpippo-test/Shifting-v0", entry_point=Shifting)
 gym.register(id="mpippo-test/MissingDep-v0", entry_point="mpippo_user_envs_missing_dependency:Env")
 
 
+def _wait_in_native_code() -> None:
+    """Forever, in C that retries when a signal interrupts it, as a library's blocking call may: a
+    default pthread mutex locked twice by one thread (glibc waits on its futex again after the
+    signal's C-level handler; Python's own handler, which runs only between bytecodes, never runs).
+    ctypes releases the interpreter's lock around the call. Makes $MPIPPO_TEST_ENV_MARK first."""
+    import ctypes
+    if os.environ.get("MPIPPO_TEST_ENV_MARK"):
+        open(os.environ["MPIPPO_TEST_ENV_MARK"], "w").close()
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER (40 bytes on x86-64)
+    lock = ctypes.CDLL(None).pthread_mutex_lock
+    lock(mutex)
+    lock(mutex)
+
+
 class Faulty(Steady):
     """Steady until this process's envs have taken `at` steps in all, then broken as `fault` says:
     raise, exit (sys.exit(3), the code a requeue exits with), generator-exit, nan-reward, inf-obs, nan-final (the
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
-    forever in native code, the interpreter's lock released, as a simulator waiting on its server), render,
+    forever in native code, the interpreter's lock released, as a simulator waiting on its server), hang-native
+    (the same in native code that no signal brings back to Python: `_wait_in_native_code`), render,
     close; make (its constructor raises once `at` envs were made in this process); late-signals (its
     step number `at` sets the stop signals' handlers to the default, as a library started lazily, and
     creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
@@ -205,6 +220,8 @@ class Faulty(Steady):
             if os.environ.get("MPIPPO_TEST_ENV_MARK"):  # (a test waits for the hang itself, not a guessed time)
                 open(os.environ["MPIPPO_TEST_ENV_MARK"], "w").close()
             threading.Event().wait()
+        if self.broken("hang-native"):
+            _wait_in_native_code()
         if self.fault == "late-signals" and Faulty.steps == self.at + 1:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 signal.signal(sig, signal.SIG_DFL)
