@@ -10,6 +10,7 @@ gc.disable()
 from mpippo import preemption  # noqa: E402
 
 preemption.install()
+preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
 
 from mpippo import hostmem  # noqa: E402
 

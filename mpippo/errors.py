@@ -47,16 +47,21 @@ class SecondInterrupt(KeyboardInterrupt):
     """A person's second Ctrl-C while the first stop is pending (preemption.SignalFlags): their "now"."""
 
 
-_INTERRUPT_SAID = threading.Lock()
+_LAST_SAID = threading.Lock()
+
+
+def say_last(line: str) -> None:
+    """The line a process ends with, once: its main thread and the hang watch (runctl.watch_alone,
+    which ends a process whose main thread native code holds) may both reach it, and both then end
+    the process alike."""
+    if _LAST_SAID.acquire(blocking=False):
+        sys.stderr.write(line + "\n")
 
 
 def say_interrupted(who: str, how: str = "a second Ctrl-C") -> None:
-    """The line a person's "now" ends a rank with, once per process: the main thread's exception
-    hook and the one-rank hang watch (runctl.watch_alone: a main thread that native code keeps
-    from Python's handler) may both reach it, and both then end the process alike (exit 130)."""
-    if _INTERRUPT_SAID.acquire(blocking=False):
-        sys.stderr.write(f"mpippo: {who}stopped at once by {how}, without a checkpoint of this iteration "
-                         f"(--resume continues from the last checkpoint, if one was written)\n")
+    """A person's "now" (a trainer's rank, exit 130)."""
+    say_last(f"mpippo: {who}stopped at once by {how}, without a checkpoint of this iteration "
+             f"(--resume continues from the last checkpoint, if one was written)")
 
 
 class EnvFailure(RankFailure):

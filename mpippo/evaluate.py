@@ -25,19 +25,19 @@ from pathlib import Path
 import numpy as np
 
 from mpippo import config as C
-from mpippo import faults, launch, runctl
+from mpippo import faults, launch, preemption, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
 from mpippo.files import METRICS, atomic_write_json, file_mode
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
-from mpippo.preemption import EXIT_USAGE
+from mpippo.preemption import EXIT_STOPPED, EXIT_USAGE
 from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
-from mpippo.errors import EnvFailure
+from mpippo.errors import EnvFailure, say_last
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
@@ -445,6 +445,23 @@ def main(argv: list[str] | None = None) -> int:
             video.discard()
 
 
+def _unheard_stop(world, end) -> dict:
+    """The hang watch's reading of a stop signal (runctl.watch_alone), where this process logs its
+    signals (`python -m mpippo.evaluate`): a stop ends a tool, and an env waiting in native code
+    keeps the main thread from raising it."""
+    if (log := preemption.signal_log()) is None:
+        return {}
+
+    def due() -> int | None:
+        return next((sig for sig in log.read() if sig in toolcli.STOP_SIGNALS), None)
+
+    def stop(sig: int) -> None:
+        if world.is_root:
+            say_last(toolcli.stopped_line("evaluate", sig))
+        end(EXIT_STOPPED)
+    return {"stop_due": due, "stop_end": stop}
+
+
 def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:
     """The episodes, gathered on rank 0, and its table, JSON and video."""
     path, state, cfg, notes, two_player = checked
@@ -454,7 +471,7 @@ def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, v
             video.forget()
         world.abort(code)
     with runctl.watch_alone(timer, cfg.guards.collective_timeout_s, end, what="the evaluation", kept="",
-                            who=f"rank {world.rank}: " if world.size > 1 else ""):
+                            who=f"rank {world.rank}: " if world.size > 1 else "", **_unheard_stop(world, end)):
         played = play(env, act, quota, args.max_steps, video, args.video_episodes, timer) if quota.sum() else ([], [], [])
     env.close()
     gathered = world.gather_obj(played)
@@ -545,4 +562,5 @@ def print_table(res: dict) -> None:
 if __name__ == "__main__":
     import gc
     gc.disable()  # for start-up (torch's import); on again once the evaluator is built (runctl.end_startup_gc_pause)
+    preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
     toolcli.exit_process(toolcli.run("evaluate", main))  # a stop signal: one line, exit 4, nothing half-written

@@ -6,7 +6,7 @@ SIGUSR2        -> the same as SIGTERM; `python -m mpippo.launch` relays SIGTERM/
                   because mpirun kills the ranks right after forwarding a SIGTERM.
 A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts with one
 line, exit 130, comm.World.install_abort_hook; a one-rank run whose main thread native code holds
-is ended so by its hang watch, which sees the signals through `SecondCtrlC`); any
+is ended so by its hang watch, which reads the signals from `SignalLog`); any
 number of SIGUSR1/SIGUSR2/SIGTERM keep the first stop's outcome, up to the process's last
 instant (`settle`).
 Whichever rank or ranks got the signal, the flags are combined with one Allreduce(MAX), so
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 from mpippo.errors import SecondInterrupt
@@ -122,46 +121,78 @@ class SignalFlags:
         self.requeue = True
 
     def _on_stop(self, signum, frame):
-        if signum == signal.SIGINT and self.stop:
+        if is_second_ctrl_c(signum, self.stop):
             raise SecondInterrupt  # impatient second Ctrl-C
         self.stop = True
 
 
-STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)  # (SIGUSR1 is a requeue, no stop)
 
 
-class SecondCtrlC:
-    """A person's second Ctrl-C, seen from another thread than the main one. Python runs a signal's
-    handler in the main thread between bytecodes: one waiting in native code that retries EINTR (a
-    simulator's socket read, a mutex) never runs it, and `_on_stop`'s SecondInterrupt never comes.
-    Python's C-level handler still writes each signal's number to the wakeup fd, whichever thread the
-    kernel interrupts; `seen()` reads them by `_on_stop`'s rule (a SIGINT after any stop). Only the
-    main thread may set that fd: `open` gives None elsewhere."""
+def is_second_ctrl_c(signum: int, stopped: bool) -> bool:
+    """A person's "now": a SIGINT after any stop."""
+    return signum == signal.SIGINT and stopped
 
-    def __init__(self, stopped: bool):
-        self.r, self.w = os.pipe()
-        for fd in (self.r, self.w):
+
+def second_ctrl_c_in(came: list[int]) -> int | None:
+    """SIGINT if `came` (signals in the order they came) holds a second Ctrl-C, else None."""
+    stopped = False
+    for sig in came:
+        if is_second_ctrl_c(sig, stopped):
+            return sig
+        stopped |= sig in STOPS
+    return None
+
+
+class SignalLog:
+    """Every signal this process caught, in the order they came, readable from any thread. Python runs
+    a handler in the main thread between bytecodes: one waiting in native code that retries after a
+    signal (a simulator's socket read, a mutex) never runs it, and the stop never comes. Python's
+    C-level handler still writes each caught signal's number to the wakeup fd, whichever thread the
+    kernel interrupts: that fd is this log's pipe (the hang watch reads it, runctl.watch_alone).
+    Never closed: no late write meets a closed fd. A user's code that sets its own wakeup fd later
+    (asyncio's signal handlers) takes the log's place; the watch then sees nothing new."""
+
+    def __init__(self):
+        self.r, w = os.pipe()
+        for fd in (self.r, w):
             os.set_blocking(fd, False)  # (the C handler must never block, the reader never wait)
-        self.old = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
-        self.stops, self.second = int(stopped), False
-
-    @classmethod
-    def open(cls, flags: SignalFlags) -> "SecondCtrlC | None":
-        return cls(flags.stop) if threading.current_thread() is threading.main_thread() else None
-
-    def seen(self) -> bool:
         try:
-            got = os.read(self.r, 256)
-        except OSError:  # (nothing came: EAGAIN)
-            got = b""
-        for sig in got:
-            self.second |= sig == signal.SIGINT and self.stops > 0
-            self.stops += sig in STOPS
-        return self.second
+            signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except ValueError:  # (only the main thread may set it)
+            os.close(self.r)
+            os.close(w)
+            raise
+        self.came: list[int] = []
 
-    def close(self) -> None:
-        """The wakeup fd as it was, unless the user's code set its own meanwhile (asyncio's): that stays."""
-        if (now := signal.set_wakeup_fd(self.old)) != self.w:
-            signal.set_wakeup_fd(now)
-        os.close(self.r)
-        os.close(self.w)
+    def read(self) -> list[int]:
+        """Every signal so far (the pipe drained)."""
+        while True:
+            try:
+                got = os.read(self.r, 4096)
+            except OSError:  # (EAGAIN: nothing more now)
+                return self.came
+            if not got:
+                return self.came
+            self.came.extend(got)
+
+
+_LOG: SignalLog | None = None
+
+
+def log_signals() -> SignalLog | None:
+    """The process's SignalLog, begun on the first call: by an entry point of ours (run_mpi.py,
+    `python -m mpippo.evaluate`), in its main thread, before anything slow; a Python API caller's
+    wakeup fd stays its own (signal_log() is None there). None where it cannot begin (not the main
+    thread; no file descriptor left)."""
+    global _LOG
+    if _LOG is None:
+        try:
+            _LOG = SignalLog()
+        except (OSError, ValueError):
+            return None
+    return _LOG
+
+
+def signal_log() -> SignalLog | None:
+    return _LOG

@@ -32,12 +32,12 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Callable
 
-from mpippo.errors import code_at, say_interrupted
+from mpippo.errors import code_at
 from mpippo.rules import show
 from mpippo.usage import UsageError
-from mpippo.preemption import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PauseClock,
-                                SecondCtrlC, SignalFlags)
+from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PauseClock
 
 STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (a job takes its agents' largest)
 URGENCY = STOP_REASONS + ("failed",)  # a failed part fails the job
@@ -81,46 +81,41 @@ PHASE_WORDS = {"env_step": "in its envs' step", "inference": "in the policy's fo
 @contextmanager
 def watch_alone(timer, timeout_s: float, end, what: str = "training", who: str = "",
                 kept: str = " (its last checkpoint, if one was written, stays)", clock=time.perf_counter,
-                signals: SignalFlags | None = None):
+                stop_due: Callable[[], int | None] | None = None, stop_end: Callable[[int], None] | None = None):
     """A one-rank job has no other rank to notice that it hangs (a user's env stuck in native code,
     a deadlocked library), and a stop signal only sets a flag that a hung loop never reads: a thread
     ends it with `end(1)` when one phase of `timer` (an env step, a forward or backward pass) has
     lasted timeout_s, naming it and where the training thread is. Per phase, not per rollout: a
     whole rollout, a checkpoint write or W&B's upload at the end may legitimately take longer. Time
     the process spent stopped does not count. (evaluate: on every rank, as its ranks play apart.)
-    With `signals` (the trainer's), a person's second Ctrl-C that the training thread has not acted
-    on within a second (native code keeps it from Python's handler) ends it too: exit 130, the line
-    the main thread would have written."""
+    A signal that should end the process at once (`stop_due()`: the trainer's second Ctrl-C, a tool's
+    stop; read from preemption.SignalLog) and that the main thread has not acted on a second later
+    (native code that retries after a signal keeps it from Python's handler) ends it by
+    `stop_end(signal)`, as the main thread would have."""
     if timeout_s <= 0:
         yield
         return
     done, trainer, every = threading.Event(), threading.get_ident(), min(1.0, timeout_s / 4)
-    ctrl_c = SecondCtrlC.open(signals) if signals is not None else None
 
     def watch() -> None:
-        pause, second_at = PauseClock(every, clock), None
+        pause, due_at, due = PauseClock(every, clock), None, None
         while not done.wait(every):
             now, phase, since = pause.tick(), timer.phase, timer.since
-            if second_at is not None and now - second_at >= 1.0:  # (the main thread's own way had its chance)
-                say_interrupted(who)
-                end(EXIT_INTERRUPTED)
-            if second_at is None and ctrl_c is not None and ctrl_c.seen():
-                second_at = now
+            if due is not None and now - due_at >= 1.0:  # (the main thread's own way had its chance)
+                return stop_end(due)
+            if due is None and stop_due is not None and (due := stop_due()) is not None:
+                due_at = now
             if phase is not None and (lasted := now - max(since, pause.resumed)) > timeout_s:
                 frame = sys._current_frames().get(trainer)
                 sys.stderr.write(f"mpippo: error: {who}one step of {what} has lasted {lasted:.0f} s (guards."
                                  f"collective_timeout_s = {timeout_s:g}): {what} hangs {PHASE_WORDS.get(phase, phase)}"
                                  f"{code_at(frame)}; ending it{kept}\n")
-                end(EXIT_FAILURE)
-    watcher = threading.Thread(target=watch, name="mpippo-hang-watch", daemon=True)
-    watcher.start()
+                return end(EXIT_FAILURE)
+    threading.Thread(target=watch, name="mpippo-hang-watch", daemon=True).start()
     try:
         yield
     finally:
         done.set()
-        if ctrl_c is not None:
-            watcher.join()  # (it wakes at once: then its pipe can close)
-            ctrl_c.close()
 
 
 def stop_reason(budget_reached: bool, requeue: bool, stop: bool, time_up: bool) -> str | None:

@@ -37,7 +37,7 @@ from mpippo import config as C
 from mpippo import launch, shutdown
 from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import refusal
-from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure
+from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure, say_last
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE
 from mpippo.usage import Parser as _Parser
@@ -68,7 +68,17 @@ class Stopped(BaseException):
     temporary folders removed) before the tool exits."""
 
     def __init__(self, signum: int):
-        super().__init__("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
+        super().__init__(signal_words(signum))
+        self.signum = signum
+
+
+def signal_words(signum: int) -> str:
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def stopped_line(tool: str, signum: int) -> str:
+    """A tool's last line after a stop signal (its `with` blocks unwound, or the hang watch's end)."""
+    return f"mpippo: {tool}: stopped by {signal_words(signum)}; its runs ended and its temporary folders removed"
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -130,7 +140,7 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     try:
         return main(argv)
     except Stopped as e:
-        sys.stderr.write(f"mpippo: {tool}: stopped by {e}; its runs ended and its temporary folders removed\n")
+        say_last(stopped_line(tool, e.signum))
         return EXIT_STOPPED
     except UsageError as e:
         sys.stderr.write(refusal(e.errors, f"{tool}: "))

@@ -90,7 +90,7 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     """A person's second Ctrl-C is their "now", also while the env waits in native code: one line,
     exit 130 (a shell's code for Ctrl-C), no traceback, the last checkpoint kept; also where that code
     retries after a signal, so that Python's handler never runs (hang-native: the hang watch reads
-    the signals, not the 600 s timeout). Without PYTHONUNBUFFERED (a Slurm log's case: the console is
+    the signals, not the 600 s timeout; and evaluate's stop alike). Without PYTHONUNBUFFERED (a Slurm log's case: the console is
     a file, here a pipe) the progress lines still come out as printed, while the run hangs: they are
     not held in Python's buffer."""
     run_dir = tmp_path / "run"
@@ -109,6 +109,28 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     assert err.strip().splitlines()[-1] == ("mpippo: stopped at once by a second Ctrl-C, without a checkpoint of this "
                                             "iteration (--resume continues from the last checkpoint, if one was written)")
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
+    if hang == "hang-native":
+        _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir)
+
+
+def _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir) -> None:
+    """evaluate of that run, its env hung alike in its third step: one stop signal ends a tool (one
+    line, exit 4, no JSON or video left), here through the hang watch, a second after the signal,
+    not after the run's 600 s timeout. (SIGTERM: the test's worker ignores SIGINT, and a tool keeps
+    an ignored one ignored.)"""
+    mark = tmp_path / "hung"
+    mark.unlink()
+    proc = start([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--import", "mpippo_user_envs",
+                  "--num-episodes", "4", "--json", str(tmp_path / "eval.json"), "--video", str(tmp_path / "v.mp4")],
+                 env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_FAULT": "hang-native@3", "MPIPPO_TEST_ENV_MARK": str(mark)})
+    wait_until(mark.exists, "the env's hang (its mark)", 60)
+    mark.unlink()
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=60)
+    assert code == 4 and len(error_lines(err)) == 0 and "Traceback" not in out + err, (code, err[-3000:])
+    assert err.strip().splitlines()[-1] == ("mpippo: evaluate: stopped by SIGTERM; its runs ended and its temporary "
+                                            "folders removed"), err[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no JSON, no video, no temporary file
 
 
 def _handler_reset_then_back(proc, rank: int, mark) -> None:

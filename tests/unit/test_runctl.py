@@ -379,90 +379,74 @@ def test_the_hang_watch_does_not_count_time_the_process_was_stopped():
     assert ended and ended[0][1] > 100.4, ended  # not at the late wake-up (100.1), but 0.4 s of running after it
 
 
-@pytest.fixture
-def quiet_stop_handlers():
-    """Python-level handlers that only note the stop signals (the C-level handler, which writes the
-    wakeup fd, runs only for a signal with a Python handler); the old ones back afterwards."""
-    import signal
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-    old = {sig: signal.signal(sig, lambda *_: None) for sig in sigs}
-    yield
-    for sig, handler in old.items():
-        signal.signal(sig, handler)
-
-
-def test_the_hang_watch_ends_a_run_on_a_second_ctrl_c_the_main_thread_cannot_act_on(quiet_stop_handlers):
+def test_the_hang_watch_ends_a_process_on_a_stop_the_main_thread_has_not_acted_on_a_second_later():
     """Native code that retries after a signal keeps the main thread from Python's handler (end to
-    end: test_env_failures.py's hang-native): the watch reads the signals Python's C handler wrote,
-    by the trainer's rule, and a second after a SIGINT that follows a stop it says the main thread's
-    line and ends with 130. SIGUSR1 is no stop, a lone SIGINT is the gentle one."""
+    end: test_env_failures.py's hang-native, for the trainer and evaluate): once `stop_due` names a
+    signal, the watch gives the main thread a second, then ends the process by `stop_end` (once: the
+    watch is over), never by the hang's end."""
     import io
-    import os
     import signal
     import threading
     import time
     from contextlib import redirect_stderr
-    from types import SimpleNamespace
 
     from mpippo import runctl
-    ended, said, stop = [], io.StringIO(), threading.Event()
+    came, ended, stopped, said = [], [], threading.Event(), io.StringIO()
 
-    def end(code):
-        ended.append(code)
-        stop.set()
-    with redirect_stderr(said), runctl.watch_alone(_Steps(None, 0.0), 0.4, end, signals=SimpleNamespace(stop=False)):
-        for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGUSR1):
-            os.kill(os.getpid(), sig)
-        time.sleep(1.5)
-        assert not ended and not said.getvalue()
-        os.kill(os.getpid(), signal.SIGINT)
+    def stop_end(sig):
+        ended.append((sig, time.monotonic()))
+        stopped.set()
+    with redirect_stderr(said), runctl.watch_alone(_Steps(None, 0.0), 0.4, ended.append, stop_end=stop_end,
+                                                   stop_due=lambda: came[0] if came else None):
+        time.sleep(0.5)
+        came.append(signal.SIGINT)
         t0 = time.monotonic()
-        stop.wait(5)
-    assert ended == [130] and 0.9 < time.monotonic() - t0 < 3, (ended, time.monotonic() - t0)
-    assert said.getvalue() == ("mpippo: stopped at once by a second Ctrl-C, without a checkpoint of this iteration "
-                               "(--resume continues from the last checkpoint, if one was written)\n")
+        stopped.wait(10)
+        time.sleep(0.5)  # (a watch that went on would end it again meanwhile)
+    assert len(ended) == 1 and ended[0][0] == signal.SIGINT and 0.9 < ended[0][1] - t0 < 10, ended
+    assert not said.getvalue()
 
 
-@pytest.mark.parametrize("before, sigs, second", [(False, "TERM INT", True), (True, "INT", True), (False, "USR2 INT", True),
-                                                  (False, "INT", False), (False, "USR1 INT", False),
-                                                  (False, "INT USR1 TERM", False), (False, "INT INT", True)])
-def test_a_second_ctrl_c_is_a_sigint_after_any_stop(before, sigs, second):
-    """preemption.SignalFlags._on_stop's rule, read from the wakeup fd's bytes: a stop pending when
-    the watch began counts; SIGUSR1 (a requeue) is no stop."""
-    import os
+@pytest.mark.parametrize("sigs, second", [("TERM INT", True), ("USR2 INT", True), ("INT INT", True),
+                                          ("INT", False), ("USR1 INT", False), ("INT USR1 TERM", False), ("", False)])
+def test_a_second_ctrl_c_is_a_sigint_after_any_stop(sigs, second):
+    """preemption.SignalFlags._on_stop's rule (is_second_ctrl_c), over the signals as they came: SIGUSR1
+    (a requeue) is no stop."""
     import signal
 
-    from mpippo.preemption import SecondCtrlC
-    ctrl_c = SecondCtrlC(before)
-    try:
-        os.write(ctrl_c.w, bytes(getattr(signal, f"SIG{name}") for name in sigs.split()))
-        assert ctrl_c.seen() is second
-    finally:
-        ctrl_c.close()
+    from mpippo.preemption import second_ctrl_c_in
+    assert second_ctrl_c_in([getattr(signal, f"SIG{name}") for name in sigs.split()]) == (signal.SIGINT if second else None)
 
 
-def test_the_wakeup_fd_is_given_back_and_one_the_users_code_set_meanwhile_is_kept():
+def test_the_signal_log_holds_every_caught_signal_in_order_and_begins_only_in_the_main_thread(monkeypatch):
+    """Python's C-level handler writes each caught signal to the wakeup fd (a signal with a Python
+    handler: the log sees what the process handles); a thread other than the main one gets no log."""
     import os
     import signal
     import threading
 
-    from mpippo.preemption import SecondCtrlC
+    from mpippo import preemption
+    sigs = (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+    old = {sig: signal.signal(sig, lambda *_: None) for sig in sigs}
     before = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(before)
-    SecondCtrlC(False).close()
-    assert signal.set_wakeup_fd(before) == before
-    ctrl_c, (r, w) = SecondCtrlC(False), os.pipe()
-    os.set_blocking(w, False)
-    signal.set_wakeup_fd(w)  # as asyncio's loop does for its own signal handlers
-    ctrl_c.close()
-    assert signal.set_wakeup_fd(before) == w
-    os.close(r)
-    os.close(w)
-    got = []  # only the main thread may set it: elsewhere no watch, and no error
-    thread = threading.Thread(target=lambda: got.append(SecondCtrlC.open(type("F", (), {"stop": False}))))
+    try:
+        log = preemption.SignalLog()
+        for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGUSR2, signal.SIGINT):
+            os.kill(os.getpid(), sig)
+        assert log.read() == [signal.SIGUSR1, signal.SIGINT, signal.SIGUSR2, signal.SIGINT]
+        assert preemption.second_ctrl_c_in(log.read()) == signal.SIGINT
+    finally:
+        wakeup = signal.set_wakeup_fd(before)
+        os.close(wakeup)
+        os.close(log.r)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    monkeypatch.setattr(preemption, "_LOG", None)
+    fds, got = len(os.listdir("/proc/self/fd")), []
+    thread = threading.Thread(target=lambda: got.append(preemption.log_signals()))
     thread.start()
     thread.join()
-    assert got == [None]
+    assert got == [None] and preemption.signal_log() is None and len(os.listdir("/proc/self/fd")) == fds
 
 
 def test_the_progress_guard_restarts_its_peers_clocks_after_this_side_was_stopped(monkeypatch):
