@@ -181,8 +181,11 @@ def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(t
 
 @pytest.fixture
 def tool_signals():
-    """toolcli.run installs the tools' stop handlers: this process's own, back after the test."""
+    """toolcli.run installs the tools' stop handlers: this process's own, back after the test. Ctrl-C as
+    a terminal gives it: a test process started in the background (`make test &`) has SIGINT ignored,
+    which a tool keeps (nohup's rule), and the tests' tools would then not hear it."""
     old = {sig: signal.getsignal(sig) for sig in toolcli.STOP_SIGNALS}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     for sig, handler in old.items():
         signal.signal(sig, handler)
