@@ -50,12 +50,15 @@ class SecondInterrupt(KeyboardInterrupt):
 _LAST_SAID = threading.Lock()
 
 
-def say_last(line: str) -> None:
+def say_last(line: str, final: bool = True) -> None:
     """The line a process ends with, once: its main thread and the hang watch (runctl.watch_alone,
     which ends a process whose main thread native code holds) may both reach it, and both then end
-    the process alike."""
+    the process alike. final=False (a tool's run, which an in-process caller may start again): said
+    unless the watch has said its last line already."""
     if _LAST_SAID.acquire(blocking=False):
         sys.stderr.write(line + "\n")
+        if not final:
+            _LAST_SAID.release()
 
 
 def say_interrupted(who: str, how: str = "a second Ctrl-C") -> None:

@@ -144,8 +144,11 @@ def second_ctrl_c_in(came: list[int]) -> int | None:
     return None
 
 
+LOGGED = frozenset((*STOPS, signal.SIGHUP))  # (the stops of the trainer and the tools; not a profiler's timer)
+
+
 class SignalLog:
-    """Every signal this process caught, in the order they came, readable from any thread. Python runs
+    """Every stop signal this process caught, in the order they came, readable from any thread. Python runs
     a handler in the main thread between bytecodes: one waiting in native code that retries after a
     signal (a simulator's socket read, a mutex) never runs it, and the stop never comes. Python's
     C-level handler still writes each caught signal's number to the wakeup fd, whichever thread the
@@ -174,7 +177,7 @@ class SignalLog:
                 return self.came
             if not got:
                 return self.came
-            self.came.extend(got)
+            self.came.extend(sig for sig in got if sig in LOGGED)
 
 
 _LOG: SignalLog | None = None

@@ -140,7 +140,7 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     try:
         return main(argv)
     except Stopped as e:
-        say_last(stopped_line(tool, e.signum))
+        say_last(stopped_line(tool, e.signum), final=False)
         return EXIT_STOPPED
     except UsageError as e:
         sys.stderr.write(refusal(e.errors, f"{tool}: "))

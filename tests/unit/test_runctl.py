@@ -420,7 +420,8 @@ def test_a_second_ctrl_c_is_a_sigint_after_any_stop(sigs, second):
 
 def test_the_signal_log_holds_every_caught_signal_in_order_and_begins_only_in_the_main_thread(monkeypatch):
     """Python's C-level handler writes each caught signal to the wakeup fd (a signal with a Python
-    handler: the log sees what the process handles); a thread other than the main one gets no log."""
+    handler: the log sees what the process handles, and keeps the stops); a thread other than the
+    main one gets no log."""
     import os
     import signal
     import threading
@@ -433,7 +434,7 @@ def test_the_signal_log_holds_every_caught_signal_in_order_and_begins_only_in_th
         log = preemption.SignalLog()
         for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGUSR2, signal.SIGINT):
             os.kill(os.getpid(), sig)
-        assert log.read() == [signal.SIGUSR1, signal.SIGINT, signal.SIGUSR2, signal.SIGINT]
+        assert log.read() == [signal.SIGINT, signal.SIGUSR2, signal.SIGINT]  # (a requeue is no stop: not kept)
         assert preemption.second_ctrl_c_in(log.read()) == signal.SIGINT
     finally:
         wakeup = signal.set_wakeup_fd(before)
@@ -447,6 +448,23 @@ def test_the_signal_log_holds_every_caught_signal_in_order_and_begins_only_in_th
     thread.start()
     thread.join()
     assert got == [None] and preemption.signal_log() is None and len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_last_line_is_said_once_and_a_tools_stop_line_each_time_until_then(monkeypatch, capsys):
+    """The main thread and the hang watch may both reach a process's last line: said once. A tool's
+    stop line (toolcli.run, which an in-process caller may start again) is said each time, unless the
+    watch has said its last line."""
+    import threading
+
+    from mpippo import errors
+    monkeypatch.setattr(errors, "_LAST_SAID", threading.Lock())
+    errors.say_last("a tool's", final=False)
+    errors.say_last("a tool's", final=False)
+    errors.say_interrupted("")
+    errors.say_interrupted("")
+    errors.say_last("a tool's", final=False)
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == ["a tool's"] * 2 and len(err) == 3 and err[2].startswith("mpippo: stopped at once by a second Ctrl-C")
 
 
 def test_the_progress_guard_restarts_its_peers_clocks_after_this_side_was_stopped(monkeypatch):
