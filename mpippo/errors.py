@@ -50,13 +50,23 @@ class SecondInterrupt(KeyboardInterrupt):
 _LAST_SAID = threading.Lock()
 
 
+def say(line: str) -> None:
+    """A line on stderr that cannot fail the caller: the hang watch's thread must end the process
+    even where stderr is closed (`2>&-`) or gone."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def say_last(line: str, final: bool = True) -> None:
     """The line a process ends with, once: its main thread and the hang watch (runctl.watch_alone,
     which ends a process whose main thread native code holds) may both reach it, and both then end
     the process alike. final=False (a tool's run, which an in-process caller may start again): said
     unless the watch has said its last line already."""
     if _LAST_SAID.acquire(blocking=False):
-        sys.stderr.write(line + "\n")
+        say(line)
         if not final:
             _LAST_SAID.release()
 

@@ -167,6 +167,7 @@ class SignalLog:
             os.close(w)
             raise
         self.came: list[int] = []
+        os.register_at_fork(after_in_child=_forget_in_child)  # (once: a process has one log)
 
     def read(self) -> list[int]:
         """Every signal so far (the pipe drained)."""
@@ -199,3 +200,14 @@ def log_signals() -> SignalLog | None:
 
 def signal_log() -> SignalLog | None:
     return _LOG
+
+
+def _forget_in_child() -> None:
+    """A forked child (an env's worker processes) has its own signals: its C handler would write them
+    to the parent's log (a worker's terminate() would read as a stop there). Its wakeup fd goes."""
+    global _LOG
+    _LOG = None
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # (not the child's main thread: nothing Python can do; it execs or exits soon)
+        pass

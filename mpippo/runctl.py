@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from mpippo.errors import code_at
+from mpippo.errors import code_at, say
 from mpippo.rules import show
 from mpippo.usage import UsageError
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PauseClock
@@ -89,27 +89,29 @@ def watch_alone(timer, timeout_s: float, end, what: str = "training", who: str =
     whole rollout, a checkpoint write or W&B's upload at the end may legitimately take longer. Time
     the process spent stopped does not count. (evaluate: on every rank, as its ranks play apart.)
     A signal that should end the process at once (`stop_due()`: the trainer's second Ctrl-C, a tool's
-    stop; read from preemption.SignalLog) and that the main thread has not acted on a second later
-    (native code that retries after a signal keeps it from Python's handler) ends it by
-    `stop_end(signal)`, as the main thread would have."""
+    stop; read from preemption.SignalLog), first seen while an env step runs, with that same step
+    still running a second later (an env's native code that retries after a signal keeps Python's
+    handler from running), ends it by `stop_end(signal)`, as the main thread would have. Anywhere
+    else (a checkpoint's fsync, a block that holds stops until it is whole, steps that go on) the
+    main thread acts on the signal itself."""
     if timeout_s <= 0:
         yield
         return
     done, trainer, every = threading.Event(), threading.get_ident(), min(1.0, timeout_s / 4)
 
     def watch() -> None:
-        pause, due_at, due = PauseClock(every, clock), None, None
+        pause, held = PauseClock(every, clock), None  # held: (the stop, the env step it came in, when seen)
         while not done.wait(every):
             now, phase, since = pause.tick(), timer.phase, timer.since
-            if due is not None and now - due_at >= 1.0:  # (the main thread's own way had its chance)
-                return stop_end(due)
-            if due is None and stop_due is not None and (due := stop_due()) is not None:
-                due_at = now
+            if held is None and stop_due is not None and (due := stop_due()) is not None:
+                held = (due, since if phase == "env_step" else None, now)
+            elif held is not None and held[1] is not None and (phase, since) == ("env_step", held[1]) \
+                    and now - held[2] >= 1.0:  # (the main thread's own way had its chance)
+                return stop_end(held[0])
             if phase is not None and (lasted := now - max(since, pause.resumed)) > timeout_s:
                 frame = sys._current_frames().get(trainer)
-                sys.stderr.write(f"mpippo: error: {who}one step of {what} has lasted {lasted:.0f} s (guards."
-                                 f"collective_timeout_s = {timeout_s:g}): {what} hangs {PHASE_WORDS.get(phase, phase)}"
-                                 f"{code_at(frame)}; ending it{kept}\n")
+                say(f"mpippo: error: {who}one step of {what} has lasted {lasted:.0f} s (guards.collective_timeout_s = "
+                    f"{timeout_s:g}): {what} hangs {PHASE_WORDS.get(phase, phase)}{code_at(frame)}; ending it{kept}")
                 return end(EXIT_FAILURE)
     threading.Thread(target=watch, name="mpippo-hang-watch", daemon=True).start()
     try:

@@ -2,9 +2,11 @@
 sys.exit(3), returns NaN), through the real CLI in each layout and in evaluate: one line naming the
 env, the rank and where in the env's code, exit 2 (never 3, the requeue code a sys.exit(3) in the env
 would otherwise pass on), no traceback, no hang, and the run's last checkpoint kept."""
+import platform
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,6 +103,8 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
                       "MPIPPO_TEST_ENV_MARK": str(tmp_path / "hung")})
     wait_for_line(proc, "iter     2", timeout=60)
     wait_until((tmp_path / "hung").exists, "the env's hang (its mark)", 60)
+    if hang == "hang-native":
+        wait_until(lambda: _held_in_native_code(proc.pid), "the main thread's wait in native code", 60)
     for _ in range(2):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
@@ -111,6 +115,22 @@ def test_a_second_ctrl_c_ends_a_run_hung_in_its_env_at_once_in_one_line(tmp_path
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] == 2
     if hang == "hang-native":
         _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir)
+
+
+def _held_in_native_code(pid: int) -> bool:
+    """The process's main thread waits in a futex (the env's mutex, after its mark), five readings of
+    /proc 0.1 s apart: a signal sent then meets the native wait, not the Python just before it (whose
+    handler would act, and the watch would not be tested). (A wait for the interpreter's lock is a
+    futex too, but brief.)"""
+    futex = {"x86_64": "202", "aarch64": "98"}[platform.machine()]
+    for _ in range(5):
+        try:
+            if Path(f"/proc/{pid}/syscall").read_text().split()[0] != futex:
+                return False
+        except (OSError, IndexError):
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir) -> None:
@@ -124,6 +144,7 @@ def _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir) -> N
                   "--num-episodes", "4", "--json", str(tmp_path / "eval.json"), "--video", str(tmp_path / "v.mp4")],
                  env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_FAULT": "hang-native@3", "MPIPPO_TEST_ENV_MARK": str(mark)})
     wait_until(mark.exists, "the env's hang (its mark)", 60)
+    wait_until(lambda: _held_in_native_code(proc.pid), "the main thread's wait in native code", 60)
     mark.unlink()
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=60)

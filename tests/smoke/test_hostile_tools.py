@@ -696,7 +696,7 @@ from pathlib import Path
 from mpippo import toolcli
 argv = ["--config", "configs/toy_cue.yaml", "--total-timesteps", "10000000", "--no-progress"]
 main = lambda _: toolcli.run_trainer(1, argv, Path(sys.argv[1]), "toy", resume="the same command resumes it")
-raise SystemExit(toolcli.run("tool", main, []))
+toolcli.exit_process(toolcli.run("tool", main, []))  # (as the tools end: a late Ctrl-C is ignored, not fatal)
 """
 
 
