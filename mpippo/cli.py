@@ -27,9 +27,9 @@ from mpippo import faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.files import atomic_write_bytes, is_number, missing_folders, remove_if_empty
 from mpippo.comm import World
-from mpippo.errors import JobFailure, say_interrupted
+from mpippo.errors import JobFailure
 from mpippo.usage import Parser, refusal
-from mpippo.preemption import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
+from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -219,18 +219,6 @@ def _console_lines() -> None:
             pass
 
 
-def _unheard_second_ctrl_c(world) -> dict:
-    """The hang watch's reading of a person's second Ctrl-C (runctl.watch_alone), where this process
-    logs its signals (run_mpi.py; not a Python API caller's process)."""
-    if (log := preemption.signal_log()) is None:
-        return {}
-
-    def end(_) -> None:
-        say_interrupted("")
-        world.abort(EXIT_INTERRUPTED)
-    return {"stop_due": lambda: preemption.second_ctrl_c_in(log.read()), "stop_end": end}
-
-
 def main(argv: list[str] | None = None) -> int:
     return run(argv)[0]
 
@@ -271,7 +259,8 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
               f"; output {run_dir}", flush=True)
     try:
         with runctl.watch_alone(trainer.timer, cfg.guards.collective_timeout_s if world.size == 1 else 0, world.abort,
-                                **_unheard_second_ctrl_c(world)):
+                                stop_due=preemption.unheard(preemption.second_ctrl_c_in),
+                                stop_end=lambda _: world.interrupted()):
             summary = trainer.train(signals)
     except JobFailure as e:  # detected by all ranks together: one message, clean exit
         if world.is_root:

@@ -445,23 +445,6 @@ def main(argv: list[str] | None = None) -> int:
             video.discard()
 
 
-def _unheard_stop(world, end) -> dict:
-    """The hang watch's reading of a stop signal (runctl.watch_alone), where this process logs its
-    signals (`python -m mpippo.evaluate`): a stop ends a tool, and an env waiting in native code
-    keeps the main thread from raising it."""
-    if (log := preemption.signal_log()) is None:
-        return {}
-
-    def due() -> int | None:
-        return next((sig for sig in log.read() if sig in toolcli.STOP_SIGNALS), None)
-
-    def stop(sig: int) -> None:
-        if world.is_root:
-            say_last(toolcli.stopped_line("evaluate", sig))
-        end(EXIT_STOPPED)
-    return {"stop_due": due, "stop_end": stop}
-
-
 def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:
     """The episodes, gathered on rank 0, and its table, JSON and video."""
     path, state, cfg, notes, two_player = checked
@@ -470,8 +453,14 @@ def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, v
         if video is not None:
             video.forget()
         world.abort(code)
+
+    def stopped(sig: int) -> None:  # a stop its env's native code kept the main thread from raising
+        if world.is_root:
+            say_last(toolcli.stopped_line("evaluate", sig))
+        end(EXIT_STOPPED)
     with runctl.watch_alone(timer, cfg.guards.collective_timeout_s, end, what="the evaluation", kept="",
-                            who=f"rank {world.rank}: " if world.size > 1 else "", **_unheard_stop(world, end)):
+                            who=f"rank {world.rank}: " if world.size > 1 else "",
+                            stop_due=preemption.unheard(toolcli.first_stop), stop_end=stopped):
         played = play(env, act, quota, args.max_steps, video, args.video_episodes, timer) if quota.sum() else ([], [], [])
     env.close()
     gathered = world.gather_obj(played)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Callable
 
 from mpippo.errors import SecondInterrupt
 
@@ -97,11 +98,12 @@ class SignalFlags:
         self.stop = False     # SIGTERM / SIGINT
 
     def install(self) -> "SignalFlags":
-        signal.signal(signal.SIGUSR1, self._on_usr1)
-        signal.signal(signal.SIGTERM, self._on_stop)
-        signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGUSR2, self._on_stop)
+        for sig, handler in self._handlers().items():
+            signal.signal(sig, handler)
         return self
+
+    def _handlers(self) -> dict:
+        return {signal.SIGUSR1: self._on_usr1, **{sig: self._on_stop for sig in STOPS}}
 
     def reclaim(self) -> list[str]:
         """The handlers again, once the user's code has run (env.import's module, the envs' constructors
@@ -111,9 +113,7 @@ class SignalFlags:
         unseen); flags that were never installed (an API caller's own) install nothing."""
         if _FLAGS is not self:
             return []
-        ours = {signal.SIGUSR1: self._on_usr1, signal.SIGTERM: self._on_stop, signal.SIGINT: self._on_stop,
-                signal.SIGUSR2: self._on_stop}
-        replaced = [sig.name for sig, handler in ours.items() if signal.getsignal(sig) != handler]
+        replaced = [sig.name for sig, handler in self._handlers().items() if signal.getsignal(sig) != handler]
         self.install()
         return replaced
 
@@ -200,6 +200,14 @@ def log_signals() -> SignalLog | None:
 
 def signal_log() -> SignalLog | None:
     return _LOG
+
+
+def unheard(rule: Callable[[list[int]], int | None]) -> Callable[[], int | None] | None:
+    """The hang watch's reading of this process's log (runctl.watch_alone's stop_due): `rule` over the
+    signals so far names the one that should have ended the process; None where no log is kept (a
+    Python API caller's process)."""
+    log = _LOG
+    return None if log is None else (lambda: rule(log.read()))
 
 
 def _forget_in_child() -> None:

@@ -84,6 +84,11 @@ def stopped_line(tool: str, signum: int) -> str:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
+def first_stop(came: list[int]) -> int | None:
+    """A tool's rule over the signals as they came (preemption.SignalLog): its first stop ends it."""
+    return next((sig for sig in came if sig in STOP_SIGNALS), None)
+
+
 _stopping: list[int] = []
 _holding: list[int] = []  # stops_held blocks open
 _pending: list[int] = []  # a stop that came inside one: raised at its end

@@ -302,6 +302,13 @@ class World:
             self.comm.Abort(code)
         os._exit(code)
 
+    def interrupted(self, how: str = "a second Ctrl-C") -> None:
+        """A person's "now": one line, the whole job ends with 130. From the exception hook, or from a
+        one-rank run's hang watch where native code kept the main thread from raising it (the line is
+        said once, whichever comes first)."""
+        say_interrupted(f"rank {self.rank}: " if self.size > 1 else "", how)
+        self.abort(EXIT_INTERRUPTED)
+
     def install_abort_hook(self) -> None:
         """An unhandled exception on any rank takes the whole job down, never a hang."""
         def hook(exc_type, exc, tb):
@@ -310,8 +317,7 @@ class World:
                 sys.stderr.write(f"mpippo: error: {who}{exc}\n")
                 self.abort(exc.exit_code)
             if isinstance(exc, KeyboardInterrupt):  # a person's second Ctrl-C (preemption.py): their "now"
-                say_interrupted(who, "a second Ctrl-C" if isinstance(exc, SecondInterrupt) else "Ctrl-C (KeyboardInterrupt)")
-                self.abort(EXIT_INTERRUPTED)  # (the hang watch may have said it first: the same end)
+                self.interrupted("a second Ctrl-C" if isinstance(exc, SecondInterrupt) else "Ctrl-C (KeyboardInterrupt)")
             if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_FULL:  # the disk, not a bug: any writer
                 sys.stderr.write(f"mpippo: error: {who}{file_system_failure(exc)}\n")  # (TensorBoard's thread too)
                 self.abort(1)
