@@ -12,6 +12,10 @@ from mpippo import preemption  # noqa: E402
 preemption.install()
 preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
 
+from mpippo.errors import let_readers_leave  # noqa: E402
+
+let_readers_leave()  # (`run_mpi.py | head`: the run goes on when its reader leaves)
+
 from mpippo import hostmem  # noqa: E402
 
 # Before torch allocates: keep freed memory mapped (page faults were 10-40% of a training

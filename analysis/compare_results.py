@@ -95,7 +95,6 @@ def plot(runs: list[Run], path: Path) -> None:
         a.tick_params(axis="x", labelrotation=20, labelsize=8)
         a.grid(alpha=0.3, axis="y")
         a.margins(y=0.15)
-    fig.tight_layout()
     save_figure(fig, path, "--out")
 
 

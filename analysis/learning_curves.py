@@ -49,7 +49,6 @@ def plot_learning_curves(folders, out: Path) -> Path:
     for a in ax:
         a.grid(alpha=0.3)
         a.legend(fontsize=8)
-    fig.tight_layout()
     return save_figure(fig, out, "--out")
 
 

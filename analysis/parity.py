@@ -103,7 +103,6 @@ def plot(groups: dict, ref: dict, out: Path) -> Path:
         ax.set_ylabel("mean return, last 100 episodes")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
     return save_figure(fig, out / OUTPUTS[0], "--out")
 
 

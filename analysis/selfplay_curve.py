@@ -61,7 +61,6 @@ def plot(m: dict, out: Path) -> None:
     ax2.set(xlabel="env steps", ylabel="Elo", title=f"Elo ({sp['sampling']} sampling, pool of {sp['pool_size']})")
     ax2.legend(loc="upper left")
     fig.suptitle(f"self-play DQN on {m['env']}: {m['total_timesteps']:,} env steps, {m['updates']:,} updates")
-    fig.tight_layout()
     save_figure(fig, out, "--out")
 
 

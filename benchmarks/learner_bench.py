@@ -40,7 +40,7 @@ from mpippo import hostmem  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as a trainer does, before torch allocates
 
-from mpippo.toolcli import UsageError, Parser, check_trainer, count, number, output_file, run, write_bytes, write_text  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, check_trainer, count, distinct_outputs, number, output_file, run, write_bytes, write_text  # noqa: E402
 
 TOOL = "learner_bench"
 OBS = (64, 64, 3)  # procgen frames
@@ -341,6 +341,7 @@ def _main(argv) -> int:
         if table is None:
             raise UsageError("--profile-out: needed for the profile (or --out, beside which it goes)")
         output_file(table, "--profile-out")
+        distinct_outputs((args.out, "--out"), (table, "--profile-out"))
     device = "cpu" if args.dry_run else args.device
     threads = 1 if args.dry_run else args.threads  # dry: tiny sizes gain nothing from more threads, and
     if threads:  # on a busy machine's cores they wait for each other at every operation (seen: 30x slower)

@@ -25,10 +25,10 @@ import yaml
 from mpippo import config as C
 from mpippo import faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
-from mpippo.files import atomic_write_bytes, is_number, missing_folders, remove_if_empty
+from mpippo.files import atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.errors import JobFailure
-from mpippo.usage import Parser, refusal
+from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
@@ -121,8 +121,13 @@ def _choose_run_dir(args, start: _StartUp) -> Path:
     """Rank 0 only: the run folder (checked: new and writable, or holding a checkpoint to resume),
     locked for this job (one writer per run folder). Folders it makes are appended to
     `start.created`; any file-system error is one line."""
+    if args.output_dir == "":  # (`--output-dir "$UNSET"`: not the default folder in silence)
+        raise C.UsageError("--output-dir: '' is empty; give a folder, or leave the option out for runs/<date-time>")
     run_dir = Path(args.output_dir) if args.output_dir else (
         Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    if (why := not_utf8(run_dir)):  # before anything is made: TensorBoard's writer would fail on it after
+        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used: {why}, and TensorBoard's "
+                           f"event files need a UTF-8 path; choose another name")
     try:
         return _check_run_dir(run_dir, args.resume, start)
     except OSError as e:  # a name too long, a read-only or full file system, permissions
@@ -137,7 +142,10 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         if not latest_path(run_dir / "agent_0").is_file():  # several DQN agents: one folder each
             require_checkpoint(latest_path(run_dir))
         return run_dir
-    if run_dir.exists() and (not run_dir.is_dir() or any(p.name != runlock.LOCK_NAME for p in run_dir.iterdir())):
+    if run_dir.exists() and not run_dir.is_dir():  # (a file, a device: /dev/null)
+        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' is {file_kind(run_dir.stat().st_mode)}, "
+                           f"not a folder; choose a new folder")
+    if run_dir.exists() and any(p.name != runlock.LOCK_NAME for p in run_dir.iterdir()):
         if run_dir.is_dir() and (who := runlock.holder(run_dir)):
             raise runlock.FolderBusy(f"--output-dir: '{run_dir}' is in use: {who} is training there; one writer "
                                      f"per run folder: choose a new folder")

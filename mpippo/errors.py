@@ -60,6 +60,49 @@ def say(line: str) -> None:
         pass
 
 
+class ReaderMayLeave:
+    """A console stream whose reader may go away (`run_mpi.py | head -3`, `bench.py | head -3`): the
+    rest of its output is dropped and the work goes on (a BrokenPipeError had ended a one-rank run with
+    a traceback and no checkpoint, and lost a tool's results, printed before they were written)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:  # the descriptor itself to /dev/null: the stream's buffer and children's output too
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError):  # (a stream without a descriptor: its writes keep failing, caught above)
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def let_readers_leave() -> tuple:
+    """stdout and stderr as ReaderMayLeave (once; None: started with it closed, where print() does
+    nothing). Returns the streams it found, for an in-process caller's to be put back."""
+    found = (sys.stdout, sys.stderr)
+    for name, stream in zip(("stdout", "stderr"), found):
+        if stream is not None and not isinstance(stream, ReaderMayLeave):
+            setattr(sys, name, ReaderMayLeave(stream))
+    return found
+
+
 def say_last(line: str, final: bool = True) -> None:
     """The line a process ends with, once: its main thread and the hang watch (runctl.watch_alone,
     which ends a process whose main thread native code holds) may both reach it, and both then end

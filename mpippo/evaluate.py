@@ -327,15 +327,7 @@ def check_options(args) -> None:
             raise C.UsageError(f"{flag}: must be <= {hi:,}, got {C.show(value)}; {allowed}")
     if args.video is not None and args.video.suffix.lower() != ".mp4":
         raise C.UsageError(f"--video: '{C.show(str(args.video))[1:-1]}' must end in .mp4")
-    if args.video is not None and args.json is not None and _real(args.video) == _real(args.json):
-        raise C.UsageError(f"--json and --video: both name '{C.show(str(args.json))[1:-1]}'; give two files")
-
-
-def _real(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop, a name too long: compared as given
-        return path.absolute()
+    toolcli.distinct_outputs((args.json, "--json"), (args.video, "--video"))
 
 
 def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
@@ -343,7 +335,7 @@ def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
     run's metrics and config."""
     if path is None:
         return
-    out, ckpt = _real(path), _real(checkpoint)
+    out, ckpt = toolcli.real(path), toolcli.real(checkpoint)
     in_run = ckpt.parent.name == CHECKPOINTS
     run_files = {ckpt.parent.parent / METRICS, ckpt.parent.parent / "config.yaml"} if in_run else set()
     if out == ckpt or (in_run and out.parent == ckpt.parent) or out in run_files:

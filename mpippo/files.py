@@ -163,6 +163,19 @@ def open_regular(path: str | Path):
     return os.fdopen(fd, "rb")
 
 
+def not_utf8(path: str | Path) -> str | None:
+    """Why a path is no UTF-8 text, or None. TensorBoard's writer and reader encode a run's path as
+    UTF-8: a folder whose name holds another encoding's byte failed there with a traceback."""
+    try:
+        raw = os.fsencode(str(path))
+        raw.decode("utf-8")
+    except UnicodeEncodeError:  # (a lone surrogate read back from JSON: no file's name holds one)
+        return "its name holds a character no file name can (a lone surrogate)"
+    except UnicodeDecodeError as e:
+        return f"its name is not UTF-8 (byte 0x{raw[e.start]:02x})"
+    return None
+
+
 def missing_folders(folder: Path) -> list[Path]:
     """`folder` and its parents that do not exist yet, outermost first: what a mkdir(parents=True)
     of it will create, so that an early exit can remove exactly those (remove_if_empty)."""
@@ -285,11 +298,23 @@ def is_count(v: Any) -> bool:
     return type(v) is int and 0 <= v <= C.INT64_MAX
 
 
+# float32's largest: the trainer computes its measurements in float32 or rounds them from float64 ones of
+# its own, and a figure's axis limits overflow with a value near float64's largest (1.7e308)
+MAX_MEASURE = 3.4028234663852886e38
+
+
 def is_number(v: Any) -> bool:
-    """A JSON value a measurement may be: int or float, not bool, finite or NaN ('not measured')."""
+    """A JSON value a measurement may be: int or float, not bool, of at most MAX_MEASURE in size, or
+    NaN ('not measured')."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False
-    return abs(v) <= C.INT64_MAX if isinstance(v, int) else not math.isinf(v)
+    return abs(v) <= C.INT64_MAX if isinstance(v, int) else (math.isnan(v) or abs(v) <= MAX_MEASURE)
+
+
+def not_a_number(v: Any) -> str:
+    """The words for a value is_number refuses."""
+    past = type(v) is float and math.isfinite(v) and abs(v) > MAX_MEASURE  # (an int is refused past 2**63)
+    return f"expected a number, got {show(v)}" + (f" (past {MAX_MEASURE:.3g}, float32's largest)" if past else "")
 
 
 def check_metrics(m: dict, path: Path) -> dict:
@@ -305,7 +330,7 @@ def check_metrics(m: dict, path: Path) -> dict:
     for key in _NUMBERS:
         v = m.get(key)
         if v is not None and not is_number(v):
-            raise _problem(path, what, f"{key}: expected a number, got {show(v)}")
+            raise _problem(path, what, f"{key}: {not_a_number(v)}")
     if "finished" in m and not isinstance(m["finished"], bool):
         raise _problem(path, what, f"finished: expected true or false, got {show(m['finished'])}")
     if m.get("stop_reason") is not None and m["stop_reason"] not in _STOP_REASONS:

@@ -16,7 +16,7 @@ import numpy as np
 
 from mpippo.usage import UsageError, reason
 from mpippo.metrics.tags import chart, readable
-from mpippo.files import METRICS, read_metrics, read_run_config
+from mpippo.files import METRICS, not_utf8, read_metrics, read_run_config
 from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown
 
 
@@ -107,6 +107,8 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from tensorboard.compat.tensorflow_stub.errors import OpError
     if not logs.is_dir():
         return np.zeros(0), np.zeros(0), np.zeros(0)
+    if (why := not_utf8(logs)):  # (TensorBoard encodes the path: its error would blame the event files)
+        raise NotARun(f"logs '{shown(logs)}': {why}, which TensorBoard's reader cannot open; rename the folder")
     try:  # TensorBoard opens each event file plainly: a FIFO by such a name would hold it forever
         odd = [e.name for e in os.scandir(logs) if "tfevents" in e.name and not e.is_file()]
     except OSError as e:

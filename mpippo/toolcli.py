@@ -25,6 +25,7 @@ import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,12 +33,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpippo.checkpoint import latest_path
-from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folders, remove_if_empty
+from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folders, not_a_number, remove_if_empty
 from mpippo import config as C
 from mpippo import launch, shutdown
 from mpippo.config import INT64_MAX, UsageError, show
-from mpippo.usage import refusal
-from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure, say_last
+from mpippo.usage import file_kind, reason, refusal
+from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure, let_readers_leave, say_last
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE
 from mpippo.usage import Parser as _Parser
@@ -139,9 +140,7 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
             signal.signal(sig, _raise_stopped)
             _installed.add(sig)
-    stdout = sys.stdout
-    if stdout is not None:  # (None: started with its stdout closed, where print() does nothing)
-        sys.stdout = _ReaderMayLeave(stdout)
+    streams = let_readers_leave()
     try:
         return main(argv)
     except Stopped as e:
@@ -170,7 +169,7 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         say(f"'{shown(e.filename)}': {e.strerror or e}" if e.filename else f"{e.strerror or e}")
         return EXIT_USAGE if e.errno in BAD_NAMES else EXIT_FAILURE  # (a name the user gave, or the machine's)
     finally:
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = streams
 
 
 def escape_unencodable() -> None:
@@ -179,35 +178,6 @@ def escape_unencodable() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-
-
-class _ReaderMayLeave:
-    """A tool's stdout whose reader may go away (`bench.py | head -3`): the rest of its output is
-    dropped and the work goes on to write its results (a BrokenPipeError lost them, printed first)."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except BrokenPipeError:
-            self._drop()
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            self._drop()
-
-    def _drop(self) -> None:  # the descriptor itself to /dev/null: the stream's buffer and children's output too
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, self._stream.fileno())
-        os.close(null)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
 
 
 def exit_process(code: int):
@@ -292,16 +262,53 @@ def _probe(folder: Path, name: str, flag: str, target: Path) -> None:
         remove_if_empty(made)
 
 
+def _replaceable(path: Path, flag: str) -> None:
+    """An output is written by renaming a new file over its name: what is there must be a file or
+    nothing. A link would be replaced, not followed (--json /dev/stdout), and a device or FIFO by that
+    name would become a file (--json /dev/null, as root): refused, naming what is there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:  # (a name too long, a path through a file: _probe names those)
+        if e.errno in (errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP):
+            return
+        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{flag}: '{shown(path)}' is a folder; give a file name")
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{flag}: '{shown(path)}' is {file_kind(mode)}, which the output would replace; "
+                         f"give a new file's name or a file's")
+
+
+def real(path: Path) -> Path:
+    """The file a name leads to, to compare two names by (a symlink loop, a name too long: as given)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(path).absolute()
+
+
+def distinct_outputs(*named: tuple[Path | None, str]) -> None:
+    """(path, flag) pairs of one command's outputs: no two may lead to one file (the later write
+    would replace the earlier, and the command would say it wrote both)."""
+    seen: dict[Path, str] = {}
+    for path, flag in named:
+        if path is None:
+            continue
+        key = real(path)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag}: both name '{shown(path)}'; give two files")
+        seen[key] = flag
+
+
 def output_file(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
-    """A file the tool will write: not a folder, one of `suffixes` (when given), in a folder it can write."""
+    """A file the tool will write: a file or nothing by that name, one of `suffixes` (when given), in a
+    folder it can write."""
     path = Path(path)
     if suffixes and path.suffix.lower() not in suffixes:
         raise UsageError(f"{flag}: '{shown(path)}' must end in {' or '.join(suffixes)}")
-    try:
-        if path.is_dir():
-            raise UsageError(f"{flag}: '{shown(path)}' is a folder; give a file name")
-    except OSError as e:
-        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+    _replaceable(path, flag)
     _probe(path.parent, path.name, flag, path)
     return path
 
@@ -315,6 +322,7 @@ def output_folder(path: Path, flag: str, files: tuple[str, ...] = ()) -> Path:
         for name in files:
             if (path / name).is_dir():
                 raise UsageError(f"{flag}: '{shown(path / name)}' is a folder, where {flag} writes the file {name}")
+            _replaceable(path / name, flag)
     except OSError as e:
         raise UsageError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
     _probe(path, max(files, key=len, default="x"), flag, path)
@@ -369,13 +377,30 @@ def panels(plt, n: int, width: float, height: float, what: str, dpi: int = 110):
     return fig, list(axes.flat[:n])
 
 
-def save_figure(fig, path: Path, flag: str, dpi: int = 110) -> Path:
-    """A matplotlib figure, rendered in memory and written atomically (format from the suffix)."""
+def render_figure(fig, path: Path, flag: str, dpi: int = 110) -> bytes:
+    """A matplotlib figure laid out (tight) and rendered in memory, in the format of `path`'s suffix, and
+    closed. Its text is drawn as its escape where no font encodes it (a lone surrogate a metrics file
+    held: FreeType's TypeError); a value too large to draw (1.7e308 in a damaged metrics file, whose
+    axis limits overflow) is one line naming the output, not matplotlib's traceback."""
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
     buf = io.BytesIO()
-    fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png", dpi=dpi)
-    plt.close(fig)
-    return write_bytes(path, buf.getvalue(), flag)
+    try:
+        for text in fig.findobj(Text):  # (a walk that lays the axes out: inside the try)
+            text.set_text(text.get_text().encode(errors="backslashreplace").decode())
+        fig.tight_layout()
+        fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png", dpi=dpi)
+    except (ValueError, OverflowError) as e:  # (numpy's LinAlgError is a ValueError: a singular transform)
+        raise UsageError(f"{flag}: '{shown(path)}' cannot be drawn: a value the runs' files hold is past what a "
+                         f"figure can show ({reason(e, 120)})") from None
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def save_figure(fig, path: Path, flag: str, dpi: int = 110) -> Path:
+    """A matplotlib figure (render_figure), written atomically."""
+    return write_bytes(path, render_figure(fig, path, flag, dpi), flag)
 
 
 # ---- the parts of mpippo's files a tool uses ----
@@ -386,7 +411,7 @@ class Maybe:
         self.spec = spec
 
 
-NUMBER = "a number"  # int or float, not bool, not infinite (NaN stands for 'not measured')
+NUMBER = "a number"  # int or float, not bool, not infinite, at most float32's largest (NaN: 'not measured')
 COUNT = "a non-negative integer"
 TEXT = "a string"
 FLAG = "true or false"
@@ -420,7 +445,9 @@ def _mismatch(value: Any, spec, where: str) -> str | None:
             if (bad := _mismatch(item, spec[0], f"{where}[{i}]")):
                 return bad
         return None
-    return None if _CHECKS[spec](value) else f"{where}: expected {spec}, got {show(value)}"
+    if _CHECKS[spec](value):
+        return None
+    return f"{where}: {not_a_number(value)}" if spec is NUMBER else f"{where}: expected {spec}, got {show(value)}"
 
 
 def conform(data: Any, spec, path: Path, what: str = "metrics file") -> Any:

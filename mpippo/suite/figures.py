@@ -1,13 +1,12 @@
 """The suite report's figures: each game's curves over the paper's, and the aggregate scores."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
 from mpippo.files import atomic_write_bytes
-from mpippo.toolcli import panels
+from mpippo.toolcli import panels, render_figure
 from mpippo.runs import NotARun, load_runs
 from mpippo.suite import state
 from mpippo.suite.spec import Suite
@@ -20,10 +19,7 @@ def _plt():
 
 
 def _save(fig, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, render_figure(fig, path, "the report's figure", dpi=100))
 
 
 def member_curves(suite: Suite) -> dict:
@@ -78,7 +74,6 @@ def curves(suite: Suite, ref: dict, path: Path) -> dict:
     fig.supxlabel("env steps", fontsize=9)
     fig.supylabel("mean return, last 100 episodes", fontsize=9)
     fig.suptitle(f"suite {suite.name} ({suite.distribution_mode}) against the Procgen paper", fontsize=11)
-    fig.tight_layout()
     _save(fig, path)
     return drawn
 
@@ -97,5 +92,4 @@ def aggregate(agg: dict, path: Path) -> None:
         ax.set_yticks(range(len(variants)), variants)
         ax.set_title(f"{key.upper() if key == 'iqm' else 'mean'} normalized score (95% CI)", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     _save(fig, path)

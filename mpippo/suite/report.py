@@ -138,7 +138,7 @@ def differs_from_default(suite: Suite, member_cfg: dict) -> list[str]:
     'model.init: torch (today: glorot)'. `auto` precision today matches what a member resolved it to."""
     # values only, not validated: the base config need not suit the suite's budget (the variants make it fit)
     errors: list[str] = []
-    today = C.from_dict(C.load_yaml(suite.base_config), errors).to_dict()
+    today = C.from_dict(C.load_yaml(suite.config_file), errors).to_dict()
     algo = today["training"]["algo"]
     out = []
     for section, keys in today.items():

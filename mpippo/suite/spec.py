@@ -36,6 +36,7 @@ SUITE_OWNED = {("env", "name"), ("env", "distribution_mode"), ("training", "tota
 MAX_MEMBERS = 1000  # array indices 0..999: within Slurm's default MaxArraySize (1001)
 LIMITS = {"ranks": 100_000, "cpus_per_rank": 4096, "gpus_per_rank": 64}
 TIME = re.compile(r"(\d{1,3}-)?\d{1,4}(:\d{2}){0,2}")
+ROOT = Path(__file__).resolve().parents[2]  # the repository: where the members run, and configs/suites/
 SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: no trailing newline slips through
 
 
@@ -86,6 +87,12 @@ class Suite:
     @property
     def folder(self) -> Path:
         return self.root / "suites" / self.name
+
+    @property
+    def config_file(self) -> Path:
+        """base_config as the members read it: they run from the repository root (Slurm's batch script
+        and --local alike), whichever folder the suite was started from."""
+        return ROOT / self.base_config
 
     def members(self) -> list[Member]:
         """Variant-major, then game, then seed: the same file always gives the same order."""
@@ -144,10 +151,10 @@ def load(path: str | Path, root: str | Path = "runs") -> Suite:
 def _find(path: Path) -> Path:
     if path.is_file():
         return path
-    for candidate in (Path("configs/suites") / f"{path}.yaml", Path("configs/suites") / path):
+    for candidate in (ROOT / "configs/suites" / f"{path}.yaml", ROOT / "configs/suites" / path):
         if candidate.is_file():
-            return candidate
-    raise SuiteError(f"suite '{path}': no such file (nor configs/suites/{path}.yaml)")
+            return candidate.relative_to(ROOT) if Path.cwd() == ROOT else candidate  # (as its lines name it)
+    raise SuiteError(f"suite '{path}': no such file (nor configs/suites/{path}.yaml in the repository)")
 
 
 def _check(s: Suite) -> None:
@@ -182,8 +189,9 @@ def _check(s: Suite) -> None:
         raise SuiteError(f"{where}: distribution_mode: {C.show(s.distribution_mode)} is not one of easy, hard")
     if _breaks_line(s.base_config):  # (the batch script reads a member's options one a line)
         raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} holds a line break or a NUL")
-    if not Path(s.base_config).is_file():
-        raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} is not a file (paths are from the repository root)")
+    if not s.config_file.is_file():
+        raise SuiteError(f"{where}: base_config: {C.show(s.base_config)} is not a file (a relative path is from the "
+                         f"repository root, {C.show(str(ROOT))}, where the members run)")
     if not s.variants:
         raise SuiteError(f"{where}: variants: at least one (default: [] runs the base config as it is)")
     for i, (name, overrides) in enumerate(s.variants.items()):
@@ -211,7 +219,7 @@ def _check_variant(s: Suite, name: str, overrides: list[str], every_game: bool =
         firsts = {envs.family_of(g).name: g for g in reversed(s.games)}  # each family's first game
         for game in s.games if every_game else firsts.values():
             mode = [("env", "distribution_mode", s.distribution_mode)] if reads_mode(game) else []
-            cfg = C.build(C.load_yaml(s.base_config), sets + [("env", "name", game), *mode,
+            cfg = C.build(C.load_yaml(s.config_file), sets + [("env", "name", game), *mode,
                                                               ("training", "total_timesteps", s.budget)], s.ranks)
     except SuiteError:
         raise

@@ -1,12 +1,15 @@
 """The real command line, tiny budgets: outputs, bad input, resume, fail-stop."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import yaml
 
-from conftest import SMOKE_TOY, metrics, ok, trainer
+from conftest import ROOT, SMOKE_TOY, metrics, mpi_env, ok, trainer
 from mpippo import runctl
 from mpippo.metrics.timers import PHASES
 
@@ -99,10 +102,20 @@ def test_two_ranks_write_every_output(tmp_path, monkeypatch):
     check_outputs(run_dir, world_size=2, envs_per_rank=4, timesteps=512)
 
 
-def test_plain_python_is_the_sequential_mode(tmp_path):
+def test_plain_python_is_the_sequential_mode_and_goes_on_when_its_reader_leaves(tmp_path):
+    """`python run_mpi.py ... | head -2`: the reader of its stdout is gone before the first line, and the
+    run still trains to its budget and writes every output (a BrokenPipeError had ended it with a
+    traceback, exit 1, no checkpoint)."""
     run_dir = tmp_path / "run"
-    res = ok(trainer(None, TOY_SMOKE + ["--output-dir", str(run_dir)]))
-    assert "1 rank(s) x 8 envs" in res.stdout
+    read, write = os.pipe()
+    os.close(read)  # (every write to it is EPIPE from now on: no race with what the run prints)
+    try:
+        proc = subprocess.run([sys.executable, "run_mpi.py"] + TOY_SMOKE + [
+            "--output-dir", str(run_dir), "--set", "logging.print_interval=1"], cwd=ROOT, env=mpi_env(),
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=180)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     check_outputs(run_dir, world_size=1, envs_per_rank=8, timesteps=512, env="toy-cue")
 
 

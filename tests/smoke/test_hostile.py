@@ -294,7 +294,14 @@ CASES = [
     # ---- the run folder ----
     Case("output-name-too-long", train(*TOY, "--output-dir", "TMP/" + "x" * 300), "File name too long"),
     Case("output-under-a-file", train(*TOY, "--output-dir", "TMP/f/run", files={"f": "x"}), "Not a directory"),
-    Case("output-is-a-file", train(*TOY, "--output-dir", "TMP/f", files={"f": "x"}), "exists and is not empty"),
+    Case("output-is-a-file", train(*TOY, "--output-dir", "TMP/f", files={"f": "x"}), "f' is a file, not a folder"),
+    Case("output-is-a-device", train(*TOY, "--output-dir", "/dev/null"), "'/dev/null' is a character device, not a folder"),
+    Case("output-empty", train(*TOY, "--output-dir", ""), "--output-dir: '' is empty; give a folder"),
+    # TensorBoard's writer encodes the path as UTF-8: it raised after config.yaml and the folders were made
+    Case("output-name-not-utf8", train(*TOY, "--output-dir", "TMP/new/bad\udcffname"),
+         "bad\\udcffname' cannot be used: its name is not UTF-8 (byte 0xff)", check=lambda t: not (t / "new").exists()),
+    Case("output-name-not-utf8-resume", train("--resume", "--output-dir", "TMP/r\udce9", files={
+        "r\udce9/checkpoints/latest.pt": b"not read"}), "its name is not UTF-8 (byte 0xe9)"),
     Case("output-not-empty", train(*TOY, "--output-dir", "TMP/r", files={"r/keep.txt": "keep me"}),
          "exists and is not empty"),
     Case("bad-input-removes-new-folders", train(*TOY, "--output-dir", "TMP/new/run", "--set", "training.lr=1", ranks=2),

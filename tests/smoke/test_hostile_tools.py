@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -81,6 +82,22 @@ AVP_DIRS = ("--root", "TMP/root", "--out", "TMP/out")  # never the defaults (run
 def event_fifo(tmp: Path) -> None:
     (tmp / "run" / "logs").mkdir(parents=True)
     os.mkfifo(tmp / "run" / "logs" / "events.out.tfevents.1.host")
+
+
+def planted(name: str, link_to: str | None = None):
+    """prepare: a FIFO named `name` in the case folder, or (link_to) a symbolic link to that name there."""
+    def prepare(tmp: Path) -> None:
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        if link_to is None:
+            os.mkfifo(tmp / name)
+        else:
+            os.symlink(tmp / link_to, tmp / name)
+    return prepare
+
+
+def still(name: str, kind):
+    """check: `name` in the case folder is still what the case planted (an output replaces by renaming)."""
+    return lambda tmp: kind(os.lstat(tmp / name).st_mode)
 
 
 def event_file(record: bytes | None):
@@ -180,6 +197,13 @@ CASES = [
          "is a file, not a folder"),
     Case("compare-out-png-is-folder", tool(CMP, "TMP/run", "--out", "TMP/o", files={**run_files(), "o/comparison.png/": None}),
          "comparison.png' is a folder, where --out writes"),
+    # an output is a new file renamed over the name: a FIFO or a link there would be replaced by a file
+    Case("compare-out-png-is-fifo", tool(CMP, "TMP/run", "--out", "TMP/o", files=run_files(),
+                                         prepare=planted("o/comparison.png")),
+         "comparison.png' is a FIFO, which the output would replace", check=still("o/comparison.png", stat.S_ISFIFO)),
+    # past float32's largest: the figure's axis limits overflowed (a traceback after the table)
+    Case("compare-metrics-number-huge", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(fps_steady=1.7e308)),
+         "fps_steady: expected a number, got 1.7e+308 (past 3.4e+38, float32's largest)"),
     Case("compare-run-missing", tool(CMP, "TMP/nothing", "--out", "TMP/out"), "nothing': no such folder"),
     Case("compare-no-run", tool(CMP, "--out", "TMP/out"), "give at least one run folder"),
     # ---- analysis/scaling_sweep.py (make scaling) ----
@@ -217,6 +241,12 @@ CASES = [
     Case("curves-out-not-png", tool(CURVES, "TMP/run", "--out", "TMP/c.gif", files=run_files()), "must end in .png"),
     Case("curves-out-is-folder", tool(CURVES, "TMP/run", "--out", "TMP/d.png", files={**run_files(), "d.png/": None}),
          "is a folder; give a file name"),
+    Case("curves-out-is-link", tool(CURVES, "TMP/run", "--out", "TMP/c.png", files={**run_files(), "mine.png": "x"},
+                                    prepare=planted("c.png", link_to="mine.png")),
+         "c.png' is a symbolic link, which the output would replace", check=still("c.png", stat.S_ISLNK)),
+    Case("curves-out-is-dangling-link", tool(CURVES, "TMP/run", "--out", "TMP/c.png", files=run_files(),
+                                             prepare=planted("c.png", link_to="elsewhere.png")),
+         "c.png' is a symbolic link", check=still("c.png", stat.S_ISLNK)),
     # TensorBoard opens a run's event files plainly: a FIFO by such a name would hold the tool forever
     Case("curves-metrics-event-file-fifo", tool(CURVES, "TMP/run", "--out", "TMP/out/c.png", files=run_files(),
                                                 prepare=event_fifo), "'events.out.tfevents.1.host' is not a file"),
@@ -251,6 +281,9 @@ CASES = [
     Case("selfplay-metrics-text-win-rate", tool(SELF, "TMP/run", "--out", "TMP/out/s.png", files=run_files(
         json.dumps(SELFPLAY).replace('"win_rate": 0.75', '"win_rate": "most"', 1))),
          "selfplay.ratings[0].random.win_rate: expected a number, got 'most'"),
+    Case("selfplay-metrics-elo-huge", tool(SELF, "TMP/run", "--out", "TMP/out/s.png", files=run_files(
+        json.dumps(SELFPLAY).replace('"elo": 5.0', '"elo": 1.7e308', 1))),
+         "selfplay.heuristics.lookahead.elo: expected a number, got 1.7e+308 (past"),  # (a singular transform)
     Case("selfplay-metrics-not-utf8", tool(SELF, "TMP/run", "--out", "TMP/out/s.png", files=run_files(b"\xfe\xff{}")),
          "not UTF-8 text"),
     Case("selfplay-out-not-png", tool(SELF, "TMP/run", "--out", "TMP/s.svgz", files=run_files(SELFPLAY)),
@@ -327,6 +360,11 @@ CASES = [
                                                          "--n-steps", "8", "--minibatches", "8"),
          "--envs-per-rank: 4097 is more than"),
     Case("bench-out-is-folder", tool(BENCH, "--out", "TMP/d", files={"d/": None}), "is a folder; give a file name"),
+    Case("bench-out-is-fifo", tool(BENCH, "--out", "TMP/r.json", prepare=planted("r.json")),
+         "r.json' is a FIFO, which the output would replace", check=still("r.json", stat.S_ISFIFO)),
+    Case("learner_bench-out-profile-is-out", tool("benchmarks/learner_bench.py", "--dry-run", "--out", "TMP/lb.json",
+                                                  "--profile-out", "TMP/lb.json"),
+         "--out and --profile-out: both name"),
     Case("bench-out-under-file", tool(BENCH, "--out", "TMP/f/r.json", files={"f": "x"}), "is a file, not a folder"),
     Case("bench_dqn-world-zero", tool(DQN, "--actors", "0"), "--actors: 0 is out of range"),
     Case("bench_dqn-env", tool(DQN, "--env", "mujoco"), "argument --env: invalid choice: 'mujoco' (choose from 'atari', 'procgen')"),

@@ -119,6 +119,23 @@ def test_missing_suite_and_bad_options_are_one_line(tmp_path):
         assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+def test_a_suite_started_from_another_folder_reads_the_repository_and_imports_nothing_there(tmp_path, monkeypatch):
+    """The members run from the repository root: a suite's name and its base_config are found there, from
+    whichever folder `python -m mpippo.suite` starts (they were looked up from the current folder, and a
+    base_config only that folder held passed the check, to fail in every member). And `python -m` puts the
+    current folder first on sys.path: a yaml.py there (a shared or run folder) ran in place of PyYAML."""
+    (tmp_path / "yaml.py").write_text("raise SystemExit('planted yaml.py ran')\n")
+    res = subprocess.run([sys.executable, "-m", "mpippo.suite", "status", "tiny", "--root", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "planted" not in res.stderr and "suite tiny:" in res.stdout, res.stderr
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text((ROOT / "configs/smoke.yaml").read_text())
+    assert spec.load("tiny", tmp_path).config_file == ROOT / yaml.safe_load(TINY.read_text())["base_config"]
+    with pytest.raises(UsageError, match="base_config: 'mine.yaml' is not a file \\(a relative path is from the "
+                                         "repository root"):
+        spec.load(write_suite(tmp_path, base_config="mine.yaml"), tmp_path)
+
+
 def fake_member(m, steps, ret, finished=True, log=None):
     m.folder.mkdir(parents=True, exist_ok=True)
     (m.folder / "benchmark_metrics.json").write_text(json.dumps(

@@ -153,9 +153,9 @@ def test_a_failed_component_measurement_says_why(tmp_path, monkeypatch):
 
 
 def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(tmp_path):
-    """`tool | head -1`: the rest of the output is dropped and the results are still written (a
-    BrokenPipeError lost them); a name with a lone surrogate or an undecodable byte is printed and
-    written as its escape (a UnicodeEncodeError after the work)."""
+    """`tool 2>&1 | head -1`: the rest of the output, stdout's and stderr's, is dropped and the results
+    are still written (a BrokenPipeError lost them); a name with a lone surrogate or an undecodable
+    byte is printed and written as its escape (a UnicodeEncodeError after the work)."""
     out = tmp_path / "report.txt"
     script = textwrap.dedent(f"""
         import sys
@@ -164,6 +164,8 @@ def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(t
         def main(argv):
             for i in range(20000):
                 print("run\\udce9", i)
+            for i in range(20000):
+                print("note", i, file=sys.stderr)
             toolcli.write_text(__import__("pathlib").Path({str(out)!r}), "algo \\ud800\\n", "--out")
             return 0
         toolcli.exit_process(toolcli.run("t", main))
@@ -171,12 +173,50 @@ def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(t
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.readline()
     proc.stdout.close()  # the reader goes away
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
-    assert first == b"run\\udce9 0\n" and out.read_bytes() == b"algo \\ud800\n"
+    note = proc.stderr.readline()
+    proc.stderr.close()  # and stderr's (a traceback would be exit 1)
+    assert proc.wait(timeout=60) == 0
+    assert first == b"run\\udce9 0\n" and note == b"note 0\n" and out.read_bytes() == b"algo \\ud800\n"
     out.unlink()  # started with no stdout at all (`tool >&-`: sys.stdout is None), it runs as before
     closed = subprocess.run(["bash", "-c", f"{sys.executable} -c \"$0\" >&-", script], capture_output=True, text=True)
     assert closed.returncode == 0 and "Traceback" not in closed.stderr and out.exists(), closed.stderr
+
+
+def test_an_output_replaces_only_a_file_and_two_outputs_never_share_one(tmp_path):
+    """An output is a new file renamed over its name: --json /dev/null (as root) had replaced the device
+    with a file, and a link by that name (--json /dev/stdout) became a file; both are refused, naming
+    what is there. Two outputs of one command naming one file: the later write had replaced the earlier."""
+    with pytest.raises(UsageError, match="'/dev/null' is a character device, which the output would replace"):
+        toolcli.output_file(Path("/dev/null"), "--json")
+    (tmp_path / "d").mkdir()
+    os.symlink(tmp_path / "d", tmp_path / "to-d")
+    with pytest.raises(UsageError, match="to-d' is a symbolic link"):
+        toolcli.output_file(tmp_path / "to-d", "--out")
+    with pytest.raises(UsageError, match="d' is a folder, where --out writes the file d"):
+        toolcli.output_folder(tmp_path, "--out", ("d",))
+    (tmp_path / "r.json").write_text("{}")
+    assert toolcli.output_file(tmp_path / "r.json", "--out") == tmp_path / "r.json"  # a file: replaced, as before
+    toolcli.distinct_outputs((tmp_path / "a.json", "--out"), (None, "--video"), (tmp_path / "b.txt", "--table"))
+    with pytest.raises(UsageError, match="--out and --table: both name"):
+        toolcli.distinct_outputs((tmp_path / "a.json", "--out"), (tmp_path / "d" / ".." / "a.json", "--table"))
+
+
+def test_a_figure_draws_text_no_font_encodes_and_refuses_values_past_its_range():
+    """Every tool's figure goes through toolcli.render_figure: a run's name or algo holding a lone
+    surrogate (read back from JSON) had failed in FreeType (TypeError); a value near float64's largest
+    overflows matplotlib's axis limits (ValueError) or its transforms (a singular matrix): one line naming
+    the output. (The metrics readers refuse such values first: NUMBER is at most float32's largest.)"""
+    plt = toolcli.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4], label="run\ud800 \udcff")
+    ax.set_title("algo \ud800")
+    ax.legend()
+    assert toolcli.render_figure(fig, Path("f.png"), "--out").startswith(b"\x89PNG")
+    fig, ax = plt.subplots()
+    ax.plot([0.0, 1.7e308])
+    with pytest.raises(UsageError, match="--out: 'f.png' cannot be drawn: a value the runs' files hold is past"):
+        toolcli.render_figure(fig, Path("f.png"), "--out")
+    assert files.is_number(3.4e38) and files.is_number(float("nan")) and not files.is_number(1.7e308)
 
 
 @pytest.fixture
