@@ -27,6 +27,7 @@ from mpippo import faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.files import atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
+from mpippo.envs import gym as gym_envs
 from mpippo.errors import JobFailure
 from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
@@ -128,8 +129,8 @@ def _choose_run_dir(args, start: _StartUp) -> Path:
     if (why := not_utf8(run_dir)):  # before anything is made: TensorBoard's writer would fail on it after
         raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used: {why}, and TensorBoard's "
                            f"event files need a UTF-8 path; choose another name")
-    try:
-        return _check_run_dir(run_dir, args.resume, start)
+    try:  # absolute now: a user's env may change the working folder (os.chdir), and the run would go there
+        return _check_run_dir(run_dir.absolute(), args.resume, start)
     except OSError as e:  # a name too long, a read-only or full file system, permissions
         raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({e.strerror or e})") from None
 
@@ -244,8 +245,8 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     run_dir = _run_dir(world, args, start)
     cfg, note = _config(world, args, overrides, run_dir, start)
     trainer = _trainer(world, args, cfg, run_dir, start)
-    if (replaced := signals.reclaim()) and world.is_root:  # the envs' code ran: their handlers are undone
-        print(f"mpippo: warning: the env's code set its own handler for {', '.join(replaced)}; mpippo's is back "
+    if (undone := signals.reclaim() + gym_envs.undone()) and world.is_root:  # the envs' code ran: undone
+        print(f"mpippo: warning: the env's code {' and '.join(undone)}; mpippo's is back "
               f"(a stop or a requeue checkpoints as usual)", flush=True)
     runctl.end_startup_gc_pause()
     if note and world.is_root:

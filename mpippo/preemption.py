@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -109,13 +110,16 @@ class SignalFlags:
         """The handlers again, once the user's code has run (env.import's module, the envs' constructors
         and first reset): a library that set its own (SDL's for SIGINT and SIGTERM, a simulator's)
         would otherwise decide what a stop or a requeue does, and the run's last minutes would be lost.
-        Returns the signals whose Python handler had been replaced (one a C library set is undone too,
-        unseen); flags that were never installed (an API caller's own) install nothing."""
+        Returns what was undone, in words: the signals whose Python handler had been replaced (one a C
+        library set is undone too, unseen), and those the code had blocked (pthread_sigmask: no handler
+        would ever run); flags that were never installed (an API caller's own) install nothing."""
         if _FLAGS is not self:
             return []
         replaced = [sig.name for sig, handler in self._handlers().items() if signal.getsignal(sig) != handler]
         self.install()
-        return replaced
+        blocked = unblock(list(self._handlers()))
+        return ([f"set its own handler for {', '.join(replaced)}"] if replaced else []) + \
+            ([f"blocked {', '.join(blocked)}"] if blocked else [])
 
     def _on_usr1(self, signum, frame):
         self.requeue = True
@@ -127,6 +131,16 @@ class SignalFlags:
 
 
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)  # (SIGUSR1 is a requeue, no stop)
+
+
+def unblock(signals: list) -> list[str]:
+    """Unblock `signals` in this thread (the main one, where Python runs handlers); the names of those
+    that were blocked. An env's constructor that blocks them (a simulator's thread set-up) kept every
+    stop and requeue from arriving: the run trained on through Slurm's warning."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    before = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    return [sig.name for sig in signals if sig in before]
 
 
 def is_second_ctrl_c(signum: int, stopped: bool) -> bool:

@@ -40,7 +40,7 @@ from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import file_kind, reason, refusal
 from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure, let_readers_leave, say_last
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
-from mpippo.preemption import EXIT_REQUEUE
+from mpippo.preemption import EXIT_REQUEUE, unblock
 from mpippo.usage import Parser as _Parser
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: run_mpi.py, configs/
@@ -123,9 +123,11 @@ def stops_held():
 
 
 def reclaim_stops() -> None:
-    """The stop handlers again, after a user's code ran (an env's constructor may set its own: SDL's)."""
+    """The stop handlers again, after a user's code ran (an env's constructor may set its own: SDL's),
+    and the stops unblocked (one that blocks them: preemption.unblock)."""
     for sig in _installed:
         signal.signal(sig, _raise_stopped)
+    unblock(sorted(_installed))
 
 
 BAD_NAMES = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST})
@@ -279,6 +281,17 @@ def _replaceable(path: Path, flag: str) -> None:
     if not stat.S_ISREG(mode):
         raise UsageError(f"{flag}: '{shown(path)}' is {file_kind(mode)}, which the output would replace; "
                          f"give a new file's name or a file's")
+
+
+def absolute(path: Path | None, flag: str) -> Path | None:
+    """A path the user gave, fixed to the folder the command started in: a user's env may change the
+    working folder (os.chdir in its constructor), and an output checked here would then be written
+    elsewhere. (A folder removed under the command: one line.)"""
+    try:
+        return None if path is None else Path(path).absolute()
+    except OSError as e:
+        raise UsageError(f"{flag}: '{shown(path)}' is relative, and the current folder is gone ({e.strerror or e})") \
+            from None
 
 
 def real(path: Path) -> Path:

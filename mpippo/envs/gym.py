@@ -47,14 +47,37 @@ def _gym():
     return gymnasium
 
 
+_UNDONE: list[str] = []  # what the user's code changed in this process and mpippo put back, not yet said
+
+
+def undone() -> list[str]:
+    """What the user's code (env.import's module, the envs' constructors) changed that mpippo put back
+    since the last call, in words, for the trainer's warning."""
+    said = list(dict.fromkeys(_UNDONE))
+    _UNDONE.clear()
+    return said
+
+
+def _float32_default() -> None:
+    """torch's default dtype back to float32 where the user's code changed it (torch.set_default_dtype:
+    the network's weights became float64 and the update failed on a dtype mismatch, a traceback)."""
+    torch = sys.modules.get("torch")  # (not imported here: the user's code did, if it is loaded)
+    if torch is not None and torch.get_default_dtype() != torch.float32:
+        _UNDONE.append(f"set torch's default dtype to {torch.get_default_dtype()}")
+        torch.set_default_dtype(torch.float32)
+
+
 def _user_import(spec: str, env_name: str) -> None:
     """env.import: the module (its import registers ids), or module:callable registered under
     env.name's id. One line on any failure: the user's module raised, or is not there."""
     module, _, attr = spec.partition(":")
     try:
         mod = importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 (the user's code may raise anything on import)
-        raise UsageError(f"env.import: importing '{module}' failed ({reason(e, 160)})") from None
+        _float32_default()
+    except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's code may raise anything on import, or exit:
+        # its code would have ended the run in silence, 0 or the requeue's 3 included)
+        why = _what(e) if isinstance(e, SystemExit) else reason(e, 160)
+        raise UsageError(f"env.import: importing '{module}' failed ({why})") from None
     if not attr:
         return
     make = getattr(mod, attr, None)
@@ -185,6 +208,11 @@ class GymFamily(EnvFamily):
             env = _make_one(cfg)
             try:
                 self._spaces[key] = _spaces_of(env)
+            except UsageError:
+                raise
+            except Exception as e:  # noqa: BLE001 (the user's env: no observation_space, a property that raises)
+                raise UsageError(f"env.name: '{cfg.env.name}': its spaces cannot be read ({reason(e)}); allowed: a "
+                                 f"gymnasium.Env with observation_space and action_space") from None
             finally:
                 _close(env)  # (a close that fails is said when the run's own envs close)
         return self._spaces[key]
@@ -228,12 +256,14 @@ def _make_one(cfg, render: bool = False):
         warnings.simplefilter("always")
         try:
             env = gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
-        except Exception as e:  # noqa: BLE001 (an env's constructor may raise anything)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 (an env's constructor may raise anything, or exit)
             warned = "".join(f"; it warned: {_plain(w.message)}" for w in said[:1])
+            why = _what(e) if isinstance(e, SystemExit) else reason(e)
             raise UsageError(f"env.name: making '{env_id(cfg.env.name)}' with env.kwargs {_kw(cfg.env.kwargs)} "
-                             f"failed ({reason(e)}){warned}") from None
+                             f"failed ({why}){warned}") from None
     for w in said:  # a refusal is one line (above); an env that was made says what it warned of, as before
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    _float32_default()
     return env
 
 
@@ -301,11 +331,17 @@ class GymVecEnv:
             self.obs = self._cast(obs)
         except UsageError:
             raise
-        except Exception as e:  # noqa: BLE001 (the env's code may raise anything)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 (the env's code may raise anything, or exit)
             _close(getattr(self, "env", None) or first_env)  # the envs made so far
+            why = _what(e) if isinstance(e, SystemExit) else reason(e)
             raise UsageError(f"env.name: '{cfg.env.name}' does not keep to the spaces it declares: making {num_envs} "
-                             f"and resetting them failed ({reason(e)}); each must have the spaces of the first, and "
+                             f"and resetting them failed ({why}); each must have the spaces of the first, and "
                              f"its observations the shape of {_space(first_env.observation_space)}") from None
+        if self.obs.dtype.kind == "f" and not np.isfinite(self.obs).all():  # (the steps' check, for reset's)
+            _close(self.env)
+            raise UsageError(f"env.name: '{cfg.env.name}' returned an observation holding "
+                             f"{self.obs[~np.isfinite(self.obs)].flat[0]} (as float32) from its reset(); allowed: "
+                             f"finite values")
         self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
         self.name, self.steps = cfg.env.name, 0
         self.declared = f"observations {_space(first_env.observation_space)}, actions {_space(first_env.action_space)}"

@@ -2,6 +2,7 @@
 sys.exit(3), returns NaN), through the real CLI in each layout and in evaluate: one line naming the
 env, the rank and where in the env's code, exit 2 (never 3, the requeue code a sys.exit(3) in the env
 would otherwise pass on), no traceback, no hang, and the run's last checkpoint kept."""
+import os
 import platform
 import signal
 import sys
@@ -211,23 +212,33 @@ def test_an_actors_env_that_cannot_be_made_again_on_resume_ends_the_job_in_one_l
     assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before
 
 
-@pytest.mark.parametrize("when", ["signals", "late-signals"])
+UNDONE = {"signals": "set its own handler for SIGUSR1, SIGTERM, SIGINT; mpippo's is back",
+          "process-state": "blocked SIGUSR1, SIGTERM, SIGINT and set torch's default dtype to torch.float64; "
+                           "mpippo's is back"}
+
+
+@pytest.mark.parametrize("when", ["signals", "late-signals", "process-state"])
 def test_an_env_that_sets_its_own_signal_handlers_does_not_take_the_requeue_away(tmp_path, when):
     """The env's constructor (or, late, its 10th step: a library started lazily) sets SIGINT, SIGTERM
     and SIGUSR1 to their default action (as SDL's start-up sets its own): mpippo puts its handlers
     back once the envs are made and says so, and again at each iteration, so Slurm's SIGUSR1 still
-    checkpoints and exits 3 instead of killing the run."""
-    run_dir = tmp_path / "run"
+    checkpoints and exits 3 instead of killing the run. process-state: the constructor blocks those
+    signals (they never arrived: the run trained on), makes torch's default dtype float64 (the update
+    failed on a dtype mismatch) and changes the working folder (the run, named by a relative path, was
+    written in a folder of that name there, unlocked, over what it held)."""
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere" / "deeper"
+    elsewhere.mkdir(parents=True)
+    relative = os.path.relpath(run_dir, ROOT)  # (the test runs from the repository: from the env's folder, another)
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY,
                   "--total-timesteps", "1000000", "--set", f"env.kwargs={{fault: {when}, at: 10}}",
-                  "--set", "logging.print_interval=1", "--output-dir", str(run_dir)],
-                 env={"PYTHONPATH": USER_ENVS})
-    if when == "signals":
+                  "--set", "logging.print_interval=1", "--output-dir", relative],
+                 env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_CHDIR": str(elsewhere)})
+    if when in UNDONE:
         warning = wait_for_line(proc, "mpippo: warning:")  # (before training starts)
-        assert warning.startswith("mpippo: warning: the env's code set its own handler for SIGUSR1, SIGTERM, SIGINT; "
-                                  "mpippo's is back"), warning
+        assert warning.startswith(f"mpippo: warning: the env's code {UNDONE[when]}"), warning
     wait_for_line(proc, "iter     2")
     proc.send_signal(signal.SIGUSR1)
     code, out, err = finish(proc)
     assert code == 3 and "stopped by SIGUSR1 after a checkpoint" in out, (code, out[-2000:], err[-2000:])
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] >= 1
+    assert not os.path.exists(os.path.normpath(elsewhere / relative))  # where the env's folder would have put it

@@ -121,6 +121,24 @@ CASES = [
     Case("gym-import-raises", train(*CARTPOLE, *set_("env.import", "raising_module"), ranks=2,
                                     files={"raising_module.py": "raise RuntimeError('boom at import')\n"}, path="TMP/"),
          "env.import: importing 'raising_module' failed (RuntimeError: boom at import)"),
+    # the user's code calling sys.exit at start-up: its code was the run's (0: nothing trained, in silence; 3: the
+    # requeue's); on one rank of two the other waited forever
+    Case("gym-import-exits-on-one-rank", train(*CARTPOLE, *set_("env.import", "exiting"), ranks=2, files={
+        "exiting.py": "import os, sys\nif os.environ.get('OMPI_COMM_WORLD_RANK') == '1':\n    sys.exit(3)\n"},
+        path="TMP/"), "env.import: importing 'exiting' failed (called sys.exit(3))"),
+    Case("gym-import-exits-zero", train(*CARTPOLE, *set_("env.import", "exiting"), files={
+        "exiting.py": "import sys\nsys.exit(0)\n"}, path="TMP/"), "importing 'exiting' failed (called sys.exit(0))"),
+    Case("gym-user-env-exits-in-constructor", train(*USER, *set_("env.name", "gym:mpippo-test/Faulty-v0"),
+                                                    *set_("env.kwargs", "{fault: exit-make, rank: 1}"), ranks=2),
+         "making 'mpippo-test/Faulty-v0' with env.kwargs {'fault': 'exit-make', 'rank': 1} failed (called sys.exit(3))"),
+    Case("gym-user-env-exits-in-reset", train(*USER, *set_("env.name", "gym:mpippo-test/Faulty-v0"),
+                                              *set_("env.kwargs", "{fault: exit-reset}")),
+         "resetting them failed (called sys.exit(0))"),
+    Case("gym-user-env-nan-in-first-reset", train(*USER, *set_("env.name", "gym:mpippo-test/Faulty-v0"),
+                                                  *set_("env.kwargs", "{fault: nan-reset}")),
+         "returned an observation holding nan (as float32) from its reset(); allowed: finite values"),
+    Case("gym-user-env-observations-undeclared", train(*USER, *set_("env.name", "gym:mpippo-test/NoSpaces-v0")),
+         "env.name: 'gym:mpippo-test/NoSpaces-v0': its spaces cannot be read (AttributeError"),
     Case("gym-import-not-a-module", train(*CARTPOLE, *set_("env.import", "os;rm")), "'os;rm' is not a module"),
     Case("gym-import-on-procgen", train(*CARTPOLE, *set_("env.name", "coinrun"), *set_("env.import", "json")),
          "env.import: 'json' is read by gymnasium envs only"),

@@ -183,9 +183,9 @@ class Faulty(Steady):
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), hang-native
     (the same in native code that no signal brings back to Python: `_wait_in_native_code`), render,
-    close; make (its constructor raises once `at` envs were made in this process); late-signals (its
+    close; make (its constructor raises once `at` envs were made in this process); exit-make, exit-reset (sys.exit(3) in its constructor, sys.exit(0) in its reset); nan-reset (its reset's observation is NaN); late-signals (its
     step number `at` sets the stop signals' handlers to the default, as a library started lazily, and
-    creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
+    creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default; or process-state: its constructor blocks them, makes torch's default dtype float64 and changes the working folder to $MPIPPO_TEST_ENV_CHDIR. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
     metadata = {"render_modes": ["rgb_array"]}
     steps = 0  # this process's, all envs
@@ -199,10 +199,25 @@ class Faulty(Steady):
         Faulty.made += 1
         if mine and fault == "make" and Faulty.made > int(at):
             raise RuntimeError(f"the user's env could not start its simulator (env {Faulty.made})")
+        if mine and fault == "exit-make":  # (the requeue's exit code: passed on, a batch script would requeue)
+            sys.exit(3)
         self.fault, self.at, self.render_mode = (fault if mine else ""), int(at), render_mode
         if self.fault == "signals":  # as SDL's start-up does: a library's own handlers for the stop signals
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 signal.signal(sig, signal.SIG_DFL)
+        if self.fault == "process-state":  # a simulator's set-up: what a library may change in the whole process
+            import torch
+            signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))
+            torch.set_default_dtype(torch.float64)
+            os.chdir(os.environ["MPIPPO_TEST_ENV_CHDIR"])
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        if self.fault == "exit-reset":
+            sys.exit(0)
+        if self.fault == "nan-reset":
+            obs = np.full(3, np.nan, np.float32)
+        return obs, info
 
     def broken(self, fault: str) -> bool:
         return self.fault == fault and Faulty.steps > self.at
@@ -246,3 +261,16 @@ class Faulty(Steady):
 
 
 gym.register(id="mpippo-test/Faulty-v0", entry_point=Faulty, max_episode_steps=LIMIT)
+
+
+class NoSpaces(gym.Env):
+    """A first draft that declares no spaces."""
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+gym.register(id="mpippo-test/NoSpaces-v0", entry_point=NoSpaces)
