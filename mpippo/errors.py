@@ -94,11 +94,18 @@ class ReaderMayLeave:
 
 
 def let_readers_leave() -> tuple:
-    """stdout and stderr as ReaderMayLeave (once; None: started with it closed, where print() does
-    nothing). Returns the streams it found, for an in-process caller's to be put back."""
+    """stdout and stderr as ReaderMayLeave (once). One the process started without (`>&-`: Python's
+    None, whose flush() raised after a whole run, and a refusal on a closed stderr exited 1, not 2)
+    writes to /dev/null. Returns the streams it found, for an in-process caller's to be put back."""
     found = (sys.stdout, sys.stderr)
     for name, stream in zip(("stdout", "stderr"), found):
-        if stream is not None and not isinstance(stream, ReaderMayLeave):
+        if stream is None:
+            try:
+                stream = open(os.devnull, "w", errors="backslashreplace")  # (the lowest free descriptor: the closed
+                # one, for children too)
+            except OSError:
+                continue
+        if not isinstance(stream, ReaderMayLeave):
             setattr(sys, name, ReaderMayLeave(stream))
     return found
 

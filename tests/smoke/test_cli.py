@@ -119,6 +119,21 @@ def test_plain_python_is_the_sequential_mode_and_goes_on_when_its_reader_leaves(
     check_outputs(run_dir, world_size=1, envs_per_rank=8, timesteps=512, env="toy-cue")
 
 
+def test_a_trainer_started_without_stdout_or_stderr_ends_as_usual(tmp_path):
+    """`run_mpi.py ... >&-` (a cron line, a daemon): Python has no sys.stdout then, and the summary's
+    flush after the whole run raised (a traceback on stderr, exit 1); with `2>&-`, a refusal exited 1,
+    not 2."""
+    run_dir = tmp_path / "run"
+    res = subprocess.run(["bash", "-c", 'exec "$0" run_mpi.py "$@" >&-', sys.executable, *TOY_SMOKE, "--output-dir",
+                          str(run_dir)], cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0 and res.stderr == "", res.stderr[-3000:]
+    assert metrics(run_dir)["finished"] is True
+    res = subprocess.run(["bash", "-c", 'exec "$0" run_mpi.py "$@" 2>&-', sys.executable, *TOY_SMOKE,
+                          "--total-timesteps", "-5", "--output-dir", str(tmp_path / "refused")], cwd=ROOT,
+                         env=mpi_env(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and not (tmp_path / "refused").exists()
+
+
 def test_progress_lines_show_rate_and_eta(tmp_path):
     # Without a terminal (mpirun, batch logs) the bar stays off and these lines carry progress.
     res = ok(trainer(2, SMOKE_TOY + ["--output-dir", str(tmp_path / "r"), "--set", "logging.print_interval=1"]))

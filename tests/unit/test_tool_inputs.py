@@ -180,6 +180,9 @@ def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(t
     out.unlink()  # started with no stdout at all (`tool >&-`: sys.stdout is None), it runs as before
     closed = subprocess.run(["bash", "-c", f"{sys.executable} -c \"$0\" >&-", script], capture_output=True, text=True)
     assert closed.returncode == 0 and "Traceback" not in closed.stderr and out.exists(), closed.stderr
+    refused = script.replace("return 0", "raise toolcli.UsageError('--out: bad')")  # and without stderr: still exit 2
+    closed = subprocess.run(["bash", "-c", f"{sys.executable} -c \"$0\" 2>&-", refused], capture_output=True, text=True)
+    assert closed.returncode == 2, closed.returncode
 
 
 def test_an_output_replaces_only_a_file_and_two_outputs_never_share_one(tmp_path):
