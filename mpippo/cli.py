@@ -17,7 +17,9 @@ import argparse
 import contextlib
 import datetime
 import io
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import yaml
@@ -28,7 +30,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.files import atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
-from mpippo.errors import JobFailure
+from mpippo.errors import JobFailure, code_at, say_last
 from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -90,17 +92,44 @@ class _StartUp:
             undo()
         self.world.barrier()
         if self.world.is_root:
-            for folder in reversed(self.locked):  # each lock file as it was: nothing new is left
-                runlock.release(folder)
-            remove_if_empty(self.created)
+            self._leave_nothing()
             if failed:
                 sys.stderr.write(refusal(failed))
             else:
                 code = EXIT_REQUEUE if requeue else EXIT_STOPPED
-                sys.stderr.write(f"mpippo: {'SIGUSR1' if requeue else 'a stop signal'} arrived during start-up: nothing "
-                                 f"was trained yet and nothing is saved; exit {code} (a requeued job starts afresh)\n")
+                say_last(f"mpippo: {'SIGUSR1' if requeue else 'a stop signal'} arrived during start-up: nothing "
+                         f"was trained yet and nothing is saved; exit {code} (a requeued job starts afresh)")
             sys.stderr.flush()
         sys.exit(EXIT_USAGE if failed else EXIT_REQUEUE if requeue else EXIT_STOPPED)
+
+    def _leave_nothing(self) -> None:
+        for folder in reversed(self.locked):  # each lock file as it was: nothing new is left
+            runlock.release(folder)
+        remove_if_empty(self.created)
+
+    def watched(self):
+        """One rank: a start-up held in the user's code (a hang in its env's constructor or first reset)
+        still ends on a stop (runctl.watch_startup). Several ranks: the others' start-up collectives
+        time out on a held rank, and end the job naming it."""
+        if self.world.size > 1:
+            return contextlib.nullcontext()
+        log = preemption.unheard(lambda came: next((sig for sig in came if sig in preemption.STOPS), None))
+
+        def seen() -> int | None:
+            flagged = signal.SIGUSR1 if self.signals.requeue else signal.SIGTERM if self.signals.stop else None
+            return (log() if log is not None else None) or flagged
+        return runctl.watch_startup(seen, self._end_held)
+
+    def _end_held(self, sig: int) -> None:
+        """The start-up watch's end, from its thread: what agree_or_exit does for a signal, the main thread held."""
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        code = EXIT_REQUEUE if sig == signal.SIGUSR1 else EXIT_STOPPED
+        with contextlib.suppress(Exception):  # (the lock and an empty new folder: as an early exit leaves them)
+            self._leave_nothing()
+        say_last(f"mpippo: {signal.Signals(sig).name} arrived during start-up, which is held{code_at(frame)} and has "
+                 f"not gone on for {runctl.STOP_GRACE_S:g} s: ending it; nothing was trained yet and nothing is saved; "
+                 f"exit {code}")
+        self.world.abort(code)
 
 
 def _on_root(world: World, fn):
@@ -241,10 +270,11 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     world = World()
     world.install_abort_hook()
     start = _StartUp(world, signals)
-    args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start)
-    run_dir = _run_dir(world, args, start)
-    cfg, note = _config(world, args, overrides, run_dir, start)
-    trainer = _trainer(world, args, cfg, run_dir, start)
+    with start.watched():
+        args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start)
+        run_dir = _run_dir(world, args, start)
+        cfg, note = _config(world, args, overrides, run_dir, start)
+        trainer = _trainer(world, args, cfg, run_dir, start)
     if (undone := signals.reclaim() + gym_envs.undone()) and world.is_root:  # the envs' code ran: undone
         print(f"mpippo: warning: the env's code {' and '.join(undone)}; mpippo's is back "
               f"(a stop or a requeue checkpoints as usual)", flush=True)

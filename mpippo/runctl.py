@@ -120,6 +120,36 @@ def watch_alone(timer, timeout_s: float, end, what: str = "training", who: str =
         done.set()
 
 
+STOP_GRACE_S = 5.0  # a start-up held after a stop: how long it may take to reach its own next step
+
+
+@contextmanager
+def watch_startup(stop_seen: Callable[[], int | None], end: Callable[[int], None], grace_s: float = STOP_GRACE_S,
+                  clock=time.perf_counter, every: float = 0.25):
+    """A one-rank job's start-up runs the user's code (env.import's module; its envs made, reset and
+    closed), which may hang: a stop signal then only sets a flag that start-up reads at its next step,
+    which never comes (SIGTERM from `timeout` or Slurm changed nothing). Once a stop is seen
+    (`stop_seen()`: the signal, from the flags or preemption.SignalLog, whose C-level record native
+    code cannot hold up), a thread gives start-up grace_s more to end by itself (it says the stop's
+    line and exits at its next step), then calls end(signal). Time the process spent stopped does
+    not count."""
+    done = threading.Event()
+
+    def watch() -> None:
+        pause, seen = PauseClock(every, clock), None  # seen: (the signal, when)
+        while not done.wait(every):
+            now = pause.tick()
+            if seen is None and (sig := stop_seen()) is not None:
+                seen = (sig, now)
+            elif seen is not None and now - max(seen[1], pause.resumed) >= grace_s:
+                return end(seen[0])
+    threading.Thread(target=watch, name="mpippo-startup-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
 def stop_reason(budget_reached: bool, requeue: bool, stop: bool, time_up: bool) -> str | None:
     """Why a run stops now, or None to go on (the precedence of the module docstring)."""
     if budget_reached:

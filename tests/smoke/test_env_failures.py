@@ -212,6 +212,30 @@ def test_an_actors_env_that_cannot_be_made_again_on_resume_ends_the_job_in_one_l
     assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before
 
 
+@pytest.mark.parametrize("fault", ["hang-make", "hang-native-make"])
+def test_a_one_rank_start_up_held_in_the_envs_constructor_ends_on_a_stop(tmp_path, fault):
+    """The env's constructor never returns (waiting in Python, or in native code no signal brings back
+    to Python): a SIGTERM had only set a flag start-up never read, and the run waited forever. Now
+    it ends some seconds later with one line naming where start-up is held, exit 4, the new run
+    folder gone."""
+    run_dir, mark = tmp_path / "run", tmp_path / "hung"
+    proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY,
+                  "--set", f"env.kwargs={{fault: {fault}}}", "--output-dir", str(run_dir)],
+                 env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_MARK": str(mark)})
+    wait_until(mark.exists, "the env's constructor (its mark)", 60)
+    if fault == "hang-native-make":  # (its mark comes just before the wait itself)
+        wait_until(lambda: _held_in_native_code(proc.pid), "the main thread waiting in native code", 30)
+    mark.unlink()
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=60)
+    lines = [line for line in err.splitlines() if line.startswith("mpippo:")]
+    assert code == 4 and len(lines) == 1 and "Traceback" not in out + err, (code, err[-3000:])
+    assert lines[0].startswith("mpippo: SIGTERM arrived during start-up, which is held, at '") and \
+        "mpippo_user_envs.py':" in lines[0] and "nothing was trained yet and nothing is saved; exit 4" in lines[0], lines[0]
+    assert time.monotonic() - t0 < 30 and not run_dir.exists() and list(tmp_path.iterdir()) == []
+
+
 UNDONE = {"signals": "set its own handler for SIGUSR1, SIGTERM, SIGINT; mpippo's is back",
           "process-state": "blocked SIGUSR1, SIGTERM, SIGINT and set torch's default dtype to torch.float64; "
                            "mpippo's is back"}

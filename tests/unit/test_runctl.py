@@ -419,6 +419,34 @@ def test_the_hang_watch_ends_a_process_whose_env_step_outlasts_a_stop_by_a_secon
     assert len(ended) == 1 and ended[0][0] == signal.SIGINT and 1.5 <= ended[0][1] < 1.8, ended
 
 
+@pytest.mark.parametrize("jumps, ends_after", [({}, 1.0), ({8: 100.0}, 101.2)])
+def test_the_start_up_watch_ends_a_start_up_held_past_its_grace_after_a_stop(jumps, ends_after):
+    """A stop seen from 0.5 s on the fake clock: start-up has grace_s (0.5 s here) to reach its own next
+    step, then the watch ends it, once, naming the stop (end to end: test_env_failures.py's hang-make
+    and hang-native-make). Time the process spent stopped (SIGSTOP, a 100-s jump) does not count.
+    Without a stop, or with start-up ended first, it ends nothing."""
+    import signal
+    import threading
+
+    from mpippo import runctl
+
+    def watched(stop_at: float, seconds: float) -> list:
+        clock, ended, stopped = _Clock(jumps), [], threading.Event()
+
+        def end(sig):
+            ended.append((sig, clock.now))
+            stopped.set()
+        with runctl.watch_startup(lambda: signal.SIGTERM if clock.now >= stop_at else None, end, grace_s=0.5,
+                                  clock=clock, every=0.01):
+            stopped.wait(seconds)
+        stopped.wait(0.1)  # (a watch that went on would end it again meanwhile)
+        return ended
+    ended = watched(0.5, 2.0)
+    assert len(ended) == 1 and ended[0][0] == signal.SIGTERM and ends_after <= ended[0][1] < ends_after + 0.4, ended
+    assert watched(1e9, 0.5) == []  # no stop
+    assert watched(0.0, 0.02) == []  # start-up ended before its grace
+
+
 @pytest.mark.parametrize("phase, new_at", [(None, None), ("backward", None), ("env_step", 0.8)])
 def test_the_hang_watch_leaves_a_stop_to_the_main_thread_outside_one_held_env_step(phase, new_at):
     """A checkpoint's fsync (no phase), a backward pass, or env steps that go on (the main thread runs
