@@ -113,7 +113,7 @@ class _StartUp:
         time out on a held rank, and end the job naming it."""
         if self.world.size > 1:
             return contextlib.nullcontext()
-        log = preemption.unheard(lambda came: next((sig for sig in came if sig in preemption.STOPS), None))
+        log = preemption.unheard(lambda came: next((sig for sig in came if sig in self.signals.stops), None))
 
         def seen() -> int | None:
             flagged = signal.SIGUSR1 if self.signals.requeue else signal.SIGTERM if self.signals.stop else None
@@ -268,6 +268,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     _console_lines()
     hostmem.configure()  # before the first large tensor (run_mpi.py did it already)
     world = World()
+    signals.install()  # again: MPI_Init set its own SIGHUP handler (a hangup did nothing)
     world.install_abort_hook()
     start = _StartUp(world, signals)
     with start.watched():

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
+from mpippo.errors import say
 from mpippo.preemption import settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
@@ -363,14 +364,16 @@ class _Relay:
         signal.signal(signal.SIGTERM, self.on_stop)
         signal.signal(signal.SIGINT, self.on_stop)
         signal.signal(signal.SIGUSR1, lambda s, f: self.send(signal.SIGUSR1))
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (nohup's stays ignored)
+            signal.signal(signal.SIGHUP, self.on_stop)  # the terminal closed: it had killed the launcher alone
 
     def on_stop(self, signum, frame):
         """The first stop is gentle; a second Ctrl-C is hard; more SIGTERMs change nothing."""
         self.stops += 1
         if self.stops == 1:
             self.send(signal.SIGUSR2)
-            sys.stderr.write(f"mpippo.launch: {signal.Signals(signum).name} received: ranks checkpoint and stop "
-                             f"at the end of this iteration (Ctrl-C again to stop at once)\n")
+            say(f"mpippo.launch: {signal.Signals(signum).name} received: ranks checkpoint and stop at the end of "
+                f"this iteration (Ctrl-C again to stop at once)")  # (cannot fail: a closed terminal's stderr)
         elif signum == signal.SIGINT and not self.hard:
             self.hard = True
             self.send(signal.SIGTERM)

@@ -52,11 +52,11 @@ class PauseClock:
 
 
 _FLAGS: "SignalFlags | None" = None
-SETTLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+SETTLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP)
 
 
 def settle() -> None:
-    """The run's outcome is decided: further SIGUSR1/SIGUSR2/SIGTERM are ignored from here to the
+    """The run's outcome is decided: further SIGUSR1/SIGUSR2/SIGTERM/SIGHUP are ignored from here to the
     process's end. Python's shutdown puts every signal it handled back to its default action (which
     kills) before MPI_Finalize runs, and that can wait for other ranks for a while; Slurm
     may send SIGUSR1 more than once, so a second one there would turn exit 3 into death by signal.
@@ -96,7 +96,10 @@ def install() -> "SignalFlags":
 class SignalFlags:
     def __init__(self):
         self.requeue = False  # SIGUSR1
-        self.stop = False     # SIGTERM / SIGINT
+        self.stop = False     # SIGTERM / SIGINT / SIGUSR2 / SIGHUP
+        # a hangup (the terminal closed, `kill -HUP`) stops as SIGTERM does, with a checkpoint (MPI_Init's own
+        # handler had swallowed it, and before MPI it killed); unless the process started with it ignored (nohup)
+        self.stops = (*STOPS, signal.SIGHUP) if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else STOPS
 
     def install(self) -> "SignalFlags":
         for sig, handler in self._handlers().items():
@@ -104,7 +107,7 @@ class SignalFlags:
         return self
 
     def _handlers(self) -> dict:
-        return {signal.SIGUSR1: self._on_usr1, **{sig: self._on_stop for sig in STOPS}}
+        return {signal.SIGUSR1: self._on_usr1, **{sig: self._on_stop for sig in self.stops}}
 
     def reclaim(self) -> list[str]:
         """The handlers again, once the user's code has run (env.import's module, the envs' constructors

@@ -639,6 +639,11 @@ REPEATED = {  # id: (command before --output-dir, a line that says training runs
                               "configs/dqn_toy.yaml", *LONG], "agent 0 |", "ranks", signal.SIGTERM, 4),
     "ppo-sigterm-to-launcher": ([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe",
                                  "--config", "configs/toy_cue.yaml", *LONG], "iter ", "mpirun", signal.SIGTERM, 4),
+    # a hangup (the terminal closed): it killed the launcher alone, and MPI_Init's handler swallowed it in a rank
+    "ppo-sighup-to-launcher": ([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe",
+                                "--config", "configs/toy_cue.yaml", *LONG], "iter ", "mpirun", signal.SIGHUP, 4),
+    "ppo-sighup-to-one-rank": ([sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml", *LONG], "iter ",
+                               "mpirun", signal.SIGHUP, 4),
 }
 
 
