@@ -10,11 +10,11 @@ gc.disable()
 from mpippo import preemption  # noqa: E402
 
 preemption.install()
-preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
 
 from mpippo.errors import let_readers_leave  # noqa: E402
 
-let_readers_leave()  # (`run_mpi.py | head`: the run goes on when its reader leaves)
+let_readers_leave()  # (`run_mpi.py | head`: the run goes on when its reader leaves; `>&-`: /dev/null)
+preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
 
 from mpippo import hostmem  # noqa: E402
 

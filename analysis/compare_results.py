@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import Run, load_runs  # noqa: E402
-from mpippo.toolcli import UsageError, Parser, output_folder, pyplot, run, save_figure, write_text  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, drawable, output_folder, pyplot, run, save_figure, write_text  # noqa: E402
 
 TOOL = "compare_results"
 OUTPUTS = ("comparison.png", "comparison_report.txt")
@@ -81,7 +81,7 @@ def plot(runs: list[Run], path: Path) -> None:
         a.grid(alpha=0.3)
         if any(len(r.curve_steps) for r in runs):
             a.legend(fontsize=8)
-    names = [r.name for r in runs]
+    names = [drawable(r.name) for r in runs]  # (categories: drawn from the names, not as set texts)
     colors = [f"C{i}" for i in range(len(runs))]
     bars = ax[1, 0].bar(names, [r.fps for r in runs], color=colors)
     base = runs[0].fps

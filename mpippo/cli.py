@@ -30,7 +30,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.files import atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
-from mpippo.errors import JobFailure, code_at, say_last
+from mpippo.errors import JobFailure, code_at, in_users_code, say_last
 from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -77,6 +77,7 @@ class _StartUp:
         self.created: list[Path] = []  # folders made by this job, outermost first
         self.locked: list[Path] = []  # the folders whose locks rank 0 holds: the run's, each agent's
         self.undo: list = []  # this rank's undo of what it began (a W&B run), called before anything else
+        self.exiting = False  # agree_or_exit is ending start-up: the start-up watch leaves it to it
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -88,6 +89,7 @@ class _StartUp:
             if self.world.is_root:  # every rank got here, so all catch signals (creating it again: harmless)
                 preemption.announce_listening()
             return
+        self.exiting = True
         for undo in self.undo:  # every rank first, then rank 0 removes what is left empty
             undo()
         self.world.barrier()
@@ -113,22 +115,26 @@ class _StartUp:
         time out on a held rank, and end the job naming it."""
         if self.world.size > 1:
             return contextlib.nullcontext()
-        log = preemption.unheard(lambda came: next((sig for sig in came if sig in self.signals.stops), None))
+        wanted = (*self.signals.stops, signal.SIGUSR1)
+        log = preemption.unheard(lambda came: next((sig for sig in came if sig in wanted), None))
 
-        def seen() -> int | None:
-            flagged = signal.SIGUSR1 if self.signals.requeue else signal.SIGTERM if self.signals.stop else None
+        def seen() -> int | None:  # (0: a stop whose signal no log names, a Python API caller's)
+            flagged = signal.SIGUSR1 if self.signals.requeue else 0 if self.signals.stop else None
             return (log() if log is not None else None) or flagged
-        return runctl.watch_startup(seen, self._end_held)
+        return runctl.watch_startup(seen, self._end_held, held=in_users_code)
 
     def _end_held(self, sig: int) -> None:
-        """The start-up watch's end, from its thread: what agree_or_exit does for a signal, the main thread held."""
+        """The start-up watch's end, from its thread: what agree_or_exit does for a signal, the main thread
+        held in the user's code (unless agree_or_exit is ending start-up itself: its undo goes first)."""
+        if self.exiting:
+            return
         frame = sys._current_frames().get(threading.main_thread().ident)
         code = EXIT_REQUEUE if sig == signal.SIGUSR1 else EXIT_STOPPED
         with contextlib.suppress(Exception):  # (the lock and an empty new folder: as an early exit leaves them)
             self._leave_nothing()
-        say_last(f"mpippo: {signal.Signals(sig).name} arrived during start-up, which is held{code_at(frame)} and has "
-                 f"not gone on for {runctl.STOP_GRACE_S:g} s: ending it; nothing was trained yet and nothing is saved; "
-                 f"exit {code}")
+        say_last(f"mpippo: {signal.Signals(sig).name if sig else 'a stop signal'} arrived during start-up, which is "
+                 f"held{code_at(frame)} and has not gone on for {runctl.STOP_GRACE_S:g} s: ending it; nothing was "
+                 f"trained yet and nothing is saved; exit {code}")
         self.world.abort(code)
 
 
@@ -155,11 +161,17 @@ def _choose_run_dir(args, start: _StartUp) -> Path:
         raise C.UsageError("--output-dir: '' is empty; give a folder, or leave the option out for runs/<date-time>")
     run_dir = Path(args.output_dir) if args.output_dir else (
         Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    if (why := not_utf8(run_dir)):  # before anything is made: TensorBoard's writer would fail on it after
-        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used: {why}, and TensorBoard's "
-                           f"event files need a UTF-8 path; choose another name")
     try:  # absolute now: a user's env may change the working folder (os.chdir), and the run would go there
-        return _check_run_dir(run_dir.absolute(), args.resume, start)
+        full = run_dir.absolute()
+    except OSError as e:  # (the working folder was removed)
+        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' is relative, and the current folder is "
+                           f"gone ({e.strerror or e}); give an absolute path") from None
+    if (why := not_utf8(run_dir) or not_utf8(full)):  # before anything is made: TensorBoard's writer fails on it
+        where = "" if not_utf8(run_dir) else f" (in full, from the current folder: '{C.show(str(full))[1:-1]}')"
+        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used: {why}{where}, and "
+                           f"TensorBoard's event files need a UTF-8 path; choose another name")
+    try:
+        return _check_run_dir(full, args.resume, start)
     except OSError as e:  # a name too long, a read-only or full file system, permissions
         raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({e.strerror or e})") from None
 

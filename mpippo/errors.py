@@ -3,6 +3,7 @@
 They end the job cleanly on all ranks -- one message from rank 0, exit code 1 -- instead
 of the abort path that a failure on a single rank needs.
 """
+import contextlib
 import errno
 import os
 import sys
@@ -60,9 +61,12 @@ def say(line: str) -> None:
         pass
 
 
+GONE = frozenset({errno.EPIPE, errno.EIO})  # the reader left (a pipe's), the terminal hung up (a tty's EIO)
+
+
 class ReaderMayLeave:
-    """A console stream whose reader may go away (`run_mpi.py | head -3`, `bench.py | head -3`): the
-    rest of its output is dropped and the work goes on (a BrokenPipeError had ended a one-rank run with
+    """A console stream whose reader may go away (`run_mpi.py | head -3`, `bench.py | head -3`, a closed
+    terminal): the rest of its output is dropped and the work goes on (a BrokenPipeError had ended a one-rank run with
     a traceback and no checkpoint, and lost a tool's results, printed before they were written)."""
 
     def __init__(self, stream):
@@ -71,14 +75,18 @@ class ReaderMayLeave:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
+        except OSError as e:
+            if e.errno not in GONE:
+                raise
             self._drop()
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
+        except OSError as e:
+            if e.errno not in GONE:
+                raise
             self._drop()
 
     def _drop(self) -> None:  # the descriptor itself to /dev/null: the stream's buffer and children's output too
@@ -96,13 +104,19 @@ class ReaderMayLeave:
 def let_readers_leave() -> tuple:
     """stdout and stderr as ReaderMayLeave (once). One the process started without (`>&-`: Python's
     None, whose flush() raised after a whole run, and a refusal on a closed stderr exited 1, not 2)
-    writes to /dev/null. Returns the streams it found, for an in-process caller's to be put back."""
+    writes to /dev/null, as its descriptor does. Returns the streams it found, for an in-process caller's
+    to be put back."""
+    for fd in (0, 1, 2):  # first, before any file is opened: one would take the closed descriptor (the signal
+        try:              # log's pipe became fd 2 and read the run's stderr as signals)
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.open(os.devnull, os.O_RDWR)  # (the lowest free descriptor: this one; children get it too)
     found = (sys.stdout, sys.stderr)
-    for name, stream in zip(("stdout", "stderr"), found):
+    for name, fd, stream in zip(("stdout", "stderr"), (1, 2), found):
         if stream is None:
             try:
-                stream = open(os.devnull, "w", errors="backslashreplace")  # (the lowest free descriptor: the closed
-                # one, for children too)
+                stream = open(fd, "w", errors="backslashreplace", closefd=False)
             except OSError:
                 continue
         if not isinstance(stream, ReaderMayLeave):
@@ -151,6 +165,25 @@ def user_code_at(frames) -> str:
                 or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages)))
     own = [f for f in frames if not ours(f.filename)]
     return _at(own[-1]) if own else ""
+
+
+_USERS_CODE = [0]  # how deep the main thread is in the user's code now (start-up's: its env's module and envs)
+
+
+@contextlib.contextmanager
+def users_code():
+    """Marks the user's code running (an env's module imported, an env made, reset or closed): where the
+    one-rank start-up watch may end a start-up held after a stop (mpippo's own slow steps, a checkpoint
+    read, W&B's start, are the main thread's to finish)."""
+    _USERS_CODE[0] += 1
+    try:
+        yield
+    finally:
+        _USERS_CODE[0] -= 1
+
+
+def in_users_code() -> bool:
+    return _USERS_CODE[0] > 0
 
 
 def code_at(frame) -> str:

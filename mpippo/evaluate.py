@@ -543,6 +543,9 @@ def print_table(res: dict) -> None:
 
 if __name__ == "__main__":
     import gc
+
+    from mpippo.errors import let_readers_leave
     gc.disable()  # for start-up (torch's import); on again once the evaluator is built (runctl.end_startup_gc_pause)
+    let_readers_leave()  # first: a descriptor the process started without is /dev/null before the log's pipe
     preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
     toolcli.exit_process(toolcli.run("evaluate", main))  # a stop signal: one line, exit 4, nothing half-written

@@ -157,11 +157,13 @@ def second_ctrl_c_in(came: list[int]) -> int | None:
     for sig in came:
         if is_second_ctrl_c(sig, stopped):
             return sig
-        stopped |= sig in STOPS
+        stopped |= sig in STOPS or sig == signal.SIGHUP  # (a hangup is a stop where it is caught: not under nohup)
     return None
 
 
-LOGGED = frozenset((*STOPS, signal.SIGHUP))  # (the stops of the trainer and the tools; not a profiler's timer)
+# the stops of the trainer and the tools, and the requeue (a start-up held in native code still ends on it);
+# not a profiler's timer
+LOGGED = frozenset((*STOPS, signal.SIGHUP, signal.SIGUSR1))
 
 
 class SignalLog:

@@ -125,14 +125,14 @@ STOP_GRACE_S = 5.0  # a start-up held after a stop: how long it may take to reac
 
 @contextmanager
 def watch_startup(stop_seen: Callable[[], int | None], end: Callable[[int], None], grace_s: float = STOP_GRACE_S,
-                  clock=time.perf_counter, every: float = 0.25):
+                  clock=time.perf_counter, every: float = 0.25, held: Callable[[], bool] = lambda: True):
     """A one-rank job's start-up runs the user's code (env.import's module; its envs made, reset and
     closed), which may hang: a stop signal then only sets a flag that start-up reads at its next step,
     which never comes (SIGTERM from `timeout` or Slurm changed nothing). Once a stop is seen
     (`stop_seen()`: the signal, from the flags or preemption.SignalLog, whose C-level record native
     code cannot hold up), a thread gives start-up grace_s more to end by itself (it says the stop's
-    line and exits at its next step), then calls end(signal). Time the process spent stopped does
-    not count."""
+    line and exits at its next step), then calls end(signal) once `held()` (the main thread is in the
+    user's code: errors.users_code). Time the process spent stopped does not count."""
     done = threading.Event()
 
     def watch() -> None:
@@ -141,7 +141,7 @@ def watch_startup(stop_seen: Callable[[], int | None], end: Callable[[int], None
             now = pause.tick()
             if seen is None and (sig := stop_seen()) is not None:
                 seen = (sig, now)
-            elif seen is not None and now - max(seen[1], pause.resumed) >= grace_s:
+            elif seen is not None and now - max(seen[1], pause.resumed) >= grace_s and held():
                 return end(seen[0])
     threading.Thread(target=watch, name="mpippo-startup-watch", daemon=True).start()
     try:

@@ -390,6 +390,12 @@ def panels(plt, n: int, width: float, height: float, what: str, dpi: int = 110):
     return fig, list(axes.flat[:n])
 
 
+def drawable(text: str) -> str:
+    """Text FreeType can draw: what UTF-8 cannot hold (a folder's undecodable byte, a lone surrogate a
+    JSON file held) as its escape. For category names too (a bar chart's), which are drawn later."""
+    return text.encode(errors="backslashreplace").decode()
+
+
 def render_figure(fig, path: Path, flag: str, dpi: int = 110) -> bytes:
     """A matplotlib figure laid out (tight) and rendered in memory, in the format of `path`'s suffix, and
     closed. Its text is drawn as its escape where no font encodes it (a lone surrogate a metrics file
@@ -400,7 +406,7 @@ def render_figure(fig, path: Path, flag: str, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     try:
         for text in fig.findobj(Text):  # (a walk that lays the axes out: inside the try)
-            text.set_text(text.get_text().encode(errors="backslashreplace").decode())
+            text.set_text(drawable(text.get_text()))
         fig.tight_layout()
         fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png", dpi=dpi)
     except (ValueError, OverflowError) as e:  # (numpy's LinAlgError is a ValueError: a singular transform)

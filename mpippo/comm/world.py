@@ -7,6 +7,7 @@ no pickling. The lowercase object methods are only used at start-up (config, run
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -296,8 +297,9 @@ class World:
         """End the whole job (not only this World's ranks)."""
         if self.parent is not None:
             self.parent.abort(code)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # (a closed terminal: ending must not fail, from any thread)
+                stream.flush()
         if self.comm is not None and self.size > 1:
             self.comm.Abort(code)
         os._exit(code)

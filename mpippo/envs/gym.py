@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces
-from mpippo.errors import EnvFailure, user_code_at
+from mpippo.errors import EnvFailure, user_code_at, users_code
 from mpippo.usage import UsageError, reason, show
 
 PREFIX = "gym:"
@@ -72,7 +72,8 @@ def _user_import(spec: str, env_name: str) -> None:
     env.name's id. One line on any failure: the user's module raised, or is not there."""
     module, _, attr = spec.partition(":")
     try:
-        mod = importlib.import_module(module)
+        with users_code():
+            mod = importlib.import_module(module)
         _float32_default()
     except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's code may raise anything on import, or exit:
         # its code would have ended the run in silence, 0 or the requeue's 3 included)
@@ -255,7 +256,8 @@ def _make_one(cfg, render: bool = False):
     with warnings.catch_warnings(record=True) as said:  # (Gymnasium's, e.g. that the id is out of date)
         warnings.simplefilter("always")
         try:
-            env = gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
+            with users_code():
+                env = gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
         except (Exception, SystemExit) as e:  # noqa: BLE001 (an env's constructor may raise anything, or exit)
             warned = "".join(f"; it warned: {_plain(w.message)}" for w in said[:1])
             why = _what(e) if isinstance(e, SystemExit) else reason(e)
@@ -327,7 +329,8 @@ class GymVecEnv:
         self.low, self.high = np.array(spaces.low, np.float32), np.array(spaces.high, np.float32)
         try:  # the user's env meets its own spaces here first: one line, not a traceback from deep in Gymnasium
             self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-            obs, _ = self.env.reset(seed=[int(seed) + i for i in range(num_envs)])
+            with users_code():
+                obs, _ = self.env.reset(seed=[int(seed) + i for i in range(num_envs)])
             self.obs = self._cast(obs)
         except UsageError:
             raise
@@ -412,7 +415,8 @@ class GymVecEnv:
 def _close(env) -> BaseException | None:
     """Close the user's env(s); what the close raised, if anything."""
     try:
-        env.close()
+        with users_code():
+            env.close()
     except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's code)
         return e
     return None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mpippo import config as C
 from mpippo import files, runlock, toolcli
-from mpippo.errors import FILE_SYSTEM_FULL
+from mpippo.errors import FILE_SYSTEM_FULL, let_readers_leave
 from mpippo.usage import UsageError, refusal
 from mpippo.suite import spec, state, submit
 from mpippo.suite.submit import set_aside
@@ -60,6 +60,7 @@ def main(argv=None, settle: bool = False) -> int:
     """`settle`: this is the suite's own process (python -m mpippo.suite), whose stop signals stay
     ignored once a stop is decided (submit.Relay.close); tests call main in-process without it."""
     toolcli.escape_unencodable()  # (the report prints member names, which may hold any byte)
+    streams = let_readers_leave()  # (`suite status | head`: a 'Broken pipe' refusal, exit 2)
     try:
         args = parser().parse_args(argv)
         args.settle = settle
@@ -80,6 +81,8 @@ def main(argv=None, settle: bool = False) -> int:
     except subprocess.TimeoutExpired as e:
         sys.stderr.write(f"mpippo: error: suite: '{e.cmd[0]}' did not answer within {e.timeout:.0f} s; try again\n")
         return 2
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 def cmd_member(args) -> int:

@@ -212,12 +212,12 @@ def test_an_actors_env_that_cannot_be_made_again_on_resume_ends_the_job_in_one_l
     assert (run_dir / "checkpoints" / "latest.pt").read_bytes() == before
 
 
-@pytest.mark.parametrize("fault", ["hang-make", "hang-native-make"])
-def test_a_one_rank_start_up_held_in_the_envs_constructor_ends_on_a_stop(tmp_path, fault):
+@pytest.mark.parametrize("fault, sig, code", [("hang-make", signal.SIGTERM, 4), ("hang-native-make", signal.SIGUSR1, 3)])
+def test_a_one_rank_start_up_held_in_the_envs_constructor_ends_on_a_stop(tmp_path, fault, sig, code):
     """The env's constructor never returns (waiting in Python, or in native code no signal brings back
-    to Python): a SIGTERM had only set a flag start-up never read, and the run waited forever. Now
-    it ends some seconds later with one line naming where start-up is held, exit 4, the new run
-    folder gone."""
+    to Python): a SIGTERM or Slurm's SIGUSR1 had only set a flag start-up never read, and the run
+    waited forever. Now it ends some seconds later with one line naming where start-up is held, exit 4
+    (3 for the requeue), the new run folder gone."""
     run_dir, mark = tmp_path / "run", tmp_path / "hung"
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY,
                   "--set", f"env.kwargs={{fault: {fault}}}", "--output-dir", str(run_dir)],
@@ -227,12 +227,13 @@ def test_a_one_rank_start_up_held_in_the_envs_constructor_ends_on_a_stop(tmp_pat
         wait_until(lambda: _held_in_native_code(proc.pid), "the main thread waiting in native code", 30)
     mark.unlink()
     t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    code, out, err = finish(proc, timeout=60)
+    proc.send_signal(sig)
+    rc, out, err = finish(proc, timeout=60)
     lines = [line for line in err.splitlines() if line.startswith("mpippo:")]
-    assert code == 4 and len(lines) == 1 and "Traceback" not in out + err, (code, err[-3000:])
-    assert lines[0].startswith("mpippo: SIGTERM arrived during start-up, which is held, at '") and \
-        "mpippo_user_envs.py':" in lines[0] and "nothing was trained yet and nothing is saved; exit 4" in lines[0], lines[0]
+    assert rc == code and len(lines) == 1 and "Traceback" not in out + err, (rc, err[-3000:])
+    assert lines[0].startswith(f"mpippo: {sig.name} arrived during start-up, which is held, at '") and \
+        "mpippo_user_envs.py':" in lines[0] and f"nothing was trained yet and nothing is saved; exit {code}" in lines[0], \
+        lines[0]
     assert time.monotonic() - t0 < 30 and not run_dir.exists() and list(tmp_path.iterdir()) == []
 
 

@@ -185,6 +185,52 @@ def test_a_tool_goes_on_when_its_reader_leaves_and_names_what_it_cannot_encode(t
     assert closed.returncode == 2, closed.returncode
 
 
+def test_a_closed_terminal_is_a_reader_gone_and_closed_descriptors_are_filled_first():
+    """A hung-up terminal fails a write with EIO, not EPIPE: the stream is dropped alike (the trainer's
+    next line after SIGHUP raised, read as a disk failure, exit 1). Descriptors 0-2 the process started
+    without are /dev/null before any file is opened: the signal log's pipe took fd 2 and read the
+    run's stderr as signals."""
+    import errno as errno_
+
+    from mpippo import errors
+
+    class HungUp:
+        def write(self, text):
+            raise OSError(errno_.EIO, "Input/output error")
+
+        def flush(self):
+            raise OSError(errno_.EIO, "Input/output error")
+
+        def fileno(self):
+            return os.open(os.devnull, os.O_WRONLY)  # (a descriptor of its own, for _drop to replace)
+    stream = errors.ReaderMayLeave(HungUp())
+    assert stream.write("line\n") == 5
+    stream.flush()
+    script = ("import os, sys; from mpippo import errors, preemption; errors.let_readers_leave(); "
+              "log = preemption.log_signals(); print('fds', log.r, signal_fd(), file=open(sys.argv[1], 'w'))")
+    script = "import signal\ndef signal_fd():\n    fd = signal.set_wakeup_fd(-1)\n    signal.set_wakeup_fd(fd)\n" \
+        "    return fd\n" + script.replace("; ", "\n")
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"fds-{os.getpid()}.txt"
+    try:
+        res = subprocess.run(["bash", "-c", f'exec "$0" -c "$1" "$2" <&- >&- 2>&-', sys.executable, script, str(out)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+        fds = [int(x) for x in out.read_text().split()[1:]]
+    finally:
+        out.unlink(missing_ok=True)
+    assert res.returncode == 0 and min(fds) > 2, (res.returncode, fds)
+
+
+def test_python_m_of_a_users_own_package_keeps_its_folder(tmp_path):
+    """Only `python -m mpippo.<tool>` has the current folder replaced (a planted yaml.py): a user's
+    `python -m theirs.train` whose package imports mpippo keeps its folder first, as Python gives it."""
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "__init__.py").write_text("import mpippo\n")
+    (tmp_path / "theirs" / "train.py").write_text("import os, sys\nprint(sys.path[0] == os.getcwd())\n")
+    res = subprocess.run([sys.executable, "-m", "theirs.train"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "True", res.stderr
+
+
 def test_an_output_replaces_only_a_file_and_two_outputs_never_share_one(tmp_path):
     """An output is a new file renamed over its name: --json /dev/null (as root) had replaced the device
     with a file, and a link by that name (--json /dev/stdout) became a file; both are refused, naming
@@ -220,6 +266,20 @@ def test_a_figure_draws_text_no_font_encodes_and_refuses_values_past_its_range()
     with pytest.raises(UsageError, match="--out: 'f.png' cannot be drawn: a value the runs' files hold is past"):
         toolcli.render_figure(fig, Path("f.png"), "--out")
     assert files.is_number(3.4e38) and files.is_number(float("nan")) and not files.is_number(1.7e308)
+
+
+def test_compare_draws_a_run_whose_folder_name_is_not_utf8(tmp_path, capsys):
+    """compare's bar charts name their bars by the runs' folders: a category is drawn from its name when
+    the figure is, not as a text set before, and an undecodable byte in it had failed in FreeType
+    (a traceback after the table)."""
+    import compare_results
+    metrics = {"algo": "ppo", "env": "coinrun", "world_size": 1, "threads_per_rank": 1, "total_timesteps": 4096,
+               "fps": 120.5, "duration_s": 34.0, "finished": True, "peak_rss_mb_total": 2500.0}
+    run = tmp_path / "x\udcffname"  # (the byte 0xff, as Python names it)
+    run.mkdir()
+    (run / "benchmark_metrics.json").write_text(json.dumps(metrics))
+    assert toolcli.run("compare_results", compare_results._main, [str(run), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "comparison.png").read_bytes().startswith(b"\x89PNG"), capsys.readouterr().err
 
 
 @pytest.fixture
