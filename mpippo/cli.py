@@ -30,7 +30,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.files import atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
-from mpippo.errors import JobFailure, code_at, in_users_code, say_last
+from mpippo.errors import JobFailure, code_at, in_users_code_since, say_last
 from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -78,6 +78,8 @@ class _StartUp:
         self.locked: list[Path] = []  # the folders whose locks rank 0 holds: the run's, each agent's
         self.undo: list = []  # this rank's undo of what it began (a W&B run), called before anything else
         self.exiting = False  # agree_or_exit is ending start-up: the start-up watch leaves it to it
+        # a start-up held in the user's code this long ends (one rank): the default's until the config is known
+        self.hang_s = startup_timeout(C.GuardsConfig().collective_timeout_s)
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -121,7 +123,20 @@ class _StartUp:
         def seen() -> int | None:  # (0: a stop whose signal no log names, a Python API caller's)
             flagged = signal.SIGUSR1 if self.signals.requeue else 0 if self.signals.stop else None
             return (log() if log is not None else None) or flagged
-        return runctl.watch_startup(seen, self._end_held, held=in_users_code)
+        return runctl.watch_startup(seen, self._end_held, held=in_users_code_since, hang_s=lambda: self.hang_s,
+                                    end_hung=self._end_hung)
+
+    def _end_hung(self, lasted: float) -> None:
+        """The start-up watch's end of a start-up held in the user's code past its timeout, no stop asked."""
+        if self.exiting:
+            return
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        with contextlib.suppress(Exception):
+            self._leave_nothing()
+        say_last(f"mpippo: error: start-up has been held in the env's code for {lasted:.0f} s (start-up's watchdog: "
+                 f"guards.collective_timeout_s, at least {STARTUP_TIMEOUT_S:g} s; 0 turns it off){code_at(frame)}: "
+                 f"ending it; nothing was trained yet and nothing is saved")
+        self.world.abort(EXIT_FAILURE)
 
     def _end_held(self, sig: int) -> None:
         """The start-up watch's end, from its thread: what agree_or_exit does for a signal, the main thread
@@ -384,6 +399,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
         note = C.envs_note(asked, cfg, world.size)
         errors = C.host_problems(cfg, world.size, world.local_size) or None
         world.set_collective_timeout(startup_timeout(cfg.guards.collective_timeout_s))
+        start.hang_s = startup_timeout(cfg.guards.collective_timeout_s)
     except C.UsageError as e:
         errors = e.errors
     except OSError as e:  # the run folder vanished or became unreadable since phase B

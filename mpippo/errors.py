@@ -9,6 +9,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -167,14 +168,16 @@ def user_code_at(frames) -> str:
     return _at(own[-1]) if own else ""
 
 
-_USERS_CODE = [0]  # how deep the main thread is in the user's code now (start-up's: its env's module and envs)
+_USERS_CODE = [0, 0.0]  # how deep the main thread is in the user's code now, and since when (time.monotonic)
 
 
 @contextlib.contextmanager
 def users_code():
     """Marks the user's code running (an env's module imported, an env made, reset or closed): where the
-    one-rank start-up watch may end a start-up held after a stop (mpippo's own slow steps, a checkpoint
-    read, W&B's start, are the main thread's to finish)."""
+    one-rank start-up watch may end a start-up held after a stop, or held past its timeout (mpippo's
+    own slow steps, a checkpoint read, W&B's start, are the main thread's to finish)."""
+    if _USERS_CODE[0] == 0:
+        _USERS_CODE[1] = time.monotonic()
     _USERS_CODE[0] += 1
     try:
         yield
@@ -184,6 +187,11 @@ def users_code():
 
 def in_users_code() -> bool:
     return _USERS_CODE[0] > 0
+
+
+def in_users_code_since() -> float | None:
+    """When the main thread entered the user's code (time.monotonic), or None where it is not in it."""
+    return _USERS_CODE[1] if _USERS_CODE[0] > 0 else None
 
 
 def code_at(frame) -> str:

@@ -125,24 +125,31 @@ STOP_GRACE_S = 5.0  # a start-up held after a stop: how long it may take to reac
 
 @contextmanager
 def watch_startup(stop_seen: Callable[[], int | None], end: Callable[[int], None], grace_s: float = STOP_GRACE_S,
-                  clock=time.perf_counter, every: float = 0.25, held: Callable[[], bool] = lambda: True):
+                  clock=time.monotonic, every: float = 0.25, held: Callable[[], float | None] = lambda: 0.0,
+                  hang_s: Callable[[], float] = lambda: 0.0, end_hung: Callable[[float], None] | None = None):
     """A one-rank job's start-up runs the user's code (env.import's module; its envs made, reset and
     closed), which may hang: a stop signal then only sets a flag that start-up reads at its next step,
     which never comes (SIGTERM from `timeout` or Slurm changed nothing). Once a stop is seen
     (`stop_seen()`: the signal, from the flags or preemption.SignalLog, whose C-level record native
     code cannot hold up), a thread gives start-up grace_s more to end by itself (it says the stop's
-    line and exits at its next step), then calls end(signal) once `held()` (the main thread is in the
-    user's code: errors.users_code). Time the process spent stopped does not count."""
+    line and exits at its next step), then calls end(signal) while `held()` (when the main thread
+    entered the user's code, on `clock`: errors.users_code; None outside it). Without a stop, a
+    start-up held in the user's code for hang_s() (0: off) ends by end_hung(seconds): a one-rank job
+    has no other rank whose start-up collective would time out. Time the process spent stopped does
+    not count."""
     done = threading.Event()
 
     def watch() -> None:
         pause, seen = PauseClock(every, clock), None  # seen: (the signal, when)
         while not done.wait(every):
-            now = pause.tick()
+            now, since = pause.tick(), held()
             if seen is None and (sig := stop_seen()) is not None:
                 seen = (sig, now)
-            elif seen is not None and now - max(seen[1], pause.resumed) >= grace_s and held():
+            elif seen is not None and now - max(seen[1], pause.resumed) >= grace_s and since is not None:
                 return end(seen[0])
+            limit = hang_s()
+            if end_hung is not None and since is not None and limit > 0 and now - max(since, pause.resumed) > limit:
+                return end_hung(now - max(since, pause.resumed))
     threading.Thread(target=watch, name="mpippo-startup-watch", daemon=True).start()
     try:
         yield

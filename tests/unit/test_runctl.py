@@ -430,14 +430,14 @@ def test_the_start_up_watch_ends_a_start_up_held_past_its_grace_after_a_stop(jum
 
     from mpippo import runctl
 
-    def watched(stop_at: float, seconds: float, grace_s: float = 0.5, held=lambda: True) -> list:
+    def watched(stop_at: float, seconds: float, grace_s: float = 0.5, held_from: float = 0.0) -> list:
         clock, ended, stopped = _Clock(jumps), [], threading.Event()
 
         def end(sig):
             ended.append((sig, clock.now))
             stopped.set()
         with runctl.watch_startup(lambda: signal.SIGTERM if clock.now >= stop_at else None, end, grace_s=grace_s,
-                                  clock=clock, every=0.01, held=held):
+                                  clock=clock, every=0.01, held=lambda: 0.0 if clock.now >= held_from else None):
             stopped.wait(seconds)
         stopped.wait(0.1)  # (a watch that went on would end it again meanwhile)
         return ended
@@ -446,9 +446,28 @@ def test_the_start_up_watch_ends_a_start_up_held_past_its_grace_after_a_stop(jum
     assert watched(1e9, 0.5) == []  # no stop
     assert watched(0.0, 0.05, grace_s=1e6) == []  # start-up ended before its grace
     # the main thread in mpippo's own code (a checkpoint read, W&B's start) is left to finish: only the user's is ended
-    readings = [True] + [False] * 12  # (popped from the end) in the user's code from the 13th reading after the grace
-    ended = watched(0.5, 3.0, held=lambda: readings.pop() if readings else True)
-    assert len(ended) == 1 and ended[0][1] > ends_after + 1.0, ended
+    ended = watched(0.5, 3.0, held_from=ends_after + 1.2)  # in the user's code only from then on
+    assert len(ended) == 1 and ends_after + 1.2 <= ended[0][1] < ends_after + 1.5, ended
+
+
+@pytest.mark.parametrize("held_since, hang_s, ends", [(0.0, 1.0, True), (None, 1.0, False), (0.0, 0.0, False)])
+def test_the_start_up_watch_ends_a_start_up_held_in_the_users_code_past_its_timeout(held_since, hang_s, ends):
+    """No stop at all: a one-rank start-up held in the user's code (an env constructor that never returns)
+    had no other rank whose collective would time out. Past hang_s in the user's code it ends, once,
+    with how long it lasted; outside the user's code, or with the timeout off (0), it does not."""
+    import threading
+
+    from mpippo import runctl
+    clock, ended, stopped = _Clock(), [], threading.Event()
+
+    def end_hung(lasted):
+        ended.append((lasted, clock.now))
+        stopped.set()
+    with runctl.watch_startup(lambda: None, lambda sig: ended.append(sig), clock=clock, every=0.01,
+                              held=lambda: held_since, hang_s=lambda: hang_s, end_hung=end_hung):
+        stopped.wait(1.0)
+    stopped.wait(0.1)
+    assert (len(ended) == 1 and 1.0 < ended[0][0] < 1.4) if ends else ended == [], ended
 
 
 @pytest.mark.parametrize("phase, new_at", [(None, None), ("backward", None), ("env_step", 0.8)])
