@@ -27,7 +27,7 @@ import yaml
 from mpippo import config as C
 from mpippo import faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
-from mpippo.files import atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
+from mpippo.files import absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
 from mpippo.errors import JobFailure, code_at, in_users_code_since, say_last
@@ -128,28 +128,29 @@ class _StartUp:
 
     def _end_hung(self, lasted: float) -> None:
         """The start-up watch's end of a start-up held in the user's code past its timeout, no stop asked."""
+        self._end_from_watch(EXIT_FAILURE, lambda at: (
+            f"mpippo: error: start-up has been held in the env's code for {lasted:.0f} s (start-up's watchdog: "
+            f"guards.collective_timeout_s, at least {STARTUP_TIMEOUT_S:g} s; 0 turns it off){at}: ending it; "
+            f"nothing was trained yet and nothing is saved"))
+
+    def _end_held(self, sig: int) -> None:
+        """The start-up watch's end of a start-up held in the user's code after a stop."""
+        code = EXIT_REQUEUE if sig == signal.SIGUSR1 else EXIT_STOPPED
+        self._end_from_watch(code, lambda at: (
+            f"mpippo: {signal.Signals(sig).name if sig else 'a stop signal'} arrived during start-up, which is "
+            f"held{at} and has not gone on for {runctl.STOP_GRACE_S:g} s: ending it; nothing was trained yet and "
+            f"nothing is saved; exit {code}"))
+
+    def _end_from_watch(self, code: int, line) -> None:
+        """From the watch's thread, the main thread held: what agree_or_exit leaves (the lock as it was, no new
+        empty folder), then line(where the main thread is) and exit `code`; unless agree_or_exit is ending
+        start-up itself (its undo goes first)."""
         if self.exiting:
             return
         frame = sys._current_frames().get(threading.main_thread().ident)
         with contextlib.suppress(Exception):
             self._leave_nothing()
-        say_last(f"mpippo: error: start-up has been held in the env's code for {lasted:.0f} s (start-up's watchdog: "
-                 f"guards.collective_timeout_s, at least {STARTUP_TIMEOUT_S:g} s; 0 turns it off){code_at(frame)}: "
-                 f"ending it; nothing was trained yet and nothing is saved")
-        self.world.abort(EXIT_FAILURE)
-
-    def _end_held(self, sig: int) -> None:
-        """The start-up watch's end, from its thread: what agree_or_exit does for a signal, the main thread
-        held in the user's code (unless agree_or_exit is ending start-up itself: its undo goes first)."""
-        if self.exiting:
-            return
-        frame = sys._current_frames().get(threading.main_thread().ident)
-        code = EXIT_REQUEUE if sig == signal.SIGUSR1 else EXIT_STOPPED
-        with contextlib.suppress(Exception):  # (the lock and an empty new folder: as an early exit leaves them)
-            self._leave_nothing()
-        say_last(f"mpippo: {signal.Signals(sig).name if sig else 'a stop signal'} arrived during start-up, which is "
-                 f"held{code_at(frame)} and has not gone on for {runctl.STOP_GRACE_S:g} s: ending it; nothing was "
-                 f"trained yet and nothing is saved; exit {code}")
+        say_last(line(code_at(frame)))
         self.world.abort(code)
 
 
@@ -176,13 +177,9 @@ def _choose_run_dir(args, start: _StartUp) -> Path:
         raise C.UsageError("--output-dir: '' is empty; give a folder, or leave the option out for runs/<date-time>")
     run_dir = Path(args.output_dir) if args.output_dir else (
         Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    try:  # absolute now: a user's env may change the working folder (os.chdir), and the run would go there
-        full = run_dir.absolute()
-    except OSError as e:  # (the working folder was removed)
-        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' is relative, and the current folder is "
-                           f"gone ({e.strerror or e}); give an absolute path") from None
-    if (why := not_utf8(run_dir) or not_utf8(full)):  # before anything is made: TensorBoard's writer fails on it
-        where = "" if not_utf8(run_dir) else f" (in full, from the current folder: '{C.show(str(full))[1:-1]}')"
+    full = absolute(run_dir, "--output-dir")  # now: a user's env may change the working folder (os.chdir)
+    if (why := not_utf8(full)):  # before anything is made: TensorBoard's writer fails on it
+        where = "" if run_dir.is_absolute() else f" (in full, from the current folder: '{C.show(str(full))[1:-1]}')"
         raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used: {why}{where}, and "
                            f"TensorBoard's event files need a UTF-8 path; choose another name")
     try:
@@ -203,7 +200,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' is {file_kind(run_dir.stat().st_mode)}, "
                            f"not a folder; choose a new folder")
     if run_dir.exists() and any(p.name != runlock.LOCK_NAME for p in run_dir.iterdir()):
-        if run_dir.is_dir() and (who := runlock.holder(run_dir)):
+        if (who := runlock.holder(run_dir)):
             raise runlock.FolderBusy(f"--output-dir: '{run_dir}' is in use: {who} is training there; one writer "
                                      f"per run folder: choose a new folder")
         raise C.UsageError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
@@ -398,8 +395,8 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
         cfg = C.resolve(asked, world.size)
         note = C.envs_note(asked, cfg, world.size)
         errors = C.host_problems(cfg, world.size, world.local_size) or None
-        world.set_collective_timeout(startup_timeout(cfg.guards.collective_timeout_s))
         start.hang_s = startup_timeout(cfg.guards.collective_timeout_s)
+        world.set_collective_timeout(start.hang_s)
     except C.UsageError as e:
         errors = e.errors
     except OSError as e:  # the run folder vanished or became unreadable since phase B

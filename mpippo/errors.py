@@ -185,10 +185,6 @@ def users_code():
         _USERS_CODE[0] -= 1
 
 
-def in_users_code() -> bool:
-    return _USERS_CODE[0] > 0
-
-
 def in_users_code_since() -> float | None:
     """When the main thread entered the user's code (time.monotonic), or None where it is not in it."""
     return _USERS_CODE[1] if _USERS_CODE[0] > 0 else None

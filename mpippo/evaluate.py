@@ -28,7 +28,7 @@ from mpippo import config as C
 from mpippo import faults, launch, preemption, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
-from mpippo.files import METRICS, atomic_write_json, file_mode
+from mpippo.files import METRICS, absolute, atomic_write_json, file_mode
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
@@ -65,7 +65,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def resolve_checkpoint(path: str) -> Path:
-    p = toolcli.absolute(Path(path), "--checkpoint")
+    p = absolute(Path(path), "--checkpoint")
     try:
         return latest_path(p) if p.is_dir() else p
     except OSError as e:  # (a name too long, a loop of links: is_dir raises them, and only them)
@@ -327,7 +327,7 @@ def check_options(args) -> None:
             raise C.UsageError(f"{flag}: must be <= {hi:,}, got {C.show(value)}; {allowed}")
     if args.video is not None and args.video.suffix.lower() != ".mp4":
         raise C.UsageError(f"--video: '{C.show(str(args.video))[1:-1]}' must end in .mp4")
-    args.json, args.video = (toolcli.absolute(p, flag) for p, flag in ((args.json, "--json"), (args.video, "--video")))
+    args.json, args.video = (absolute(p, flag) for p, flag in ((args.json, "--json"), (args.video, "--video")))
     toolcli.distinct_outputs((args.json, "--json"), (args.video, "--video"))
 
 

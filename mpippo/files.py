@@ -163,6 +163,17 @@ def open_regular(path: str | Path):
     return os.fdopen(fd, "rb")
 
 
+def absolute(path: Path | None, flag: str) -> Path | None:
+    """A path the user gave, fixed to the folder the command started in: a user's env may change the
+    working folder (os.chdir in its constructor), and what was checked here would be written elsewhere.
+    (A folder removed under the command: one line.)"""
+    try:
+        return None if path is None else Path(path).absolute()
+    except OSError as e:
+        raise UsageError(f"{flag}: '{show(str(path))[1:-1]}' is relative, and the current folder is gone "
+                         f"({e.strerror or e}); give an absolute path") from None
+
+
 def not_utf8(path: str | Path) -> str | None:
     """Why a path is no UTF-8 text, or None. TensorBoard's writer and reader encode a run's path as
     UTF-8: a folder whose name holds another encoding's byte failed there with a traceback."""

@@ -118,9 +118,10 @@ class SignalFlags:
         would ever run); flags that were never installed (an API caller's own) install nothing."""
         if _FLAGS is not self:
             return []
-        replaced = [sig.name for sig, handler in self._handlers().items() if signal.getsignal(sig) != handler]
+        ours = self._handlers()
+        replaced = [sig.name for sig, handler in ours.items() if signal.getsignal(sig) != handler]
         self.install()
-        blocked = unblock(list(self._handlers()))
+        blocked = unblock(list(ours))
         return ([f"set its own handler for {', '.join(replaced)}"] if replaced else []) + \
             ([f"blocked {', '.join(blocked)}"] if blocked else [])
 

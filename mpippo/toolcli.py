@@ -283,17 +283,6 @@ def _replaceable(path: Path, flag: str) -> None:
                          f"give a new file's name or a file's")
 
 
-def absolute(path: Path | None, flag: str) -> Path | None:
-    """A path the user gave, fixed to the folder the command started in: a user's env may change the
-    working folder (os.chdir in its constructor), and an output checked here would then be written
-    elsewhere. (A folder removed under the command: one line.)"""
-    try:
-        return None if path is None else Path(path).absolute()
-    except OSError as e:
-        raise UsageError(f"{flag}: '{shown(path)}' is relative, and the current folder is gone ({e.strerror or e})") \
-            from None
-
-
 def real(path: Path) -> Path:
     """The file a name leads to, to compare two names by (a symlink loop, a name too long: as given)."""
     try:

@@ -77,8 +77,7 @@ def _user_import(spec: str, env_name: str) -> None:
         _float32_default()
     except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's code may raise anything on import, or exit:
         # its code would have ended the run in silence, 0 or the requeue's 3 included)
-        why = _what(e) if isinstance(e, SystemExit) else reason(e, 160)
-        raise UsageError(f"env.import: importing '{module}' failed ({why})") from None
+        raise UsageError(f"env.import: importing '{module}' failed ({_why(e, 160)})") from None
     if not attr:
         return
     make = getattr(mod, attr, None)
@@ -260,9 +259,8 @@ def _make_one(cfg, render: bool = False):
                 env = gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
         except (Exception, SystemExit) as e:  # noqa: BLE001 (an env's constructor may raise anything, or exit)
             warned = "".join(f"; it warned: {_plain(w.message)}" for w in said[:1])
-            why = _what(e) if isinstance(e, SystemExit) else reason(e)
             raise UsageError(f"env.name: making '{env_id(cfg.env.name)}' with env.kwargs {_kw(cfg.env.kwargs)} "
-                             f"failed ({why}){warned}") from None
+                             f"failed ({_why(e)}){warned}") from None
     for w in said:  # a refusal is one line (above); an env that was made says what it warned of, as before
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     _float32_default()
@@ -304,6 +302,11 @@ def _what(e: BaseException) -> str:
     return f"called sys.exit({show(e.code)})" if isinstance(e, SystemExit) else f"raised {reason(e)}"
 
 
+def _why(e: BaseException, limit: int = 200) -> str:
+    """What the user's code did at start-up, for a refusal: 'called sys.exit(3)', or what it raised."""
+    return _what(e) if isinstance(e, SystemExit) else reason(e, limit)
+
+
 def _where(e: BaseException) -> str:
     """Where the env's own code failed (errors.user_code_at)."""
     return user_code_at(traceback.extract_tb(e.__traceback__))
@@ -336,15 +339,13 @@ class GymVecEnv:
             raise
         except (Exception, SystemExit) as e:  # noqa: BLE001 (the env's code may raise anything, or exit)
             _close(getattr(self, "env", None) or first_env)  # the envs made so far
-            why = _what(e) if isinstance(e, SystemExit) else reason(e)
             raise UsageError(f"env.name: '{cfg.env.name}' does not keep to the spaces it declares: making {num_envs} "
-                             f"and resetting them failed ({why}); each must have the spaces of the first, and "
+                             f"and resetting them failed ({_why(e)}); each must have the spaces of the first, and "
                              f"its observations the shape of {_space(first_env.observation_space)}") from None
-        if self.obs.dtype.kind == "f" and not np.isfinite(self.obs).all():  # (the steps' check, for reset's)
+        if (bad := _nonfinite(self.obs)) is not None:  # (the steps' check, for reset's)
             _close(self.env)
-            raise UsageError(f"env.name: '{cfg.env.name}' returned an observation holding "
-                             f"{self.obs[~np.isfinite(self.obs)].flat[0]} (as float32) from its reset(); allowed: "
-                             f"finite values")
+            raise UsageError(f"env.name: '{cfg.env.name}' returned an observation holding {bad} (as float32) from "
+                             f"its reset(); allowed: finite values")
         self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
         self.name, self.steps = cfg.env.name, 0
         self.declared = f"observations {_space(first_env.observation_space)}, actions {_space(first_env.action_space)}"
@@ -385,8 +386,7 @@ class GymVecEnv:
                           f"{_where(e)}; allowed: {allowed}")
 
     def _check_finite(self, what: str, values: np.ndarray) -> None:
-        if values.dtype.kind == "f" and not np.isfinite(values).all():
-            bad = values[~np.isfinite(values)].flat[0]
+        if (bad := _nonfinite(values)) is not None:
             raise EnvFailure(f"env.name: '{self.name}' returned {what} holding {bad} (as float32) at step "
                              f"{self.steps:,} of this rank; allowed: finite values")
 
@@ -410,6 +410,13 @@ class GymVecEnv:
         if (e := _close(self.env)) is not None:  # at the end, the run's results written: a warning, not a failure
             sys.stderr.write(f"mpippo: warning: env.name: '{self.name}' {_what(e)} in its close(){_where(e)}; "
                              "ignored\n")
+
+
+def _nonfinite(values: np.ndarray):
+    """The first NaN or inf of a float array, or None."""
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        return values[~np.isfinite(values)].flat[0]
+    return None
 
 
 def _close(env) -> BaseException | None:
