@@ -79,7 +79,7 @@ class _StartUp:
         self.undo: list = []  # this rank's undo of what it began (a W&B run), called before anything else
         self.exiting = False  # agree_or_exit is ending start-up: the start-up watch leaves it to it
         # a start-up held in the user's code this long ends (one rank): the default's until the config is known
-        self.hang_s = startup_timeout(C.GuardsConfig().collective_timeout_s)
+        self.hang_s = runctl.startup_timeout(C.GuardsConfig().collective_timeout_s)
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -130,7 +130,7 @@ class _StartUp:
         """The start-up watch's end of a start-up held in the user's code past its timeout, no stop asked."""
         self._end_from_watch(EXIT_FAILURE, lambda at: (
             f"mpippo: error: start-up has been held in the env's code for {lasted:.0f} s (start-up's watchdog: "
-            f"guards.collective_timeout_s, at least {STARTUP_TIMEOUT_S:g} s; 0 turns it off){at}: ending it; "
+            f"guards.collective_timeout_s, at least {runctl.STARTUP_TIMEOUT_S:g} s; 0 turns it off){at}: ending it; "
             f"nothing was trained yet and nothing is saved"))
 
     def _end_held(self, sig: int) -> None:
@@ -258,18 +258,6 @@ def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
     return read_checkpoint_bytes(latest_path(run_dir))
 
 
-# Start-up's collectives wait at least this long, whatever guards.collective_timeout_s says: ranks
-# import torch, read the checkpoint and make their envs at their own pace (on a loaded node, or a
-# parallel file system at scale, seconds to minutes apart), and a short timeout meant for training's
-# steps would end a healthy job there. A rank hung in start-up still ends the job, later.
-STARTUP_TIMEOUT_S = 300.0
-
-
-def startup_timeout(configured: float) -> float:
-    """The watchdog's timeout through start-up (0, off, stays off)."""
-    return max(configured, STARTUP_TIMEOUT_S) if configured > 0 else 0.0
-
-
 def _console_lines() -> None:
     """Each console line leaves the process when printed: a Slurm job's log is a file, where Python
     would hold the progress lines in an 8 KB buffer (minutes of a run) unless PYTHONUNBUFFERED is set."""
@@ -395,7 +383,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
         cfg = C.resolve(asked, world.size)
         note = C.envs_note(asked, cfg, world.size)
         errors = C.host_problems(cfg, world.size, world.local_size) or None
-        start.hang_s = startup_timeout(cfg.guards.collective_timeout_s)
+        start.hang_s = runctl.startup_timeout(cfg.guards.collective_timeout_s)
         world.set_collective_timeout(start.hang_s)
     except C.UsageError as e:
         errors = e.errors

@@ -19,8 +19,10 @@ import dataclasses
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -32,12 +34,12 @@ from mpippo.files import METRICS, absolute, atomic_write_json, file_mode
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
-from mpippo.preemption import EXIT_STOPPED, EXIT_USAGE
+from mpippo.preemption import EXIT_FAILURE, EXIT_STOPPED, EXIT_USAGE
 from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
-from mpippo.errors import EnvFailure, say_last
+from mpippo.errors import EnvFailure, code_at, in_users_code_since, say_last
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
@@ -359,7 +361,7 @@ def memory_problem(state: dict, num_envs: int) -> str | None:
             f"available; lower it")
 
 
-def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str], bool]:
+def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, C.Config, list[str], bool]:
     """Options, checkpoint, network, env settings and outputs, all checked before any episode."""
     check_options(args)
     path = resolve_checkpoint(args.checkpoint)
@@ -378,6 +380,7 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
         raise C.UsageError(problem)
     net = build_policy(state)
     cfg, notes = env_config(state, args.levels)
+    start.hang_s = runctl.startup_timeout(cfg.guards.collective_timeout_s)  # (the env's code runs from here)
     check_env(cfg, state, args.imports)
     if args.levels == "test" and "num_levels" not in envs.family(cfg).keys:
         raise C.UsageError(f"--levels: '{cfg.env.name}' has no levels to hold out; allowed: train (the default)")
@@ -396,35 +399,26 @@ def load_and_check(args, world) -> tuple[Path, dict, object, C.Config, list[str]
     return path, state, net, cfg, notes, two_player
 
 
+class _StartUp:
+    """evaluate's start-up as its watch sees it (_startup_watched): how long the user's code may hold it
+    (the default config's watchdog until the run's config is read), and the video to leave nothing of."""
+
+    def __init__(self):
+        self.hang_s = runctl.startup_timeout(C.GuardsConfig().collective_timeout_s)
+        self.video: Video | None = None
+
+
 def main(argv: list[str] | None = None) -> int:
     from mpippo.comm import World  # MPI's bindings: loaded by the command, not by `import mpippo.evaluate`
     world = World()
     world.install_abort_hook()
-    error = None
-    try:
-        args = make_parser().parse_args(argv)
-        path, state, net, cfg, notes, two_player = load_and_check(args, world)
-    except C.UsageError as e:
-        error = e.errors[0]
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
-    if _refused(world, error):
-        return EXIT_USAGE
-
-    import torch  # after the checks: a bad option or file is refused without loading torch
-    torch.set_num_threads(1)
-    # episodes split over ranks, then over env slots: the counts add up to --num-episodes exactly
-    mine = args.num_episodes // world.size + (world.rank < args.num_episodes % world.size)
-    n_envs = max(1, min(args.num_envs, mine)) if mine else 1
-    quota = np.array([mine // n_envs + (i < mine % n_envs) for i in range(n_envs)], dtype=np.int64)
-    video = Video(args.video, two_player) if (args.video is not None and world.is_root) else None
-    env = error = None
-    try:  # (a user's env meets its own spaces first here: one line, agreed)
-        env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank), render=video is not None)
-    except C.UsageError as e:
-        error = e.errors[0]
-    if _refused(world, error):
-        return EXIT_USAGE
+    start = _StartUp()
+    with _startup_watched(world, start):
+        begun = _start(argv, world, start)
+    if isinstance(begun, int):
+        return begun
+    args, (path, state, net, cfg, notes, two_player), env, quota, video = begun
+    import torch
     toolcli.reclaim_stops()  # the envs' code ran (a user's env may set its own handlers): a stop is still one line
     if two_player and args.opponent == "lookahead":
         env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
@@ -436,6 +430,60 @@ def main(argv: list[str] | None = None) -> int:
     finally:  # however it ends (a stop signal above all): no half-written video is left
         if video is not None:
             video.discard()
+
+
+def _start(argv: list[str] | None, world, start: _StartUp):
+    """The checks, then the envs: an exit code (a refusal, agreed by every rank; --help), or what the
+    episodes need."""
+    error = None
+    try:
+        args = make_parser().parse_args(argv)
+        path, state, net, cfg, notes, two_player = load_and_check(args, world, start)
+    except C.UsageError as e:
+        error = e.errors[0]
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    if _refused(world, error):
+        return EXIT_USAGE
+    import torch  # after the checks: a bad option or file is refused without loading torch
+    torch.set_num_threads(1)
+    # episodes split over ranks, then over env slots: the counts add up to --num-episodes exactly
+    mine = args.num_episodes // world.size + (world.rank < args.num_episodes % world.size)
+    n_envs = max(1, min(args.num_envs, mine)) if mine else 1
+    quota = np.array([mine // n_envs + (i < mine % n_envs) for i in range(n_envs)], dtype=np.int64)
+    video = start.video = Video(args.video, two_player) if (args.video is not None and world.is_root) else None
+    env = error = None
+    try:  # (a user's env meets its own spaces first here: one line, agreed)
+        env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank), render=video is not None)
+    except C.UsageError as e:
+        error = e.errors[0]
+    if _refused(world, error):
+        return EXIT_USAGE
+    return args, (path, state, net, cfg, notes, two_player), env, quota, video
+
+
+def _startup_watched(world, start: _StartUp):
+    """Start-up runs the user's code (its env made to check its spaces, then its envs), which may never
+    return where no signal reaches Python (a constructor waiting in native code on its simulator): the
+    trainer's start-up watch (runctl.watch_startup) ends it STOP_GRACE_S after a stop, or once held
+    past start-up's watchdog. On every rank: evaluate's ranks wait for each other without a collective
+    timeout, and one rank's abort ends them all."""
+    who = f"rank {world.rank}: " if world.size > 1 else ""
+
+    def ended(code: int, line: Callable[[str], str]) -> None:  # from the watch's thread, the main thread held
+        if start.video is not None:
+            start.video.forget()
+        say_last(line(code_at(sys._current_frames().get(threading.main_thread().ident))))
+        world.abort(code)
+    return runctl.watch_startup(
+        preemption.unheard(toolcli.first_stop) or (lambda: None),
+        lambda sig: ended(EXIT_STOPPED, lambda at: (
+            f"mpippo: evaluate: {who}stopped by {toolcli.signal_words(sig)} during start-up, which is held{at} and has not gone on "
+            f"for {runctl.STOP_GRACE_S:g} s: ending it; nothing was written")),
+        held=in_users_code_since, hang_s=lambda: start.hang_s,
+        end_hung=lambda lasted: ended(EXIT_FAILURE, lambda at: (
+            f"mpippo: error: {who}start-up has been held in the env's code for {lasted:.0f} s (guards.collective_timeout_s, "
+            f"at least {runctl.STARTUP_TIMEOUT_S:g} s; 0 turns it off){at}: ending it; nothing was written")))
 
 
 def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:

@@ -123,6 +123,18 @@ def watch_alone(timer, timeout_s: float, end, what: str = "training", who: str =
 STOP_GRACE_S = 5.0  # a start-up held after a stop: how long it may take to reach its own next step
 
 
+# Start-up's collectives wait at least this long, whatever guards.collective_timeout_s says: ranks
+# import torch, read the checkpoint and make their envs at their own pace (on a loaded node, or a
+# parallel file system at scale, seconds to minutes apart), and a short timeout meant for training's
+# steps would end a healthy job there. A rank hung in start-up still ends the job, later.
+STARTUP_TIMEOUT_S = 300.0
+
+
+def startup_timeout(configured: float) -> float:
+    """The watchdog's timeout through start-up (0, off, stays off)."""
+    return max(configured, STARTUP_TIMEOUT_S) if configured > 0 else 0.0
+
+
 @contextmanager
 def watch_startup(stop_seen: Callable[[], int | None], end: Callable[[int], None], grace_s: float = STOP_GRACE_S,
                   clock=time.monotonic, every: float = 0.25, held: Callable[[], float | None] = lambda: 0.0,

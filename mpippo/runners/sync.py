@@ -495,7 +495,7 @@ class SyncTrainer:
                               "allreduce_calls_per_iteration": self.algo.allreduces_per_iteration,
                               "rollout_cutoff": None}
         # start-up ends here, for every rank together: rank 0's reporter (git, TensorBoard's import) was
-        # its last part, under start-up's longer watch (cli.STARTUP_TIMEOUT_S); the run's own from now
+        # its last part, under start-up's longer watch (runctl.STARTUP_TIMEOUT_S); the run's own from now
         world.barrier()
         world.set_collective_timeout(cfg.guards.collective_timeout_s)
         return reporter

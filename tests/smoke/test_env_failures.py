@@ -86,6 +86,43 @@ def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keepin
     assert lines[0].startswith("mpippo: error: one step of the evaluation has lasted ") and \
         "(guards.collective_timeout_s = 4): the evaluation hangs in its envs' step, at '" in lines[0], lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no JSON, no video, no temporary file
+    # evaluate again, its env held in its constructor and no signal: its start-up watch ends it past start-up's
+    # watchdog (the run's 4 s, the 300 s floor lowered to 2 s in the process), one line naming where
+    res = job(None, [*FLOOR_2S, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--import", "mpippo_user_envs",
+                     "--num-episodes", "4", "--json", str(tmp_path / "eval.json")], fault="hang-native-make@0", timeout=60)
+    _held_past_the_watchdog(res, "mpippo: error: start-up has been held in the env's code for ",
+                            "ending it; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# A process whose start-up watchdog's floor (runctl.STARTUP_TIMEOUT_S, 300 s) is 2 s, then the command after it
+# (a script, or -m and a module), as `python` would run it: the no-signal end of a held start-up, in seconds
+FLOOR_2S = ["-c", "import runpy, sys; from mpippo import runctl; runctl.STARTUP_TIMEOUT_S = 2.0; "
+                  "module = sys.argv[1] == '-m'; sys.argv = sys.argv[1 + module:]; "
+                  "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True) if module else "
+                  "runpy.run_path(sys.argv[0], run_name='__main__')"]
+
+
+def _held_past_the_watchdog(res, first: str, last: str) -> None:
+    """The job's one line after its start-up watch ended a start-up held in native code: exit 1."""
+    lines = error_lines(res.stderr)
+    assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stdout + res.stderr, res.stderr[-3000:]
+    assert lines[0].startswith(first) and ", at '" in lines[0] and "mpippo_user_envs.py':" in lines[0] and \
+        lines[0].endswith(last), lines[0]
+
+
+def test_a_one_rank_start_up_held_in_the_envs_code_ends_past_its_watchdog_without_a_signal(tmp_path):
+    """Nobody sends a signal (a batch job, nobody watching): a one-rank start-up held in native code in
+    the env's constructor (its second env: the first one, made to check the config, returned) ends
+    itself past start-up's watchdog, guards.collective_timeout_s but at least runctl.STARTUP_TIMEOUT_S
+    (lowered to 2 s here, in the process): exit 1, one line naming where, the new run folder gone."""
+    res = job(None, [*FLOOR_2S, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--set",
+                     "guards.collective_timeout_s=1", "--output-dir", str(tmp_path / "run")],
+              fault="hang-native-make@1", timeout=60)
+    _held_past_the_watchdog(res, "mpippo: error: start-up has been held in the env's code for ",
+                            "ending it; nothing was trained yet and nothing is saved")
+    assert "(start-up's watchdog: guards.collective_timeout_s, at least 2 s; 0 turns it off)" in res.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("hang", ["hang", "hang-native"])
@@ -137,22 +174,37 @@ def _held_in_native_code(pid: int) -> bool:
 def _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir) -> None:
     """evaluate of that run, its env hung alike in its third step: one stop signal ends a tool (one
     line, exit 4, no JSON or video left), here through the hang watch, a second after the signal,
-    not after the run's 600 s timeout. (SIGTERM: the test's worker ignores SIGINT, and a tool keeps
+    not after the run's 600 s timeout. Then its env hung in its constructor, where the hang watch has
+    not begun: evaluate's start-up watch (runctl.watch_startup) ends it some seconds after the signal,
+    naming where (it had waited forever). (SIGTERM: the test's worker ignores SIGINT, and a tool keeps
     an ignored one ignored.)"""
+    (tmp_path / "hung").unlink()
+    for fault, last in [("hang-native@3", "mpippo: evaluate: stopped by SIGTERM; its runs ended and its temporary "
+                                          "folders removed"),
+                        ("hang-native-make@0", "mpippo: evaluate: stopped by SIGTERM during start-up, which is "
+                                               "held, at '")]:
+        err = _evaluate_held_then_stopped(tmp_path, run_dir, fault)
+        assert err.strip().splitlines()[-1].startswith(last), err[-3000:]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no JSON, no video, no temporary file
+    assert "mpippo_user_envs.py':" in err and "and has not gone on for 5 s: ending it; nothing was written" in err, err
+
+
+def _evaluate_held_then_stopped(tmp_path, run_dir, fault: str) -> str:
+    """evaluate, its env held in native code as `fault` says, then SIGTERM: exit 4 within 30 s, no error
+    line, no traceback; its stderr."""
     mark = tmp_path / "hung"
-    mark.unlink()
     proc = start([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--import", "mpippo_user_envs",
                   "--num-episodes", "4", "--json", str(tmp_path / "eval.json"), "--video", str(tmp_path / "v.mp4")],
-                 env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_FAULT": "hang-native@3", "MPIPPO_TEST_ENV_MARK": str(mark)})
+                 env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_FAULT": fault, "MPIPPO_TEST_ENV_MARK": str(mark)})
     wait_until(mark.exists, "the env's hang (its mark)", 60)
     wait_until(lambda: _held_in_native_code(proc.pid), "the main thread's wait in native code", 60)
     mark.unlink()
+    t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=60)
     assert code == 4 and len(error_lines(err)) == 0 and "Traceback" not in out + err, (code, err[-3000:])
-    assert err.strip().splitlines()[-1] == ("mpippo: evaluate: stopped by SIGTERM; its runs ended and its temporary "
-                                            "folders removed"), err[-3000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no JSON, no video, no temporary file
+    assert time.monotonic() - t0 < 30, time.monotonic() - t0
+    return err
 
 
 def _handler_reset_then_back(proc, rank: int, mark) -> None:

@@ -99,7 +99,7 @@ def test_sigterm_or_ctrl_c_through_the_launcher_checkpoints_and_stops(tmp_path, 
 
 def test_a_suspended_job_goes_on_and_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
     """Rank 1 comes 11 s late to the trainer's construction (a slow import), longer than the 8-s
-    collective timeout: start-up's collectives wait longer (cli.STARTUP_TIMEOUT_S). Then the job is
+    collective timeout: start-up's collectives wait longer (runctl.STARTUP_TIMEOUT_S). Then the job is
     stopped for longer than the timeout (SIGSTOP: Ctrl-Z, Slurm's suspend), rank 1 a second before
     rank 0 and continued 0.5 s after it, so that rank 0 waits for it in a collective: the time stopped
     is not taken for a hang. Then SIGTERM to one rank stops both with a checkpoint."""
