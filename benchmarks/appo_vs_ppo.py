@@ -132,8 +132,8 @@ def _main(argv) -> int:
     if args.root.exists() and not args.root.is_dir():
         raise UsageError(f"--root: '{shown(args.root)}' is a file; give a folder")
     ranks_fit(args.ranks + 1, "--ranks")
-    plan = [("sync PPO", args.ranks, "configs/ppo_procgen.yaml", args.root / "sync_ppo"),
-            ("APPO", args.ranks + 1, "configs/appo_procgen.yaml", args.root / "appo")]
+    plan = [("sync PPO", args.ranks, str(ROOT / "configs/ppo_procgen.yaml"), args.root / "sync_ppo"),
+            ("APPO", args.ranks + 1, str(ROOT / "configs/appo_procgen.yaml"), args.root / "appo")]
     for name, ranks, config, folder in plan:
         check_run(name, ranks, config, args, folder)
     output_folder(args.out, "--out", OUTPUTS)

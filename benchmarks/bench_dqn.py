@@ -28,7 +28,7 @@ CONFIGS = {"procgen": "configs/dqn_procgen.yaml", "atari": "configs/dqn_atari.ya
 
 
 def config(args) -> list[str]:
-    return ["--config", CONFIGS[args.env], "--set", "logging.tensorboard=false"]
+    return ["--config", str(ROOT / CONFIGS[args.env]), "--set", "logging.tensorboard=false"]
 
 
 def collection_args(n: int, args) -> list[str]:

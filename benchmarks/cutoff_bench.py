@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # results_file: the repository on the path
 from results_file import check_out, write_result  # noqa: E402
 from mpippo import launch  # noqa: E402
-from mpippo.toolcli import (Parser, check_trainer, count, distinct, number, ranks_fit, run,  # noqa: E402
+from mpippo.toolcli import (ROOT, Parser, check_trainer, count, distinct, number, ranks_fit, run,  # noqa: E402
                             run_trainer)
 
 TOOL = "benchmarks/cutoff_bench.py"
@@ -44,8 +44,8 @@ def make_parser() -> Parser:
 
 
 def trainer_argv(args, cutoff: float | None, toy: bool) -> list[str]:
-    base = (["--config", "configs/toy_cue.yaml"] if toy else
-            ["--config", "configs/smoke.yaml", "--set", f"env.name={args.env}", "--num-envs-per-rank",
+    base = (["--config", str(ROOT / "configs/toy_cue.yaml")] if toy else
+            ["--config", str(ROOT / "configs/smoke.yaml"), "--set", f"env.name={args.env}", "--num-envs-per-rank",
              str(args.envs_per_rank), "--n-steps", str(args.n_steps), "--total-timesteps",
              str(args.ranks * args.envs_per_rank * args.n_steps * args.iterations),
              "--set", "training.num_minibatches=4", "--set", "logging.log_interval=4"])

@@ -85,7 +85,7 @@ ATARI_ROW = "ppo bf16 on Atari (Nature CNN), 1 rank, fast kernels"
 # the default config (64 envs x 256 steps = 16,384 per rank and iteration) on the GPU; smoke-sized on the CPU
 # (Atari: configs/ppo_atari.yaml, its network and game, 32 envs per rank: a GPU rank steps them on its cores)
 REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384,
-        "atari": {"ppo": ["--config", "configs/ppo_atari.yaml"], "envs_per_rank": 32, "n_steps": 128},
+        "atari": {"ppo": ["--config", str(ROOT / "configs/ppo_atari.yaml")], "envs_per_rank": 32, "n_steps": 128},
         "dqn_actors": 7, "dqn_steps": 40_000, "dqn_batch": 512, "appo_actors": 7, "appo": [], "appo_batch": (64, 64),
         "appo_steps": 24 * 4096, "learner": [], "dqn": []}
 # (dry PPO runs: one torch thread, as tiny sizes gain nothing from more and a busy machine's cores slow them;
@@ -93,9 +93,9 @@ REAL = {"ppo": [], "envs_per_rank": 64, "n_steps": 256, "resume_half": 2 * 16384
 # toy-cue for procgen's games, whose assets cost each process about 4 s of CPU to load: the dry run proves
 # the steps, which step no differently on a toy game)
 TOY = ["--set", "env.name=toy-cue", "--set", "model.channels=[4]", "--set", "model.hidden_size=16"]
-DRY = {"ppo": ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", *TOY], "envs_per_rank": 8,
+DRY = {"ppo": ["--config", str(ROOT / "configs/smoke.yaml"), "--set", "parallel.threads_per_rank=1", *TOY], "envs_per_rank": 8,
        "n_steps": 16, "resume_half": 256,
-       "atari": {"ppo": ["--config", "configs/ppo_atari.yaml", "--set", "parallel.threads_per_rank=1", "--set",
+       "atari": {"ppo": ["--config", str(ROOT / "configs/ppo_atari.yaml"), "--set", "parallel.threads_per_rank=1", "--set",
                          "model.hidden_size=16"], "envs_per_rank": 2, "n_steps": 16},
        "dqn_actors": 2, "dqn_steps": 1200, "dqn_batch": 32, "appo_actors": 3,
        "dqn": TOY, "appo": TOY, "appo_batch": (8, 8),
@@ -244,7 +244,7 @@ def learner_rows(budget: dict, device: str, tmp: Path, profile_out: Path, second
 
 def dqn_row(budget: dict, device: str, tmp: Path) -> dict:
     n = budget["dqn_actors"]
-    args = ["--config", "configs/dqn_procgen.yaml", "--total-timesteps", str(budget["dqn_steps"]),
+    args = ["--config", str(ROOT / "configs/dqn_procgen.yaml"), "--total-timesteps", str(budget["dqn_steps"]),
             "--set", "dqn.learning_starts=800", "--set", f"dqn.batch_size={budget['dqn_batch']}",
             "--set", "dqn.replay_ratio=8",
             "--set", "dqn.buffer_size=20000", "--num-envs-per-rank", "8", *budget["dqn"]]
@@ -259,7 +259,7 @@ def appo_row(budget: dict, device: str, tmp: Path) -> dict:
     """The APPO learner's rate (V-trace and two PPO epochs per batch of segments) fed by CPU actors."""
     segments, T = budget["appo_batch"]
     n = budget["appo_actors"]
-    args = ["--config", "configs/appo_procgen.yaml", "--total-timesteps", str(budget["appo_steps"]),
+    args = ["--config", str(ROOT / "configs/appo_procgen.yaml"), "--total-timesteps", str(budget["appo_steps"]),
             "--num-envs-per-rank", "16", "--set", f"appo.batch_segments={segments}",
             "--set", f"appo.rollout_length={T}",
             *budget["appo"]]

@@ -127,7 +127,7 @@ def dqn_learner(device: str = "cuda", batch: int = 512, prefill: int = 100_000, 
     from mpippo.algos.apex import ApeX
     config, obs, actions, most = DQN_ROWS[row]
     prefill = min(prefill, most or prefill)
-    argv = ["--config", config, "--device", device, "--set", f"dqn.batch_size={batch}",
+    argv = ["--config", str(ROOT / config), "--device", device, "--set", f"dqn.batch_size={batch}",
             "--set", f"dqn.buffer_size={prefill}", "--set", "dqn.learning_starts=0", *extra]
     cfg, dev = _setup(argv, 2, "the DQN learner bench")
     algo = ApeX(cfg, obs, actions, num_actors=1, masked=False)
@@ -171,7 +171,7 @@ def appo_learner(device: str = "cuda", seconds: float = 5.0, warmup: int = 2, ex
     import torch
 
     from mpippo.algos.appo import APPO
-    argv = ["--config", "configs/appo_procgen.yaml", "--device", device, *extra]
+    argv = ["--config", str(ROOT / "configs/appo_procgen.yaml"), "--device", device, *extra]
     cfg, dev = _setup(argv, 2, "the APPO learner bench")
     algo = APPO(cfg, OBS, ACTIONS)
     model = algo.new_net().to(dev)
@@ -307,7 +307,7 @@ DRY_HIDDEN = ["--set", "model.hidden_size=16"]  # the plumbing, not the network 
 DRY_MODEL = ["--set", "model.channels=[4]", *DRY_HIDDEN]
 DRY_APPO = [*DRY_MODEL, "--set", "appo.batch_segments=8",
             "--set", "appo.rollout_length=8"]
-DRY_PPO = ["--config", "configs/smoke.yaml", "--set", "parallel.threads_per_rank=1", "--num-envs-per-rank", "4",
+DRY_PPO = ["--config", str(ROOT / "configs/smoke.yaml"), "--set", "parallel.threads_per_rank=1", "--num-envs-per-rank", "4",
            "--n-steps", "16"]
 
 

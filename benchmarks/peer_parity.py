@@ -165,12 +165,12 @@ class Family:
 
 
 FAMILIES = {
-    "mujoco": Family("configs/ppo_mujoco.yaml", gym_id, "gym:{}", "{}", continuous_script,
+    "mujoco": Family(str(ROOT / "configs/ppo_mujoco.yaml"), gym_id, "gym:{}", "{}", continuous_script,
                      lambda: target_install("site", "tyro", [TYRO]), ("HalfCheetah-v5", "Hopper-v5"), 1_000_000,
                      "mujoco_parity"),
-    "atari": Family("configs/ppo_atari.yaml", atari_throughput.game_name, "atari:{}", "{}-v5",
+    "atari": Family(str(ROOT / "configs/ppo_atari.yaml"), atari_throughput.game_name, "atari:{}", "{}-v5",
                     atari_script, atari_throughput.peer_path, ("Pong", "Breakout"), 2_000_000,
-                    "atari_parity", ("--config", "configs/dqn_atari.yaml", *APEX_SHORT)),
+                    "atari_parity", ("--config", str(ROOT / "configs/dqn_atari.yaml"), *APEX_SHORT)),
 }
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ok, run
+from conftest import ROOT, ok, run
 
 pytestmark = pytest.mark.slow  # 40-50 s on an idle 2-core machine (95 s with both cores busy): not in make test-fast
 
@@ -25,8 +25,11 @@ PLACEMENT = {"affinity_cores", "cpu_share", "threads_per_rank", "env_threads", "
 
 
 def test_gpu_check_dry_run_runs_every_step_and_writes_its_result(tmp_path):
+    """Started in another folder than the repository's (its default configs are the repository's: they
+    were looked for in the working folder)."""
     out = tmp_path / "gpu.json"
-    res = ok(run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(out)], timeout=400))
+    res = ok(run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--out", str(out)], timeout=400,
+                 cwd=tmp_path))
     r = json.loads(out.read_text())
     rows = {row["check"]: row for row in r["rows"]}
     assert [row["check"] for row in r["rows"]] == PPO + NODE + ALONE + END

@@ -212,7 +212,7 @@ def test_a_closed_terminal_is_a_reader_gone_and_closed_descriptors_are_filled_fi
         "    return fd\n" + script.replace("; ", "\n")
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"fds-{os.getpid()}.txt"
     try:
-        res = subprocess.run(["bash", "-c", f'exec "$0" -c "$1" "$2" <&- >&- 2>&-', sys.executable, script, str(out)],
+        res = subprocess.run(["bash", "-c", 'exec "$0" -c "$1" "$2" <&- >&- 2>&-', sys.executable, script, str(out)],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         fds = [int(x) for x in out.read_text().split()[1:]]
     finally:
@@ -229,6 +229,27 @@ def test_python_m_of_a_users_own_package_keeps_its_folder(tmp_path):
     res = subprocess.run([sys.executable, "-m", "theirs.train"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "True", res.stderr
+
+
+@pytest.mark.parametrize("tool, args", [("appo_vs_ppo.py", ["--root", "runs", "--out", "out"]),
+                                        ("cutoff_bench.py", ["--out", "cut.json"])])
+def test_a_benchmark_started_in_another_folder_finds_its_default_configs(tmp_path, tool, args):
+    """Their default configs are the repository's (the trainer runs in it), but they were looked for in the
+    working folder first: started elsewhere, "config file not found: 'configs/...'". Here each gets to its
+    check of the trainer's options with its default config, and refuses the env name given after it
+    (gpu_check's dry run runs elsewhere too; peer_parity's configs are checked below)."""
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / tool), *args, "--env", "pong"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "unknown environment 'pong'" in res.stderr, res.stderr
+
+
+def test_peer_paritys_trainer_options_name_configs_that_hold_from_any_folder():
+    import peer_parity
+    for fam in peer_parity.FAMILIES.values():
+        for apex in (False, True) if fam.apex else (False,):
+            argv = peer_parity.mpippo_argv(fam, "Pong", 1, 64, None, apex)
+            config = Path(argv[argv.index("--config") + 1])
+            assert config.is_absolute() and config.is_file(), config
 
 
 def test_an_output_replaces_only_a_file_and_two_outputs_never_share_one(tmp_path):
