@@ -2,6 +2,7 @@
 objects, a size bound) and `--set section.key=value` overrides merged into it."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,10 @@ def _strict_mapping(loader, node, deep=False):
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+# 1e-3 is a float in YAML 1.2 and to every user; PyYAML (YAML 1.1) wants a dot (1.0e-3) and reads the text
+# '1e-3', which a setting's type check took back but env.kwargs passed on to the user's env as a string
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                    list("-+0123456789"))
 
 
 def _kind(path: Path) -> str:
@@ -121,8 +126,10 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     dotted, raw = item.split("=", 1)
     section, key = dotted.split(".", 1)
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
+        value = yaml.load(raw, Loader=_StrictLoader) if raw != "" else ""  # (as a file's values: 1e-3 a float)
+    except yaml.YAMLError as e:
+        if "duplicate key" in str(getattr(e, "problem", "")):  # (a file's rule: the later one would win unseen)
+            raise UsageError(f"--set {dotted}: {e.problem}") from None
         value = raw
     except RecursionError:
         raise UsageError(f"--set {dotted}: its YAML value is nested too deeply") from None

@@ -28,6 +28,13 @@ class Spaces:
     def image(self) -> bool:
         return len(self.obs_shape) == 3
 
+    def bounds_off_zero(self) -> str | None:
+        """Box actions with a dimension whose bounds leave 0 outside or on an edge (the Gaussian's first
+        mean): those bounds as [low, high], in words; else None."""
+        off = [(lo, hi) for lo, hi in zip(self.low, self.high) if not lo < 0.0 < hi]
+        return None if not (self.continuous and off) else (
+            ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in off[:3]) + (f" (and {len(off) - 3} more)" if len(off) > 3 else ""))
+
 
 def obs_dtype(obs_shape) -> str:
     """The dtype observations of this shape are stored and sent in: uint8 images (the CNNs scale

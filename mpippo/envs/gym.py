@@ -18,6 +18,7 @@ refused for the same reason: a saved config.yaml alone must never import anythin
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import re
@@ -114,6 +115,10 @@ def _check_syntax(cfg) -> list[str]:
     for key in RESERVED:
         if key in e.kwargs:
             errs.append(f"env.kwargs.{key}: set by mpippo ({RESERVED[key]}); remove it")
+    steps = e.kwargs.get("max_episode_steps")  # gym.make's own (no constructor default to check it by): True was 1
+    if steps is not None and (type(steps) is not int or steps < 1):
+        errs.append(f"env.kwargs.max_episode_steps: {show(steps)} is not a whole number of steps; allowed: 1 or more "
+                    f"(or none: the id's own limit)")
     return errs
 
 
@@ -143,6 +148,9 @@ def _spaces_of(env) -> Spaces:
     if len(obs_shape) == 3:
         raise UsageError(f"env.name: Box actions {_space(ac)} with image observations are not supported; allowed: "
                          f"Box actions with vector observations (the MLP)")
+    if not np.issubdtype(ac.dtype, np.floating):  # (a Gaussian's draws are not whole numbers: the env would get 0.64)
+        raise UsageError(f"env.name: the action space {_space(ac)} holds {ac.dtype} values; allowed: Discrete, or a "
+                         f"Box of floats (continuous)")
     return Spaces(obs_shape, obs_dtype, int(ac.shape[0]), True, tuple(map(float, ac.low)), tuple(map(float, ac.high)))
 
 
@@ -317,6 +325,27 @@ def _kw(kwargs: dict) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+@functools.cache
+def _info_dropped():
+    """A wrapper that gives the vector env empty info dicts: mpippo reads none of an env's own info (the
+    final observation of a cut episode is the vector env's), and Gymnasium's merging of them into arrays
+    fails on a value whose shape differs between envs (a path's length), which the one-env API allows.
+    It also names an older API's reset (the observation alone) as what it is."""
+    gym = _gym()
+
+    class InfoDropped(gym.Wrapper):
+        def reset(self, **kwargs):
+            out = self.env.reset(**kwargs)
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TypeError(f"its reset() returned {type(out).__name__} {show(out)[:60]}, not (obs, info)")
+            return out[0], {}
+
+        def step(self, action):
+            obs, reward, terminated, truncated, _ = self.env.step(action)
+            return obs, reward, terminated, truncated, {}
+    return InfoDropped
+
+
 class GymVecEnv:
     """num_envs Gymnasium envs behind the batch interface (observe/act, `first` flags), plus
     `truncated()`: the envs a time limit cut at the last act, with their final observations."""
@@ -327,9 +356,9 @@ class GymVecEnv:
         self.spaces = spaces
         self.dtype = np.uint8 if spaces.obs_dtype == "uint8" else np.float32
         first_env = _make_one(cfg, render)  # (one line if it fails; the rest are made alike)
-        fns = [lambda e=first_env: e] + [lambda: _make_one(cfg, render)] * (num_envs - 1)
+        dropped = _info_dropped()
+        fns = [lambda e=first_env: dropped(e)] + [lambda: dropped(_make_one(cfg, render))] * (num_envs - 1)
         self.continuous = spaces.continuous
-        self.low, self.high = np.array(spaces.low, np.float32), np.array(spaces.high, np.float32)
         try:  # the user's env meets its own spaces here first: one line, not a traceback from deep in Gymnasium
             self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
             with users_code():
@@ -339,14 +368,18 @@ class GymVecEnv:
             raise
         except (Exception, SystemExit) as e:  # noqa: BLE001 (the env's code may raise anything, or exit)
             _close(getattr(self, "env", None) or first_env)  # the envs made so far
-            raise UsageError(f"env.name: '{cfg.env.name}' does not keep to the spaces it declares: making {num_envs} "
-                             f"and resetting them failed ({_why(e)}); each must have the spaces of the first, and "
-                             f"its observations the shape of {_space(first_env.observation_space)}") from None
+            raise UsageError(f"env.name: '{cfg.env.name}': making {num_envs} and resetting them failed ({_why(e)}); "
+                             f"allowed: envs whose reset(seed=..., options=...) returns (obs, info), each with the "
+                             f"spaces of the first, its observations of the shape of "
+                             f"{_space(first_env.observation_space)}") from None
         if (bad := _nonfinite(self.obs)) is not None:  # (the steps' check, for reset's)
             _close(self.env)
             raise UsageError(f"env.name: '{cfg.env.name}' returned an observation holding {bad} (as float32) from "
                              f"its reset(); allowed: finite values")
         self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
+        # Box actions are clipped in the space's own dtype: float32's 0.1 is above a float64 bound of 0.1
+        self.act_dtype = self.env.single_action_space.dtype if spaces.continuous else np.int64
+        self.low, self.high = (np.array(spaces.low, self.act_dtype), np.array(spaces.high, self.act_dtype))
         self.name, self.steps = cfg.env.name, 0
         self.declared = f"observations {_space(first_env.observation_space)}, actions {_space(first_env.action_space)}"
         self.env.single_action_space.seed(int(seed))
@@ -362,7 +395,7 @@ class GymVecEnv:
 
     def act(self, actions: np.ndarray) -> None:
         if self.continuous:  # the Gaussian's draw, clipped to the bounds for the env only (its log-prob is the draw's)
-            actions = np.clip(np.asarray(actions, dtype=np.float32), self.low, self.high)
+            actions = np.clip(np.asarray(actions, dtype=self.act_dtype), self.low, self.high)
         else:
             actions = np.asarray(actions, dtype=np.int64) + self.start
         self.steps += 1

@@ -104,9 +104,7 @@ class SyncTrainer:
         # the balanced cut-off: a rollout ends once enough ranks have their n_steps (off: None)
         self.cutoff = (RolloutCutoff(world, math.ceil(t.rollout_cutoff * world.size))
                        if t.rollout_cutoff is not None and world.size > 1 else None)
-        if t.rollout_cutoff is not None and world.size == 1:
-            warn(f"mpippo: warning: training.rollout_cutoff={t.rollout_cutoff:g} has no effect on 1 rank (no other "
-                 f"rank to wait for): every rollout collects training.n_steps", flush=True)
+        self._warn_of_settings(warn)
         self.min_steps = cutoff_min_steps(t)
         self.steps = t.n_steps  # this rank's steps in the current rollout
         self.counts = None      # every rank's steps in the current rollout (with the cut-off)
@@ -131,6 +129,18 @@ class SyncTrainer:
         self.timer = phase_timer(world.rank)
 
     # ---- state ----
+    def _warn_of_settings(self, warn) -> None:
+        """Settings that run but do little, said once at start-up."""
+        t = self.cfg.training
+        if t.rollout_cutoff is not None and self.world.size == 1:
+            warn(f"mpippo: warning: training.rollout_cutoff={t.rollout_cutoff:g} has no effect on 1 rank (no other "
+                 f"rank to wait for): every rollout collects training.n_steps", flush=True)
+        if (bounds := self.spaces.bounds_off_zero()) is not None:
+            warn(f"mpippo: warning: env.name: '{self.cfg.env.name}' has action bounds {bounds} that do not hold 0, "
+                 f"where the Gaussian policy starts (mean 0, std 1): nearly every early action is clipped to a bound, "
+                 f"which teaches the policy little; rescale the env's actions to about [-1, 1] (Gymnasium's "
+                 f"RescaleAction wrapper, in env.import's module)", flush=True)
+
     def _settle_precision(self, warn) -> str:
         """training.precision made concrete (auto -> bf16 | fp32) and the same on every rank: the
         replicas must compute alike, so auto takes bf16 only if every rank has it natively."""

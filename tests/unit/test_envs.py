@@ -168,6 +168,58 @@ def test_box_actions_are_clipped_for_the_env_only(tmp_path):
     np.testing.assert_allclose(env.observe()[0], -(np.array([2.0, -2.0]) - target) ** 2, rtol=1e-5)
 
 
+def test_box_actions_are_clipped_in_the_spaces_own_dtype_and_info_of_any_shape_is_not_read(tmp_path):
+    """Strict checks each action with Gymnasium's spaces (float64 bounds of +-0.1: float32's clip gave
+    0.10000000149, outside) and returns an info path of a length no two envs share (Gymnasium's merge of
+    infos into arrays failed on it)."""
+    env = envs.make_env(user_cfg("gym:mpippo-test/Strict-v0"), 3, seed=0)
+    for _ in range(3):
+        env.act(np.array([[9.0, -9.0], [0.1, -0.1], [0.05, 1e9]]))
+    assert np.allclose(env.observe()[0], 1.0)
+
+
+def test_integer_box_actions_and_a_boolean_time_limit_are_refused_in_one_line():
+    """A Gaussian's draws are not whole numbers (the env got 0.64), and True was Gymnasium's one-step limit."""
+    for name, kwargs, line in [
+            ("IntegerBox", {}, "env.name: the action space Box(0, 5, (2,), int64) holds int64 values; allowed: "
+                               "Discrete, or a Box of floats (continuous)"),
+            ("Steady", {"max_episode_steps": True}, "env.kwargs.max_episode_steps: True is not a whole number of "
+                                                    "steps; allowed: 1 or more (or none: the id's own limit)")]:
+        with pytest.raises(C.UsageError) as refused:
+            user_cfg(f"gym:mpippo-test/{name}-v0", kwargs=kwargs)
+        assert refused.value.errors == [line]
+
+
+def test_an_exponent_without_a_dot_is_a_number_in_env_kwargs_and_a_key_given_twice_is_refused():
+    """PyYAML (YAML 1.1) read --set env.kwargs.scale=1e-3 as the text '1e-3': refused against a float
+    default, and passed on as text where the constructor has none."""
+    over = [C.parse_override("env.kwargs.scale=1e-3"), C.parse_override("env.kwargs.other=2E+2")]
+    cfg = C.resolve(C.build({}, [*[("env", k, v) for k, v in (("name", "gym:mpippo-test/Strict-v0"),
+                                                              ("import", "mpippo_user_envs"))], *over], 1), 1)
+    user_cfg("gym:mpippo-test/Steady-v0")  # (the user envs' folder on the path)
+    assert envs.family(cfg).check(cfg) == []
+    made = envs.make_env(cfg, 1, seed=0).env.envs[0].unwrapped.kwargs
+    assert made == {"scale": 0.001, "other": 200.0}
+    with pytest.raises(C.UsageError, match=r"--set env.kwargs: duplicate key 'a' \(first given at line 1\)"):
+        C.parse_override("env.kwargs={a: 1, a: 2}")
+
+
+def test_an_older_apis_reset_is_named_as_such():
+    with pytest.raises(C.UsageError, match=r"making 2 and resetting them failed \(TypeError: its reset\(\) returned "
+                                           r"ndarray .*, not \(obs, info\)\); allowed: envs whose reset"):
+        envs.make_env(user_cfg("gym:mpippo-test/OldReset-v0"), 2, seed=0)
+
+
+def test_action_bounds_that_leave_out_zero_are_warned_of_once(tmp_path, capsys):
+    trainer_of(user_cfg("gym:mpippo-test/Offset-v0"), tmp_path)
+    out = capsys.readouterr().out
+    assert "mpippo: warning: env.name: 'gym:mpippo-test/Offset-v0' has action bounds [5, 6] that do not hold 0" in out
+    trainer_of(user_cfg("gym:mpippo-test/Target-v0"), tmp_path)
+    assert "action bounds" not in capsys.readouterr().out
+    assert envs.Spaces((2,), "float32", 3, True, (-1.0, 0.0, -2.0), (1.0, 1.0, -1.0)).bounds_off_zero() == \
+        "[0, 1], [-2, -1]"
+
+
 class Recorder:
     """A per-env opponent (the self-play cache's protocol) that plays the leftmost legal column and
     records what the env tells it."""

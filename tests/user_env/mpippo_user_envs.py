@@ -133,6 +133,47 @@ gym.register(id="mpippo-test/MultiAction-v0", entry_point=MultiAction)
 gym.register(id="mpippo-test/ImageBoxActions-v0", entry_point=ImageBoxActions)
 
 
+class Strict(Steady):
+    """float64 Box actions within +-0.1, checked as Gymnasium's own spaces check them (float32's 0.1 is
+    0.10000000149, outside); its info carries a path whose length differs from env to env and step to
+    step, as the one-env API allows; its kwargs are what it was made with (scale: a float, other: any)."""
+    action_space = gym.spaces.Box(-0.1, 0.1, (2,), np.float64)
+    made = 0
+
+    def __init__(self, scale: float = 1.0, other=None):
+        super().__init__()
+        Strict.made += 1
+        self.kwargs, self.k = {"scale": scale, "other": other}, Strict.made
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} outside {self.action_space}")
+        obs, reward, terminated, truncated, _ = super().step(0)
+        return obs, reward, terminated, truncated, {"path": np.zeros(self.k + self.t)}
+
+
+class IntegerBox(Steady):
+    action_space = gym.spaces.Box(0, 5, (2,), np.int64)
+
+
+class Offset(Target):
+    """Target's task with actions in [5, 6]: the Gaussian's first draws (mean 0) all clip to 5."""
+    action_space = gym.spaces.Box(5.0, 6.0, (1,), np.float32)
+
+
+class OldReset(Steady):
+    """The older gym API: reset returns the observation alone."""
+
+    def reset(self, *, seed=None, options=None):
+        return super().reset(seed=seed)[0]
+
+
+gym.register(id="mpippo-test/Strict-v0", entry_point=Strict)
+gym.register(id="mpippo-test/IntegerBox-v0", entry_point=IntegerBox)
+gym.register(id="mpippo-test/Offset-v0", entry_point=Offset, max_episode_steps=16)
+gym.register(id="mpippo-test/OldReset-v0", entry_point=OldReset)
+
+
 class WrongShape(Steady):
     """Declares 3 numbers and resets to 4."""
 
