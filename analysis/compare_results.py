@@ -66,6 +66,18 @@ def straggler_lines(runs: list[Run]) -> list[str]:
     return ["", "stragglers (per iteration, over its ranks):"] + lines if lines else []
 
 
+def mismatch_lines(runs: list[Run]) -> list[str]:
+    """A warning when the runs train different envs or algorithms: their speedup then divides the
+    rates of different work (a step of one env is not a step of another)."""
+    lines = []
+    for key, what in (("env", "envs"), ("algo", "algorithms")):
+        seen = sorted({str(r.metrics.get(key) or ("ppo" if key == "algo" else "?")) for r in runs})
+        if len(seen) > 1:
+            lines.append(f"warning: the runs train different {what} ({', '.join(seen[:4])}): speedup and efficiency "
+                         f"compare steps of different work")
+    return lines
+
+
 def plot(runs: list[Run], path: Path) -> None:
     plt = pyplot()
 
@@ -115,7 +127,7 @@ def _main(argv: list[str] | None) -> int:
     output_folder(args.out, "--out", OUTPUTS)  # before the runs are read: nothing is written before all is checked
     runs: list[Run] = [r for f in folders for r in load_runs(f)]
     lines, rows = table(runs)
-    lines += straggler_lines(runs)
+    lines += straggler_lines(runs) + mismatch_lines(runs)
     print("\n".join(lines))
     png, report = args.out / OUTPUTS[0], args.out / OUTPUTS[1]
     plot(runs, png)

@@ -4,7 +4,8 @@ After torch's import, Python's teardown frees module by module what the kernel f
 0.1-0.7 s of CPU per process (more on a slow node), a tenth to a quarter of a short run's. The
 trainer (run_mpi.py) and the tools (toolcli.exit_process) end here once their outcome is decided
 and their files are closed. What the teardown owed the process is done, in its order: threading's
-own end (its exit hooks stop idle executor workers, then threads that are not daemons are joined),
+own end (its exit hooks stop idle executor workers, then threads that are not daemons are joined, for
+LINGER_S at most),
 atexit's functions (W&B's finish, logging's flush, temporary folders), the steps registered with
 `last` (mpippo.comm: MPI_Finalize), the Python and C standard streams flushed. Objects' __del__
 do not run: whatever holds data closes it before (the trainer's logs, the tools' atomic writes).
@@ -18,6 +19,8 @@ import os
 import sys
 import threading
 
+from mpippo.errors import code_at
+
 _LAST: list = []
 
 
@@ -25,6 +28,35 @@ def last(step) -> None:
     """Run `step()` at end_process, after atexit's functions (mpippo.comm registers MPI_Finalize:
     only a process that imported MPI pays for it)."""
     _LAST.append(step)
+
+
+LINGER_S = 10.0  # how long a decided process waits for threads that are not daemons (Python: forever)
+
+
+def _join_threads(limit_s: float) -> None:
+    """threading's own end (what Py_FinalizeEx calls first: its exit hooks stop idle executor workers,
+    then every thread that is not a daemon is joined), for limit_s at most: a user's env module that
+    left such a thread running (a simulator's client, a log shipper) held a finished run forever, its
+    stop signals already ignored and its run folder locked. Past it, one warning names each thread and
+    where it runs, and the process ends without them. (From a daemon thread: the main thread's wait
+    has a timeout, and a Ctrl-C reaches it.)"""
+    def end_threads() -> None:  # threading._shutdown's duties, which joins the main thread's own lock from any other
+        for hook in reversed(getattr(threading, "_threading_atexits", [])):
+            hook()
+        for thread in threading.enumerate():
+            if not thread.daemon and thread is not threading.main_thread():
+                thread.join()
+    ender = threading.Thread(target=end_threads, name="mpippo-threads-end", daemon=True)
+    ender.start()
+    ender.join(limit_s)
+    if not ender.is_alive():
+        return
+    frames = sys._current_frames()
+    left = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread() and t.is_alive()]
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"mpippo: warning: {len(left)} thread(s) that are not daemons still running {limit_s:g} s "
+                         f"after the end, not waited for: " + "; ".join(
+                             f"'{t.name}'{code_at(frames.get(t.ident))}" for t in left[:3]) + "\n")
 
 
 def end_process(code) -> None:
@@ -42,7 +74,7 @@ def end_process(code) -> None:
             print(code, file=sys.stderr)
         code = 1
     try:
-        threading._shutdown()  # (what Py_FinalizeEx calls first)
+        _join_threads(LINGER_S)
         atexit._run_exitfuncs()
         for step in _LAST:
             step()

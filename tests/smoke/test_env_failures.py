@@ -103,6 +103,26 @@ FLOOR_2S = ["-c", "import runpy, sys; from mpippo import runctl; runctl.STARTUP_
                   "runpy.run_path(sys.argv[0], run_name='__main__')"]
 
 
+def test_a_thread_the_envs_module_leaves_running_does_not_hold_a_finished_run(tmp_path):
+    """env.import's module starts a thread that is not a daemon and never ends (a simulator's client):
+    Python joins such threads at exit, so the finished run (its results written) waited forever, its stop
+    signals already ignored and its folder locked. It waits shutdown.LINGER_S (10 s; 1 s here, set in
+    the process), names the thread and where it runs, and exits 0."""
+    (tmp_path / "lingering.py").write_text("import threading, time\nimport mpippo_user_envs\n\n"
+                                           "threading.Thread(target=time.sleep, args=(3600,), name='shipper').start()\n")
+    wait_1s = ["-c", "import runpy, sys; from mpippo import shutdown; shutdown.LINGER_S = 1.0; "
+                     "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]
+    t0 = time.monotonic()
+    res = run([sys.executable, *wait_1s, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", "--no-progress", "--set",
+               "env.import=lingering", "--set", "env.name=gym:mpippo-test/Steady-v0", "--set", "logging.tensorboard=false",
+               "--total-timesteps", "512", "--output-dir", str(tmp_path / "run")], 60,
+              env={"PYTHONPATH": f"{tmp_path}:{USER_ENVS}"})
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "mpippo: warning: 1 thread(s) that are not daemons still running 1 s after the end, not waited for: " \
+           "'shipper', at '" in res.stderr, res.stderr[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file() and time.monotonic() - t0 < 50
+
+
 def _held_past_the_watchdog(res, first: str, last: str) -> None:
     """The job's one line after its start-up watch ended a start-up held in native code: exit 1."""
     lines = error_lines(res.stderr)

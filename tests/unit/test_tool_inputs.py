@@ -303,6 +303,27 @@ def test_compare_draws_a_run_whose_folder_name_is_not_utf8(tmp_path, capsys):
     assert (tmp_path / "out" / "comparison.png").read_bytes().startswith(b"\x89PNG"), capsys.readouterr().err
 
 
+def test_compare_warns_when_its_runs_train_different_envs_or_algorithms(tmp_path, capsys):
+    """A speedup of an A2C run on toy-cue over a PPO run on a user's env divides different work: said."""
+    import compare_results
+    for name, algo, env in (("a", "ppo", "gym:qa/Corr-v0"), ("b", "a2c", "toy-cue"), ("c", "ppo", "gym:qa/Corr-v0")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "benchmark_metrics.json").write_text(json.dumps(
+            {"algo": algo, "env": env, "world_size": 1, "threads_per_rank": 1, "total_timesteps": 4096, "fps": 120.5,
+             "duration_s": 34.0, "finished": True, "peak_rss_mb_total": 2500.0}))
+    out = tmp_path / "out"
+    assert toolcli.run("compare_results", compare_results._main, [str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                                                                  str(out)]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert said == ["warning: the runs train different envs (gym:qa/Corr-v0, toy-cue): speedup and efficiency compare "
+                    "steps of different work", "warning: the runs train different algorithms (a2c, ppo): speedup and "
+                    "efficiency compare steps of different work"]
+    assert said[0] in (out / "comparison_report.txt").read_text()
+    assert toolcli.run("compare_results", compare_results._main, [str(tmp_path / "a"), str(tmp_path / "c"), "--out",
+                                                                  str(out)]) == 0
+    assert "warning:" not in capsys.readouterr().out
+
+
 @pytest.fixture
 def tool_signals():
     """toolcli.run installs the tools' stop handlers: this process's own, back after the test. Ctrl-C as
