@@ -73,7 +73,8 @@ def mismatch_lines(runs: list[Run]) -> list[str]:
     for key, what in (("env", "envs"), ("algo", "algorithms")):
         seen = sorted({str(r.metrics.get(key) or ("ppo" if key == "algo" else "?")) for r in runs})
         if len(seen) > 1:
-            lines.append(f"warning: the runs train different {what} ({', '.join(seen[:4])}): speedup and efficiency "
+            named = ", ".join(seen[:4]) + (f" and {len(seen) - 4} more" if len(seen) > 4 else "")
+            lines.append(f"mpippo: warning: the runs train different {what} ({named}): speedup and efficiency "
                          f"compare steps of different work")
     return lines
 

@@ -375,7 +375,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
     cfg = note = errors = None
     try:
         if args.config is None and args.resume and (run_dir / "config.yaml").is_file():
-            data = C.with_earlier_defaults(C.load_yaml(run_dir / "config.yaml"))  # the run's own, as it ran
+            data = C.with_earlier_defaults(C.load_yaml(run_dir / "config.yaml", ours=True))  # the run's own, as it ran
             C.check_saved_imports(data, overrides)
         else:
             data = C.load_yaml(args.config or C.DEFAULT_CONFIG)

@@ -276,10 +276,10 @@ def read_jsonl(path: str | Path, what: str) -> list[dict]:
 
 
 def read_yaml(path: str | Path, what: str) -> dict:
-    """A YAML file whose top level is a mapping (the config loader's checks: size, UTF-8, safe
+    """A YAML file mpippo wrote whose top level is a mapping (the config loader's checks: size, UTF-8, safe
     constructors only, no duplicate keys), its problems named with `what`."""
     try:
-        return load_yaml(path)
+        return load_yaml(path, ours=True)
     except UsageError as e:
         raise UsageError(f"{what}: {e.errors[0]}") from None
 

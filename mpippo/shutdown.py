@@ -34,29 +34,56 @@ LINGER_S = 10.0  # how long a decided process waits for threads that are not dae
 
 
 def _join_threads(limit_s: float) -> None:
-    """threading's own end (what Py_FinalizeEx calls first: its exit hooks stop idle executor workers,
-    then every thread that is not a daemon is joined), for limit_s at most: a user's env module that
-    left such a thread running (a simulator's client, a log shipper) held a finished run forever, its
-    stop signals already ignored and its run folder locked. Past it, one warning names each thread and
-    where it runs, and the process ends without them. (From a daemon thread: the main thread's wait
-    has a timeout, and a Ctrl-C reaches it.)"""
-    def end_threads() -> None:  # threading._shutdown's duties, which joins the main thread's own lock from any other
+    """threading's own end (what Py_FinalizeEx calls first: the main thread marked done, its exit hooks
+    stopping idle executor workers, then every thread that is not a daemon joined), for limit_s at
+    most: a user's env module that left such a thread running (a simulator's client, a log shipper)
+    held a finished run forever, its stop signals already ignored and its run folder locked. Past it,
+    one warning names each thread and where it runs, and the process ends without them. (The joins
+    run in a daemon thread: the main thread's wait has a timeout, and a Ctrl-C reaches it.)"""
+    _main_thread_done()
+
+    def end_threads() -> None:
         for hook in reversed(getattr(threading, "_threading_atexits", [])):
-            hook()
+            with contextlib.suppress(Exception):  # (a hook that fails must not leave the rest unjoined)
+                hook()
         for thread in threading.enumerate():
             if not thread.daemon and thread is not threading.main_thread():
-                thread.join()
+                with contextlib.suppress(RuntimeError):  # (one not started yet)
+                    thread.join()
     ender = threading.Thread(target=end_threads, name="mpippo-threads-end", daemon=True)
     ender.start()
     ender.join(limit_s)
-    if not ender.is_alive():
+    if ender.is_alive():
+        _say_lingering(limit_s)
+
+
+def _main_thread_done() -> None:
+    """What threading._shutdown does first, on the main thread: it counts as ended from now on, so a
+    thread that waits for its end (main_thread().join(), a loop on is_alive()) ends too."""
+    main = threading.main_thread()
+    if threading.current_thread() is not main:
         return
+    with contextlib.suppress(Exception):  # (private parts of threading, which differ between versions)
+        threading._SHUTTING_DOWN = True
+        handle = getattr(main, "_os_thread_handle", None) or getattr(main, "_handle", None)
+        if handle is not None and hasattr(handle, "_set_done"):  # Python 3.13 and later
+            handle._set_done()
+        elif getattr(main, "_tstate_lock", None) is not None and main._tstate_lock.locked():  # 3.10 to 3.12
+            main._tstate_lock.release()
+            main._stop()
+
+
+def _say_lingering(limit_s: float) -> None:
     frames = sys._current_frames()
     left = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread() and t.is_alive()]
+    size, rank = os.environ.get("OMPI_COMM_WORLD_SIZE", "1"), os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+    who = f"rank {rank}: " if size != "1" else ""
+    what = ("; ".join(f"'{t.name}'{code_at(frames.get(t.ident))}" for t in left[:3]) +
+            (f" (and {len(left) - 3} more)" if len(left) > 3 else "")) if left else \
+        "threading's exit hooks (an executor whose task never ends)"
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"mpippo: warning: {len(left)} thread(s) that are not daemons still running {limit_s:g} s "
-                         f"after the end, not waited for: " + "; ".join(
-                             f"'{t.name}'{code_at(frames.get(t.ident))}" for t in left[:3]) + "\n")
+        sys.stderr.write(f"mpippo: warning: {who}{len(left)} thread(s) that are not daemons still running "
+                         f"{limit_s:g} s after the end, not waited for: {what}\n")
 
 
 def end_process(code) -> None:

@@ -213,7 +213,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
         return _coerce(value, inner, where)
     if tp is float and isinstance(value, str):
-        try:  # PyYAML reads 3e-4 (no dot) as a string; users mean a float
+        try:  # a config.yaml mpippo wrote is read as YAML 1.1, where 3e-4 (no dot) is a string; users mean a float
             value = float(value)
         except ValueError:
             pass

@@ -34,10 +34,19 @@ def _strict_mapping(loader, node, deep=False):
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
-# 1e-3 is a float in YAML 1.2 and to every user; PyYAML (YAML 1.1) wants a dot (1.0e-3) and reads the text
-# '1e-3', which a setting's type check took back but env.kwargs passed on to the user's env as a string
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-                                    list("-+0123456789"))
+
+
+class _TypedLoader(_StrictLoader):
+    """What a person types (a config file, --set): 1e-3 and 1.5e3 are floats, as in YAML 1.2 and to every
+    user; PyYAML's YAML 1.1 wants a dot and a signed exponent (1.0e-3, 1.5e+3) and reads the others as
+    text, which a setting's type check took back but env.kwargs passed on to the user's env as a string.
+    Files mpippo wrote (a run's config.yaml, by PyYAML's YAML 1.1 dumper, which leaves the text 1e5
+    unquoted) are read back with _StrictLoader, as they were written."""
+
+
+_TypedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
 
 
 def _kind(path: Path) -> str:
@@ -74,12 +83,13 @@ def _unreadable(e: ValueError) -> str:
     return f"a value it cannot read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
 
 
-def load_yaml(path: str | Path) -> dict:
-    """A config file as nested dicts: UTF-8 YAML whose top level is a mapping of sections."""
+def load_yaml(path: str | Path, ours: bool = False) -> dict:
+    """A config file as nested dicts: UTF-8 YAML whose top level is a mapping of sections. `ours`: a
+    file mpippo wrote (a run's config.yaml), read as it was written (_TypedLoader says why)."""
     path = Path(path)
     text = _read_text(path)
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds only plain data
+        data = yaml.load(text, Loader=_StrictLoader if ours else _TypedLoader)  # SafeLoaders: build only plain data
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -126,7 +136,7 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     dotted, raw = item.split("=", 1)
     section, key = dotted.split(".", 1)
     try:
-        value = yaml.load(raw, Loader=_StrictLoader) if raw != "" else ""  # (as a file's values: 1e-3 a float)
+        value = yaml.load(raw, Loader=_TypedLoader) if raw != "" else ""  # (as a config file's values: 1e-3 a float)
     except yaml.YAMLError as e:
         if "duplicate key" in str(getattr(e, "problem", "")):  # (a file's rule: the later one would win unseen)
             raise UsageError(f"--set {dotted}: {e.problem}") from None

@@ -137,8 +137,8 @@ class SyncTrainer:
                  f"rank to wait for): every rollout collects training.n_steps", flush=True)
         if (bounds := self.spaces.bounds_off_zero()) is not None:
             warn(f"mpippo: warning: env.name: '{self.cfg.env.name}' has action bounds {bounds} that do not hold 0, "
-                 f"where the Gaussian policy starts (mean 0, std 1): nearly every early action is clipped to a bound, "
-                 f"which teaches the policy little; rescale the env's actions to about [-1, 1] (Gymnasium's "
+                 f"where the Gaussian policy starts (mean 0, std 1): many early actions are clipped to a bound (all "
+                 f"of them where 0 lies outside), which teaches the policy little; rescale the env's actions to about [-1, 1] (Gymnasium's "
                  f"RescaleAction wrapper, in env.import's module)", flush=True)
 
     def _settle_precision(self, warn) -> str:

@@ -121,6 +121,10 @@ def test_a_thread_the_envs_module_leaves_running_does_not_hold_a_finished_run(tm
     assert "mpippo: warning: 1 thread(s) that are not daemons still running 1 s after the end, not waited for: " \
            "'shipper', at '" in res.stderr, res.stderr[-3000:]
     assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file() and time.monotonic() - t0 < 50
+    res = run([sys.executable, *wait_1s[:1], wait_1s[1].replace("runpy.run_path(sys.argv[0]", "runpy.run_module('mpippo.evaluate'"),
+               "evaluate", "--checkpoint", str(tmp_path / "run"), "--import", "lingering", "--num-episodes", "2"], 60,
+              env={"PYTHONPATH": f"{tmp_path}:{USER_ENVS}"})  # (evaluate, its table printed: the same end)
+    assert res.returncode == 0 and "'shipper', at '" in res.stderr and "return" in res.stdout, res.stderr[-3000:]
 
 
 def _held_past_the_watchdog(res, first: str, last: str) -> None:

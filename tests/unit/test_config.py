@@ -404,3 +404,16 @@ def test_expected_world_size_below_one_names_what_is_allowed(bad):
         C.build({}, [("parallel", "expected_world_size", bad)], 1)
     assert e.value.errors == [f"parallel.expected_world_size: must be a number of ranks >= 1 (the tasks the job was "
                               f"given), or null for any; got {bad}"]
+
+
+def test_exponent_floats_are_numbers_as_typed_and_a_run_config_reads_back_as_written(tmp_path):
+    """What a person types reads 1e-3 and 1.5e3 as numbers (YAML 1.2; PyYAML's YAML 1.1 gave the text '1e-3'
+    to a user's env). A run's config.yaml is PyYAML's YAML 1.1, which writes the text 1e5 unquoted: read with
+    the typed rule, a text setting came back a number (refused on --resume) and an env's text kwarg changed type."""
+    for typed, value in [("1e-3", 0.001), ("1.5e3", 1500.0), (".5E-2", 0.005), ("-1.e3", -1000.0), ("1e", "1e"),
+                         ("1.2.3e4", "1.2.3e4"), ("'1e5'", "1e5")]:
+        assert C.parse_override(f"env.kwargs.x={typed}")[2] == value, typed
+    written = {"env": {"kwargs": {"map": "2e4", "x": 1e-5}}, "logging": {"run_name": "1e5"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(written, sort_keys=False))
+    assert C.load_yaml(tmp_path / "config.yaml", ours=True) == written
+    assert C.load_yaml(tmp_path / "config.yaml")["env"]["kwargs"]["map"] == 20000.0  # (typed by a person: a number)

@@ -176,6 +176,8 @@ def test_box_actions_are_clipped_in_the_spaces_own_dtype_and_info_of_any_shape_i
     for _ in range(3):
         env.act(np.array([[9.0, -9.0], [0.1, -0.1], [0.05, 1e9]]))
     assert np.allclose(env.observe()[0], 1.0)
+    last = env.env.envs[2].unwrapped.last
+    assert last.dtype == np.float64 and last.tolist() == [0.05, 0.1]
 
 
 def test_integer_box_actions_and_a_boolean_time_limit_are_refused_in_one_line():

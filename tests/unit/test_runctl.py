@@ -622,6 +622,27 @@ def test_a_process_ended_without_the_teardown_still_does_what_the_teardown_owed(
     assert res.stderr == err
 
 
+POLITE = """import threading, time
+from mpippo.shutdown import end_process
+def poll():
+    while threading.main_thread().is_alive():
+        time.sleep(0.02)
+    print("polite ended", flush=True)
+threading.Thread(target=poll).start()
+end_process(3)
+"""
+
+
+def test_a_thread_that_waits_for_the_main_threads_end_ends_with_it():
+    """end_process joins the threads that are not daemons for 10 s at most (a user's lingering thread must not
+    hold a finished run): a thread that ends once the main thread has is not one of those, as in Python's
+    own exit (the main thread counted as alive made it wait the 10 s and warn)."""
+    import subprocess
+    res = subprocess.run([sys.executable, "-c", POLITE], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 3 and res.stdout == "polite ended\n" and res.stderr == "", res.stderr  # (no warning)
+
+
 def test_a_profiled_process_ends_with_the_teardown_so_the_profiler_writes_its_results(tmp_path):
     """`python -m cProfile -o FILE run_mpi.py ...` writes FILE after the program: an os._exit inside it lost
     the profile."""

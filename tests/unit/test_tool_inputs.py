@@ -314,10 +314,10 @@ def test_compare_warns_when_its_runs_train_different_envs_or_algorithms(tmp_path
     out = tmp_path / "out"
     assert toolcli.run("compare_results", compare_results._main, [str(tmp_path / "a"), str(tmp_path / "b"), "--out",
                                                                   str(out)]) == 0
-    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
-    assert said == ["warning: the runs train different envs (gym:qa/Corr-v0, toy-cue): speedup and efficiency compare "
-                    "steps of different work", "warning: the runs train different algorithms (a2c, ppo): speedup and "
-                    "efficiency compare steps of different work"]
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("mpippo: warning:")]
+    assert said == ["mpippo: warning: the runs train different envs (gym:qa/Corr-v0, toy-cue): speedup and efficiency "
+                    "compare steps of different work", "mpippo: warning: the runs train different algorithms (a2c, ppo): "
+                    "speedup and efficiency compare steps of different work"]
     assert said[0] in (out / "comparison_report.txt").read_text()
     assert toolcli.run("compare_results", compare_results._main, [str(tmp_path / "a"), str(tmp_path / "c"), "--out",
                                                                   str(out)]) == 0

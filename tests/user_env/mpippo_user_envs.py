@@ -146,6 +146,7 @@ class Strict(Steady):
         self.kwargs, self.k = {"scale": scale, "other": other}, Strict.made
 
     def step(self, action):
+        self.last = action
         if not self.action_space.contains(action):
             raise ValueError(f"action {action!r} outside {self.action_space}")
         obs, reward, terminated, truncated, _ = super().step(0)
