@@ -19,7 +19,6 @@ import datetime
 import io
 import signal
 import sys
-import threading
 from pathlib import Path
 
 import yaml
@@ -30,7 +29,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.files import absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
-from mpippo.errors import JobFailure, code_at, in_users_code_since, say_last
+from mpippo.errors import JobFailure, in_users_code_since, say_last
 from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -129,9 +128,7 @@ class _StartUp:
     def _end_hung(self, lasted: float) -> None:
         """The start-up watch's end of a start-up held in the user's code past its timeout, no stop asked."""
         self._end_from_watch(EXIT_FAILURE, lambda at: (
-            f"mpippo: error: start-up has been held in the env's code for {lasted:.0f} s (start-up's watchdog: "
-            f"guards.collective_timeout_s, at least {runctl.STARTUP_TIMEOUT_S:g} s; 0 turns it off){at}: ending it; "
-            f"nothing was trained yet and nothing is saved"))
+            f"mpippo: error: {runctl.held_words(lasted)}{at}: ending it; nothing was trained yet and nothing is saved"))
 
     def _end_held(self, sig: int) -> None:
         """The start-up watch's end of a start-up held in the user's code after a stop."""
@@ -147,11 +144,9 @@ class _StartUp:
         start-up itself (its undo goes first)."""
         if self.exiting:
             return
-        frame = sys._current_frames().get(threading.main_thread().ident)
         with contextlib.suppress(Exception):
             self._leave_nothing()
-        say_last(line(code_at(frame)))
-        self.world.abort(code)
+        runctl.end_held(self.world, code, line)
 
 
 def _on_root(world: World, fn):

@@ -197,6 +197,11 @@ def code_at(frame) -> str:
     return user_code_at(frames) or (_at(frames[-1]) if frames else "")
 
 
+def main_thread_at() -> str:
+    """Where the main thread is now (code_at), asked from another thread: a watch's, the watchdog's."""
+    return code_at(sys._current_frames().get(threading.main_thread().ident))
+
+
 def _at(f: traceback.FrameSummary) -> str:
     return f", at {f.filename!r}:{f.lineno} in {f.name}"
 

@@ -19,7 +19,6 @@ import dataclasses
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -39,7 +38,7 @@ from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
 from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
-from mpippo.errors import EnvFailure, code_at, in_users_code_since, say_last
+from mpippo.errors import EnvFailure, in_users_code_since, say_last
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
@@ -473,8 +472,7 @@ def _startup_watched(world, start: _StartUp):
     def ended(code: int, line: Callable[[str], str]) -> None:  # from the watch's thread, the main thread held
         if start.video is not None:
             start.video.forget()
-        say_last(line(code_at(sys._current_frames().get(threading.main_thread().ident))))
-        world.abort(code)
+        runctl.end_held(world, code, line)
     return runctl.watch_startup(
         preemption.unheard(toolcli.first_stop) or (lambda: None),
         lambda sig: ended(EXIT_STOPPED, lambda at: (
@@ -482,8 +480,7 @@ def _startup_watched(world, start: _StartUp):
             f"for {runctl.STOP_GRACE_S:g} s: ending it; nothing was written")),
         held=in_users_code_since, hang_s=lambda: start.hang_s,
         end_hung=lambda lasted: ended(EXIT_FAILURE, lambda at: (
-            f"mpippo: error: {who}start-up has been held in the env's code for {lasted:.0f} s (guards.collective_timeout_s, "
-            f"at least {runctl.STARTUP_TIMEOUT_S:g} s; 0 turns it off){at}: ending it; nothing was written")))
+            f"mpippo: error: {who}{runctl.held_words(lasted)}{at}: ending it; nothing was written")))
 
 
 def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:

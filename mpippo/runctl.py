@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from mpippo.errors import code_at, say
+from mpippo.errors import code_at, main_thread_at, say, say_last
 from mpippo.rules import show
 from mpippo.usage import UsageError
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PauseClock
@@ -135,6 +135,19 @@ def startup_timeout(configured: float) -> float:
     return max(configured, STARTUP_TIMEOUT_S) if configured > 0 else 0.0
 
 
+def held_words(lasted: float) -> str:
+    """A start-up ended by its watch past the watchdog, no stop asked (the trainer's and evaluate's line)."""
+    return (f"start-up has been held in the env's code for {lasted:.0f} s (start-up's watchdog: "
+            f"guards.collective_timeout_s, at least {STARTUP_TIMEOUT_S:g} s; 0 turns it off)")
+
+
+def end_held(world, code: int, line: Callable[[str], str]) -> None:
+    """From a watch's thread, the main thread held in the user's code: line(where it is) said last, then
+    the job ends with `code` (one rank's abort ends every rank)."""
+    say_last(line(main_thread_at()))
+    world.abort(code)
+
+
 @contextmanager
 def watch_startup(stop_seen: Callable[[], int | None], end: Callable[[int], None], grace_s: float = STOP_GRACE_S,
                   clock=time.monotonic, every: float = 0.25, held: Callable[[], float | None] = lambda: 0.0,
@@ -159,9 +172,9 @@ def watch_startup(stop_seen: Callable[[], int | None], end: Callable[[int], None
                 seen = (sig, now)
             elif seen is not None and now - max(seen[1], pause.resumed) >= grace_s and since is not None:
                 return end(seen[0])
-            limit = hang_s()
-            if end_hung is not None and since is not None and limit > 0 and now - max(since, pause.resumed) > limit:
-                return end_hung(now - max(since, pause.resumed))
+            lasted, limit = (now - max(since, pause.resumed) if since is not None else 0.0), hang_s()
+            if end_hung is not None and limit > 0 and lasted > limit:
+                return end_hung(lasted)
     threading.Thread(target=watch, name="mpippo-startup-watch", daemon=True).start()
     try:
         yield

@@ -22,6 +22,12 @@ import threading
 from mpippo.errors import code_at
 
 _LAST: list = []
+_WHO = [""]  # the job's rank, as this process's lines name it ("rank 3: "; "" alone): set by mpippo.comm
+
+
+def name_rank(who: str) -> None:
+    """How this process's last lines name it in a job of several ranks (mpippo.comm's World knows)."""
+    _WHO[0] = who
 
 
 def last(step) -> None:
@@ -76,13 +82,11 @@ def _main_thread_done() -> None:
 def _say_lingering(limit_s: float) -> None:
     frames = sys._current_frames()
     left = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread() and t.is_alive()]
-    size, rank = os.environ.get("OMPI_COMM_WORLD_SIZE", "1"), os.environ.get("OMPI_COMM_WORLD_RANK", "0")
-    who = f"rank {rank}: " if size != "1" else ""
     what = ("; ".join(f"'{t.name}'{code_at(frames.get(t.ident))}" for t in left[:3]) +
             (f" (and {len(left) - 3} more)" if len(left) > 3 else "")) if left else \
         "threading's exit hooks (an executor whose task never ends)"
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"mpippo: warning: {who}{len(left)} thread(s) that are not daemons still running "
+        sys.stderr.write(f"mpippo: warning: {_WHO[0]}{len(left)} thread(s) that are not daemons still running "
                          f"{limit_s:g} s after the end, not waited for: {what}\n")
 
 

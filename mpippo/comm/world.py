@@ -18,8 +18,8 @@ import traceback
 import numpy as np
 
 from mpippo import shutdown
-from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, code_at, file_system_failure,
-                           say_interrupted)
+from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure,
+                           main_thread_at, say_interrupted)
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
@@ -105,6 +105,8 @@ class World:
         self._diag = self.comm.Dup() if self.comm is not None and self.size > 1 else None
         self.collective_timeout_s = 0.0
         self.set_collective_timeout(collective_timeout_s)
+        if _parent is None and self.size > 1:
+            shutdown.name_rank(f"rank {self.rank}: ")
 
     def split(self, color: int, key: int | None = None) -> "World":
         """The ranks of the same `color` as a World of their own, ordered by `key` (default: rank);
@@ -176,7 +178,7 @@ class World:
         is, in the user's code if it is in any (an env's step), so a hang names its place, not only
         its rank. `busy` None: asked by a progress guard (ask_where), whose layout has no collectives
         to count time from."""
-        at = code_at(sys._current_frames().get(threading.main_thread().ident))
+        at = main_thread_at()
         why = (f"waits for this rank, outside collectives for {busy} s" if busy is not None else
                "finds this rank silent (its progress guard)")
         sys.stderr.write(f"[rank {self.rank}] rank {asker} {why}{at}\n")

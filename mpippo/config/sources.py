@@ -18,6 +18,10 @@ class _StrictLoader(yaml.SafeLoader):
     the last one silently, so a forgotten earlier line would win without a word)."""
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping (refused in a file and in --set alike)."""
+
+
 def _strict_mapping(loader, node, deep=False):
     first_line = {}
     for key_node, _ in node.value:
@@ -27,7 +31,7 @@ def _strict_mapping(loader, node, deep=False):
         except TypeError:  # an unhashable key: construct_mapping below says so
             continue
         if seen is not None:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {show(key)} (first given at line {seen})",
+            raise _DuplicateKey(None, None, f"duplicate key {show(key)} (first given at line {seen})",
                                                     key_node.start_mark)
         first_line[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node, deep)
@@ -137,9 +141,9 @@ def parse_override(item: str) -> tuple[str, str, Any]:
     section, key = dotted.split(".", 1)
     try:
         value = yaml.load(raw, Loader=_TypedLoader) if raw != "" else ""  # (as a config file's values: 1e-3 a float)
-    except yaml.YAMLError as e:
-        if "duplicate key" in str(getattr(e, "problem", "")):  # (a file's rule: the later one would win unseen)
-            raise UsageError(f"--set {dotted}: {e.problem}") from None
+    except _DuplicateKey as e:  # (a file's rule: the later one would win unseen)
+        raise UsageError(f"--set {dotted}: {e.problem}") from None
+    except yaml.YAMLError:
         value = raw
     except RecursionError:
         raise UsageError(f"--set {dotted}: its YAML value is nested too deeply") from None

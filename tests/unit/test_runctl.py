@@ -643,6 +643,24 @@ def test_a_thread_that_waits_for_the_main_threads_end_ends_with_it():
     assert res.returncode == 3 and res.stdout == "polite ended\n" and res.stderr == "", res.stderr  # (no warning)
 
 
+LINGERING = """import threading, time
+from mpippo import shutdown
+threading.Thread(target=time.sleep, args=(3600,), name="shipper").start()
+shutdown.LINGER_S = 0.2
+shutdown.name_rank("rank 3: ")  # (what mpippo.comm's World says in a job of several ranks)
+shutdown.end_process(5)
+"""
+
+
+def test_a_lingering_thread_is_named_with_the_rank_and_the_exit_code_stands():
+    import subprocess
+    res = subprocess.run([sys.executable, "-c", LINGERING], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 5 and res.stderr.startswith(
+        "mpippo: warning: rank 3: 1 thread(s) that are not daemons still running 0.2 s after the end, not waited "
+        "for: 'shipper', at "), res.stderr
+
+
 def test_a_profiled_process_ends_with_the_teardown_so_the_profiler_writes_its_results(tmp_path):
     """`python -m cProfile -o FILE run_mpi.py ...` writes FILE after the program: an os._exit inside it lost
     the profile."""
