@@ -1,7 +1,7 @@
 """Win-rate curve of a self-play run: `python analysis/selfplay_curve.py RUN_DIR [--out PNG]`.
 
 Reads the rating rounds the learner logged in RUN_DIR/benchmark_metrics.json (greedy games against
-the random and the one-step-lookahead player every `selfplay.eval_interval_updates` updates, and the
+the random player and, on Connect Four, the one-step-lookahead player every `selfplay.eval_interval_updates` updates, and the
 learner's Elo at each round) and draws them over env steps; prints the first and last rounds and the
 final pool with its ratings.
 """
@@ -21,10 +21,10 @@ _GAMES = {"win_rate": NUMBER, "wins": COUNT, "draws": COUNT, "losses": COUNT}
 # what this tool reads of a self-play run's metrics (the learner's `selfplay` block)
 SPEC = {"env": TEXT, "total_timesteps": COUNT, "updates": COUNT,
         "selfplay": {"learner_elo": NUMBER, "sampling": TEXT, "pool_size": COUNT, "snapshots_taken": COUNT,
-                     "heuristics": {"lookahead": {"elo": NUMBER}},
+                     "heuristics": {"lookahead": Maybe({"elo": NUMBER})},  # (Connect Four's only)
                      "pool": [{"id": COUNT, "update": COUNT, "elo": NUMBER, "score": Maybe(NUMBER)}],
                      "ratings": [{"transitions": COUNT, "update": COUNT, "elo": Maybe(NUMBER),
-                                  "random": _GAMES, "lookahead": _GAMES}]}}
+                                  "random": _GAMES, "lookahead": Maybe(_GAMES)}]}}
 
 
 class BadRun(UsageError):
@@ -46,7 +46,7 @@ def plot(m: dict, out: Path) -> None:
     rounds = m["selfplay"]["ratings"]
     x = [r["transitions"] for r in rounds]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, style in (("random", "o-"), ("lookahead", "s-")):
+    for name, style in ((n, s) for n, s in (("random", "o-"), ("lookahead", "s-")) if rounds[0].get(n)):
         ax1.plot(x, [r[name]["win_rate"] for r in rounds], style, ms=3, label=f"vs {name} player")
     ax1.axhline(0.5, color="grey", lw=0.5)
     ax1.set(xlabel="env steps", ylabel="greedy win rate", ylim=(0, 1.02),
@@ -56,7 +56,8 @@ def plot(m: dict, out: Path) -> None:
     if all("elo" in r for r in rounds):
         ax2.plot(x, [r["elo"] for r in rounds], "-", color="C2", label="learner")
     sp = m["selfplay"]
-    ax2.axhline(sp["heuristics"]["lookahead"]["elo"], color="C1", ls="--", label="lookahead player (final)")
+    if sp["heuristics"].get("lookahead"):
+        ax2.axhline(sp["heuristics"]["lookahead"]["elo"], color="C1", ls="--", label="lookahead player (final)")
     ax2.axhline(0.0, color="C0", ls=":", label="random player (anchor)")
     ax2.set(xlabel="env steps", ylabel="Elo", title=f"Elo ({sp['sampling']} sampling, pool of {sp['pool_size']})")
     ax2.legend(loc="upper left")
@@ -79,9 +80,10 @@ def _main(argv: list[str] | None) -> int:
     plot(m, out)
     print(f"self-play run {args.run_dir}: {m['total_timesteps']:,} env steps, {sp['snapshots_taken']} snapshots, "
           f"learner Elo {sp['learner_elo']:.0f}")
-    print(f"  {'env steps':>10} {'update':>7} {'vs random':>10} {'vs lookahead':>13}")
+    names = [n for n in ("random", "lookahead") if rounds[0].get(n)]
+    print(f"  {'env steps':>10} {'update':>7}" + "".join(f" {'vs ' + n:>13}" for n in names))
     for r in (rounds[0], rounds[-1]):
-        print(f"  {r['transitions']:>10,} {r['update']:>7,} {r['random']['win_rate']:>10.2f} {r['lookahead']['win_rate']:>13.2f}")
+        print(f"  {r['transitions']:>10,} {r['update']:>7,}" + "".join(f" {r[n]['win_rate']:>13.2f}" for n in names))
     print("  pool: " + ", ".join(f"#{e['id']} (update {e['update']}, Elo {e['elo']:.0f}, learner score "
                                  f"{'-' if e['score'] is None else format(e['score'], '.2f')})" for e in sp["pool"]))
     print(f"  figure: {out}")

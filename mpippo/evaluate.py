@@ -37,7 +37,7 @@ from mpippo.preemption import EXIT_FAILURE, EXIT_STOPPED, EXIT_USAGE
 from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
-from mpippo.envs.connect4 import lookahead_opponent, rgb_frame
+from mpippo.envs.connect4 import rgb_frame
 from mpippo.errors import EnvFailure, in_users_code_since, say_last
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
@@ -60,7 +60,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="the checkpoint's env.import (the user's env module): a checkpoint imports nothing unless "
                         "this names it")
     p.add_argument("--opponent", choices=("random", "lookahead"), default=None,
-                   help="connect4: the heuristic player to face (default random)")
+                   help="two-player games: the heuristic player to face (default random; lookahead: Connect "
+                        "Four's rules only)")
     p.add_argument("--max-steps", type=int, default=100_000, help="per env; a guard against policies that never finish")
     return p
 
@@ -392,6 +393,8 @@ def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, 
     if args.opponent is not None and not two_player:
         raise C.UsageError(f"--opponent: '{args.opponent}' needs a two-player game; this checkpoint's env is "
                             f"'{cfg.env.name}' (allowed: {', '.join(f.name for f in envs.FAMILIES if f.two_player)})")
+    if args.opponent is not None and args.opponent not in (players := envs.family(cfg).heuristics(cfg.env.name)):
+        raise C.UsageError(f"--opponent: '{cfg.env.name}' has no {args.opponent} player; allowed: {', '.join(players)}")
     for path_, flag in ((args.json, "--json"), (args.video, "--video")):
         if world.is_root and path_ is not None:  # only rank 0 writes; a path it cannot write is refused now, not
             output_file(path_, flag)             # after the whole evaluation
@@ -419,8 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     args, (path, state, net, cfg, notes, two_player), env, quota, video = begun
     import torch
     toolcli.reclaim_stops()  # the envs' code ran (a user's env may set its own handlers): a stop is still one line
-    if two_player and args.opponent == "lookahead":
-        env.set_opponent(lookahead_opponent(np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
+    if two_player and args.opponent not in (None, "random"):
+        env.set_opponent(envs.family(cfg).heuristic(cfg.env.name, args.opponent,
+                                                    np.random.default_rng(rank_seed(args.seed, world.rank) + 1)))
     act = make_actor(net, state["algo"], args.deterministic, torch.Generator().manual_seed(args.seed + world.rank),
                      state.get("obs_rms"), state["config"]["training"].get("obs_clip", 10.0))
     runctl.end_startup_gc_pause()

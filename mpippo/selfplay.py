@@ -29,11 +29,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mpippo.envs.connect4 import lookahead_opponent, play_games, random_opponent
+from mpippo import envs
 
 RANDOM, LOOKAHEAD = -1, -2  # opponent ids of the heuristic players; pool members have ids >= 0
 ILLEGAL = -3  # results row of an actor's illegal moves (count in the wins column); should stay 0
 HEURISTICS = {RANDOM: "random", LOOKAHEAD: "lookahead"}
+IDS = {name: i for i, name in HEURISTICS.items()}
+
+
+def heuristic_players(cfg, rng: np.random.Generator) -> dict:
+    """The game's fixed players by id (random for every game; lookahead where Connect Four's rules are
+    the game's), each a policy (obs, mask) -> actions."""
+    fam = envs.family(cfg)
+    return {IDS[name]: fam.heuristic(cfg.env.name, name, rng) for name in fam.heuristics(cfg.env.name)}
 SAMPLING = ("latest", "uniform", "prioritized")
 DROP = ("oldest", "lowest_rated")
 
@@ -48,13 +56,13 @@ class OpponentPool:
     """The learner's pool of frozen snapshots, their statistics and the ratings."""
 
     def __init__(self, size: int, sampling: str = "uniform", drop: str = "oldest", elo_k: float = 16.0,
-                 priority_exponent: float = 1.0, loss_rate_decay: float = 0.05):
+                 priority_exponent: float = 1.0, loss_rate_decay: float = 0.05, heuristics=tuple(HEURISTICS)):
         self.size, self.sampling, self.drop = size, sampling, drop
         self.elo_k, self.priority_exponent, self.decay = elo_k, priority_exponent, loss_rate_decay
         self.members: list[dict] = []  # {id, update, params, wdl, rating, loss_rate}
         self.next_id = 0
         self.learner_rating = 0.0
-        self.heuristics = {i: {"wdl": np.zeros(3, dtype=np.int64), "rating": 0.0} for i in HEURISTICS}
+        self.heuristics = {i: {"wdl": np.zeros(3, dtype=np.int64), "rating": 0.0} for i in heuristics}
         self.dropped: list[int] = []
 
     def snapshot(self, update: int, params: np.ndarray) -> tuple[dict, list[int]]:
@@ -153,7 +161,7 @@ class OpponentCache:
     per_env = True
 
     def __init__(self, make_net, num_envs: int, rng: np.random.Generator, heuristic_prob: float,
-                 max_members: int, precision_ctx, opponent_eps: float = 0.0):
+                 max_members: int, precision_ctx, opponent_eps: float, players: dict):
         self.make_net, self.rng, self.heuristic_prob = make_net, rng, heuristic_prob
         self.opponent_eps = opponent_eps
         self.max_members = max_members
@@ -161,7 +169,7 @@ class OpponentCache:
         self.nets: dict[int, torch.nn.Module] = {}
         self.ids = np.zeros(0, dtype=np.int64)
         self.probs = np.zeros(0)
-        self.heuristic = {RANDOM: random_opponent(rng), LOOKAHEAD: lookahead_opponent(rng)}
+        self.heuristic = players  # the game's fixed players by id (heuristic_players)
         self.playing = np.full(num_envs, RANDOM, dtype=np.int64)  # opponent id per env
         self.results: dict[int, np.ndarray] = {}  # id -> (wins, draws, losses) not yet reported
         self.games = 0
@@ -199,7 +207,7 @@ class OpponentCache:
             p = self.probs[have] / self.probs[have].sum() if self.probs[have].sum() > 0 else None
             pick = self.rng.choice(self.ids[have], size=n, p=p)
         heur = self.rng.random(n) < (self.heuristic_prob if have.any() else 1.0)
-        pick[heur] = self.rng.choice([RANDOM, LOOKAHEAD], size=int(heur.sum()))
+        pick[heur] = self.rng.choice(list(self.heuristic), size=int(heur.sum()))
         self.playing[envs] = pick
 
     def games_ended(self, envs: np.ndarray, rewards: np.ndarray) -> None:
@@ -241,9 +249,11 @@ class LearnerHook:
     table, the game results from the chunks, the rating games, and their part of checkpoints,
     TensorBoard and the summary. `policy(obs, mask) -> actions` is the learner's greedy policy."""
 
-    def __init__(self, sp, policy, seed: int):
-        self.sp, self.policy, self.seed = sp, policy, seed
-        self.pool = OpponentPool(sp.pool_size, sp.sampling, sp.drop, sp.elo_k, sp.priority_exponent)
+    def __init__(self, cfg, policy, seed: int):
+        self.cfg, self.sp, self.policy, self.seed = cfg, cfg.selfplay, policy, seed
+        sp, self.names = self.sp, envs.family(cfg).heuristics(cfg.env.name)
+        self.pool = OpponentPool(sp.pool_size, sp.sampling, sp.drop, sp.elo_k, sp.priority_exponent,
+                                 heuristics=[IDS[n] for n in self.names])
         self.ratings: list[dict] = []  # greedy games against the heuristic players, one row per round
         self.illegal_moves = 0  # moves actors made into full columns (masking makes it 0)
         self.writer = None
@@ -289,8 +299,10 @@ class LearnerHook:
         """Greedy rating games against the heuristic players (the win-rate curve)."""
         rng = np.random.default_rng(self.seed + len(self.ratings))
         row = {"update": updates, "transitions": transitions, "elo": round(self.pool.learner_rating, 1)}
-        for name, opp in (("random", random_opponent(rng)), ("lookahead", lookahead_opponent(rng))):
-            w_, d_, l_ = (int(x) for x in play_games(self.policy, opp, self.sp.eval_games))
+        fam, name_ = envs.family(self.cfg), self.cfg.env.name
+        for name, opp in ((n, fam.heuristic(name_, n, rng)) for n in self.names):
+            w_, d_, l_ = (int(x) for x in fam.play_games(self.cfg, self.policy, opp, self.sp.eval_games,
+                                                        self.seed + len(self.ratings)))
             row[name] = {"wins": w_, "draws": d_, "losses": l_, "win_rate": w_ / self.sp.eval_games,
                          "score": (w_ + 0.5 * d_) / self.sp.eval_games}
             if self.writer is not None:
@@ -306,7 +318,8 @@ class LearnerHook:
         """Ratings of the acting policy, from the actors' games."""
         w, pool = self.writer, self.pool
         w.add_scalar("selfplay/learner_elo", pool.learner_rating, x)
-        w.add_scalar("selfplay/lookahead_elo", pool.heuristics[LOOKAHEAD]["rating"], x)
+        if LOOKAHEAD in pool.heuristics:  # (games with that player: Connect Four's)
+            w.add_scalar("selfplay/lookahead_elo", pool.heuristics[LOOKAHEAD]["rating"], x)
         w.add_scalar("selfplay/pool_size", len(pool.members), x)
         w.add_scalar("selfplay/snapshots", pool.snapshots_taken, x)
         for name, score in pool.scores().items():  # (W + D/2) / games, over the run
@@ -314,8 +327,8 @@ class LearnerHook:
 
     def console(self) -> str:
         last = self.ratings[-1]
-        return (f" | elo {self.pool.learner_rating:6.0f} | pool {len(self.pool.members)} | greedy vs random "
-                f"{last['random']['win_rate']:.2f}, lookahead {last['lookahead']['win_rate']:.2f}")
+        return (f" | elo {self.pool.learner_rating:6.0f} | pool {len(self.pool.members)} | greedy vs "
+                + ", ".join(f"{n} {last[n]['win_rate']:.2f}" for n in self.names))
 
     def state_dict(self) -> dict:
         return {"pool": self.pool.state_dict(), "ratings": list(self.ratings)}
@@ -330,11 +343,10 @@ class LearnerHook:
 
     def closing_line(self, agent: int) -> str:
         first, last = self.ratings[0], self.ratings[-1]
+        rates = ", vs ".join(f"{n} {first[n]['win_rate']:.2f} -> {last[n]['win_rate']:.2f}" for n in self.names)
         return (f"mpippo: agent {agent} self-play: {self.pool.snapshots_taken} snapshots, pool "
                 f"{[m['id'] for m in self.pool.members]}, elo {self.pool.learner_rating:.0f}; greedy win rate vs "
-                f"random {first['random']['win_rate']:.2f} -> {last['random']['win_rate']:.2f}, vs lookahead "
-                f"{first['lookahead']['win_rate']:.2f} -> {last['lookahead']['win_rate']:.2f} "
-                f"({self.sp.eval_games} games each)")
+                f"{rates} ({self.sp.eval_games} games each)")
 
 
 class ActorHook:

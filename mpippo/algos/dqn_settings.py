@@ -58,9 +58,10 @@ def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
         errs.append(f"dqn.learning_steps_per_batch: must be >= 1 or null, got {d.learning_steps_per_batch}")
     if not errs and not earlier:
         errs += rules.check_agents("dqn", d.num_agents, world_size)
-    if d.mirror_augment and not getattr(envs.family_of(e.name), "mirror_symmetric", True):
+    fam = envs.family_of(e.name)
+    if d.mirror_augment and fam is not None and not fam.symmetric(e.name):
         errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: "
-                    f"{', '.join(f.name for f in envs.FAMILIES if f.mirror_symmetric)}")
+                    f"{', '.join(n for f in envs.FAMILIES for n in f.known_names() if f.symmetric(n))}")
     if not errs and not earlier:
         errs += _budget(cfg, world_size)
     return errs + rules.check_selfplay(cfg)

@@ -77,9 +77,12 @@ def planes(board: np.ndarray, mover: np.ndarray) -> np.ndarray:
 
 
 def rgb_frame(obs: np.ndarray, cell: int = 32) -> np.ndarray:
-    """One observation (6, 7, 2) as an RGB picture for videos: the mover's stones red, the other's
-    yellow, on a blue board; (6 * cell, 7 * cell, 3) uint8."""
-    img = np.empty((ROWS, COLS, 3), dtype=np.uint8)
+    """One observation of a board's two planes (H, W, 2), (6, 7, 2) for Connect Four, as an RGB picture
+    for videos: the mover's stones red, the other's yellow, on a blue board; (H * cell, W * cell, 3)
+    uint8. Other observations are no board: ValueError."""
+    if obs.ndim != 3 or obs.shape[2] != 2:
+        raise ValueError(f"an observation of shape {obs.shape} is no board of two planes (H, W, 2) to draw")
+    img = np.empty((*obs.shape[:2], 3), dtype=np.uint8)
     img[:] = (30, 60, 170)
     img[obs[..., 0] > 0] = (220, 40, 40)
     img[obs[..., 1] > 0] = (240, 210, 40)
@@ -249,12 +252,24 @@ def play_games(policy, opponent, num_games: int) -> np.ndarray:
     return np.array([(result > 0).sum(), (result == 0).sum(), (result < 0).sum()], dtype=np.int64)
 
 
+HEURISTICS = {"random": random_opponent, "lookahead": lookahead_opponent}  # the fixed players, by name
+
+
 class ConnectFourFamily(ArrayStateFamily):
     name = env_name = "connect4"
     two_player = mirror_symmetric = True
 
     def env_class(self):
         return ConnectFourVecEnv
+
+    def heuristics(self, name: str) -> tuple[str, ...]:
+        return tuple(HEURISTICS)
+
+    def heuristic(self, name: str, which: str, rng: np.random.Generator):
+        return HEURISTICS[which](rng)
+
+    def play_games(self, cfg, policy, opponent, num_games: int, seed: int) -> np.ndarray:
+        return play_games(policy, opponent, num_games)
 
     def spaces(self, cfg) -> Spaces:
         return Spaces((ROWS, COLS, 2), "uint8", COLS)

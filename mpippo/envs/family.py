@@ -111,6 +111,23 @@ class EnvFamily:
         import nothing above them); the first problem raises schema.Bad."""
         raise NotImplementedError
 
+    # Two-player games (two_player) also answer these, for self-play and evaluate --opponent:
+    def symmetric(self, name: str) -> bool:
+        """Whether the rules of `name` are left-right symmetric (dqn.mirror_augment)."""
+        return self.mirror_symmetric
+
+    def heuristics(self, name: str) -> tuple[str, ...]:
+        """The fixed players of the game (self-play's heuristic opponents and rating games)."""
+        return ()
+
+    def heuristic(self, name: str, which: str, rng):
+        """One of them: a policy (obs, mask) -> actions."""
+        raise NotImplementedError
+
+    def play_games(self, cfg, policy, opponent, num_games: int, seed: int):
+        """(wins, draws, losses) of `policy` against `opponent` over num_games games, seats alternating."""
+        raise NotImplementedError
+
 
 class ArrayStateFamily(EnvFamily):
     """A built-in numpy env of one name (toy-cue, connect4): its state is one array row per env

@@ -41,7 +41,7 @@ from mpippo.models.flat import flatten_parameters_
 from mpippo.preemption import SignalFlags
 from mpippo.metrics.sinks import WandbStart
 from mpippo.runctl import bf16_native, cuda_determinism, pick_device, resolve_precision, threads_per_rank
-from mpippo.selfplay import ActorHook, LearnerHook, OpponentCache
+from mpippo.selfplay import ActorHook, LearnerHook, OpponentCache, heuristic_players
 
 
 @dataclass
@@ -206,9 +206,10 @@ class ActorLearnerRun:
                           snapshots=sp.enabled, timeout_s=cfg.guards.collective_timeout_s)
         hook = None
         if sp.enabled:  # the env's opponent: pool members (inference copies) and the heuristic players
-            cache = OpponentCache(self.algo.new_net, a.num_envs, np.random.default_rng(rng.integers(2**62)), sp.heuristic_prob,
-                                  sp.pool_size, lambda: autocast(torch.device("cpu"), cfg.training.precision),
-                                  sp.opponent_eps)
+            crng = np.random.default_rng(rng.integers(2**62))
+            cache = OpponentCache(self.algo.new_net, a.num_envs, crng, sp.heuristic_prob, sp.pool_size,
+                                  lambda: autocast(torch.device("cpu"), cfg.training.precision), sp.opponent_eps,
+                                  heuristic_players(cfg, crng))
             hook = ActorHook(sp, cache, self.env)
         acting = self.algo.actor(index, self.model, a.num_envs, rng)
         return Actor(ch, acting, self.env, flat, steps, a.job_rank, self.group.rank, hook).run(signals)
@@ -218,7 +219,7 @@ class ActorLearnerRun:
         q = self.model.to(device)
         flat = flatten_parameters_(q)
         self.algo.setup_learner(q, device, seed=self.seed, aug_seed=self.seed + 99 + 7919 * a.resumes)
-        hook = LearnerHook(cfg.selfplay, self.greedy_policy(q, device), self.seed) if cfg.selfplay.enabled else None
+        hook = LearnerHook(cfg, self.greedy_policy(q, device), self.seed) if cfg.selfplay.enabled else None
         ch = LearnerChannel(self.group, list(range(1, self.num_actors + 1)), self.layout, flat.numel(),
                             a.section.max_inflight, self.table_size, timeout_s=cfg.guards.collective_timeout_s)
         learner = Learner(a, self.algo, ch, flat, hook)

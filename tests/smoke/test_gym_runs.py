@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from conftest import ROOT, metrics, ok, run, trainer
+from conftest import MPIRUN, ROOT, error_lines, metrics, ok, run, trainer
 
 CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--set", "logging.tensorboard=false"]
 
@@ -94,3 +94,44 @@ def test_a_suite_runs_and_reports_a_gymnasium_member_beside_a_procgen_game(tmp_p
     rows = {g["game"]: g for g in r["games"]}
     assert rows["gym:CartPole-v1"]["normalized"] is None and rows["gym:CartPole-v1"]["mean"] > 0
     assert rows["starpilot"]["normalized"] is not None and r["aggregate_games"] == ["starpilot"]
+
+
+USER_ENVS = str(ROOT / "tests" / "user_env")
+NIM = ["--config", "configs/dqn_selfplay.yaml", "--no-progress", "--set", "env.name=pz:nim", "--set",
+       "env.import=mpippo_user_envs:make_nim", "--set", "dqn.mirror_augment=false", "--set", "logging.tensorboard=false"]
+
+
+def users(cmd: list[str], ranks: int | None = None, timeout: float = 180):
+    pre = [MPIRUN, "--oversubscribe", "-n", str(ranks)] if ranks else []
+    return run([*pre, sys.executable, *cmd], timeout, env={"PYTHONPATH": USER_ENVS})
+
+
+def test_a_users_own_two_player_game_learns_in_self_play_resumes_and_evaluates(tmp_path):
+    """pz:<name> with env.import module:callable (tests/user_env's Nim, vector observations: the MLP):
+    self-play DQN learns to beat the random player (the one fixed player a game of one's own has; about
+    half its games at the start), the resume and evaluate name env.import as for any user env, the
+    lookahead player is refused, and a game that breaks mid-run on an actor ends the job in one line
+    naming the rank."""
+    run_dir = tmp_path / "run"
+    res = ok(users(["run_mpi.py", *NIM, "--total-timesteps", "12000", "--output-dir", str(run_dir)], 3))
+    sp = metrics(run_dir)["selfplay"]
+    assert list(sp["heuristics"]) == ["random"] and sp["heuristics"]["random"]["games"] > 0
+    assert "lookahead" not in sp["ratings"][0] and "greedy win rate vs random" in res.stdout
+    assert sp["ratings"][-1]["random"]["win_rate"] >= 0.8, sp["ratings"]  # (0.9-0.98 in a few seconds here)
+    res = ok(users(["analysis/selfplay_curve.py", str(run_dir)]))  # the curve and table: the random player's only
+    assert "vs random" in res.stdout and "lookahead" not in res.stdout and (run_dir / "selfplay.png").exists()
+    ok(users(["run_mpi.py", "--resume", "--no-progress", "--total-timesteps", "16000", "--output-dir", str(run_dir),
+              "--set", "env.import=mpippo_user_envs:make_nim"], 3))
+    assert metrics(run_dir)["total_timesteps"] == 16000
+    evaluate = ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "20",
+                "--import", "mpippo_user_envs:make_nim"]
+    assert "vs random" in ok(users(evaluate)).stdout
+    res = users([*evaluate, "--opponent", "lookahead"])
+    assert res.returncode == 2 and error_lines(res.stderr) == [
+        "mpippo: error: --opponent: 'pz:nim' has no lookahead player; allowed: random"], res.stderr[-800:]
+    res = users(["run_mpi.py", *NIM, "--total-timesteps", "12000", "--set", "env.kwargs={fault: raise, at: 200}",
+                 "--output-dir", str(tmp_path / "broken")], 3)
+    lines = error_lines(res.stderr)
+    assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "env.name: 'pz:nim' raised RuntimeError: the user's game broke in its step() (move " in lines[0], lines
+    assert lines[0].startswith(("mpippo: error: rank 1: ", "mpippo: error: rank 2: ")), lines

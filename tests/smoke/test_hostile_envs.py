@@ -17,6 +17,8 @@ from hostile import Case
 USER_ENVS = str(ROOT / "tests" / "user_env")
 CARTPOLE = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-timesteps", "512"]
 ATARI = ["--config", "configs/ppo_atari.yaml", "--no-progress", "--total-timesteps", "512", "--set", "env.name=atari:Pong"]
+NIM = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-timesteps", "2048",
+       "--set", "env.name=pz:nim", "--set", "env.import=mpippo_user_envs:make_nim"]  # the user's own two-player game
 USER = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-timesteps", "512",
         "--set", "env.import=mpippo_user_envs"]
 
@@ -115,7 +117,8 @@ CASES = [
                                                 *set_("env.kwargs.nop_max", "5")),
          "env.kwargs.nop_max: not an option of atari envs; allowed: repeat_action_probability, full_action_space, noop_max"),
     Case("gym-kwargs-on-procgen", train(*CARTPOLE, *set_("env.name", "coinrun"), *set_("env.kwargs", "{a: 1}")),
-         "env.kwargs: {'a': 1} is read by gymnasium, atari envs only; env.name 'coinrun' is of the procgen family"),
+         "env.kwargs: {'a': 1} is read by gymnasium, pettingzoo, atari envs only; env.name 'coinrun' is of the procgen "
+         "family"),
     Case("gym-import-missing", train(*CARTPOLE, *set_("env.import", "no_such_module_here")),
          "env.import: importing 'no_such_module_here' failed (ModuleNotFoundError"),
     Case("gym-import-raises", train(*CARTPOLE, *set_("env.import", "raising_module"), ranks=2,
@@ -141,7 +144,7 @@ CASES = [
          "env.name: 'gym:mpippo-test/NoSpaces-v0': its spaces cannot be read (AttributeError"),
     Case("gym-import-not-a-module", train(*CARTPOLE, *set_("env.import", "os;rm")), "'os;rm' is not a module"),
     Case("gym-import-on-procgen", train(*CARTPOLE, *set_("env.name", "coinrun"), *set_("env.import", "json")),
-         "env.import: 'json' is read by gymnasium envs only"),
+         "env.import: 'json' is read by gymnasium, pettingzoo envs only"),
     Case("gym-entry-not-callable", train(*USER, *set_("env.name", "gym:Mine-v0"),
                                          *set_("env.import", "mpippo_user_envs:LIMIT")),
          "has no callable 'LIMIT'"),
@@ -198,9 +201,32 @@ CASES = [
     Case("gym-kwargs-key-twice", train(*CARTPOLE, *set_("env.kwargs", "{max_episode_steps: 9, max_episode_steps: 90}")),
          "--set env.kwargs: duplicate key 'max_episode_steps' (first given at line 1)"),
     Case("pz-unknown-game", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v2")),
-         "unknown environment 'pz:connect_four_v2' (did you mean 'pz:connect_four_v3'?); allowed:"),
+         "env.name: 'pz:connect_four_v2' is not one of PettingZoo's classic two-player games here (did you mean "
+         "'pz:connect_four_v3'?); allowed: pz:connect_four_v3, pz:tictactoe_v3 (PettingZoo's classic two-player games), "
+         "or pz:<name> with env.import module:callable"),
     Case("pz-kwargs", train(*CARTPOLE, *set_("env.name", "pz:connect_four_v3"), *set_("env.kwargs", "{a: 1}")),
-         "env.kwargs: {'a': 1} is read by gymnasium, atari envs only; env.name 'pz:connect_four_v3' is of the pettingzoo"),
+         "env.kwargs: {'a': 1} is for your own game's constructor (env.import); 'pz:connect_four_v3' takes none"),
+    Case("pz-user-game-three-players", train(*NIM, *set_("env.import", "mpippo_user_envs:make_three_player_game")),
+         "env.name: 'pz:nim' has 3 agent(s) (first, second, third); allowed: two-player games"),
+    Case("pz-user-game-box-actions", train(*NIM, *set_("env.import", "mpippo_user_envs:make_box_action_game")),
+         "env.name: 'pz:nim': its action spaces Box(-1.0, 1.0, (2,), float32), Box(-1.0, 1.0, (2,), float32) are not "
+         "one Discrete(A) for both agents; allowed: Discrete(A)"),
+    Case("pz-user-game-unmasked", train(*NIM, *set_("env.import", "mpippo_user_envs:make_unmasked_game")),
+         "is not a Dict of an 'observation' Box and an 'action_mask' Box (3,), the same for both agents"),
+    Case("pz-import-module-only", train(*NIM, *set_("env.import", "mpippo_user_envs")),
+         "env.import: 'mpippo_user_envs' is not module:callable (a function or class of your module that returns a "
+         "PettingZoo AEC env"),
+    Case("pz-user-game-named-as-a-classic-game", train(*NIM, *set_("env.name", "pz:tictactoe_v3")),
+         "env.name: 'pz:tictactoe_v3' is PettingZoo's own game; give the game of env.import "
+         "'mpippo_user_envs:make_nim' a name of its own"),
+    Case("pz-user-game-name-malformed", train(*NIM, *set_("env.name", "pz:my game!")),
+         "env.name: 'pz:my game!' is not pz:<name> with a name of letters, digits, _ . -"),
+    Case("pz-user-game-kwargs-refused", train(*NIM, *set_("env.kwargs", "{board: 3}")),
+         "env.name: 'pz:nim': a game cannot be made and read (TypeError: "),
+    Case("pz-mirror-augment", train("--config", "configs/dqn_selfplay.yaml", "--no-progress", "--total-timesteps", "512",
+                                    *set_("env.name", "pz:tictactoe_v3"), ranks=3),
+         "dqn.mirror_augment: the rules of 'pz:tictactoe_v3' are not left-right symmetric; allowed: connect4, "
+         "pz:connect_four_v3"),
     Case("gym-box-actions-with-dqn", train(*CARTPOLE, *set_("training.algo", "dqn"), *set_("env.name", "gym:Pendulum-v1"),
                                            ranks=3),
          "training.algo: 'dqn' takes discrete actions, gym:Pendulum-v1 has continuous (Box) ones; allowed with "
@@ -239,7 +265,8 @@ CASES = [
     Case("atari-kwargs-steps-bool", train(*ATARI, *set_("env.kwargs", "{max_episode_steps: true}")),
          "env.kwargs.max_episode_steps: True is not an integer in [1, 10000000]"),
     Case("atari-import", train(*ATARI, *set_("env.import", "os")),
-         "env.import: 'os' is read by gymnasium envs only; env.name 'atari:Pong' is of the atari family: remove it"),
+         "env.import: 'os' is read by gymnasium, pettingzoo envs only; env.name 'atari:Pong' is of the atari family: "
+         "remove it"),
     Case("atari-nature-small-frames", train(*ATARI, *set_("env.name", "toy-cue")),
          "model.arch: nature takes frames of at least 36x36"),
     Case("atari-nature-channels", train(*ATARI, *set_("model.channels", "[8, 16]")),

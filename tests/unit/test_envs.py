@@ -40,7 +40,7 @@ def test_the_literal_finder_finds_one():
 
 
 @pytest.mark.parametrize("name", ["coinrun", "procgen-coinrun-v0", "toy-cue", "connect4", "gym:CartPole-v1",
-                                  "pz:connect_four_v3"])
+                                  "pz:connect_four_v3", "pz:tictactoe_v3"])
 def test_every_name_has_one_family_that_answers(name):
     fam = envs.family_of(name)
     assert fam is not None and [f for f in envs.FAMILIES if f.accepts(name)] == [fam]
@@ -244,8 +244,7 @@ def test_pettingzoo_connect_four_plays_as_the_built_in_game():
     """pz:connect_four_v3 behind the batch interface: the learner's seat alternates, the opponent
     (the pool's per-env protocol) moves inside act and hears of every game's start and end, an
     illegal move loses the game (PettingZoo's rule) and is counted, rewards are the learner's."""
-    from mpippo.envs.pettingzoo import PettingZooVecEnv
-    env = PettingZooVecEnv("connect_four_v3", 2, seed=0)
+    env = envs.make_env(C.resolve(C.build({}, [("env", "name", "pz:connect_four_v3")], 1), 1), 2, seed=0)
     rec = Recorder()
     env.set_opponent(rec)
     assert sorted(rec.started) == [0, 1]
@@ -347,3 +346,72 @@ def test_a_channels_first_image_space_is_refused_and_a_board_of_many_planes_is_n
         return
     with pytest.raises(C.UsageError, match=r"looks channels-first \(C, H, W\); allowed: channels-last images"):
         _spaces_of(Env())
+
+
+def pz_cfg(name="pz:nim", spec="mpippo_user_envs:make_nim", **kwargs):
+    if USER_ENVS not in sys.path:
+        sys.path.insert(0, USER_ENVS)
+    over = [("env", "name", name), ("env", "import", spec), ("env", "kwargs", kwargs)]
+    return C.resolve(C.build({}, over, 1), 1)
+
+
+def perfect_nim(obs, mask):
+    """Leave a multiple of 4 where one can (take pile % 4), else the smallest legal take."""
+    pile = obs.argmax(1)
+    take = np.where(pile % 4 > 0, pile % 4, 1)
+    return np.minimum(take, mask.sum(1)) - 1
+
+
+def test_a_users_own_two_player_game_plays_behind_the_batch_interface():
+    """pz:<name> with env.import module:callable: the user's AEC game (Nim, vector observations) with
+    its env.kwargs; the learner's reward is its own until its next turn, a game's outcome the sign of
+    its total, the seats alternate, and play_games rates a perfect player against the random one."""
+    from mpippo.envs.connect4 import random_opponent
+    from mpippo.envs.pettingzoo import FAMILY
+    cfg = pz_cfg(stones=5)
+    sp = envs.spaces_of(cfg)
+    assert (sp.obs_shape, sp.obs_dtype, sp.num_actions) == ((6,), "float32", 3)
+    env = envs.make_env(cfg, 2, seed=0)
+    rec = Recorder()  # takes 1 stone (the leftmost legal action)
+    env.set_opponent(rec)
+    seats = env.agent_first.copy()
+    _, obs, first = env.observe()
+    assert obs.dtype == np.float32 and first.all() and list(obs.argmax(1)) == [5 if f else 4 for f in seats]
+    rewards = []
+    for _ in range(3):  # the learner takes 1 as well: who started takes the 5th stone
+        env.act(np.zeros(2, dtype=np.int64))
+        rewards.append(env.observe()[0])
+    ended = {int(i): float(r) for i, r in rec.ended}
+    assert ended == {i: 1.0 if f else -1.0 for i, f in enumerate(seats)}
+    assert list(env.outcomes) == [ended[0], ended[1]] and list(env.agent_first) == list(~seats)
+    assert [sum(float(r[i]) for r in rewards) for i in (0, 1)] == [ended[0], ended[1]]  # (the opening moves earn 0)
+    rng = np.random.default_rng(0)
+    w, d, l = FAMILY.play_games(pz_cfg(), perfect_nim, random_opponent(rng), 200, seed=1)
+    assert w + d + l == 200 and d == 0 and w > 150  # (9 stones: who starts wins; second, a random first errs often)
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ("raise", "raised RuntimeError: the user's game broke in its step() (move "),
+    ("nan-reward", "returned a reward of nan at move "),
+    ("wrong-shape", "returned an observation of shape (9,) and a mask of (3,) at move "),
+    ("endless", "gave the opponent 10,000 moves in a row without ending the game")])
+def test_a_users_two_player_game_that_breaks_mid_run_is_named_in_one_line(fault, expect):
+    from mpippo.errors import EnvFailure
+    env = envs.make_env(pz_cfg(fault=fault, at=3), 4, seed=0)
+    with pytest.raises(EnvFailure) as e:
+        for _ in range(20):
+            env.act(env.action_mask().argmax(1))
+    line = str(e.value)
+    assert line.startswith("env.name: 'pz:nim' ") and expect in line and "\n" not in line, line
+    if fault == "raise":  # the game's own line
+        assert "mpippo_user_envs.py':" in line and "in step;" in line, line
+
+
+def test_a_users_two_player_game_that_breaks_in_its_opening_moves_is_refused_at_start_up():
+    """The games are made, reset and opened (the opponent's first moves) when the envs are made: a
+    failure there is a start-up refusal (UsageError: nothing of the run is written yet), not a
+    failure mid-run."""
+    with pytest.raises(C.UsageError) as e:
+        envs.make_env(pz_cfg(fault="raise", at=1), 4, seed=0)  # (seed 0: the opponent opens a game)
+    assert str(e.value).startswith("env.name: 'pz:nim': making 4 and starting their games failed (raised "
+                                   "RuntimeError: the user's game broke in its step() (move 1 of this rank), at '")

@@ -107,8 +107,10 @@ def column_net(col: int):
 
 def cache_for(num_envs: int, heuristic_prob: float = 0.0, seed: int = 0):
     from contextlib import nullcontext
-    return OpponentCache(tiny_net, num_envs, np.random.default_rng(seed), heuristic_prob, max_members=3,
-                         precision_ctx=nullcontext)
+    rng = np.random.default_rng(seed)
+    players = {RANDOM: random_opponent(rng), LOOKAHEAD: lookahead_opponent(rng)}
+    return OpponentCache(tiny_net, num_envs, rng, heuristic_prob, max_members=3, precision_ctx=nullcontext,
+                         opponent_eps=0.0, players=players)
 
 
 def test_cache_plays_members_per_game_from_the_table_and_counts_results():

@@ -322,3 +322,97 @@ class NoSpaces(gym.Env):
 
 
 gym.register(id="mpippo-test/NoSpaces-v0", entry_point=NoSpaces)
+
+
+class Nim:
+    """A user's own two-player game, written on PettingZoo's AEC API as a user would: a pile of
+    `stones`; each move takes 1, 2 or 3; who takes the last stone wins (+1, the other -1). The one
+    who leaves a multiple of 4 wins, so the first player wins from 9 with perfect play. Observations
+    are a one-hot of the pile (a vector: the MLP); the mask allows no more than the pile.
+    `fault`: a bug of the kind a user's game has, at move `at` (`raise`, `nan-reward`, `wrong-shape`),
+    or `endless`: the second player's moves take nothing and keep the move (a game that never ends)."""
+
+    metadata = {"name": "nim_v0", "render_modes": []}
+
+    def __init__(self, stones: int = 9, fault: str | None = None, at: int = 3):
+        from gymnasium import spaces
+        self.stones, self.fault, self.at, self.moves = stones, fault, at, 0
+        self.possible_agents = ["first", "second"]
+        self._obs = spaces.Dict({"observation": spaces.Box(0.0, 1.0, (stones + 1,), np.float32),
+                                 "action_mask": spaces.Box(0, 1, (3,), np.int8)})
+
+    def observation_space(self, agent):
+        return self._obs
+
+    def action_space(self, agent):
+        from gymnasium import spaces
+        return spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self.pile = self.stones
+        self.rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {} for a in self.agents}
+        self.agent_selection = self.agents[0]
+
+    def observe(self, agent):
+        obs = np.zeros(self.stones + 1, np.float32)
+        obs[self.pile] = 1.0
+        if self.fault == "wrong-shape" and self.moves >= self.at:
+            obs = obs[:-1]
+        return {"observation": obs, "action_mask": np.array([self.pile >= k for k in (1, 2, 3)], np.int8)}
+
+    def step(self, action):
+        self.moves += 1
+        if self.fault == "raise" and self.moves >= self.at:
+            raise RuntimeError("the user's game broke")
+        mover = self.agent_selection
+        other = self.agents[1 - self.agents.index(mover)]
+        self.rewards = {a: 0.0 for a in self.agents}
+        take = int(action) + 1
+        if self.fault == "endless" and mover == "second":
+            return
+        if take > self.pile:  # an illegal move loses, as PettingZoo's classic games rule
+            self.rewards[mover], self.rewards[other] = -1.0, 1.0
+        else:
+            self.pile -= take
+            if self.pile == 0:
+                self.rewards[mover], self.rewards[other] = 1.0, -1.0
+        if self.fault == "nan-reward" and self.moves >= self.at:
+            self.rewards[mover] = self.rewards[other] = float("nan")
+        if self.pile == 0 or self.rewards[mover] != 0.0:
+            self.terminations = {a: True for a in self.agents}
+        self.agent_selection = other
+
+    def close(self):
+        pass
+
+
+def make_nim(**kwargs):
+    """The entry point of the user's own two-player game (env.import: mpippo_user_envs:make_nim; its
+    env.kwargs are this function's)."""
+    return Nim(**kwargs)
+
+
+def make_three_player_game():
+    """Not a two-player game: a third agent."""
+    game = Nim()
+    game.possible_agents = ["first", "second", "third"]
+    return game
+
+
+def make_box_action_game():
+    """A game whose moves are continuous."""
+    from gymnasium import spaces
+    game = Nim()
+    game.action_space = lambda agent: spaces.Box(-1.0, 1.0, (2,), np.float32)
+    return game
+
+
+def make_unmasked_game():
+    """Observations without PettingZoo's action mask."""
+    game = Nim()
+    game.observation_space = lambda agent: game._obs["observation"]
+    return game
