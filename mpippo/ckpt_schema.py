@@ -28,6 +28,7 @@ import torch
 from mpippo import config as C
 from mpippo import envs, resume
 from mpippo.algos import registry
+from mpippo.envs.family import MAX_ACTIONS, MAX_SIDE, MAX_VECTOR
 
 show = C.show  # a bad value, shortened, for the messages of the algorithms' checks
 MAX_WORLD = 1 << 20  # ranks: far above any cluster, far below what breaks a list
@@ -121,7 +122,7 @@ def meta_network(state: dict, cfg: C.Config) -> torch.nn.Module:
     obs = seq(spec["obs_shape"], "model_spec.obs_shape")
     need(len(obs) in (1, 3), "model_spec.obs_shape", f"expected (D,) or (H, W, C), got {C.show(obs)}")
     for i, d in enumerate(obs):
-        int_(d, f"model_spec.obs_shape[{i}]", 1, 1 << 20 if len(obs) == 1 else 4096)
+        int_(d, f"model_spec.obs_shape[{i}]", 1, MAX_VECTOR if len(obs) == 1 else MAX_SIDE)
     need(spec.get("obs_dtype", "uint8") == ("uint8" if len(obs) == 3 else "float32"), "model_spec.obs_dtype",
          f"expected uint8 for images, float32 for vectors, got {C.show(spec.get('obs_dtype'))}")
     fam = envs.family(cfg)
@@ -129,7 +130,7 @@ def meta_network(state: dict, cfg: C.Config) -> torch.nn.Module:
         want = fam.spaces(cfg).obs_shape
         need(tuple(obs) == want, "model_spec.obs_shape", f"{list(obs)} is not the observation of {cfg.env.name} "
              f"{list(want)}")
-    actions = int_(spec["num_actions"], "model_spec.num_actions", 1, 1024)
+    actions = int_(spec["num_actions"], "model_spec.num_actions", 1, MAX_ACTIONS)
     continuous = spec.get("continuous", False)
     need(continuous in (True, False) and not (continuous and len(obs) == 3), "model_spec.continuous",
          f"expected true or false (true with vector observations only), got {C.show(continuous)}")

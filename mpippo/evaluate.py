@@ -116,7 +116,7 @@ def make_actor(net, algo: str, deterministic: bool, generator, obs_rms: dict | N
             noise = torch.randn(mean.shape, generator=generator)
             return (mean + net.logstd.float().exp() * noise).numpy()
         scores = out if q_values else out[0]  # Q-values, or (logits, value)
-        if mask is not None:  # legal actions only (connect4)
+        if mask is not None:  # legal actions only (two-player games)
             scores = scores.masked_fill(~torch.from_numpy(mask), float("-inf"))
         logits = scores
         if argmax:
@@ -141,6 +141,12 @@ def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:
     return cfg, notes
 
 
+def board(frame) -> bool:
+    """A two-player game's observation of two planes (H, W, 2), drawn as a board; other observations
+    (a picture of the game's own, (H, W, 3)) are recorded as they are."""
+    return isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] == 2
+
+
 def check_render(cfg: C.Config) -> None:
     """--video of an env whose observations are no pictures: it must render one (Gymnasium's
     rgb_array), tried once here, before any episode."""
@@ -148,7 +154,7 @@ def check_render(cfg: C.Config) -> None:
     try:
         env = make_env(cfg, 1, seed=0, render=True)
         frame = env.render() if hasattr(env, "render") else env.observe()[1][0]
-        if envs.family(cfg).two_player and isinstance(frame, np.ndarray):
+        if envs.family(cfg).two_player and board(frame):
             frame = rgb_frame(frame)  # a board's planes, drawn as Video records them
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
             raise ValueError(f"its frame is {type(frame).__name__} {getattr(frame, 'shape', '')}, not (H, W, 3) uint8")
@@ -236,7 +242,7 @@ class Video:
             return
         with toolcli.stops_held():  # a stop lands between frames: the file and its encoder made whole
             try:
-                if self.two_player:
+                if self.two_player and board(frame):
                     frame = rgb_frame(frame)
                 if self._writer is None:
                     self._open(frame)

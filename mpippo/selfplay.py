@@ -14,14 +14,15 @@ each. `sampling` sets the table:
                  running average (loss 1, draw 0.5, win 0) that follows the learner's progress
 
 Actor (`OpponentCache`): the env's opponent. For each new game it draws a member from the table
-(or, with probability `heuristic_prob`, the random or the one-step lookahead player), plays it
+(or, with probability `heuristic_prob`, one of the game's fixed players: random, and on Connect Four
+the one-step lookahead player), plays it
 through its own inference copy (greedy, with a random legal move at rate `opponent_eps`), and counts the learner's wins, draws and losses per
 opponent; the counts ride to the learner in the chunk messages.
 
 Ratings: the learner turns those counts into win/draw/loss totals per opponent and an Elo rating
-(K = `elo_k`, one update per game) for itself, every member and both heuristics; the random
+(K = `elo_k`, one update per game) for itself, every member and the fixed players; the random
 player is the anchor at 0. These are the ratings of the acting (epsilon-greedy) policy. The
-learner also plays `eval_games` greedy games against each heuristic every
+learner also plays `eval_games` greedy games against each fixed player every
 `eval_interval_updates` updates: the win-rate curve.
 """
 from __future__ import annotations
@@ -35,6 +36,8 @@ RANDOM, LOOKAHEAD = -1, -2  # opponent ids of the heuristic players; pool member
 ILLEGAL = -3  # results row of an actor's illegal moves (count in the wins column); should stay 0
 HEURISTICS = {RANDOM: "random", LOOKAHEAD: "lookahead"}
 IDS = {name: i for i, name in HEURISTICS.items()}
+SAMPLING = ("latest", "uniform", "prioritized")
+DROP = ("oldest", "lowest_rated")
 
 
 def heuristic_players(cfg, rng: np.random.Generator) -> dict:
@@ -42,8 +45,6 @@ def heuristic_players(cfg, rng: np.random.Generator) -> dict:
     the game's), each a policy (obs, mask) -> actions."""
     fam = envs.family(cfg)
     return {IDS[name]: fam.heuristic(cfg.env.name, name, rng) for name in fam.heuristics(cfg.env.name)}
-SAMPLING = ("latest", "uniform", "prioritized")
-DROP = ("oldest", "lowest_rated")
 
 
 def elo_expected(r_a: float, r_b: float) -> float:
@@ -255,7 +256,7 @@ class LearnerHook:
         self.pool = OpponentPool(sp.pool_size, sp.sampling, sp.drop, sp.elo_k, sp.priority_exponent,
                                  heuristics=[IDS[n] for n in self.names])
         self.ratings: list[dict] = []  # greedy games against the heuristic players, one row per round
-        self.illegal_moves = 0  # moves actors made into full columns (masking makes it 0)
+        self.illegal_moves = 0  # illegal moves the actors made (masking makes it 0)
         self.writer = None
 
     @property
@@ -302,7 +303,7 @@ class LearnerHook:
         fam, name_ = envs.family(self.cfg), self.cfg.env.name
         for name, opp in ((n, fam.heuristic(name_, n, rng)) for n in self.names):
             w_, d_, l_ = (int(x) for x in fam.play_games(self.cfg, self.policy, opp, self.sp.eval_games,
-                                                        self.seed + len(self.ratings)))
+                                                        self.seed + 7919 * len(self.ratings) + 1))  # (not rng's)
             row[name] = {"wins": w_, "draws": d_, "losses": l_, "win_rate": w_ / self.sp.eval_games,
                          "score": (w_ + 0.5 * d_) / self.sp.eval_games}
             if self.writer is not None:

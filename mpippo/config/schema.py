@@ -112,17 +112,17 @@ class TrainingConfig:
 
 @dataclass
 class SelfPlayConfig:
-    enabled: bool = _f(False, "Self-play (DQN on connect4): actors play frozen snapshots of the learner from an opponent pool instead of the random player.")
+    enabled: bool = _f(False, "Self-play (DQN on a two-player game): actors play frozen snapshots of the learner from an opponent pool instead of the random player.")
     snapshot_interval_updates: int = _f(200, "Learner updates between snapshots added to the pool (the starting network is member 0).")
     pool_size: int = _f(8, "Most members kept in the pool (and cached on each actor); beyond it one is dropped, never the newest.")
     sampling: str = _f("uniform", "Opponent per actor game: latest | uniform | prioritized (by the learner's recent loss rate against each member).")
     drop: str = _f("oldest", "Member dropped when the pool is full: oldest | lowest_rated.")
     priority_exponent: float = _f(1.0, "prioritized: p ~ loss_rate ** this (larger = focus on the members the learner loses to).")
-    opponent_eps: float = _f(0.05, "Pool members play a random legal column at this rate (else greedy), so no game is one fixed line.")
-    heuristic_prob: float = _f(0.1, "Share of actor games against the fixed random / one-step-lookahead players (half each).")
+    opponent_eps: float = _f(0.05, "Pool members play a random legal move at this rate (else greedy), so no game is one fixed line.")
+    heuristic_prob: float = _f(0.1, "Share of actor games against the game's fixed players (random, and one-step lookahead on Connect Four: half each).")
     elo_k: float = _f(16.0, "Elo K-factor of the ratings (learner, members, heuristics; random is the anchor at 0).")
     eval_interval_updates: int = _f(250, "Learner updates between greedy rating games against the heuristic players (the win-rate curve); 0 = only at start and end.")
-    eval_games: int = _f(100, "Greedy games against each heuristic player per rating round (half with the first move).")
+    eval_games: int = _f(100, "Greedy games against each heuristic player per rating round (the learner opens half of them).")
 
 
 @dataclass

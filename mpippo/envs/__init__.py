@@ -78,6 +78,9 @@ def ended_episodes(env, first, ep_ret, ep_len):
     return idx, ep_ret[idx], ep_len[idx]
 
 
+MAX_MASKED_ACTIONS = 63  # legal actions travel as one int64's bits (mask_bits): games of more are refused by DQN
+
+
 def mask_bits(mask):
     """Legal actions (N, A) bool -> one int64 bitmask per env (bit a = action a legal), for a
     fixed-layout message field (<= 63 actions); -1 stands for "all legal"."""

@@ -36,6 +36,29 @@ class Spaces:
             ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in off[:3]) + (f" (and {len(off) - 3} more)" if len(off) > 3 else ""))
 
 
+# The largest spaces a network is built for (a checkpoint's model_spec is checked against the same, ckpt_schema)
+MAX_ACTIONS = 1024      # choices of a Discrete action space, or dimensions of a Box one
+MAX_VECTOR = 1 << 20    # a vector observation's length
+MAX_SIDE = 4096         # each side (and the channels) of an image observation
+
+
+def too_large(obs_shape, num_actions: int) -> str | None:
+    """What of these spaces is past the networks' bounds above, in words; None if nothing is."""
+    if num_actions > MAX_ACTIONS:
+        return f"{num_actions:,} actions (allowed: up to {MAX_ACTIONS:,})"
+    limit = MAX_VECTOR if len(obs_shape) == 1 else MAX_SIDE
+    if max(obs_shape) > limit:
+        return f"observations of shape {tuple(obs_shape)} (allowed: each dimension up to {limit:,})"
+    return None
+
+
+def looks_channels_first(shape) -> bool:
+    """An image shape (H, W, C) that reads as (C, H, W): (12, 84, 84) or (4, 10, 10); no picture is 12 pixels
+    high with 84 channels, nor 4 high with 10, while a board of 16 planes (4, 7, 16) is one, and stays."""
+    c, h, w = shape
+    return c < min(h, w) and (min(h, w) >= 16 or h == w)
+
+
 def obs_dtype(obs_shape) -> str:
     """The dtype observations of this shape are stored and sent in: uint8 images (the CNNs scale
     them), float32 vectors (the MLPs)."""

@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from mpippo.envs.family import EnvFamily, Spaces
+from mpippo.envs.family import EnvFamily, Spaces, looks_channels_first, too_large
 from mpippo.errors import EnvFailure, user_code_at, users_code
 from mpippo.usage import UsageError, reason, show
 
@@ -136,13 +136,13 @@ def _spaces_of(env) -> Spaces:
     if len(ob.shape) == 3 and ob.dtype != np.uint8:
         raise UsageError(f"env.name: the image observation space {_space(ob)} is not uint8; allowed: uint8 images "
                          f"(H, W, C), or vectors (D,)")
-    c, h, w = ob.shape if len(ob.shape) == 3 else (0, 0, 0)
-    if c < min(h, w) and (min(h, w) >= 16 or h == w):  # (12, 84, 84), (4, 10, 10): no picture is 12 pixels high
-        # with 84 channels, nor 4 high with 10; a board (4, 7, 16) of 16 planes is one, and stays
+    if len(ob.shape) == 3 and looks_channels_first(ob.shape):
         raise UsageError(f"env.name: the image observation space {_space(ob)} looks channels-first (C, H, W); "
                          f"allowed: channels-last images (H, W, C), as Gymnasium's and ALE's (transpose them in "
                          f"your env: np.transpose(obs, (1, 2, 0)))")
     obs_shape, obs_dtype = tuple(int(d) for d in ob.shape), "uint8" if len(ob.shape) == 3 else "float32"
+    if (large := too_large(obs_shape, int(ac.n) if not box_actions else int(ac.shape[0]))):
+        raise UsageError(f"env.name: {large}: more than a network here is built for")
     if not box_actions:
         return Spaces(obs_shape, obs_dtype, int(ac.n))
     if len(obs_shape) == 3:

@@ -18,8 +18,9 @@ told `games_started` and `games_ended`) such as the pool's cache. The opponent m
 its turn, so a game may give one player several moves in a row. The learner's reward for a move is
 its own rewards from that move until its next turn (AEC's `rewards` after each step); a game's
 outcome is the sign of its total (+1 win, -1 loss, 0 draw in the classic games). A truncated game
-ends as a terminated one does (a board game has no time limit to bootstrap past). An illegal move
-ends the game with the mover's loss (PettingZoo's own rule for its games). A game's state cannot be
+ends as a terminated one does (a board game has no time limit to bootstrap past). The learner's
+illegal move ends the game as its loss, -1, without reaching the game (PettingZoo's own rule for its
+classic games; PPO and A2C do not mask); the opponents pick legal moves. A game's state cannot be
 saved: a resume starts fresh games.
 """
 from __future__ import annotations
@@ -33,8 +34,8 @@ import sys
 import numpy as np
 
 from mpippo.envs import connect4
-from mpippo.envs.family import EnvFamily, Spaces
-from mpippo.envs.gym import MAX_KWARGS_CHARS, MODULE, _what, _where, _why
+from mpippo.envs.family import EnvFamily, Spaces, looks_channels_first, too_large
+from mpippo.envs.gym import MAX_KWARGS_CHARS, MODULE, _float32_default, _what, _where, _why
 from mpippo.errors import EnvFailure, users_code
 from mpippo.usage import UsageError, reason, show
 
@@ -43,7 +44,11 @@ PREFIX = "pz:"
 # dependencies and the card games' rlcard are not ours to pull in): name -> module
 GAMES = {"connect_four_v3": "pettingzoo.classic.connect_four_v3", "tictactoe_v3": "pettingzoo.classic.tictactoe_v3"}
 CONNECT_FOUR = "connect_four_v3"  # Connect Four's rules: the lookahead player and mirrored training apply
-MAX_MOVES_IN_A_ROW = 10_000  # the opponent's, before the game is taken for one that never gives the move back
+MAX_GAME_MOVES = 10_000  # both players' moves in one game, before it is taken for one that never ends
+MAX_RESTARTS = 100  # new games in one env at one act that end in their opening moves, before the game is taken for
+# one that ends as it starts
+KINDS = {"planes": "0/1 planes", "uint8": "uint8 planes", "vector": "a vector"}  # observations, by how they convert
+OBS_RANGE = {"planes": (0, 1), "uint8": (0, 255), "vector": (-np.inf, np.inf)}  # (vectors: finite values)
 LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _MAKERS: dict[tuple, object] = {}  # (game, env.import) -> its constructor (a classic module's env, or the user's callable)
 
@@ -60,19 +65,25 @@ def _quiet() -> None:
     EnvLogger.suppress_output()
 
 
+def _random(rng: np.random.Generator):
+    """The default opponent: a uniformly random legal move."""
+    def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return np.array([rng.choice(np.flatnonzero(m)) for m in mask], dtype=np.int64)
+    return act
+
+
 def _classic(game: str):
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    module = importlib.import_module(GAMES[game])
-    _quiet()
-    return module.env
+    return importlib.import_module(GAMES[game]).env
 
 
-def _user(spec: str, game: str):
+def _user(spec: str):
     """env.import's module:callable, imported (the user's code runs): the game's constructor."""
     module, _, attr = spec.partition(":")
     try:
         with users_code():
             mod = importlib.import_module(module)
+        _float32_default()  # (torch's default dtype put back and said, as for a Gymnasium env's module)
     except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's code may raise anything on import, or exit)
         raise UsageError(f"env.import: importing '{module}' failed ({_why(e, 160)})") from None
     make = getattr(mod, attr, None)
@@ -86,7 +97,7 @@ def maker(cfg):
     """The constructor of the config's game (imported on first use; the family's check ran first)."""
     game, spec = game_of(cfg.env.name), cfg.env.imports
     if (game, spec) not in _MAKERS:
-        _MAKERS[game, spec] = _classic(game) if spec is None else _user(spec, game)
+        _MAKERS[game, spec] = _classic(game) if spec is None else _user(spec)
         _quiet()
     return _MAKERS[game, spec]
 
@@ -96,9 +107,9 @@ def _spaces_of(game, name: str) -> tuple[Spaces, str]:
     or one line naming what does not qualify."""
     from gymnasium import spaces as gs
     agents = list(getattr(game, "possible_agents", None) or [])
-    if len(agents) != 2:
+    if len(agents) != 2 or agents[0] == agents[1]:
         raise UsageError(f"env.name: '{name}' has {len(agents)} agent(s) ({', '.join(map(str, agents[:4]))}); allowed: "
-                         f"two-player games (possible_agents of two)")
+                         f"two-player games (possible_agents of two, named apart)")
     acts, obs = [game.action_space(a) for a in agents], [game.observation_space(a) for a in agents]
     if not all(isinstance(a, gs.Discrete) and a.start == 0 for a in acts) or acts[0].n != acts[1].n:
         raise UsageError(f"env.name: '{name}': its action spaces {', '.join(str(a)[:60] for a in acts)} are not one "
@@ -111,46 +122,59 @@ def _spaces_of(game, name: str) -> tuple[Spaces, str]:
                          f"'observation' Box and an 'action_mask' Box ({n},), the same for both agents; allowed: "
                          f"PettingZoo's classic convention (observe() returns both)")
     box = obs[0]["observation"]
-    if len(box.shape) == 1 and box.shape[0] > 0:
-        return Spaces((int(box.shape[0]),), "float32", n), "vector"
-    if len(box.shape) == 3 and 0 not in box.shape:
-        if box.dtype == np.uint8:
-            return Spaces(tuple(map(int, box.shape)), "uint8", n), "uint8"
-        if (box.dtype == np.bool_ or np.issubdtype(box.dtype, np.integer)) and box.low.min() >= 0 and box.high.max() <= 1:
-            return Spaces(tuple(map(int, box.shape)), "uint8", n), "planes"
-    raise UsageError(f"env.name: '{name}': its observations {str(box)[:120]} are not supported; allowed: planes "
-                     f"(H, W, C) of 0/1 or uint8 values (the CNNs), or a vector (D,) (the MLP)")
+    shape, kind = tuple(int(d) for d in box.shape), None
+    whole = box.dtype == np.bool_ or np.issubdtype(box.dtype, np.integer)
+    if len(shape) == 1 and shape[0] > 0:
+        kind = "vector"
+    elif len(shape) == 3 and 0 not in shape and whole and box.low.min() >= 0:
+        kind = "planes" if box.high.max() <= 1 else "uint8" if box.dtype == np.uint8 else None  # (0/1 ones: x 255)
+    if kind is None:
+        raise UsageError(f"env.name: '{name}': its observations {str(box)[:120]} are not supported; allowed: planes "
+                         f"(H, W, C) of integers or bools in [0, 1], or uint8 (the CNNs), or a vector (D,) (the MLP)")
+    if (large := too_large(shape, n)):
+        raise UsageError(f"env.name: '{name}' has {large}: more than a network here is built for")
+    if kind != "vector" and looks_channels_first(shape):
+        raise UsageError(f"env.name: '{name}': its observations {str(box)[:120]} look channels-first (C, H, W); "
+                         f"allowed: planes (H, W, C), as PettingZoo's classic games' (np.transpose(obs, (1, 2, 0)))")
+    return Spaces(shape, "float32" if kind == "vector" else "uint8", n), kind
 
 
 class PettingZooVecEnv:
-    def __init__(self, cfg, num_envs: int, seed: int, spaces: Spaces, kind: str, opponent=None):
+    def __init__(self, cfg, num_envs: int, seed: int, spaces: Spaces, kind: str, opponent=None,
+                 alternate_seats: bool = False):
         self.name, self.num_envs, self.kind = cfg.env.name, num_envs, kind
         self.obs_shape, self.num_actions = spaces.obs_shape, spaces.num_actions
         self.steps = 0  # moves made in this rank's games (messages name it)
         self.games: list = []
         try:  # at start-up: a game that fails here is refused as one that cannot be made at all
-            self._begin(cfg, seed, opponent, spaces.obs_dtype)
+            self._begin(cfg, seed, opponent, spaces.obs_dtype, alternate_seats)
         except EnvFailure as e:
             self.close()
             raise UsageError(f"env.name: '{self.name}': making {num_envs} and starting their games failed "
                              f"({str(e).removeprefix(f'env.name: {self.name!r} ')})") from None
 
-    def _begin(self, cfg, seed: int, opponent, obs_dtype: str) -> None:
+    def _begin(self, cfg, seed: int, opponent, obs_dtype: str, alternate_seats: bool) -> None:
         num_envs, make = self.num_envs, maker(cfg)
         for _ in range(num_envs):
             self.games.append(self._call("constructor", lambda: make(**cfg.env.kwargs)))
+        _float32_default()
         self.rng = np.random.default_rng(seed)  # the seats, each game's seed, the default opponent
-        self.opponent = opponent or connect4.random_opponent(self.rng)
-        self.agent_first = self.rng.random(num_envs) < 0.5
+        self.opponent = opponent or _random(self.rng)
+        # (each new game flips an env's seat; rating games open half of them: odd envs start flipped)
+        self.agent_first = np.arange(num_envs) % 2 == 1 if alternate_seats else self.rng.random(num_envs) < 0.5
         self.me = [""] * num_envs
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.total = np.zeros(num_envs, dtype=np.float32)  # the learner's rewards in each game so far
         self.outcomes = np.zeros(num_envs, dtype=np.float32)  # each game's total, as the last act ended it
+        self.finished = np.zeros(num_envs, dtype=np.int64)  # games ended in each env (its opening moves' included)
         self.first = np.ones(num_envs, dtype=bool)
+        self.moves = np.zeros(num_envs, dtype=np.int64)  # moves in each env's game so far
+        self.forfeit = np.zeros(num_envs, dtype=bool)  # the learner's illegal move ended the game (no step made)
         self.illegal_moves = 0
         self.obs = np.zeros((num_envs, *self.obs_shape), dtype=obs_dtype)  # the learner's view, after each act
         self.mask = np.ones((num_envs, self.num_actions), dtype=bool)
         self._start(np.arange(num_envs))
+        self._settle()
         self._refresh()
 
     def _call(self, during: str, fn, *args):
@@ -168,6 +192,7 @@ class PettingZooVecEnv:
         self.rew[:] = 0.0
         self.first[:] = True
         self._start(np.arange(self.num_envs))
+        self._settle()
         self._refresh()
 
     def _refresh(self) -> None:
@@ -176,6 +201,7 @@ class PettingZooVecEnv:
             self.obs[i], self.mask[i] = self._view(i)
 
     def _view(self, i: int):
+        """The mover's observation (converted) and legal moves in game i, checked against the spaces."""
         game = self.games[i]
         seen = self._call("observe()", lambda: game.observe(game.agent_selection))
         try:
@@ -187,14 +213,16 @@ class PettingZooVecEnv:
             raise EnvFailure(f"env.name: '{self.name}' returned an observation of shape {obs.shape} and a mask of "
                              f"{mask.shape} at move {self.steps:,} of this rank; allowed: {self.obs_shape} and "
                              f"({self.num_actions},), as its spaces declare")
-        if self.kind == "vector":
-            obs = obs.astype(np.float32)
-            if not np.isfinite(obs).all():
-                raise EnvFailure(f"env.name: '{self.name}' returned an observation holding "
-                                 f"{obs[~np.isfinite(obs)].flat[0]} at move {self.steps:,} of this rank; allowed: "
-                                 f"finite values")
-            return obs, mask
-        return (obs.astype(np.uint8) * 255 if self.kind == "planes" else obs.astype(np.uint8)), mask
+        if not mask.any():  # (a policy would have to make an illegal move, which loses)
+            raise EnvFailure(f"env.name: '{self.name}' returned an action_mask with no legal move for a player whose "
+                             f"turn it is, at move {self.steps:,} of this rank; allowed: a legal move while the game "
+                             f"goes on")
+        low, high = OBS_RANGE[self.kind]
+        inside = np.isfinite(obs) if self.kind == "vector" else (obs >= low) & (obs <= high)
+        if not inside.all():
+            raise EnvFailure(f"env.name: '{self.name}' returned an observation holding {obs[~inside].flat[0]} at move {self.steps:,} "
+                             f"of this rank; allowed: values in [{low:g}, {high:g}] ({KINDS[self.kind]})")
+        return obs.astype(np.float32 if self.kind == "vector" else np.uint8) * (255 if self.kind == "planes" else 1), mask
 
     def _start(self, idx: np.ndarray) -> None:
         """New games in envs idx; the opponent moves first where it is its turn to start."""
@@ -205,15 +233,15 @@ class PettingZooVecEnv:
             self._call("reset()", lambda: game.reset(seed=int(self.rng.integers(2**31 - 1))))
             self.agent_first[i] = not self.agent_first[i]
             self.me[i] = game.possible_agents[0 if self.agent_first[i] else 1]
-            self.total[i] = 0.0
+            self.total[i], self.moves[i], self.forfeit[i] = 0.0, 0, False
         if getattr(self.opponent, "per_env", False):
             self.opponent.games_started(np.asarray(idx))
         self._advance(np.asarray(idx), np.zeros(self.num_envs, dtype=np.float32))
 
     def _advance(self, idx: np.ndarray, gain: np.ndarray) -> None:
         """The opponent's moves in envs idx until it is the learner's turn or the game ended, one
-        batched call of the opponent per round."""
-        for _ in range(MAX_MOVES_IN_A_ROW):
+        batched call of the opponent per round (bounded: _step ends a game of MAX_GAME_MOVES)."""
+        while True:
             idx = np.asarray([i for i in idx if not self._over(i) and self.games[i].agent_selection != self.me[i]],
                              dtype=np.int64)
             if len(idx) == 0:
@@ -223,13 +251,16 @@ class PettingZooVecEnv:
             moves = self.opponent(obs, mask, idx) if getattr(self.opponent, "per_env", False) else self.opponent(obs, mask)
             for i, a in zip(idx, np.asarray(moves, dtype=np.int64)):
                 self._step(i, a, gain)
-        raise EnvFailure(f"env.name: '{self.name}' gave the opponent {MAX_MOVES_IN_A_ROW:,} moves in a row without "
-                         f"ending the game; allowed: a game that returns the move to the learner or ends")
 
     def _step(self, i: int, action: int, gain: np.ndarray) -> None:
         """One move in game i; the learner's reward from it is added to the game's total and `gain`."""
         game = self.games[i]
         self.steps += 1
+        self.moves[i] += 1
+        if self.moves[i] > MAX_GAME_MOVES:
+            raise EnvFailure(f"env.name: '{self.name}' went on for {MAX_GAME_MOVES:,} moves in one game without ending "
+                             f"it (move {self.steps:,} of this rank); allowed: games that end (terminations or "
+                             f"truncations), within {MAX_GAME_MOVES:,} moves")
         self._call("step()", game.step, int(action))
         r = self._call("rewards", lambda: float(game.rewards.get(self.me[i], 0.0)))
         if not np.isfinite(r):
@@ -240,7 +271,24 @@ class PettingZooVecEnv:
 
     def _over(self, i: int) -> bool:
         game = self.games[i]
-        return self._call("terminations", lambda: any(game.terminations.values()) or any(game.truncations.values()))
+        return self.forfeit[i] or self._call("terminations", lambda: any(game.terminations.values())
+                                             or any(game.truncations.values()))
+
+    def _settle(self) -> None:
+        """The games that ended (the last moves, or a new game's opening moves) counted and begun anew,
+        until every game waits for the learner's move."""
+        for _ in range(MAX_RESTARTS):
+            ended = np.array([self._over(i) for i in range(self.num_envs)])
+            if not ended.any():
+                return
+            self.first |= ended
+            self.outcomes[ended] = self.total[ended]
+            self.finished += ended
+            if getattr(self.opponent, "per_env", False):
+                self.opponent.games_ended(np.flatnonzero(ended), self.total[ended])
+            self._start(np.flatnonzero(ended))
+        raise EnvFailure(f"env.name: '{self.name}': its new games ended in their opening moves {MAX_RESTARTS} times in "
+                         f"a row (move {self.steps:,} of this rank); allowed: games the learner gets to play")
 
     def observe(self):
         return self.rew.copy(), self.obs.copy(), self.first.copy()
@@ -249,19 +297,21 @@ class PettingZooVecEnv:
         return self.mask.copy()
 
     def act(self, actions: np.ndarray) -> None:
+        """The learner's moves, then the opponent's until it is the learner's turn again. An illegal
+        move (PPO and A2C do not mask) ends the game as the mover's loss, -1, without reaching the
+        game: PettingZoo's rule for its classic games, whose raw envs would raise instead."""
         actions = np.asarray(actions, dtype=np.int64)
-        self.illegal_moves += int((~self.mask[np.arange(self.num_envs), actions]).sum())
+        illegal = ~self.mask[np.arange(self.num_envs), actions]
+        self.illegal_moves += int(illegal.sum())
         gain = np.zeros(self.num_envs, dtype=np.float32)
         for i, a in enumerate(actions):
-            self._step(i, a, gain)
+            if illegal[i]:
+                self.forfeit[i], self.total[i], gain[i] = True, self.total[i] - 1.0, gain[i] - 1.0
+            else:
+                self._step(i, a, gain)
         self._advance(np.arange(self.num_envs), gain)
-        ended = np.array([self._over(i) for i in range(self.num_envs)])
-        self.rew, self.first = gain, ended
-        self.outcomes[ended] = self.total[ended]
-        if ended.any():
-            if getattr(self.opponent, "per_env", False):
-                self.opponent.games_ended(np.flatnonzero(ended), self.total[ended])
-            self._start(np.flatnonzero(ended))
+        self.rew, self.first = gain, np.zeros(self.num_envs, dtype=bool)
+        self._settle()
         self._refresh()
 
     def get_state(self):
@@ -271,29 +321,30 @@ class PettingZooVecEnv:
         raise ValueError("a PettingZoo game's state cannot be restored")
 
     def close(self) -> None:
-        for game in self.games:  # at the end, the run's results written: a warning, not a failure
+        said = False
+        for game in self.games:  # at the end, the run's results written: a warning (once), not a failure
             try:
                 self._call("close()", game.close)
             except EnvFailure as e:
-                sys.stderr.write(f"mpippo: warning: {e}; ignored\n")
-                return
+                if not said:
+                    sys.stderr.write(f"mpippo: warning: {e}; ignored\n")
+                said = True
 
 
 def play_games(cfg, policy, opponent, num_games: int, seed: int = 0) -> np.ndarray:
     """(wins, draws, losses) of `policy` against `opponent` (callables (obs, mask) -> actions) over
-    `num_games` games of the config's game played side by side, each env's first game counted (the
-    seats alternate as in training); the outcome is the sign of the policy's total reward."""
+    `num_games` games of the config's game played side by side, each env's first game counted, the
+    policy opening half of them; the outcome is the sign of the policy's total reward."""
     spaces, kind = FAMILY.read(cfg)
     try:
-        env = PettingZooVecEnv(cfg, num_games, seed, spaces, kind, opponent)
+        env = PettingZooVecEnv(cfg, num_games, seed, spaces, kind, opponent, alternate_seats=True)
     except UsageError as e:  # (mid-run, on the learner: a failure of the user's game, not of the run's settings)
         raise EnvFailure(str(e)) from None
-    counted = np.zeros(num_games, dtype=bool)
-    outcome = np.zeros(num_games, dtype=np.float32)
-    while not counted.all():
+    outcome = env.outcomes.copy()  # (games the opponent's opening moves ended are counted too)
+    while not (counted := env.finished > 0).all():
         env.act(np.asarray(policy(env.obs, env.mask), dtype=np.int64))
-        new = env.first & ~counted
-        outcome[new], counted = env.outcomes[new], counted | env.first
+        new = (env.finished > 0) & ~counted
+        outcome[new] = env.outcomes[new]
     env.close()
     return np.array([(outcome > 0).sum(), (outcome == 0).sum(), (outcome < 0).sum()], dtype=np.int64)
 
@@ -328,7 +379,7 @@ class PettingZooFamily(EnvFamily):
         return connect4.FAMILY.heuristic(name, which, rng)
 
     def play_games(self, cfg, policy, opponent, num_games: int, seed: int) -> np.ndarray:
-        if game_of(cfg.env.name) == CONNECT_FOUR and cfg.env.imports is None:  # the built-in board: the same
+        if game_of(cfg.env.name) == CONNECT_FOUR:  # the built-in board: the same
             return connect4.play_games(policy, opponent, num_games)  # planes and rules, a hundred times faster
         return play_games(cfg, policy, opponent, num_games, seed)
 
@@ -378,6 +429,7 @@ class PettingZooFamily(EnvFamily):
                 with users_code():
                     game = make(**cfg.env.kwargs)
                     game.reset(seed=0)
+                _float32_default()
                 self._read[key] = _spaces_of(game, cfg.env.name)
             except UsageError:
                 raise

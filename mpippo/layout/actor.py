@@ -56,7 +56,7 @@ class Actor:
     # ---- the loop ----
     def run(self, signals: SignalFlags) -> dict:
         self.wait_for_weights()
-        masked = hasattr(self.env, "action_mask")  # legal actions only (connect4)
+        masked = hasattr(self.env, "action_mask")  # legal actions only (two-player games)
         truncates = hasattr(self.env, "truncated")  # episodes a time limit cuts are bootstrapped (gym)
         _, obs, _ = self.env.observe()
         mask = self.env.action_mask() if masked else None

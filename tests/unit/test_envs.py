@@ -17,7 +17,7 @@ USER_ENVS = str(ROOT / "tests" / "user_env")
 
 
 def _env_literal(value) -> bool:
-    return isinstance(value, str) and (value in envs.known_env_names() or bool(re.fullmatch(r"(gym:|procgen-)\S+", value)))
+    return isinstance(value, str) and (value in envs.known_env_names() or bool(re.fullmatch(r"(gym:|procgen-|pz:|atari:)\S+", value)))
 
 
 def test_no_env_name_outside_mpippo_envs():
@@ -195,10 +195,10 @@ def test_integer_box_actions_and_a_boolean_time_limit_are_refused_in_one_line():
 def test_an_exponent_without_a_dot_is_a_number_in_env_kwargs_and_a_key_given_twice_is_refused():
     """PyYAML (YAML 1.1) read --set env.kwargs.scale=1e-3 as the text '1e-3': refused against a float
     default, and passed on as text where the constructor has none."""
+    user_cfg("gym:mpippo-test/Steady-v0")  # (the user envs' folder on the path, before a config names its module)
     over = [C.parse_override("env.kwargs.scale=1e-3"), C.parse_override("env.kwargs.other=2E+2")]
     cfg = C.resolve(C.build({}, [*[("env", k, v) for k, v in (("name", "gym:mpippo-test/Strict-v0"),
                                                               ("import", "mpippo_user_envs"))], *over], 1), 1)
-    user_cfg("gym:mpippo-test/Steady-v0")  # (the user envs' folder on the path)
     assert envs.family(cfg).check(cfg) == []
     made = envs.make_env(cfg, 1, seed=0).env.envs[0].unwrapped.kwargs
     assert made == {"scale": 0.001, "other": 200.0}
@@ -394,7 +394,7 @@ def test_a_users_own_two_player_game_plays_behind_the_batch_interface():
     ("raise", "raised RuntimeError: the user's game broke in its step() (move "),
     ("nan-reward", "returned a reward of nan at move "),
     ("wrong-shape", "returned an observation of shape (9,) and a mask of (3,) at move "),
-    ("endless", "gave the opponent 10,000 moves in a row without ending the game")])
+    ("endless", "went on for 10,000 moves in one game without ending it")])
 def test_a_users_two_player_game_that_breaks_mid_run_is_named_in_one_line(fault, expect):
     from mpippo.errors import EnvFailure
     env = envs.make_env(pz_cfg(fault=fault, at=3), 4, seed=0)
@@ -415,3 +415,91 @@ def test_a_users_two_player_game_that_breaks_in_its_opening_moves_is_refused_at_
         envs.make_env(pz_cfg(fault="raise", at=1), 4, seed=0)  # (seed 0: the opponent opens a game)
     assert str(e.value).startswith("env.name: 'pz:nim': making 4 and starting their games failed (raised "
                                    "RuntimeError: the user's game broke in its step() (move 1 of this rank), at '")
+
+
+def test_games_that_end_in_their_opening_moves_are_counted_and_begun_anew():
+    """Nim of one stone: whoever opens takes it and wins. Games the opponent opens end before the
+    learner moves: they are counted (a loss), begun anew (the learner opening the next), and the
+    learner never has to move in a finished game (no illegal move, no step of a game that is over)."""
+    env = envs.make_env(pz_cfg(stones=1), 4, seed=0)
+    rec = Recorder()
+    env.set_opponent(rec)
+    assert env.action_mask().any(1).all() and env.illegal_moves == 0
+    assert all(r == -1.0 for _, r in rec.ended) and len(rec.ended) == len(rec.started) - 4
+    for _ in range(3):
+        env.act(np.zeros(4, dtype=np.int64))
+        assert env.observe()[2].all() and env.illegal_moves == 0
+    assert sorted(set(float(r) for _, r in rec.ended)) == [-1.0, 1.0]
+
+
+def test_an_illegal_move_loses_the_game_without_reaching_it():
+    """PPO and A2C do not mask: the learner's illegal move ends the game as its loss, -1, and the
+    game's own step never sees it (a raw AEC env would raise on it)."""
+    env = envs.make_env(pz_cfg(stones=2, max_take=3), 2, seed=0)
+    steps = [g.moves for g in env.games]
+    env.act(np.full(2, 2))  # take 3 of 2 (or of 1, where the opponent opened)
+    rew, _, first = env.observe()
+    assert list(rew) == [-1.0, -1.0] and first.all() and env.illegal_moves == 2
+    assert [g.moves for g in env.games] <= [m + 1 for m in steps]  # (at most a new game's opening move)
+
+
+class Fake:
+    """possible_agents and spaces, as _spaces_of reads them from a made game."""
+    def __init__(self, obs, n=3, agents=("a", "b")):
+        from gymnasium import spaces
+        self.possible_agents = list(agents)
+        self.obs = spaces.Dict({"observation": obs, "action_mask": spaces.Box(0, 1, (n,), np.int8)})
+        self.n = n
+
+    def observation_space(self, agent):
+        return self.obs
+
+    def action_space(self, agent):
+        from gymnasium import spaces
+        return spaces.Discrete(self.n)
+
+
+@pytest.mark.parametrize("space, n, agents, expect", [
+    (("uint8", 0, 1, (3, 3, 2)), 3, "ab", "planes"),
+    (("int8", 0, 1, (3, 3, 2)), 3, "ab", "planes"),
+    (("uint8", 0, 255, (8, 8, 3)), 3, "ab", "uint8"),
+    (("float32", -5, 5, (7,)), 3, "ab", "vector"),
+    (("float32", 0, 1, (3, 3, 2)), 3, "ab", "its observations Box(0.0, 1.0, (3, 3, 2), float32) are not supported"),
+    (("int8", 0, 1, (2, 8, 8)), 3, "ab", "look channels-first (C, H, W)"),
+    (("int8", 0, 1, (3, 3, 2)), 3, "aa", "has 2 agent(s) (a, a); allowed: two-player games (possible_agents of two, named"),
+    (("int8", 0, 1, (3, 3, 2)), 1100, "ab", "has 1,100 actions (allowed: up to 1,024)"),
+    (("float32", 0, 1, (2_000_000,)), 3, "ab", "has observations of shape (2000000,) (allowed: each dimension up to")])
+def test_a_games_spaces_are_read_or_refused_in_one_line(space, n, agents, expect):
+    """0/1 planes of any integer dtype (uint8 too) are scaled to 0/255 for the CNNs; uint8 pictures
+    kept; float planes, channels-first planes, one agent twice and spaces past what a network (and a
+    checkpoint) is built for are refused."""
+    from gymnasium import spaces
+    from mpippo.envs.pettingzoo import _spaces_of
+    dtype, low, high, shape = space
+    game = Fake(spaces.Box(low, high, shape, np.dtype(dtype)), n, agents)
+    if expect in ("planes", "uint8", "vector"):
+        sp, kind = _spaces_of(game, "pz:g")
+        assert kind == expect and sp.obs_shape == shape and sp.num_actions == n
+    else:
+        with pytest.raises(C.UsageError) as e:
+            _spaces_of(game, "pz:g")
+        assert expect in str(e.value), str(e.value)
+
+
+def test_a_games_constructor_that_sets_torchs_default_dtype_is_put_back():
+    import torch
+    from mpippo.envs import gym as gym_family
+    envs.spaces_of(pz_cfg(spec="mpippo_user_envs:make_float64_game"))
+    assert torch.get_default_dtype() == torch.float32
+    assert any("float64" in said for said in gym_family.undone())
+
+
+def test_a_gymnasium_env_with_more_actions_than_a_network_is_built_for_is_refused():
+    """(A checkpoint of such a run could not be loaded again: model_spec's bounds are the same.)"""
+    from gymnasium import spaces
+    from mpippo.envs.gym import _spaces_of
+    env = type("Wide", (), {"observation_space": spaces.Box(-1, 1, (4,), np.float32),
+                            "action_space": spaces.Discrete(1100)})()
+    with pytest.raises(C.UsageError) as e:
+        _spaces_of(env)
+    assert "1,100 actions (allowed: up to 1,024)" in str(e.value)

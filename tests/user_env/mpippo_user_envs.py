@@ -328,25 +328,30 @@ class Nim:
     """A user's own two-player game, written on PettingZoo's AEC API as a user would: a pile of
     `stones`; each move takes 1, 2 or 3; who takes the last stone wins (+1, the other -1). The one
     who leaves a multiple of 4 wins, so the first player wins from 9 with perfect play. Observations
-    are a one-hot of the pile (a vector: the MLP); the mask allows no more than the pile.
-    `fault`: a bug of the kind a user's game has, at move `at` (`raise`, `nan-reward`, `wrong-shape`),
+    are a one-hot of the pile (a vector: the MLP); the mask allows no more than the pile (`max_take`
+    actions: take 1 to max_take).
+    `fault`: a bug of the kind a user's game has, at move `at` (`raise`, `nan-reward`, `wrong-shape`; on
+    rank `fault_rank` only, if given),
     or `endless`: the second player's moves take nothing and keep the move (a game that never ends)."""
 
     metadata = {"name": "nim_v0", "render_modes": []}
 
-    def __init__(self, stones: int = 9, fault: str | None = None, at: int = 3):
+    def __init__(self, stones: int = 9, fault: str | None = None, at: int = 3, max_take: int = 3,
+                 fault_rank: int | None = None):
         from gymnasium import spaces
-        self.stones, self.fault, self.at, self.moves = stones, fault, at, 0
+        if fault_rank is not None and os.environ.get("OMPI_COMM_WORLD_RANK") != str(fault_rank):
+            fault = None  # (the bug shows on that rank only)
+        self.stones, self.fault, self.at, self.moves, self.max_take = stones, fault, at, 0, max_take
         self.possible_agents = ["first", "second"]
         self._obs = spaces.Dict({"observation": spaces.Box(0.0, 1.0, (stones + 1,), np.float32),
-                                 "action_mask": spaces.Box(0, 1, (3,), np.int8)})
+                                 "action_mask": spaces.Box(0, 1, (max_take,), np.int8)})
 
     def observation_space(self, agent):
         return self._obs
 
     def action_space(self, agent):
         from gymnasium import spaces
-        return spaces.Discrete(3)
+        return spaces.Discrete(self.max_take)
 
     def reset(self, seed=None, options=None):
         self.agents = list(self.possible_agents)
@@ -362,7 +367,7 @@ class Nim:
         obs[self.pile] = 1.0
         if self.fault == "wrong-shape" and self.moves >= self.at:
             obs = obs[:-1]
-        return {"observation": obs, "action_mask": np.array([self.pile >= k for k in (1, 2, 3)], np.int8)}
+        return {"observation": obs, "action_mask": np.array([self.pile >= k for k in range(1, self.max_take + 1)], np.int8)}
 
     def step(self, action):
         self.moves += 1
@@ -394,6 +399,13 @@ def make_nim(**kwargs):
     """The entry point of the user's own two-player game (env.import: mpippo_user_envs:make_nim; its
     env.kwargs are this function's)."""
     return Nim(**kwargs)
+
+
+def make_float64_game():
+    """A game whose constructor sets torch's default dtype to float64 (as some users' simulators do)."""
+    import torch
+    torch.set_default_dtype(torch.float64)
+    return Nim()
 
 
 def make_three_player_game():
