@@ -280,9 +280,13 @@ def check_saved_imports(data, overrides: list) -> None:
     if saved is None:
         return
     named = [v for sec, key, v in overrides if (sec, key) == ("env", "import")]
-    if not named or named[-1] != saved:
+    want = show(saved)[1:-1] if isinstance(saved, str) else saved
+    if named and named[-1] != saved:  # (another module: the run's own is the one its checkpoint was trained with)
+        raise UsageError(f"--resume: --set env.import={show(named[-1])[1:-1] if isinstance(named[-1], str) else named[-1]}"
+                         f" is not the run's env.import {show(saved)}; allowed: --set env.import={want}")
+    if not named:
         raise UsageError(f"--resume: the run's config.yaml has env.import {show(saved)}, the user's code, which is "
-                         f"imported only when named: add --set env.import={show(saved)[1:-1] if isinstance(saved, str) else saved}")
+                         f"imported only when named: add --set env.import={want}")
 
 
 def from_dict(data: dict, errors: list[str]) -> Config:

@@ -218,11 +218,20 @@ class PettingZooVecEnv:
                              f"turn it is, at move {self.steps:,} of this rank; allowed: a legal move while the game "
                              f"goes on")
         low, high = OBS_RANGE[self.kind]
+        obs = obs if obs.dtype.kind in "biuf" else self._numbers(obs)
         inside = np.isfinite(obs) if self.kind == "vector" else (obs >= low) & (obs <= high)
         if not inside.all():
-            raise EnvFailure(f"env.name: '{self.name}' returned an observation holding {obs[~inside].flat[0]} at move {self.steps:,} "
-                             f"of this rank; allowed: values in [{low:g}, {high:g}] ({KINDS[self.kind]})")
+            raise EnvFailure(f"env.name: '{self.name}' returned an observation holding {obs[~inside].flat[0]} at move "
+                             f"{self.steps:,} of this rank; allowed: values in [{low:g}, {high:g}] ({KINDS[self.kind]})")
         return obs.astype(np.float32 if self.kind == "vector" else np.uint8) * (255 if self.kind == "planes" else 1), mask
+
+    def _numbers(self, obs: np.ndarray) -> np.ndarray:
+        """The observation as numbers (a user's game may return text or objects of the right shape)."""
+        try:
+            return obs.astype(np.float64)
+        except (TypeError, ValueError) as e:
+            raise EnvFailure(f"env.name: '{self.name}' returned an observation of {obs.dtype} values ({reason(e, 80)}) "
+                             f"at move {self.steps:,} of this rank; allowed: numbers ({KINDS[self.kind]})") from None
 
     def _start(self, idx: np.ndarray) -> None:
         """New games in envs idx; the opponent moves first where it is its turn to start."""
@@ -232,7 +241,7 @@ class PettingZooVecEnv:
             game = self.games[i]
             self._call("reset()", lambda: game.reset(seed=int(self.rng.integers(2**31 - 1))))
             self.agent_first[i] = not self.agent_first[i]
-            self.me[i] = game.possible_agents[0 if self.agent_first[i] else 1]
+            self.me[i] = self._call("possible_agents", lambda: game.possible_agents[0 if self.agent_first[i] else 1])
             self.total[i], self.moves[i], self.forfeit[i] = 0.0, 0, False
         if getattr(self.opponent, "per_env", False):
             self.opponent.games_started(np.asarray(idx))
@@ -242,8 +251,7 @@ class PettingZooVecEnv:
         """The opponent's moves in envs idx until it is the learner's turn or the game ended, one
         batched call of the opponent per round (bounded: _step ends a game of MAX_GAME_MOVES)."""
         while True:
-            idx = np.asarray([i for i in idx if not self._over(i) and self.games[i].agent_selection != self.me[i]],
-                             dtype=np.int64)
+            idx = np.asarray([i for i in idx if not self._over(i) and self._mover(i) != self.me[i]], dtype=np.int64)
             if len(idx) == 0:
                 return
             views = [self._view(i) for i in idx]
@@ -268,6 +276,10 @@ class PettingZooVecEnv:
                              f"allowed: finite values")
         self.total[i] += r
         gain[i] += r
+
+    def _mover(self, i: int):
+        game = self.games[i]
+        return self._call("agent_selection", lambda: game.agent_selection)
 
     def _over(self, i: int) -> bool:
         game = self.games[i]
@@ -429,8 +441,13 @@ class PettingZooFamily(EnvFamily):
                 with users_code():
                     game = make(**cfg.env.kwargs)
                     game.reset(seed=0)
+                    mover = getattr(game, "agent_selection", None)
                 _float32_default()
                 self._read[key] = _spaces_of(game, cfg.env.name)
+                if mover not in game.possible_agents:  # (its first player, whose turn the batch env asks of it)
+                    raise UsageError(f"env.name: '{cfg.env.name}': after reset() its agent_selection is "
+                                     f"{show(mover)[:60]}, not one of its agents {list(game.possible_agents)[:2]}; "
+                                     f"allowed: an AEC env whose reset() names the player to move")
             except UsageError:
                 raise
             except (Exception, SystemExit) as e:  # noqa: BLE001 (the user's game: its constructor, reset or spaces)

@@ -223,6 +223,14 @@ CASES = [
          "env.name: 'pz:my game!' is not pz:<name> with a name of letters, digits, _ . -"),
     Case("pz-user-game-kwargs-refused", train(*NIM, *set_("env.kwargs", "{board: 3}")),
          "env.name: 'pz:nim': a game cannot be made and read (TypeError: "),
+    Case("pz-user-game-no-agent-selection", train(*NIM, *set_("env.import", "mpippo_user_envs:make_unselected_game")),
+         "env.name: 'pz:nim': after reset() its agent_selection is None, not one of its agents ['first', 'second']; "
+         "allowed: an AEC env whose reset() names the player to move"),
+    Case("pz-user-game-text-observations", train(*NIM, *set_("env.import", "mpippo_user_envs:make_text_observation_game")),
+         "env.name: 'pz:nim': making 4 and starting their games failed (returned an observation of <U1 values "
+         "(ValueError: could not convert string to float: 'x')"),
+    Case("pz-user-game-no-legal-move", train(*NIM, *set_("env.import", "mpippo_user_envs:make_no_legal_move_game")),
+         "returned an action_mask with no legal move for a player whose turn it is"),
     Case("pz-dqn-more-moves-than-mask-bits", train("--config", "configs/dqn_selfplay.yaml", "--no-progress",
                                                  "--total-timesteps", "512", *NIM[5:], *set_("dqn.mirror_augment", "false"),
                                                  *set_("env.kwargs", "{max_take: 70}"), ranks=3),
@@ -243,7 +251,8 @@ CASES = [
          "--resume: the run's config.yaml has env.import 'mpippo_user_envs'"),
     Case("resume-gym-import-other", on_user_run("--resume", "--no-progress", "--output-dir", "RUN",
                                                 "--set", "env.import=json"),
-         "add --set env.import=mpippo_user_envs"),
+         "--resume: --set env.import=json is not the run's env.import 'mpippo_user_envs'; allowed: --set "
+         "env.import=mpippo_user_envs"),
     Case("evaluate-gym-import-unnamed", on_user_run("--checkpoint", "RUN", "--num-episodes", "2",
                                                     module="mpippo.evaluate"),
          "--import: the checkpoint's env gym:mpippo-test/Target-v0 comes from the module 'mpippo_user_envs'"),

@@ -408,6 +408,34 @@ def make_float64_game():
     return Nim()
 
 
+def make_unselected_game():
+    """reset() names no player to move (agent_selection unset)."""
+    game = Nim()
+    reset = game.reset
+
+    def forgetful_reset(seed=None, options=None):
+        reset(seed, options)
+        del game.agent_selection
+    game.reset = forgetful_reset
+    return game
+
+
+def make_text_observation_game():
+    """Observations of the declared shape holding text."""
+    game = Nim()
+    observe = game.observe
+    game.observe = lambda agent: dict(observe(agent), observation=np.array(["x"] * (game.stones + 1)))
+    return game
+
+
+def make_no_legal_move_game():
+    """An action mask with no legal move while the game goes on."""
+    game = Nim()
+    observe = game.observe
+    game.observe = lambda agent: dict(observe(agent), action_mask=np.zeros(3, np.int8))
+    return game
+
+
 def make_three_player_game():
     """Not a two-player game: a third agent."""
     game = Nim()
