@@ -171,18 +171,27 @@ def user_code_at(frames) -> str:
 _USERS_CODE = [0, 0.0]  # how deep the main thread is in the user's code now, and since when (time.monotonic)
 
 
-@contextlib.contextmanager
-def users_code():
-    """Marks the user's code running (an env's module imported, an env made, reset or closed): where the
-    one-rank start-up watch may end a start-up held after a stop, or held past its timeout (mpippo's
-    own slow steps, a checkpoint read, W&B's start, are the main thread's to finish)."""
-    if _USERS_CODE[0] == 0:
-        _USERS_CODE[1] = time.monotonic()
-    _USERS_CODE[0] += 1
-    try:
-        yield
-    finally:
+class _UsersCode:
+    """`with users_code():` marks the user's code running (an env's module imported, an env made, reset
+    or closed, a game's move): where the one-rank start-up watch may end a start-up held after a stop, or
+    held past its timeout (mpippo's own slow steps, a checkpoint read, W&B's start, are the main thread's
+    to finish). A class, not a generator: a two-player game enters it at every move (a generator's
+    context manager cost 1.5 us of a move's 30)."""
+
+    def __call__(self) -> "_UsersCode":
+        return self
+
+    def __enter__(self) -> None:
+        if _USERS_CODE[0] == 0:
+            _USERS_CODE[1] = time.monotonic()
+        _USERS_CODE[0] += 1
+
+    def __exit__(self, *exc) -> bool:
         _USERS_CODE[0] -= 1
+        return False
+
+
+users_code = _UsersCode()
 
 
 def in_users_code_since() -> float | None:

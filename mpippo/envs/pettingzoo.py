@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import os
 import re
 import sys
@@ -63,6 +64,22 @@ def _quiet() -> None:
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     from pettingzoo.utils.env_logger import EnvLogger
     EnvLogger.suppress_output()
+
+
+LEARNER, OPPONENT, OVER = 0, 1, 2  # whose move a game waits for (PettingZooVecEnv._waits_for)
+
+
+def _holder(game):
+    """Where a game's turn, ends and rewards are read: past PettingZoo's own wrappers, which forward
+    every read through three `__getattr__`s (40% of a Connect Four vector step) and keep no state of
+    their own (TerminateIllegalWrapper writes the env's); a user's own wrapper is read as it is."""
+    try:
+        from pettingzoo.utils.wrappers import BaseWrapper
+    except ImportError:  # (a game of one's own that does not use PettingZoo's classes)
+        return game
+    while isinstance(game, BaseWrapper) and type(game).__module__.startswith("pettingzoo."):
+        game = game.env
+    return game
 
 
 def _random(rng: np.random.Generator):
@@ -143,6 +160,7 @@ class PettingZooVecEnv:
     def __init__(self, cfg, num_envs: int, seed: int, spaces: Spaces, kind: str, opponent=None,
                  alternate_seats: bool = False):
         self.name, self.num_envs, self.kind = cfg.env.name, num_envs, kind
+        self.checked = cfg.env.imports is not None  # a user's game: its observations' values checked at every view
         self.obs_shape, self.num_actions = spaces.obs_shape, spaces.num_actions
         self.steps = 0  # moves made in this rank's games (messages name it)
         self.games: list = []
@@ -158,6 +176,7 @@ class PettingZooVecEnv:
         for _ in range(num_envs):
             self.games.append(self._call("constructor", lambda: make(**cfg.env.kwargs)))
         _float32_default()
+        self.state = [_holder(g) for g in self.games]  # where each game's turn, ends and rewards are read
         self.rng = np.random.default_rng(seed)  # the seats, each game's seed, the default opponent
         self.opponent = opponent or _random(self.rng)
         # (each new game flips an env's seat; rating games open half of them: odd envs start flipped)
@@ -170,6 +189,7 @@ class PettingZooVecEnv:
         self.first = np.ones(num_envs, dtype=bool)
         self.moves = np.zeros(num_envs, dtype=np.int64)  # moves in each env's game so far
         self.forfeit = np.zeros(num_envs, dtype=bool)  # the learner's illegal move ended the game (no step made)
+        self.waiting = np.full(num_envs, OVER, dtype=np.int8)  # whose move each game waits for, read after each step
         self.illegal_moves = 0
         self.obs = np.zeros((num_envs, *self.obs_shape), dtype=obs_dtype)  # the learner's view, after each act
         self.mask = np.ones((num_envs, self.num_actions), dtype=bool)
@@ -202,8 +222,8 @@ class PettingZooVecEnv:
 
     def _view(self, i: int):
         """The mover's observation (converted) and legal moves in game i, checked against the spaces."""
-        game = self.games[i]
-        seen = self._call("observe()", lambda: game.observe(game.agent_selection))
+        game, held = self.games[i], self.state[i]
+        seen = self._call("observe()", lambda: game.observe(held.agent_selection))
         try:
             obs, mask = np.asarray(seen["observation"]), np.asarray(seen["action_mask"]).astype(bool)
         except (TypeError, KeyError, IndexError, ValueError) as e:
@@ -217,13 +237,17 @@ class PettingZooVecEnv:
             raise EnvFailure(f"env.name: '{self.name}' returned an action_mask with no legal move for a player whose "
                              f"turn it is, at move {self.steps:,} of this rank; allowed: a legal move while the game "
                              f"goes on")
-        low, high = OBS_RANGE[self.kind]
         obs = obs if obs.dtype.kind in "biuf" else self._numbers(obs)
+        if self.checked:
+            self._check_values(obs)
+        return obs.astype(np.float32 if self.kind == "vector" else np.uint8) * (255 if self.kind == "planes" else 1), mask
+
+    def _check_values(self, obs: np.ndarray) -> None:
+        low, high = OBS_RANGE[self.kind]
         inside = np.isfinite(obs) if self.kind == "vector" else (obs >= low) & (obs <= high)
         if not inside.all():
             raise EnvFailure(f"env.name: '{self.name}' returned an observation holding {obs[~inside].flat[0]} at move "
                              f"{self.steps:,} of this rank; allowed: values in [{low:g}, {high:g}] ({KINDS[self.kind]})")
-        return obs.astype(np.float32 if self.kind == "vector" else np.uint8) * (255 if self.kind == "planes" else 1), mask
 
     def _numbers(self, obs: np.ndarray) -> np.ndarray:
         """The observation as numbers (a user's game may return text or objects of the right shape)."""
@@ -243,6 +267,7 @@ class PettingZooVecEnv:
             self.agent_first[i] = not self.agent_first[i]
             self.me[i] = self._call("possible_agents", lambda: game.possible_agents[0 if self.agent_first[i] else 1])
             self.total[i], self.moves[i], self.forfeit[i] = 0.0, 0, False
+            self.waiting[i] = self._call("terminations", lambda: self._read_turn(i))
         if getattr(self.opponent, "per_env", False):
             self.opponent.games_started(np.asarray(idx))
         self._advance(np.asarray(idx), np.zeros(self.num_envs, dtype=np.float32))
@@ -251,7 +276,7 @@ class PettingZooVecEnv:
         """The opponent's moves in envs idx until it is the learner's turn or the game ended, one
         batched call of the opponent per round (bounded: _step ends a game of MAX_GAME_MOVES)."""
         while True:
-            idx = np.asarray([i for i in idx if not self._over(i) and self._mover(i) != self.me[i]], dtype=np.int64)
+            idx = idx[self.waiting[idx] == OPPONENT]
             if len(idx) == 0:
                 return
             views = [self._view(i) for i in idx]
@@ -262,29 +287,34 @@ class PettingZooVecEnv:
 
     def _step(self, i: int, action: int, gain: np.ndarray) -> None:
         """One move in game i; the learner's reward from it is added to the game's total and `gain`."""
-        game = self.games[i]
+        game, held, me = self.games[i], self.state[i], self.me[i]
         self.steps += 1
         self.moves[i] += 1
         if self.moves[i] > MAX_GAME_MOVES:
             raise EnvFailure(f"env.name: '{self.name}' went on for {MAX_GAME_MOVES:,} moves in one game without ending "
                              f"it (move {self.steps:,} of this rank); allowed: games that end (terminations or "
                              f"truncations), within {MAX_GAME_MOVES:,} moves")
-        self._call("step()", game.step, int(action))
-        r = self._call("rewards", lambda: float(game.rewards.get(self.me[i], 0.0)))
-        if not np.isfinite(r):
+
+        def move() -> float:  # (one guarded call a move: the game's step, the learner's reward, whose turn)
+            game.step(int(action))
+            self.waiting[i] = self._read_turn(i)
+            return float(held.rewards.get(me, 0.0))
+        r = self._call("step()", move)
+        if not math.isfinite(r):
             raise EnvFailure(f"env.name: '{self.name}' returned a reward of {r} at move {self.steps:,} of this rank; "
                              f"allowed: finite values")
         self.total[i] += r
         gain[i] += r
 
-    def _mover(self, i: int):
-        game = self.games[i]
-        return self._call("agent_selection", lambda: game.agent_selection)
+    def _read_turn(self, i: int) -> int:
+        """Whose move game i waits for now: LEARNER, OPPONENT, or OVER (the game's own code: called inside _call)."""
+        held = self.state[i]
+        if any(held.terminations.values()) or any(held.truncations.values()):
+            return OVER
+        return LEARNER if held.agent_selection == self.me[i] else OPPONENT
 
     def _over(self, i: int) -> bool:
-        game = self.games[i]
-        return self.forfeit[i] or self._call("terminations", lambda: any(game.terminations.values())
-                                             or any(game.truncations.values()))
+        return self.forfeit[i] or self.waiting[i] == OVER
 
     def _settle(self) -> None:
         """The games that ended (the last moves, or a new game's opening moves) counted and begun anew,
@@ -318,7 +348,8 @@ class PettingZooVecEnv:
         gain = np.zeros(self.num_envs, dtype=np.float32)
         for i, a in enumerate(actions):
             if illegal[i]:
-                self.forfeit[i], self.total[i], gain[i] = True, self.total[i] - 1.0, gain[i] - 1.0
+                self.forfeit[i], self.waiting[i] = True, OVER
+                self.total[i], gain[i] = self.total[i] - 1.0, gain[i] - 1.0
             else:
                 self._step(i, a, gain)
         self._advance(np.arange(self.num_envs), gain)
