@@ -72,6 +72,10 @@ class OpponentPool:
                   "wdl": np.zeros(3, dtype=np.int64), "rating": self.learner_rating, "loss_rate": 0.5}
         self.next_id += 1
         self.members.append(member)
+        return member, self._trim()
+
+    def _trim(self) -> list[int]:
+        """Drop members beyond the bound (the drop rule's, never the newest); their ids."""
         dropped = []
         while len(self.members) > self.size:
             older = self.members[:-1]  # never the newest
@@ -79,7 +83,7 @@ class OpponentPool:
             self.members.remove(victim)
             dropped.append(victim["id"])
         self.dropped += dropped
-        return member, dropped
+        return dropped
 
     @property
     def snapshots_taken(self) -> int:
@@ -139,6 +143,7 @@ class OpponentPool:
         self.heuristics = {int(i): {"wdl": np.asarray(h["wdl"]).copy(), "rating": float(h["rating"])}
                            for i, h in st["heuristics"].items()}
         self.dropped = list(st["dropped"])
+        self._trim()  # (a resume with a smaller selfplay.pool_size: the sampling table holds pool_size ids)
 
     def summary(self) -> dict:
         """JSON-ready ratings and results (benchmark_metrics.json)."""

@@ -185,7 +185,7 @@ class PettingZooVecEnv:
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.total = np.zeros(num_envs, dtype=np.float32)  # the learner's rewards in each game so far
         self.outcomes = np.zeros(num_envs, dtype=np.float32)  # each game's total, as the last act ended it
-        self.finished = np.zeros(num_envs, dtype=np.int64)  # games ended in each env (its opening moves' included)
+        self.results: list[tuple[int, float]] = []  # (env, the learner's total) of each game the last act ended, in order
         self.first = np.ones(num_envs, dtype=bool)
         self.moves = np.zeros(num_envs, dtype=np.int64)  # moves in each env's game so far
         self.forfeit = np.zeros(num_envs, dtype=bool)  # the learner's illegal move ended the game (no step made)
@@ -325,7 +325,7 @@ class PettingZooVecEnv:
                 return
             self.first |= ended
             self.outcomes[ended] = self.total[ended]
-            self.finished += ended
+            self.results += zip(np.flatnonzero(ended).tolist(), self.total[ended].tolist())
             if getattr(self.opponent, "per_env", False):
                 self.opponent.games_ended(np.flatnonzero(ended), self.total[ended])
             self._start(np.flatnonzero(ended))
@@ -343,6 +343,7 @@ class PettingZooVecEnv:
         move (PPO and A2C do not mask) ends the game as the mover's loss, -1, without reaching the
         game: PettingZoo's rule for its classic games, whose raw envs would raise instead."""
         actions = np.asarray(actions, dtype=np.int64)
+        self.results = []
         illegal = ~self.mask[np.arange(self.num_envs), actions]
         self.illegal_moves += int(illegal.sum())
         gain = np.zeros(self.num_envs, dtype=np.float32)
@@ -383,11 +384,15 @@ def play_games(cfg, policy, opponent, num_games: int, seed: int = 0) -> np.ndarr
         env = PettingZooVecEnv(cfg, num_games, seed, spaces, kind, opponent, alternate_seats=True)
     except UsageError as e:  # (mid-run, on the learner: a failure of the user's game, not of the run's settings)
         raise EnvFailure(str(e)) from None
-    outcome = env.outcomes.copy()  # (games the opponent's opening moves ended are counted too)
-    while not (counted := env.finished > 0).all():
+    counted = np.zeros(num_games, dtype=bool)
+    outcome = np.zeros(num_games, dtype=np.float32)
+    while True:
+        for i, total in env.results:  # each env's first game, in the order the games ended (the opponent's
+            if not counted[i]:        # opening moves may end the next one within the same act)
+                counted[i], outcome[i] = True, total
+        if counted.all():
+            break
         env.act(np.asarray(policy(env.obs, env.mask), dtype=np.int64))
-        new = (env.finished > 0) & ~counted
-        outcome[new] = env.outcomes[new]
     env.close()
     return np.array([(outcome > 0).sum(), (outcome == 0).sum(), (outcome < 0).sum()], dtype=np.int64)
 

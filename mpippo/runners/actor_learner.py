@@ -168,6 +168,9 @@ class ActorLearnerRun:
         if self.cfg.selfplay.enabled and "selfplay" not in state:
             raise UsageError("checkpoint: it has no opponent pool (trained without self-play); "
                               "resume it with selfplay.enabled=false")
+        if not self.cfg.selfplay.enabled and "selfplay" in state:  # (its pool, ratings and curve would be dropped)
+            raise UsageError("selfplay.enabled: false, but the run trained with self-play (its checkpoint holds the "
+                              "opponent pool and the ratings); allowed: true on resume (without it: a new run)")
         spec = self.agent.model_spec
         if state["model_spec"] != spec or state["agent"] != self.agent.index:
             raise UsageError(f"checkpoint: network {state['model_spec']} of agent {state['agent']} does not match "

@@ -135,3 +135,39 @@ def test_a_users_own_two_player_game_learns_in_self_play_resumes_and_evaluates(t
     assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "env.name: 'pz:nim' raised RuntimeError: the user's game broke in its step() (move " in lines[0], lines
     assert lines[0].startswith("mpippo: error: rank 2: "), lines
+
+
+def test_a_self_play_resume_takes_a_smaller_pool_and_refuses_to_drop_self_play(tmp_path):
+    """selfplay.pool_size lowered on resume keeps the newest members within it (the sampling table is
+    pool_size wide: it was a traceback); selfplay.enabled=false on a run trained with self-play is
+    refused (its pool, ratings and curve were dropped without a word, and self-play could not come
+    back), nothing written over."""
+    run_dir = tmp_path / "run"
+    sets = ["--set", "selfplay.snapshot_interval_updates=50"]
+    ok(users(["run_mpi.py", *NIM, *sets, "--total-timesteps", "8000", "--output-dir", str(run_dir)], 3))
+    assert len(metrics(run_dir)["selfplay"]["pool"]) > 1
+    files = {p: p.read_bytes() for p in (run_dir / "config.yaml", run_dir / "checkpoints" / "latest.pt")}
+    res = users(["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir), "--total-timesteps", "10000",
+                 "--set", "env.import=mpippo_user_envs:make_nim", "--set", "selfplay.enabled=false"], 3)
+    assert res.returncode == 2 and error_lines(res.stderr) == [
+        "mpippo: error: selfplay.enabled: false, but the run trained with self-play (its checkpoint holds the opponent "
+        "pool and the ratings); allowed: true on resume (without it: a new run)"], res.stderr[-1500:]
+    assert all(p.read_bytes() == data for p, data in files.items())
+    ok(users(["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir), "--total-timesteps", "10000",
+              "--set", "env.import=mpippo_user_envs:make_nim", "--set", "selfplay.pool_size=1"], 3))
+    sp = metrics(run_dir)["selfplay"]
+    assert len(sp["pool"]) == 1 and sp["pool"][0]["id"] == sp["snapshots_taken"] - 1  # the newest kept
+
+
+def test_rating_games_count_each_games_outcome_once_in_order():
+    """Nim of one stone: who opens wins. The learner opens half the rating games: 50 wins, 50 losses
+    (a game the opponent's opening move ended in the same act as the learner's win overwrote it)."""
+    sys.path.insert(0, USER_ENVS)
+    import numpy as np
+    from mpippo import config as C
+    from mpippo.envs.connect4 import random_opponent
+    from mpippo.envs.pettingzoo import FAMILY
+    cfg = C.resolve(C.build({}, [("env", "name", "pz:nim"), ("env", "import", "mpippo_user_envs:make_nim"),
+                                 ("env", "kwargs", {"stones": 1})], 1), 1)
+    rng = np.random.default_rng(0)
+    assert list(FAMILY.play_games(cfg, random_opponent(rng), random_opponent(rng), 100, seed=3)) == [50, 0, 50]
