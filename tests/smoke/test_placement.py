@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, metrics, mpi_env
+from conftest import ROOT, metrics, mpi_env, relaunched
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -24,9 +24,10 @@ def _launch(ranks: int, out, *extra: str) -> dict:
     one-thread count."""
     env = {k: v for k, v in mpi_env().items() if k not in ("PRTE_MCA_hwloc_default_binding_policy",
                                                              "OMPI_MCA_rmaps_base_oversubscribe", "OMP_NUM_THREADS")}
-    res = subprocess.run([sys.executable, "-m", "mpippo.launch", "-n", str(ranks), *extra, "--config", "configs/toy_cue.yaml",
-                          "--no-progress", "--total-timesteps", "1024", "--output-dir", str(out)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-m", "mpippo.launch", "-n", str(ranks), *extra, "--config", "configs/toy_cue.yaml",
+           "--no-progress", "--total-timesteps", "1024", "--output-dir", str(out)]
+    # (started again where Open MPI failed to start the job, as every other way the tests launch one)
+    res = relaunched(lambda: subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120))
     assert res.returncode == 0, res.stderr[-3000:]
     return metrics(out)
 
