@@ -46,10 +46,9 @@ PREFIX = "pz:"
 GAMES = {"connect_four_v3": "pettingzoo.classic.connect_four_v3", "tictactoe_v3": "pettingzoo.classic.tictactoe_v3"}
 CONNECT_FOUR = "connect_four_v3"  # Connect Four's rules: the lookahead player and mirrored training apply
 MAX_GAME_MOVES = 10_000  # both players' moves in one game, before it is taken for one that never ends
-MAX_RESTARTS = 100  # new games in one env at one act that end in their opening moves, before the game is taken for
-# one that ends as it starts
+MAX_RESTARTS = 100  # rounds of new games ending in their opening moves, before the game is taken for one that ends as it starts
 KINDS = {"planes": "0/1 planes", "uint8": "uint8 planes", "vector": "a vector"}  # observations, by how they convert
-OBS_RANGE = {"planes": (0, 1), "uint8": (0, 255), "vector": (-np.inf, np.inf)}  # (vectors: finite values)
+PLANE_RANGE = {"planes": (0, 1), "uint8": (0, 255)}  # the values planes may hold (a vector's: any finite)
 LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _MAKERS: dict[tuple, object] = {}  # (game, env.import) -> its constructor (a classic module's env, or the user's callable)
 
@@ -59,14 +58,12 @@ def game_of(name: str) -> str:
 
 
 def _quiet() -> None:
-    """pygame (PettingZoo's renderer) greets on stdout when imported, and PettingZoo prints a warning
-    per illegal move (an illegal move is part of learning here)."""
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    """PettingZoo prints a warning per illegal move (an illegal move is part of learning here)."""
     from pettingzoo.utils.env_logger import EnvLogger
     EnvLogger.suppress_output()
 
 
-LEARNER, OPPONENT, OVER = 0, 1, 2  # whose move a game waits for (PettingZooVecEnv._waits_for)
+LEARNER, OPPONENT, OVER = 0, 1, 2  # whose move a game waits for (PettingZooVecEnv._read_turn)
 
 
 def _holder(game):
@@ -90,7 +87,7 @@ def _random(rng: np.random.Generator):
 
 
 def _classic(game: str):
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # (pygame, its renderer, greets on stdout when imported)
     return importlib.import_module(GAMES[game]).env
 
 
@@ -188,8 +185,8 @@ class PettingZooVecEnv:
         self.results: list[tuple[int, float]] = []  # (env, the learner's total) of each game the last act ended, in order
         self.first = np.ones(num_envs, dtype=bool)
         self.moves = np.zeros(num_envs, dtype=np.int64)  # moves in each env's game so far
-        self.forfeit = np.zeros(num_envs, dtype=bool)  # the learner's illegal move ended the game (no step made)
-        self.waiting = np.full(num_envs, OVER, dtype=np.int8)  # whose move each game waits for, read after each step
+        self.waiting = np.full(num_envs, OVER, dtype=np.int8)  # whose move each game waits for: read after each step,
+        # OVER too where the learner's illegal move ended the game without a step
         self.illegal_moves = 0
         self.obs = np.zeros((num_envs, *self.obs_shape), dtype=obs_dtype)  # the learner's view, after each act
         self.mask = np.ones((num_envs, self.num_actions), dtype=bool)
@@ -243,11 +240,12 @@ class PettingZooVecEnv:
         return obs.astype(np.float32 if self.kind == "vector" else np.uint8) * (255 if self.kind == "planes" else 1), mask
 
     def _check_values(self, obs: np.ndarray) -> None:
-        low, high = OBS_RANGE[self.kind]
-        inside = np.isfinite(obs) if self.kind == "vector" else (obs >= low) & (obs <= high)
+        low, high = PLANE_RANGE.get(self.kind, (None, None))
+        inside = np.isfinite(obs) if low is None else (obs >= low) & (obs <= high)
         if not inside.all():
+            allowed = "finite values" if low is None else f"values in [{low}, {high}]"
             raise EnvFailure(f"env.name: '{self.name}' returned an observation holding {obs[~inside].flat[0]} at move "
-                             f"{self.steps:,} of this rank; allowed: values in [{low:g}, {high:g}] ({KINDS[self.kind]})")
+                             f"{self.steps:,} of this rank; allowed: {allowed} ({KINDS[self.kind]})")
 
     def _numbers(self, obs: np.ndarray) -> np.ndarray:
         """The observation as numbers (a user's game may return text or objects of the right shape)."""
@@ -266,7 +264,7 @@ class PettingZooVecEnv:
             self._call("reset()", lambda: game.reset(seed=int(self.rng.integers(2**31 - 1))))
             self.agent_first[i] = not self.agent_first[i]
             self.me[i] = self._call("possible_agents", lambda: game.possible_agents[0 if self.agent_first[i] else 1])
-            self.total[i], self.moves[i], self.forfeit[i] = 0.0, 0, False
+            self.total[i], self.moves[i] = 0.0, 0
             self.waiting[i] = self._call("terminations", lambda: self._read_turn(i))
         if getattr(self.opponent, "per_env", False):
             self.opponent.games_started(np.asarray(idx))
@@ -313,22 +311,19 @@ class PettingZooVecEnv:
             return OVER
         return LEARNER if held.agent_selection == self.me[i] else OPPONENT
 
-    def _over(self, i: int) -> bool:
-        return self.forfeit[i] or self.waiting[i] == OVER
-
     def _settle(self) -> None:
         """The games that ended (the last moves, or a new game's opening moves) counted and begun anew,
         until every game waits for the learner's move."""
         for _ in range(MAX_RESTARTS):
-            ended = np.array([self._over(i) for i in range(self.num_envs)])
-            if not ended.any():
+            ended = np.flatnonzero(self.waiting == OVER)
+            if len(ended) == 0:
                 return
-            self.first |= ended
-            self.outcomes[ended] = self.total[ended]
-            self.results += zip(np.flatnonzero(ended).tolist(), self.total[ended].tolist())
+            totals = self.total[ended]
+            self.first[ended], self.outcomes[ended] = True, totals
+            self.results += zip(ended.tolist(), totals.tolist())
             if getattr(self.opponent, "per_env", False):
-                self.opponent.games_ended(np.flatnonzero(ended), self.total[ended])
-            self._start(np.flatnonzero(ended))
+                self.opponent.games_ended(ended, totals)
+            self._start(ended)
         raise EnvFailure(f"env.name: '{self.name}': its new games ended in their opening moves {MAX_RESTARTS} times in "
                          f"a row (move {self.steps:,} of this rank); allowed: games the learner gets to play")
 
@@ -349,8 +344,7 @@ class PettingZooVecEnv:
         gain = np.zeros(self.num_envs, dtype=np.float32)
         for i, a in enumerate(actions):
             if illegal[i]:
-                self.forfeit[i], self.waiting[i] = True, OVER
-                self.total[i], gain[i] = self.total[i] - 1.0, gain[i] - 1.0
+                self.waiting[i], self.total[i], gain[i] = OVER, self.total[i] - 1.0, gain[i] - 1.0
             else:
                 self._step(i, a, gain)
         self._advance(np.arange(self.num_envs), gain)

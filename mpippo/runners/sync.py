@@ -138,8 +138,8 @@ class SyncTrainer:
         if (bounds := self.spaces.bounds_off_zero()) is not None:
             warn(f"mpippo: warning: env.name: '{self.cfg.env.name}' has action bounds {bounds} that do not hold 0, "
                  f"where the Gaussian policy starts (mean 0, std 1): many early actions are clipped to a bound (all "
-                 f"of them where 0 lies outside), which teaches the policy little; rescale the env's actions to about [-1, 1] (Gymnasium's "
-                 f"RescaleAction wrapper, in env.import's module)", flush=True)
+                 f"of them where 0 lies outside), which teaches the policy little; rescale the env's actions to about "
+                 f"[-1, 1] (Gymnasium's RescaleAction wrapper, in env.import's module)", flush=True)
 
     def _settle_precision(self, warn) -> str:
         """training.precision made concrete (auto -> bf16 | fp32) and the same on every rank: the
