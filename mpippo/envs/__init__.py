@@ -9,7 +9,8 @@
         limit; only envs that have such limits (gym, atari): the runner bootstraps them
     env.episodes() -> (indices, returns, lengths) of the real episodes the last act ended, where training's
         episodes are not the real ones (atari: a lost life ends one, rewards clipped): what is
-        reported instead of the sums of the training rewards between `first` flags
+        reported instead of the sums of the training rewards between `first` flags; pz: every game ended
+        since the last call, those the opponent's opening moves ended among them (no reward shows them)
 
 Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 
@@ -69,7 +70,7 @@ def make_env(cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool =
 
 def ended_episodes(env, first, ep_ret, ep_len):
     """(env indices, returns, lengths) of the episodes the last act ended, as reported: the env's
-    real ones where training's episodes are not (env.episodes(): atari), else the sums of the
+    real ones where training's episodes are not (env.episodes(): atari, pz), else the sums of the
     rewards since the last `first` flag (`ep_ret`, `ep_len`, which the caller then zeroes)."""
     if hasattr(env, "episodes"):
         return env.episodes()

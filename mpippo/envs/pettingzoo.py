@@ -182,9 +182,12 @@ class PettingZooVecEnv:
         self.rew = np.zeros(num_envs, dtype=np.float32)
         self.total = np.zeros(num_envs, dtype=np.float32)  # the learner's rewards in each game so far
         self.outcomes = np.zeros(num_envs, dtype=np.float32)  # each game's total, as the last act ended it
-        self.results: list[tuple[int, float]] = []  # (env, the learner's total) of each game the last act ended, in order
+        # (env, the learner's total, its moves) of each game ended since episodes() last took them, in order: the
+        # games the opponent's opening moves ended too, which the learner's reward stream never shows
+        self.results: list[tuple[int, float, int]] = []
         self.first = np.ones(num_envs, dtype=bool)
         self.moves = np.zeros(num_envs, dtype=np.int64)  # moves in each env's game so far
+        self.turns = np.zeros(num_envs, dtype=np.int64)  # the learner's moves in each env's game so far
         self.waiting = np.full(num_envs, OVER, dtype=np.int8)  # whose move each game waits for: read after each step,
         # OVER too where the learner's illegal move ended the game without a step
         self.illegal_moves = 0
@@ -264,7 +267,7 @@ class PettingZooVecEnv:
             self._call("reset()", lambda: game.reset(seed=int(self.rng.integers(2**31 - 1))))
             self.agent_first[i] = not self.agent_first[i]
             self.me[i] = self._call("possible_agents", lambda: game.possible_agents[0 if self.agent_first[i] else 1])
-            self.total[i], self.moves[i] = 0.0, 0
+            self.total[i], self.moves[i], self.turns[i] = 0.0, 0, 0
             self.waiting[i] = self._call("terminations", lambda: self._read_turn(i))
         if getattr(self.opponent, "per_env", False):
             self.opponent.games_started(np.asarray(idx))
@@ -320,7 +323,7 @@ class PettingZooVecEnv:
                 return
             totals = self.total[ended]
             self.first[ended], self.outcomes[ended] = True, totals
-            self.results += zip(ended.tolist(), totals.tolist())
+            self.results += zip(ended.tolist(), totals.tolist(), self.turns[ended].tolist())
             if getattr(self.opponent, "per_env", False):
                 self.opponent.games_ended(ended, totals)
             self._start(ended)
@@ -338,7 +341,7 @@ class PettingZooVecEnv:
         move (PPO and A2C do not mask) ends the game as the mover's loss, -1, without reaching the
         game: PettingZoo's rule for its classic games, whose raw envs would raise instead."""
         actions = np.asarray(actions, dtype=np.int64)
-        self.results = []
+        self.turns += 1
         illegal = ~self.mask[np.arange(self.num_envs), actions]
         self.illegal_moves += int(illegal.sum())
         gain = np.zeros(self.num_envs, dtype=np.float32)
@@ -351,6 +354,14 @@ class PettingZooVecEnv:
         self.rew, self.first = gain, np.zeros(self.num_envs, dtype=bool)
         self._settle()
         self._refresh()
+
+    def episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(env indices, the learner's totals, its moves) of the games ended since the last call, in the
+        order they ended: one env may have ended two in one act (the learner's last move, then the
+        opponent's opening moves of the next game), which the `first` flags cannot tell apart."""
+        done, self.results = self.results, []
+        i, total, turns = zip(*done) if done else ((), (), ())
+        return np.asarray(i, dtype=np.int64), np.asarray(total, dtype=np.float64), np.asarray(turns, dtype=np.int64)
 
     def get_state(self):
         return None  # not exact_resume: a resume starts fresh games
@@ -381,8 +392,8 @@ def play_games(cfg, policy, opponent, num_games: int, seed: int = 0) -> np.ndarr
     counted = np.zeros(num_games, dtype=bool)
     outcome = np.zeros(num_games, dtype=np.float32)
     while True:
-        for i, total in env.results:  # each env's first game, in the order the games ended (the opponent's
-            if not counted[i]:        # opening moves may end the next one within the same act)
+        for i, total in zip(*env.episodes()[:2]):  # each env's first game (its next may end in the same act)
+            if not counted[i]:
                 counted[i], outcome[i] = True, total
         if counted.all():
             break

@@ -432,6 +432,24 @@ def test_games_that_end_in_their_opening_moves_are_counted_and_begun_anew():
     assert sorted(set(float(r) for _, r in rec.ended)) == [-1.0, 1.0]
 
 
+def test_games_lost_before_the_learners_first_move_are_reported_and_evaluated():
+    """Nim of one stone: the learner's move wins a game, and the next, which the opponent opens, is lost
+    in the same act before the learner sees it (no reward, no `first` flag of its own). Episodes, as
+    runs report them and evaluate counts them, are both: the true rate 0.5, where counting the
+    learner's turns alone said 1.0."""
+    from mpippo.evaluate import play
+    from mpippo.metrics.timers import Stopwatch
+    env = envs.make_env(pz_cfg(stones=1), 4, seed=0)
+    ep_ret, ep_len = np.zeros(4), np.zeros(4, dtype=np.int64)
+    env.act(np.zeros(4, dtype=np.int64))
+    idx, ret, length = envs.ended_episodes(env, env.observe()[2], ep_ret, ep_len)
+    assert sorted(zip(ret.tolist(), length.tolist())).count((-1.0, 0)) >= 4 and (1.0, 1) in zip(ret, length)
+    returns, lengths, _ = play(envs.make_env(pz_cfg(stones=1), 4, seed=1), lambda obs, mask: np.zeros(4, np.int64),
+                               np.full(4, 10), 100, None, 0, Stopwatch(("env_step", "inference")))
+    assert len(returns) == 40 and sorted(set(returns)) == [-1.0, 1.0] and abs(np.mean(returns)) <= 0.1, returns
+    assert all(n == (1 if r > 0 else 0) for r, n in zip(returns, lengths))
+
+
 def test_an_illegal_move_loses_the_game_without_reaching_it():
     """PPO and A2C do not mask: the learner's illegal move ends the game as its loss, -1, and the
     game's own step never sees it (a raw AEC env would raise on it)."""
