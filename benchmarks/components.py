@@ -11,7 +11,9 @@ It also counts the network's arithmetic (convolutions and dense layers, with for
 each of its convolutions alone at the minibatch size: the fastest one's rate is what this core does on
 the network's best-suited kernel, and `kernel_bound = rate / FLOPs per env step` is the steps/s a core
 would reach if every FLOP of an env step ran that fast (no memory-bound work, no slower shapes).
-Prints one JSON line. Host memory set up as run_mpi.py does (mpippo/hostmem.py).
+Prints one JSON line. Host memory set up as run_mpi.py does (mpippo/hostmem.py). A user's env
+(env.import) that hangs, in its making or its steps, is ended as the trainer ends a one-rank run's
+(guards.collective_timeout_s), and a stop signal ends it while it waits in native code.
 """
 from __future__ import annotations
 
@@ -20,10 +22,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from mpippo import hostmem  # noqa: E402
-from mpippo.toolcli import Parser, check_trainer, count, number, run  # noqa: E402
+from mpippo import hostmem, preemption, runctl  # noqa: E402
+from mpippo.errors import in_users_code_since, say_last  # noqa: E402
+from mpippo.metrics.timers import Stopwatch  # noqa: E402
+from mpippo.toolcli import (EXIT_FAILURE, EXIT_STOPPED, Parser, check_trainer, count, first_stop, number, run,  # noqa: E402
+                            signal_words, stopped_line)
 from ceiling import MAX_ENVS, MAX_MINIBATCH  # noqa: E402 (this folder's: the bounds the benches check first)
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
@@ -94,6 +100,32 @@ def conv_peak(convs: list, batch: int, device, precision: str, seconds: float) -
     return best
 
 
+ALONE = SimpleNamespace(abort=os._exit)  # what runctl.end_held ends: this one process
+
+
+def watched_start(hang_s):
+    """Reading the config and making the envs run the user's code: held there after a stop signal, or
+    past start-up's watchdog (hang_s(): the config's, once read), the process ends in one line."""
+    return runctl.watch_startup(
+        preemption.unheard(first_stop) or (lambda: None),
+        lambda sig: runctl.end_held(ALONE, EXIT_STOPPED, lambda at: (
+            f"mpippo: components: stopped by {signal_words(sig)} during start-up, which is held{at} and has not gone "
+            f"on for {runctl.STOP_GRACE_S:g} s: ending it")),
+        held=in_users_code_since, hang_s=hang_s,
+        end_hung=lambda lasted: runctl.end_held(ALONE, EXIT_FAILURE, lambda at: (
+            f"mpippo: error: components: {runctl.held_words(lasted)}{at}: ending it")))
+
+
+def watched_steps(timer: Stopwatch, timeout_s: float):
+    """The env's steps under the trainer's hang watch (a step lasting timeout_s ends the process in one
+    line naming where), which also ends a stop that an env waiting in native code keeps from Python."""
+    def stopped(sig: int) -> None:
+        say_last(stopped_line("components", sig))
+        os._exit(EXIT_STOPPED)
+    return runctl.watch_alone(timer, timeout_s, os._exit, what="the benchmark", who="components: ", kept="",
+                              stop_due=preemption.unheard(first_stop), stop_end=stopped)
+
+
 def main(argv: list[str] | None = None) -> int:
     return run("components", _main, argv)
 
@@ -112,17 +144,21 @@ def _main(argv: list[str] | None) -> int:
     device = torch.device("cpu")
 
     argv = [*(["--config", str(args.config)] if args.config else []), *(["--set", f"env.name={args.env}"] if args.env else [])]
-    _, cfg = check_trainer(argv, 1, f"--config {args.config}" if args.config else "--env")
-    spaces = spaces_of(cfg)
+    hang = [runctl.STARTUP_TIMEOUT_S]  # (until the config says)
+    with watched_start(lambda: hang[0]):
+        _, cfg = check_trainer(argv, 1, f"--config {args.config}" if args.config else "--env")
+        hang[0] = runctl.startup_timeout(cfg.guards.collective_timeout_s)
+        spaces = spaces_of(cfg)
+        env = make_env(cfg, args.envs_per_rank, seed=0)
     shape, actions = tuple(spaces.obs_shape), int(spaces.num_actions)
-    env = make_env(cfg, args.envs_per_rank, seed=0)
-    rng = np.random.default_rng(0)
-    n = args.envs_per_rank
+    rng, n, timer = np.random.default_rng(0), args.envs_per_rank, Stopwatch(("env_step",))
 
     def env_step():
-        env.act(rng.integers(actions, size=n))
-        env.observe()
-    env_s = timed(env_step, args.seconds / 4) / n
+        with timer("env_step"):
+            env.act(rng.integers(actions, size=n))
+            env.observe()
+    with watched_steps(timer, cfg.guards.collective_timeout_s):
+        env_s = timed(env_step, args.seconds / 4) / n
 
     model = build("actor_critic", shape, actions, cfg.model)
     obs = torch.from_numpy(env.observe()[1].copy())
@@ -166,4 +202,5 @@ def _main(argv: list[str] | None) -> int:
 
 if __name__ == "__main__":
     from mpippo.toolcli import exit_process  # (stop signals ignored once the outcome is decided)
+    preemption.log_signals()  # (the watches read them: a main thread in native code may never)
     exit_process(main())

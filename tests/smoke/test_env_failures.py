@@ -213,6 +213,28 @@ def _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir) -> N
     assert "mpippo_user_envs.py':" in err and "and has not gone on for 5 s: ending it; nothing was written" in err, err
 
 
+@pytest.mark.parametrize("fault, last", [
+    ("hang-native@5", "mpippo: components: stopped by SIGTERM; its runs ended and its temporary folders removed"),
+    ("hang-native-make@1", "mpippo: components: stopped by SIGTERM during start-up, which is held, at '")])
+def test_the_ceiling_bench_is_stopped_while_a_users_env_waits_in_native_code(tmp_path, fault, last):
+    """benchmarks/components.py steps the config's env in its own process: a user's env held in native
+    code, in a step or in its making, where Python's handler never runs, still ends on one stop
+    signal (exit 4, no traceback), by the trainer's watches (its hang of guards.collective_timeout_s:
+    a hostile case of test_hostile_tools)."""
+    config, mark = tmp_path / "c.yaml", tmp_path / "hung"
+    config.write_text("env:\n  name: gym:mpippo-test/Faulty-v0\n  import: mpippo_user_envs\n")
+    proc = start([sys.executable, "benchmarks/components.py", "--config", str(config), "--envs-per-rank", "2",
+                  "--seconds", "0.2"], env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_FAULT": fault,
+                                            "MPIPPO_TEST_ENV_MARK": str(mark)})
+    wait_until(mark.exists, "the env's hang (its mark)", 60)
+    wait_until(lambda: _held_in_native_code(proc.pid), "the main thread's wait in native code", 60)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=60)
+    assert code == 4 and len(error_lines(err)) == 0 and "Traceback" not in out + err, (code, err[-3000:])
+    assert err.strip().splitlines()[-1].startswith(last) and time.monotonic() - t0 < 30, err[-2000:]
+
+
 def _evaluate_held_then_stopped(tmp_path, run_dir, fault: str) -> str:
     """evaluate, its env held in native code as `fault` says, then SIGTERM: exit 4 within 30 s, no error
     line, no traceback; its stderr."""

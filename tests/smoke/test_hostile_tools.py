@@ -73,6 +73,7 @@ BENCH, DQN, GPU, BPAR, AVP = ("benchmarks/bench.py", "benchmarks/bench_dqn.py", 
 CUT = "benchmarks/cutoff_bench.py"
 USER_ENV_BREAKS = ("env:\n  name: gym:mpippo-test/Faulty-v0\n  import: mpippo_user_envs\n"
                    "  kwargs: {fault: raise, at: 5}\n")  # (tests/user_env: raises in its 6th step)
+USER_ENV_HANGS = USER_ENV_BREAKS.replace("raise", "hang-native") + "guards:\n  collective_timeout_s: 2\n"  # (in native code)
 CUT_OUT = ("--out", "TMP/out.json")  # never the default (benchmarks/results/)
 SWEEP_OUT = ("--out", "TMP/out")  # never the default (analysis/data/)
 BPAR_OUT = ("--out", "TMP/out")  # never the default (runs/parity)
@@ -440,6 +441,11 @@ CASES = [
                                             "--seconds", "0.2", files={"c.yaml": USER_ENV_BREAKS},
                                             env={"PYTHONPATH": str(Path(__file__).parents[1] / "user_env")}),
          "components: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: the user's env broke in its step()"),
+    Case("components-user-env-hangs", tool("benchmarks/components.py", "--config", "TMP/c.yaml", "--envs-per-rank", "2",
+                                           "--seconds", "0.2", files={"c.yaml": USER_ENV_HANGS},
+                                           env={"PYTHONPATH": str(Path(__file__).parents[1] / "user_env")}),
+         "components: one step of the benchmark has lasted 2 s (guards.collective_timeout_s = 2): the benchmark hangs "
+         "in its envs' step, at '", code=1),
     # ---- benchmarks/peer_parity.py and analysis/peer_parity.py (the side-by-side with CleanRL) ----
     Case("parity-no-family", tool("benchmarks/peer_parity.py", "--runs", "TMP/r"),
          "the following arguments are required: --family"),
