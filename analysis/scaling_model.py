@@ -37,8 +37,8 @@ from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown  # noqa: E
 
 from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import check_metrics, read_json  # noqa: E402
+from mpippo.metrics.timers import PARTS, PHASES, REL_PROBS as WRITTEN_AT  # noqa: E402 (what the runs wrote)
 
-PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 # what the model reads of a sweep (analysis/scaling_sweep.py's sweep.json: a run's metrics per size)
 RUN_SPEC = {"world_size": COUNT, "fps": NUMBER, "fps_steady": Maybe(NUMBER), "iterations": Maybe(COUNT),
             "num_envs_per_rank": COUNT, "n_steps": COUNT, "phase_seconds": {p: NUMBER for p in PHASES},
@@ -47,11 +47,10 @@ RUN_SPEC = {"world_size": COUNT, "fps": NUMBER, "fps_steady": Maybe(NUMBER), "it
 SWEEP_SPEC = {"mode": TEXT, "cores": Maybe(COUNT), "runs": [RUN_SPEC]}
 # (latency alpha in s, bandwidth beta in bytes/s) per link; effective figures, not line rates
 NETWORKS = {"InfiniBand HDR (200 Gb/s)": (1.5e-6, 23e9), "10 GbE": (25e-6, 1.15e9)}
-BUSY = ("env_step", "inference", "backward", "optimizer")  # no collective inside: a rank's own pace
+BUSY = PARTS["rollout"] + PARTS["update"]  # no collective inside: a rank's own pace
 NODE_RANKS = 48  # ranks per node (slurm/ppo_multinode.sh: 48-core nodes, one rank per core)
 SLOW_NODE = 1.3  # the slow-node scenario: one node's ranks take 30% longer
-# mpippo/metrics/timers.py's REL_PROBS: the probabilities straggler_busy_rel is written at
-REL_PROBS = np.concatenate([np.arange(0, 100) / 100, [0.995, 0.999, 1.0]])
+REL_PROBS = np.asarray(WRITTEN_AT)  # the probabilities straggler_busy_rel is written at
 
 
 def read_sweep(path: str | Path) -> dict:

@@ -24,9 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, number,  # noqa: E402
                      output_folder, ranks_fit, run, run_trainer, shown, write_json, write_text)
+from mpippo.algos import registry  # noqa: E402
+from mpippo.metrics.timers import PHASES  # noqa: E402
 
 TOOL = "scaling_sweep"
-PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 OUTPUTS = ("sweep.json", "sweep.csv")
 MAX_TIMESTEPS = 10**12  # the budget a --duration run is given: its clock ends it first
 
@@ -99,9 +100,10 @@ def check(args, extra: list[str]) -> Path:
         if opts.output_dir is not None or opts.resume:
             raise UsageError(f"options after --: the sweep chooses each run's folder; leave out --output-dir "
                               f"and --resume (give --out)")
-        if cfg.training.algo != "ppo":
-            raise UsageError(f"the sweep measures synchronous PPO (phase times of every rank); training.algo is "
-                              f"'{cfg.training.algo}'")
+        if registry.get(cfg.training.algo).layout != registry.SYNC:
+            raise UsageError(f"training.algo: the sweep measures the sync layout (phase times of every rank: "
+                              f"{', '.join(n for n in registry.NAMES if registry.get(n).layout == registry.SYNC)}); "
+                              f"'{cfg.training.algo}' is not")
     out = args.out or ROOT / "analysis" / "data" / f"sweep-{args.mode}-{datetime.date.today().isoformat()}"
     taken = [out / name for name in (*OUTPUTS, *(f"ranks{n}" for n in args.ranks)) if (out / name).exists()]
     if taken and out.is_dir():

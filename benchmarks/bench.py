@@ -32,11 +32,11 @@ from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
 from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, ranks_fit, run)
 from mpippo.toolcli import run_trainer as run_checked  # noqa: E402
+from mpippo.metrics import tags  # noqa: E402
+from mpippo.metrics.timers import PHASES  # noqa: E402
 
 TOOL = "bench"
 MEMORY_RUN = {"ranks": 2, "envs_per_rank": 8, "n_steps": 64}  # the memory-growth run: many small iterations
-
-PHASES = ("env_step", "inference", "gae", "backward", "allreduce", "optimizer", "other")
 
 
 def cpu_model() -> str:
@@ -97,7 +97,7 @@ def memory_growth(args, out_dir: Path) -> dict:
                 iterations=args.memory_iterations, tensorboard=True)
     acc = EventAccumulator(str(out_dir / "logs"))
     acc.Reload()
-    curve = [e.value for e in acc.Scalars("charts/peak_rss_mb_max_rank")]
+    curve = [e.value for e in acc.Scalars(tags.chart("peak_rss_mb_max_rank"))]
     half = len(curve) // 2
     return {"iterations": len(curve), "peak_rss_mb_max_rank": curve,
             "growth_mb_after_iteration_2": curve[-1] - curve[1] if len(curve) > 2 else None,

@@ -22,12 +22,14 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from mpippo import config as C
 from mpippo.config import UsageError, load_yaml, show
+from mpippo.metrics import keys
 from mpippo.usage import file_kind
 
 MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few MB); more is not one of ours
@@ -295,12 +297,11 @@ def read_run_config(folder: str | Path):
     return cfg
 
 
-# benchmark_metrics.json keys that readers use, by type: a file that holds them with other types
+# benchmark_metrics.json's typed keys (metrics/keys.py), by type: a file that holds them with other types
 # (hand-edited, damaged, another tool's) is refused instead of being read as numbers it does not hold
-_INTS = ("total_timesteps", "target_timesteps", "world_size", "threads_per_rank", "node_cpus",
-         "ranks_on_learner_node", "episodes", "iterations", "updates")
-_NUMBERS = ("fps", "fps_steady", "duration_s", "peak_rss_mb_total", "peak_rss_mb_learner", "episode_return_mean")
-_STOP_REASONS = ("done", "duration", "stopped", "requeue", "failed")
+_TABLES = (keys.COMMON, keys.SYNC_PPO, keys.ACTOR_LEARNER)
+_INTS = tuple(k for table in _TABLES for k, (kind, _) in table.items() if kind.rstrip("?") == "int")
+_NUMBERS = tuple(k for table in _TABLES for k, (kind, _) in table.items() if kind.rstrip("?") == "number")
 
 
 def is_count(v: Any) -> bool:
@@ -344,9 +345,20 @@ def check_metrics(m: dict, path: Path) -> dict:
             raise _problem(path, what, f"{key}: {not_a_number(v)}")
     if "finished" in m and not isinstance(m["finished"], bool):
         raise _problem(path, what, f"finished: expected true or false, got {show(m['finished'])}")
-    if m.get("stop_reason") is not None and m["stop_reason"] not in _STOP_REASONS:
-        raise _problem(path, what, f"stop_reason: {show(m['stop_reason'])} is not one of {', '.join(_STOP_REASONS)}")
+    if m.get("stop_reason") is not None and m["stop_reason"] not in keys.STOP_REASONS:
+        raise _problem(path, what, f"stop_reason: {show(m['stop_reason'])} is not one of {', '.join(keys.STOP_REASONS)}")
     return m
+
+
+def write_metrics(run_dir: str | Path, values: dict, layout: dict) -> dict:
+    """benchmark_metrics.json in `run_dir`, atomically: `values` must hold every key of keys.COMMON and
+    of the layout's table (keys.SYNC_PPO, keys.ACTOR_LEARNER) with its type. A value that does not is a
+    bug, said on stderr in one line; the file is still written (it holds the run's figures)."""
+    bad = keys.problems(values) + keys.problems(values, layout)
+    if bad:
+        print(f"mpippo: warning: {METRICS}: {'; '.join(bad)[:300]}", file=sys.stderr, flush=True)
+    atomic_write_json(Path(run_dir) / METRICS, values)
+    return values
 
 
 def read_metrics(folder: str | Path) -> dict:

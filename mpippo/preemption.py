@@ -207,7 +207,7 @@ _LOG: SignalLog | None = None
 def log_signals() -> SignalLog | None:
     """The process's SignalLog, begun on the first call: by an entry point of ours (run_mpi.py,
     `python -m mpippo.evaluate`), in its main thread, before anything slow; a Python API caller's
-    wakeup fd stays its own (signal_log() is None there). None where it cannot begin (not the main
+    wakeup fd stays its own (no log there). None where it cannot begin (not the main
     thread; no file descriptor left)."""
     global _LOG
     if _LOG is None:
@@ -215,10 +215,6 @@ def log_signals() -> SignalLog | None:
             _LOG = SignalLog()
         except (OSError, ValueError):
             return None
-    return _LOG
-
-
-def signal_log() -> SignalLog | None:
     return _LOG
 
 

@@ -11,11 +11,6 @@ from mpippo import envs
 from mpippo.usage import show  # noqa: F401 (the config's name for it)
 
 
-def at_least(section: str, values, keys: tuple, lo: int) -> list[str]:
-    """One line per key of the section below `lo`."""
-    return [f"{section}.{k}: must be >= {lo}, got {getattr(values, k)}" for k in keys if getattr(values, k) < lo]
-
-
 def within(section: str, values, bounds: dict) -> list[str]:
     """One line per key outside its closed range: {key: (lo, hi)}, hi None for no upper bound. The
     types (int, finite float, below 2**63) were checked when the values were read."""
@@ -37,6 +32,8 @@ MAX_EVAL_GAMES = 100_000  # rating games per heuristic player and round: ~15 s o
 SELFPLAY_RANGES = {"snapshot_interval_updates": (1, None), "pool_size": (1, None), "eval_games": (1, MAX_EVAL_GAMES),
                    "eval_interval_updates": (0, None), "elo_k": (0, MAX_ELO_K),
                    "priority_exponent": (0, MAX_PRIORITY_EXPONENT), "heuristic_prob": (0, 1), "opponent_eps": (0, 1)}
+SELFPLAY_SAMPLING = ("latest", "uniform", "prioritized")  # how an actor picks its opponents (selfplay.OpponentPool)
+SELFPLAY_DROP = ("oldest", "lowest_rated")  # which member a full pool drops
 
 
 def check_agents(section: str, num_agents: int, world_size: int) -> list[str]:
@@ -61,10 +58,10 @@ def check_selfplay(cfg) -> list[str]:
             errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: "
                         f"{', '.join(f.name for f in envs.FAMILIES if f.two_player)}")
         errs += within("selfplay", sp, SELFPLAY_RANGES)
-        if sp.sampling not in ("latest", "uniform", "prioritized"):
-            errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of latest, uniform, prioritized")
-        if sp.drop not in ("oldest", "lowest_rated"):
-            errs.append(f"selfplay.drop: '{sp.drop}' is not one of oldest, lowest_rated")
+        if sp.sampling not in SELFPLAY_SAMPLING:
+            errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of {', '.join(SELFPLAY_SAMPLING)}")
+        if sp.drop not in SELFPLAY_DROP:
+            errs.append(f"selfplay.drop: '{sp.drop}' is not one of {', '.join(SELFPLAY_DROP)}")
     return errs
 
 

@@ -34,13 +34,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
+from mpippo.metrics import keys
 from mpippo.errors import code_at, main_thread_at, say, say_last
 from mpippo.rules import show
 from mpippo.usage import UsageError
 from mpippo.preemption import EXIT_FAILURE, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, PauseClock
 
-STOP_REASONS = ("done", "duration", "stopped", "requeue")  # in increasing urgency (a job takes its agents' largest)
-URGENCY = STOP_REASONS + ("failed",)  # a failed part fails the job
+URGENCY = keys.STOP_REASONS  # a job takes its parts' most urgent; a failed part fails the job
+STOP_REASONS = URGENCY[:-1]  # the reasons a run itself stops for
 EXIT_CODES = {"done": EXIT_OK, "duration": EXIT_OK, "stopped": EXIT_STOPPED, "requeue": EXIT_REQUEUE,
               "failed": EXIT_FAILURE}
 STOP_WHY = {"done": "run finished", "duration": "run finished (time budget reached)",

@@ -31,13 +31,12 @@ import numpy as np
 import torch
 
 from mpippo import envs
+from mpippo.metrics import tags
 
 RANDOM, LOOKAHEAD = -1, -2  # opponent ids of the heuristic players; pool members have ids >= 0
 ILLEGAL = -3  # results row of an actor's illegal moves (count in the wins column); should stay 0
 HEURISTICS = {RANDOM: "random", LOOKAHEAD: "lookahead"}
 IDS = {name: i for i, name in HEURISTICS.items()}
-SAMPLING = ("latest", "uniform", "prioritized")
-DROP = ("oldest", "lowest_rated")
 
 
 def heuristic_players(cfg, rng: np.random.Generator) -> dict:
@@ -312,8 +311,8 @@ class LearnerHook:
             row[name] = {"wins": w_, "draws": d_, "losses": l_, "win_rate": w_ / self.sp.eval_games,
                          "score": (w_ + 0.5 * d_) / self.sp.eval_games}
             if self.writer is not None:
-                self.writer.add_scalar(f"selfplay/greedy_win_rate_vs_{name}", w_ / self.sp.eval_games, transitions)
-                self.writer.add_scalar(f"selfplay/greedy_score_vs_{name}", row[name]["score"], transitions)
+                self.writer.add_scalar(tags.selfplay("greedy_win_rate", name), w_ / self.sp.eval_games, transitions)
+                self.writer.add_scalar(tags.selfplay("greedy_score", name), row[name]["score"], transitions)
         self.ratings.append(row)
 
     def finish(self, updates: int, transitions: int) -> None:
@@ -323,13 +322,13 @@ class LearnerHook:
     def log(self, x: int) -> None:
         """Ratings of the acting policy, from the actors' games."""
         w, pool = self.writer, self.pool
-        w.add_scalar("selfplay/learner_elo", pool.learner_rating, x)
+        w.add_scalar(tags.selfplay("learner_elo"), pool.learner_rating, x)
         if LOOKAHEAD in pool.heuristics:  # (games with that player: Connect Four's)
-            w.add_scalar("selfplay/lookahead_elo", pool.heuristics[LOOKAHEAD]["rating"], x)
-        w.add_scalar("selfplay/pool_size", len(pool.members), x)
-        w.add_scalar("selfplay/snapshots", pool.snapshots_taken, x)
+            w.add_scalar(tags.selfplay("lookahead_elo"), pool.heuristics[LOOKAHEAD]["rating"], x)
+        w.add_scalar(tags.selfplay("pool_size"), len(pool.members), x)
+        w.add_scalar(tags.selfplay("snapshots"), pool.snapshots_taken, x)
         for name, score in pool.scores().items():  # (W + D/2) / games, over the run
-            w.add_scalar(f"selfplay/acting_score_vs_{name}", score, x)
+            w.add_scalar(tags.selfplay("acting_score", name), score, x)
 
     def console(self) -> str:
         last = self.ratings[-1]

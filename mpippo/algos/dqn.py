@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
+from mpippo.envs import bits_to_mask, obs_dtype
 from mpippo.files import NotAFile, open_regular
 
 
@@ -27,43 +27,6 @@ def apex_epsilons(n: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:
         return np.array([eps])
     i = np.arange(n)
     return eps ** (1.0 + alpha * i / (n - 1))
-
-
-class SumTree:
-    """Binary tree of priorities: O(log n) update and prefix-sum search, vectorized over batches (numpy,
-    on the host). PrioritizedReplay no longer uses it: it samples by a cumulative sum on its device."""
-
-    def __init__(self, capacity: int):
-        self.capacity = 1 << max(int(capacity - 1).bit_length(), 0)  # leaves: a power of two
-        self.tree = np.zeros(2 * self.capacity, dtype=np.float64)
-
-    @property
-    def total(self) -> float:
-        return float(self.tree[1])
-
-    def update(self, idx: np.ndarray, priority: np.ndarray) -> None:
-        pos = np.asarray(idx, dtype=np.int64) + self.capacity
-        self.tree[pos] = priority  # with duplicate indices the last write wins, as for a loop
-        pos = np.unique(pos // 2)
-        while pos[0] >= 1:
-            self.tree[pos] = self.tree[2 * pos] + self.tree[2 * pos + 1]
-            if pos[0] == 1:
-                break
-            pos = np.unique(pos // 2)
-
-    def get(self, idx: np.ndarray) -> np.ndarray:
-        return self.tree[np.asarray(idx, dtype=np.int64) + self.capacity]
-
-    def find(self, mass: np.ndarray) -> np.ndarray:
-        """Leaf index whose prefix-sum interval holds each `mass` value (0 <= mass < total)."""
-        pos = np.ones(len(mass), dtype=np.int64)
-        mass = np.asarray(mass, dtype=np.float64).copy()
-        while pos[0] < self.capacity:
-            left = 2 * pos
-            go_right = mass >= self.tree[left]
-            mass -= np.where(go_right, self.tree[left], 0.0)
-            pos = left + go_right
-        return pos - self.capacity
 
 
 GiB = 1 << 30
@@ -280,7 +243,7 @@ class PrioritizedReplay:
                 return f"its {name} holds a value that is not finite"
         if not math.isfinite(max_priority):
             return "its max_priority holds a value that is not finite"
-        if n and not 0 < float(parts["leaves"].sum()) < math.inf:  # (the sum tree samples by it: 1e308 each overflows)
+        if n and not 0 < float(parts["leaves"].sum()) < math.inf:  # (sampling takes their cumulative sum: 1e308 each overflows)
             return "its priorities do not sum to a finite positive number"
         if bool((parts["discounts"] < 0).any() | (parts["discounts"] > 1).any() | (parts["leaves"] < 0).any()) \
                 or max_priority <= 0:
@@ -413,24 +376,12 @@ def double_dqn_loss(q_online, q_next_online, q_next_target, actions, returns, di
     return loss, td.detach().abs()
 
 
-def mirror_half(batch: dict, rng: np.random.Generator, num_actions: int) -> dict:
-    """Left-right mirror a random half of a batch (in place), for games whose rules are symmetric
-    under it (Connect Four): the board flips along its width, action a becomes num_actions-1-a,
-    and the next state's legal-move bits reverse. Twice the distinct data at no env cost."""
-    flip = rng.random(len(batch["actions"])) < 0.5
-    if flip.any():
-        for key in ("obs", "next_obs"):  # (N, H, W, C)
-            batch[key][flip] = batch[key][flip][:, :, ::-1]
-        batch["actions"][flip] = num_actions - 1 - batch["actions"][flip]
-        legal = batch["next_legal"][flip]
-        batch["next_legal"][flip] = np.where(legal == -1, -1, mask_bits(bits_to_mask(legal, num_actions)[:, ::-1]))
-    return batch
-
-
 def mirror_half_device(batch: dict, flip: torch.Tensor, num_actions: int) -> dict:
-    """mirror_half on a sampled batch of tensors (PrioritizedReplay.sample's), on its device: the rows
-    where the bool tensor `flip` is true are mirrored (frames of obs and next_obs along the width, the
-    action, the next state's legal-move bits). Replaces the batch's entries, returns the batch."""
+    """Left-right mirror the rows of a sampled batch (PrioritizedReplay.sample's tensors, on its device)
+    where the bool tensor `flip` is true, for games whose rules are symmetric under it (Connect Four):
+    the frames of obs and next_obs flip along the width, action a becomes num_actions-1-a, the next
+    state's legal-move bits reverse. Twice the distinct data at no env cost. Replaces the batch's
+    entries, returns the batch."""
     B = flip.shape[0]
     both = torch.cat([flip, flip])  # the rows of obs, then of next_obs, in `frames`
     frames = batch["frames"]

@@ -26,8 +26,7 @@ below both this registry and the config, so no import circle forms.
 from __future__ import annotations
 
 from mpippo.algos import a2c_settings, appo_settings, dqn_settings, ppo_settings
-from mpippo.algos.entry import (ACTOR_LEARNER, LAYOUTS, PPO_LOGS, PPO_LOSS_KEYS, SYNC,  # noqa: F401 (names of
-                                SYNC_LOOP_KEYS, Algorithm, no_options, setting)          # the registry's users)
+from mpippo.algos.entry import ACTOR_LEARNER, LAYOUTS, SYNC, Algorithm, setting  # noqa: F401 (names of its users)
 
 ENTRIES = (a2c_settings.ALGORITHM, appo_settings.ALGORITHM, dqn_settings.ALGORITHM, ppo_settings.ALGORITHM)
 

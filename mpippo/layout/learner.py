@@ -15,7 +15,7 @@ import numpy as np
 from mpippo import ckpt_schema as schema
 from mpippo import hostmem
 from mpippo.checkpoint import save_checkpoint
-from mpippo.files import atomic_write_with
+from mpippo.files import atomic_write_with, write_metrics
 from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
 from mpippo.faults import maybe_inject, restore_delay
@@ -266,7 +266,7 @@ class Learner:
             except CheckpointError:
                 pass
         summary = self.summary(sent)
-        keys.write(self.a.run_dir, summary, keys.ACTOR_LEARNER)
+        write_metrics(self.a.run_dir, summary, keys.ACTOR_LEARNER)
         self.closing_lines(summary)
         return summary
 

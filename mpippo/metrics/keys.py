@@ -1,13 +1,16 @@
 """The keys every run's benchmark_metrics.json holds, whatever its algorithm and layout: one list,
 documented here and in docs/outputs.md (`make_doc` writes that list), and tested against both
-layouts' files. `write` is the file's one writer: both layouts hand it their values, it checks
-them against these tables and writes the file atomically. Layouts add their own keys beside these (PPO: phases; actor-learner: the learner's
-rates and the actors' counts); those a test or a tool relies on are listed here per layout
-(SYNC_PPO), in the same form, and docs/outputs.md lists them with `make_doc(SYNC_PPO)`."""
+layouts' files. files.write_metrics is the file's one writer (both layouts hand it their values; it
+checks them against these tables, `problems`, and writes the file atomically), files.read_metrics its
+reader (it checks the typed keys of these tables). Layouts add their own keys beside these (PPO:
+phases; actor-learner: the learner's rates and the actors' counts); those a test or a tool relies on
+are listed here per layout (SYNC_PPO, ACTOR_LEARNER), in the same form, and docs/outputs.md lists
+them with `make_doc`."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+
+# why a run stopped, in increasing urgency: a job ends with its parts' most urgent (mpippo/runctl.py)
+STOP_REASONS = ("done", "duration", "stopped", "requeue", "failed")
 
 # key: (type, meaning). "number" is an int or float; "?" allows null.
 COMMON = {
@@ -26,7 +29,7 @@ COMMON = {
                                      "actor-learner: the learner first, then its actors"),
     "peak_rss_mb_total": ("number", "their sum"),
     "finished": ("bool", "the budget was reached"),
-    "stop_reason": ("str?", "done, duration, stopped, requeue or failed (null while running)"),
+    "stop_reason": ("str?", f"{', '.join(STOP_REASONS[:-1])} or {STOP_REASONS[-1]} (null while running)"),
     "device_used": ("str", "the device that trained (PPO: every rank's; actor-learner: the learner's)"),
     "precision": ("str", "fp32 or bf16, as resolved"),
     "deterministic": ("bool", "training.deterministic (deterministic GPU kernels)"),
@@ -42,6 +45,12 @@ _Q = "quantiles {p50, p90, p99, max} over"
 # Sync PPO only: its ranks step in lockstep, so an iteration's time is set by its slowest rank
 # (mpippo/metrics/timers.py says how each part is measured). Null before the first iteration.
 SYNC_PPO = {
+    "n_steps": ("int", "rollout steps per env (training.n_steps)"),
+    "iterations": ("int", "iterations done (rollout and update)"),
+    "phase_seconds": ("dict", "seconds per phase (mpippo/metrics/timers.py: PHASES), mean over ranks"),
+    "phase_seconds_per_rank": ("dict", "the same per phase, one value per rank"),
+    "allreduce_bytes": ("int", "bytes of the flat gradient each Allreduce sums"),
+    "allreduce_calls_per_iteration": ("int", "gradient Allreduces per iteration"),
     "straggler_rollout_s": ("dict?", f"{_Q} every rank's iterations of the rollout seconds (env_step + inference)"),
     "straggler_update_s": ("dict?", f"{_Q} the same of the update seconds (backward + optimizer)"),
     "straggler_wait_s": ("dict?", f"{_Q} the same of the wait in collectives: a rank's seconds in the phases "
@@ -74,6 +83,9 @@ ACTOR_LEARNER = {
     "weight_lag": ("number", "mean learner updates between the weights an item was collected under and its arrival"),
     "transitions_sent": ("int", "env steps the actors sent"),
     "transitions_received": ("int", "env steps the learner received (equal at the end)"),
+    "updates": ("int", "learner updates done"),
+    "node_cpus": ("int?", "CPUs of the learner's node"),
+    "ranks_on_learner_node": ("int", "ranks of the job on the learner's node"),
 }
 
 _TYPES = {"str": str, "int": int, "number": (int, float), "bool": bool, "list": list, "dict": dict}
@@ -92,18 +104,6 @@ def problems(metrics: dict, table: dict = COMMON) -> list[str]:
         if not isinstance(v, _TYPES[base]) or (base in ("int", "number") and isinstance(v, bool)):
             out.append(f"{key}: expected {kind}, got {v!r}")
     return out
-
-
-def write(run_dir, values: dict, layout: dict) -> dict:
-    """benchmark_metrics.json in `run_dir`, atomically: `values` must hold every key of COMMON and of
-    the layout's table (SYNC_PPO, ACTOR_LEARNER) with its type. A value that does not is a bug, said on
-    stderr in one line; the file is still written (it holds the run's figures)."""
-    from mpippo.files import METRICS, atomic_write_json  # (its module loads the config: not at this import)
-    bad = problems(values) + problems(values, layout)
-    if bad:
-        print(f"mpippo: warning: benchmark_metrics.json: {'; '.join(bad)[:300]}", file=sys.stderr, flush=True)
-    atomic_write_json(Path(run_dir) / METRICS, values)
-    return values
 
 
 def make_doc(table: dict = COMMON) -> str:

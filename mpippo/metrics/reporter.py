@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpippo.files import read_metrics
+from mpippo.files import read_metrics, write_metrics
 from mpippo.usage import UsageError
 from mpippo import hostmem
 from mpippo.algos import registry
@@ -187,7 +187,7 @@ class Reporter:
             "threads_per_rank": cfg.parallel.threads_per_rank, "host_allocator": hostmem.current(),
             **self.stragglers.metrics(), **self.extra,
         }
-        return keys.write(self.run_dir, out, keys.SYNC_PPO)
+        return write_metrics(self.run_dir, out, keys.SYNC_PPO)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -41,6 +41,19 @@ LEARNER = {
     "policy_lag": ("learner/policy_lag", "histogram of the policy lags of the interval (APPO)"),
 }
 
+# self-play DQN's (<player>: a fixed player of the game, random or lookahead; acting scores also `pool`)
+SELFPLAY = {
+    "greedy_win_rate": ("selfplay/greedy_win_rate_vs_<player>", "the greedy policy's win rate in the rating games "
+                                                                "against a fixed player"),
+    "greedy_score": ("selfplay/greedy_score_vs_<player>", "its score there, (wins + draws/2) per game"),
+    "acting_score": ("selfplay/acting_score_vs_<player>", "the acting policy's score in the actors' games over the "
+                                                          "run, against the pool or a fixed player"),
+    "learner_elo": ("selfplay/learner_elo", "the acting policy's Elo rating from the actors' games"),
+    "lookahead_elo": ("selfplay/lookahead_elo", "the lookahead player's Elo rating (Connect Four)"),
+    "pool_size": ("selfplay/pool_size", "frozen snapshots in the opponent pool"),
+    "snapshots": ("selfplay/snapshots", "snapshots taken so far"),
+}
+
 
 # what versions before 2026-11-29 wrote for today's tags (CleanRL's names since): readers of a run's logs try
 # both, so runs written earlier still plot and compare
@@ -65,6 +78,11 @@ def learner(name: str) -> str:
     return LEARNER[name][0]
 
 
+def selfplay(name: str, player: str = "") -> str:
+    """A self-play tag; `player` for those against a player (greedy_win_rate, greedy_score, acting_score)."""
+    return SELFPLAY[name][0].replace("<player>", player)
+
+
 def phase(name: str) -> str:
     """Seconds of a sync phase (metrics/timers.PHASES) since the last point."""
     return f"time/{name}_s"
@@ -76,8 +94,8 @@ def learner_phase(name: str) -> str:
 
 
 def doc() -> str:
-    """The docs' table of the tags (self-play's selfplay/ tags are listed with self-play)."""
-    rows = [(tag, meaning) for table in (CHARTS, LOSSES, LEARNER) for tag, meaning in table.values()]
+    """The docs' table of the tags."""
+    rows = [(tag, meaning) for table in (CHARTS, LOSSES, LEARNER, SELFPLAY) for tag, meaning in table.values()]
     rows += [(phase("<phase>"), f"seconds of each sync phase ({', '.join(PHASES)}) since the last point"),
              (learner_phase("<phase>"), f"seconds of each learner phase ({', '.join(LEARNER_PHASES)})")]
     return "| tag | what |\n|---|---|\n" + "".join(f"| `{t}` | {m} |\n" for t, m in rows)

@@ -231,7 +231,7 @@ CASES = [
          "is not UTF-8 text"),
     Case("sweep-config-unknown-key", tool(SWEEP, *SWEEP_OUT, "--", "--set", "training.lr=1"), "unknown key 'training.lr'"),
     Case("sweep-config-other-algo", tool(SWEEP, "--ranks", "3", *SWEEP_OUT, "--", "--config", "configs/dqn_toy.yaml"),
-         "the sweep measures synchronous PPO"),
+         "training.algo: the sweep measures the sync layout (phase times of every rank: a2c, ppo); 'dqn' is not"),
     Case("sweep-out-is-file", tool(SWEEP, "--out", "TMP/f", files={"f": "a file"}), "is a file; give a folder"),
     Case("sweep-out-under-file", tool(SWEEP, "--out", "TMP/f/sweep", files={"f": "a file"}), "is a file, not a folder"),
     Case("sweep-out-holds-sweep", tool(SWEEP, "--out", "TMP/s", files={"s/sweep.json": "{}"}),

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import ROOT, fake_wandb, metrics, ok, run, trainer
+from mpippo.files import write_metrics
 from mpippo.metrics import keys, tags
 
 RUNS = {
@@ -139,9 +140,9 @@ def test_a_weights_and_biases_failure_at_the_end_is_one_warning(tmp_path, capsys
 def test_the_one_writer_says_what_a_layout_left_out_and_still_writes_the_file(tmp_path, capsys):
     good = {k: {"str": "x", "int": 1, "number": 1.5, "bool": True, "list": [], "dict": {}}[kind.rstrip("?")]
             for table in (keys.COMMON, keys.ACTOR_LEARNER) for k, (kind, _) in table.items()}
-    assert keys.write(tmp_path, good, keys.ACTOR_LEARNER) == good and capsys.readouterr().err == ""
+    assert write_metrics(tmp_path, good, keys.ACTOR_LEARNER) == good and capsys.readouterr().err == ""
     bad = dict(good)
     del bad["phase_seconds"]
-    keys.write(tmp_path, bad, keys.ACTOR_LEARNER)
+    write_metrics(tmp_path, bad, keys.ACTOR_LEARNER)
     assert "benchmark_metrics.json: phase_seconds: missing" in capsys.readouterr().err
     assert metrics(tmp_path) == bad  # written all the same: it holds the run's figures

@@ -5,17 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, SumTree, apex_epsilons, double_dqn_loss
-
-
-def test_sum_tree_totals_and_prefix_search():
-    tree = SumTree(5)  # rounds up to 8 leaves
-    tree.update(np.arange(5), np.array([1.0, 2.0, 3.0, 4.0, 0.0]))
-    assert tree.total == 10.0
-    # prefix sums: [0,1) -> 0, [1,3) -> 1, [3,6) -> 2, [6,10) -> 3; leaf 4 has zero mass
-    assert list(tree.find(np.array([0.0, 0.99, 1.0, 2.5, 3.0, 5.99, 6.0, 9.99]))) == [0, 0, 1, 1, 2, 2, 3, 3]
-    tree.update(np.array([1, 1]), np.array([5.0, 7.0]))  # duplicate index: last write wins
-    assert tree.total == 1.0 + 7.0 + 3.0 + 4.0
+from mpippo.algos.dqn import NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss
 
 
 def test_prioritized_sampling_follows_priorities():
@@ -181,24 +171,6 @@ def test_a_replay_restored_from_its_file_and_generator_draws_the_same_batches(tm
 def test_replay_on_the_host_for_a_cpu_learner():
     from mpippo.algos.dqn import replay_device
     assert replay_device(torch.device("cpu"), 10**12) == torch.device("cpu")
-
-
-def test_mirroring_on_the_device_matches_the_numpy_mirroring():
-    from mpippo.algos.dqn import mirror_half, mirror_half_device
-    rng = np.random.default_rng(5)
-    buf = PrioritizedReplay(16, (6, 7, 2), seed=0)
-    obs = rng.integers(0, 3, (16, 6, 7, 2), dtype=np.uint8)
-    buf.add(obs, rng.integers(0, 7, 16), np.zeros(16, np.float32), np.ones(16, np.float32), obs[::-1].copy(),
-            next_legal=np.where(rng.random(16) < 0.3, -1, rng.integers(0, 127, 16)))
-    _, batch, _ = buf.sample(10, 0.4)
-    host = {k: batch[k].numpy().copy() for k in ("obs", "next_obs", "actions", "next_legal")}
-    mirror_half(host, np.random.default_rng(8), 7)
-    flip = torch.from_numpy(np.random.default_rng(8).random(10) < 0.5)
-    assert 0 < int(flip.sum()) < 10
-    mirror_half_device(batch, flip, 7)
-    for k in host:
-        assert np.array_equal(batch[k].numpy(), host[k]), k
-    assert torch.equal(batch["frames"][:10], batch["obs"]) and torch.equal(batch["frames"][10:], batch["next_obs"])
 
 
 def test_device_adam_steps_as_torch_adam_and_a_refused_step_moves_nothing():

@@ -524,7 +524,7 @@ def test_the_signal_log_holds_every_caught_signal_in_order_and_begins_only_in_th
     thread = threading.Thread(target=lambda: got.append(preemption.log_signals()))
     thread.start()
     thread.join()
-    assert got == [None] and preemption.signal_log() is None and len(os.listdir("/proc/self/fd")) == fds
+    assert got == [None] and preemption._LOG is None and len(os.listdir("/proc/self/fd")) == fds
 
 
 def test_a_last_line_is_said_once_and_a_tools_stop_line_each_time_until_then(monkeypatch, capsys):

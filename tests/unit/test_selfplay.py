@@ -189,27 +189,33 @@ def test_play_games_counts_and_sides():
     assert sum(play_games(greedy, greedy, 4)) == 4
 
 
-def test_mirror_half_flips_board_action_and_legal_bits_together():
-    from mpippo.algos.dqn import mirror_half
+def test_mirroring_flips_board_action_and_legal_bits_together_in_the_rows_asked():
+    """dqn.mirror_augment on a sampled batch (its tensors, on its device): the rows `flip` names have
+    both frames mirrored along the width, action a -> 6-a and the next state's legal moves reversed
+    (-1, all legal, stays); the other rows are untouched; obs and next_obs stay views of `frames`."""
+    from mpippo.algos.dqn import mirror_half_device
     from mpippo.envs import bits_to_mask, mask_bits
     rng = np.random.default_rng(0)
     n = 64
-    obs = rng.integers(0, 2, size=(n, 6, 7, 2)).astype(np.uint8) * 255
+    frames = torch.from_numpy(rng.integers(0, 2, size=(2 * n, 6, 7, 2)).astype(np.uint8) * 255)
     legal = rng.random((n, 7)) < 0.7
-    batch = {"obs": obs.copy(), "next_obs": obs.copy() // 2, "actions": rng.integers(7, size=n),
-             "next_legal": mask_bits(legal), "returns": np.zeros(n, np.float32)}
-    orig = {k: v.copy() for k, v in batch.items()}
-    mirror_half(batch, np.random.default_rng(1), 7)
-    flipped = batch["actions"] != orig["actions"]
-    flipped |= (batch["obs"] != orig["obs"]).any((1, 2, 3))
-    assert 10 < flipped.sum() < n - 10  # about half
+    bits = np.where(rng.random(n) < 0.2, -1, mask_bits(legal))
+    batch = {"frames": frames.clone(), "actions": torch.from_numpy(rng.integers(7, size=n)),
+             "next_legal": torch.from_numpy(bits)}
+    orig = {k: v.clone() for k, v in batch.items()}
+    flip = torch.from_numpy(rng.random(n) < 0.5)
+    out = mirror_half_device(batch, flip, 7)
+    assert 10 < int(flip.sum()) < n - 10
+    assert torch.equal(out["obs"], out["frames"][:n]) and torch.equal(out["next_obs"], out["frames"][n:])
     for i in range(n):
-        if (batch["obs"][i] == orig["obs"][i][:, ::-1]).all() and batch["actions"][i] == 6 - orig["actions"][i]:
-            assert (batch["next_obs"][i] == orig["next_obs"][i][:, ::-1]).all()
-            assert (bits_to_mask(batch["next_legal"][i:i + 1], 7)[0] == legal[i][::-1]).all()
-        else:  # untouched
-            assert (batch["obs"][i] == orig["obs"][i]).all() and batch["actions"][i] == orig["actions"][i]
-            assert batch["next_legal"][i] == orig["next_legal"][i]
+        f = bool(flip[i])
+        for row in (i, n + i):
+            assert torch.equal(out["frames"][row], orig["frames"][row].flip(1) if f else orig["frames"][row])
+        assert int(out["actions"][i]) == (6 - int(orig["actions"][i]) if f else int(orig["actions"][i]))
+        if bits[i] == -1 or not f:
+            assert int(out["next_legal"][i]) == bits[i]
+        else:
+            assert (bits_to_mask(out["next_legal"][i:i + 1].numpy(), 7)[0] == legal[i][::-1]).all()
 
 
 def test_scores_against_the_pool_and_each_heuristic():
