@@ -36,13 +36,12 @@ def train_dqn(n_episodes: int = 1000, num_workers: int | None = None, episodes_p
             "dqn.max_episodes": n_episodes, "dqn.episodes_per_batch": episodes_per_batch,
             "dqn.learning_steps_per_batch": learning_steps_per_batch}
     if num_workers is not None:
-        sets["dqn.num_agents"] = 1
-        sets["parallel.expected_world_size"] = num_workers + 1
+        sets["dqn.num_agents"] = 1  # (the job's ranks: one learner and num_workers actors, checked by cli.run)
     sets.update(overrides or {})
     argv = ["--config", str(config or DEFAULT_CONFIG.parent / "dqn_procgen.yaml"), "--no-progress"]
     if output_dir is not None:
         argv += ["--output-dir", str(output_dir)]
     for key, value in sets.items():
         argv += ["--set", f"{key}={'null' if value is None else value}"]
-    _, summary = cli.run(argv)
+    _, summary = cli.run(argv, workers=num_workers)
     return summary if summary is not None and summary.get("algo") == "dqn" else None

@@ -268,9 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     return run(argv)[0]
 
 
-def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
+def run(argv: list[str] | None = None, workers: int | None = None) -> tuple[int, dict | None]:
     """The whole program; returns (exit code, this rank's summary: rank 0's run summary for PPO,
-    each learner's metrics and each actor's counts for DQN)."""
+    each learner's metrics and each actor's counts for DQN). `workers`: the actor ranks the Python
+    API's caller expects (train_dqn's num_workers), refused unless the job has them."""
     signals = preemption.install()  # run_mpi.py did it first thing; the Python API gets it here
     _console_lines()
     hostmem.configure()  # before the first large tensor (run_mpi.py did it already)
@@ -279,7 +280,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     world.install_abort_hook()
     start = _StartUp(world, signals)
     with start.watched():
-        args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start)
+        args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start, workers)
         run_dir = _run_dir(world, args, start)
         cfg, note = _config(world, args, overrides, run_dir, start)
         trainer = _trainer(world, args, cfg, run_dir, start)
@@ -318,7 +319,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     return runctl.RunResult(summary["stop_reason"], summary).exit_code, summary
 
 
-def _parse(world: World, argv: list[str], start: _StartUp):
+def _parse(world: World, argv: list[str], start: _StartUp, workers: int | None = None):
     """A. every rank parses and validates (same inputs -> same verdict; agreed anyway)."""
     args = overrides = errors = None
     try:
@@ -327,6 +328,10 @@ def _parse(world: World, argv: list[str], start: _StartUp):
             args = make_parser().parse_args(argv)
         overrides = _overrides(args)
         errors = _launched_wrongly(args, overrides, world.size) or None
+        if workers is not None and workers != world.size - 1:
+            errors = [f"num_workers: {workers} actor rank(s), but this job has {world.size} rank(s), a learner and "
+                      f"{world.size - 1} actor(s); allowed: {world.size - 1}, or a job of {workers + 1} ranks "
+                      f"(mpirun -n {workers + 1})"]
     except C.UsageError as e:
         errors = e.errors
     environment = [e for e in (hostmem.error(), faults.ERROR) if e]  # (variables set beside the command)

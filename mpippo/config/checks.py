@@ -35,9 +35,12 @@ def world_size_problems(expected: Any, world_size: int) -> list[str]:
     if expected < 1:
         return [f"parallel.expected_world_size: must be a number of ranks >= 1 (the tasks the job was given), or "
                 f"null for any; got {show(expected)}"]
-    if expected != world_size:
+    if expected != world_size and world_size == 1:
         return [f"parallel.expected_world_size: {show(expected)} tasks were allocated but this job has "
                 f"{world_size} rank(s); the launcher started separate jobs (use mpirun, or srun --mpi=pmix)"]
+    if expected != world_size:
+        return [f"parallel.expected_world_size: {show(expected)} ranks expected, but this job has {world_size}; "
+                f"allowed: a job of {show(expected)} ranks (mpirun -n {show(expected)}), or null for any"]
     return []
 
 

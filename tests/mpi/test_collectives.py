@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import MPIRUN, mpirun, ok
+from conftest import MPIRUN, error_lines, mpirun, ok
 
 pytestmark = pytest.mark.mpi
 SCRIPTS = "tests/mpi/scripts"
@@ -80,5 +80,6 @@ def test_train_dqn_api_rejects_a_worker_count_that_is_not_the_job(tmp_path):
     script = ("from mpippo import train_dqn; train_dqn(n_episodes=10, num_workers=5, "
               "config='configs/dqn_toy.yaml', output_dir=%r)" % str(tmp_path / "r"))
     res = run_cmd([MPIRUN, "--oversubscribe", "-n", "3", _sys.executable, "-c", script], timeout=60)
-    assert res.returncode == 2
-    assert "6 tasks were allocated but this job has 3 rank(s)" in res.stderr
+    assert res.returncode == 2 and error_lines(res.stderr) == [
+        "mpippo: error: num_workers: 5 actor rank(s), but this job has 3 rank(s), a learner and 2 actor(s); allowed: 2, "
+        "or a job of 6 ranks (mpirun -n 6)"], res.stderr[-2000:]

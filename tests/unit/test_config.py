@@ -394,8 +394,12 @@ def test_a_saved_config_from_before_the_guard_was_dropped_resumes_on_another_wor
     assert data["parallel"] == {"threads_per_rank": 1} and saved["parallel"]["expected_world_size"] == 2
     assert C.build(data, [], 4).parallel.expected_world_size is None
     # given again on the command line, it guards this launch
-    with pytest.raises(C.UsageError, match="parallel.expected_world_size: 2 tasks were allocated but this job has 4"):
+    with pytest.raises(C.UsageError, match=r"parallel.expected_world_size: 2 ranks expected, but this job has 4; "
+                                           r"allowed: a job of 2 ranks \(mpirun -n 2\), or null for any"):
         C.build(data, [("parallel", "expected_world_size", 2)], 4)
+    with pytest.raises(C.UsageError, match="parallel.expected_world_size: 2 tasks were allocated but this job has 1 "
+                                           "rank.s.; the launcher started separate jobs"):
+        C.build(data, [("parallel", "expected_world_size", 2)], 1)
 
 
 @pytest.mark.parametrize("bad", [0, -3])
