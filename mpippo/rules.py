@@ -53,15 +53,20 @@ def check_selfplay(cfg) -> list[str]:
     errs: list[str] = []
     e = cfg.env
     sp = cfg.selfplay
-    if sp.enabled:
-        if not getattr(envs.family_of(e.name), "two_player", True):
-            errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: "
-                        f"{', '.join(f.name for f in envs.FAMILIES if f.two_player)}")
-        errs += within("selfplay", sp, SELFPLAY_RANGES)
-        if sp.sampling not in SELFPLAY_SAMPLING:
-            errs.append(f"selfplay.sampling: '{sp.sampling}' is not one of {', '.join(SELFPLAY_SAMPLING)}")
-        if sp.drop not in SELFPLAY_DROP:
-            errs.append(f"selfplay.drop: '{sp.drop}' is not one of {', '.join(SELFPLAY_DROP)}")
+    if sp.enabled and not getattr(envs.family_of(e.name), "two_player", True):
+        errs.append(f"selfplay.enabled: self-play needs a two-player game, env.name is '{e.name}'; allowed: "
+                    f"{', '.join(f.name for f in envs.FAMILIES if f.two_player)}")
+    return errs
+
+
+def selfplay_values(sp) -> list[str]:
+    """The selfplay section's ranges and choices, whatever the algorithm and selfplay.enabled: a typo
+    there is refused, not kept in config.yaml until self-play is switched on."""
+    errs = within("selfplay", sp, SELFPLAY_RANGES)
+    if sp.sampling not in SELFPLAY_SAMPLING:
+        errs.append(f"selfplay.sampling: {show(sp.sampling)} is not one of {', '.join(SELFPLAY_SAMPLING)}")
+    if sp.drop not in SELFPLAY_DROP:
+        errs.append(f"selfplay.drop: {show(sp.drop)} is not one of {', '.join(SELFPLAY_DROP)}")
     return errs
 
 

@@ -7,7 +7,7 @@ import importlib.util
 import math
 from typing import Any
 
-from mpippo import envs
+from mpippo import envs, rules
 from mpippo.algos import registry
 from mpippo.config.layout import algorithm
 from mpippo.config.schema import (ALGOS, ARCHS, INITS, WANDB_MODES, Config, EnvConfig, ModelConfig, _closest, file_key,
@@ -58,6 +58,7 @@ def _check_choices(cfg: Config) -> list[str]:
     if cfg.selfplay.enabled and t.algo not in selfplay_algos:
         errs.append(f"selfplay.enabled: self-play runs in the DQN learner layout, training.algo is '{t.algo}'; "
                     f"allowed: {', '.join(selfplay_algos)}")
+    errs += rules.selfplay_values(cfg.selfplay)
     if t.precision not in ("auto", "fp32", "bf16"):
         errs.append(f"training.precision: '{t.precision}' is not one of auto, fp32, bf16")
     if t.adv_norm not in ("minibatch", "rollout"):

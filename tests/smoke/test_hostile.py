@@ -236,6 +236,11 @@ CASES = [
     Case("config-yaml-date-that-does-not-exist", train("--set", "training.seed=2026-02-30"),
          "--set training.seed: a value it cannot read (day is out of range for month)"),
     Case("config-is-a-folder", train("--config", "TMP/dir", files={"dir/x": "x"}), "is a folder; give a YAML file"),
+    # a value of a section the run does not read (self-play's, under PPO) is still a value: a typo refused
+    Case("config-selfplay-choice-under-ppo", train("--config", "configs/toy_cue.yaml", "--set", "selfplay.drop=newest"),
+         "selfplay.drop: 'newest' is not one of oldest, lowest_rated"),
+    Case("config-selfplay-range-under-ppo", train("--config", "configs/toy_cue.yaml", "--set", "selfplay.elo_k=-1"),
+         "selfplay.elo_k: must be in [0, 400], got -1"),
     Case("config-too-large", train("--config", "TMP/c.yaml", files={"c.yaml": "#" * (2 << 20)}),
          "a config is a small YAML file"),
     Case("config-missing", train("--config", "configs/does_not_exist.yaml"), "config file not found"),

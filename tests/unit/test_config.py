@@ -176,6 +176,21 @@ def test_selfplay_needs_dqn_and_a_two_player_game():
     assert any("selfplay.opponent_eps: must be in [0, 1], got 2" in e for e in errs)
 
 
+@pytest.mark.parametrize("config", ["toy_cue.yaml", "dqn_connect4.yaml"])
+def test_the_selfplay_sections_values_are_checked_and_named_where_self_play_is_off(config):
+    """PPO, and DQN without selfplay.enabled: a bad value there is refused as where self-play is on (it
+    stayed in config.yaml until self-play was switched on), and a good one away from its default is
+    named in the start-up warning, which has no effect without self-play."""
+    bad = {"selfplay.sampling": "best", "selfplay.drop": "random", "selfplay.pool_size": 0}
+    errs = errors_of(bad, 3, C.load_yaml(CONFIGS / config))
+    assert [e for e in errs if e.startswith("selfplay.")] == [
+        "selfplay.pool_size: must be >= 1, got 0", "selfplay.sampling: 'best' is not one of latest, uniform, prioritized",
+        "selfplay.drop: 'random' is not one of oldest, lowest_rated"], errs
+    cfg = C.build(C.load_yaml(CONFIGS / config), [("selfplay", "pool_size", 3)], 3)
+    assert "selfplay.enabled is false, so self-play's settings have no effect: selfplay.pool_size=3" in C.ignored_note(cfg)
+    assert C.ignored_note(C.build(C.load_yaml(CONFIGS / "dqn_selfplay.yaml"), [("selfplay", "pool_size", 3)], 3)) is None
+
+
 # ---- the actor-learner sections: ranges, impossible combinations, memory ----
 CONFIGS = C.DEFAULT_CONFIG.parent
 
