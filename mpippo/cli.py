@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from mpippo import config as C
-from mpippo import faults, hostmem, preemption, runctl, runlock
+from mpippo import envs, faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
 from mpippo.files import absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
@@ -42,7 +42,7 @@ def make_parser() -> argparse.ArgumentParser:
                    "with --resume: the run's own config.yaml)")
     p.add_argument("--total-timesteps", type=int, help="env steps over all ranks (training.total_timesteps)")
     p.add_argument("--duration", type=float, metavar="HOURS", help="wall-clock budget in hours (training.duration_hours)")
-    p.add_argument("--num-envs", type=int, help="envs over all ranks, divided evenly (env.num_envs)")
+    p.add_argument("--num-envs", type=int, help="envs over all ranks, divided over them, rounded up (env.num_envs)")
     p.add_argument("--num-envs-per-rank", type=int, help="envs per rank; wins over --num-envs (env.num_envs_per_rank)")
     p.add_argument("--n-steps", type=int, help="rollout length per env (training.n_steps)")
     p.add_argument("--seed", type=int, help="base seed (training.seed)")
@@ -299,7 +299,8 @@ def run(argv: list[str] | None = None, workers: int | None = None) -> tuple[int,
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
-        print(f"mpippo: {verb}: {cfg.training.algo} on {cfg.env.name} ({cfg.env.distribution_mode}), {world.size} rank(s) x "
+        mode = f" ({cfg.env.distribution_mode})" if "distribution_mode" in envs.family(cfg).keys else ""
+        print(f"mpippo: {verb}: {cfg.training.algo} on {cfg.env.name}{mode}, {world.size} rank(s) x "
               f"{cfg.env.num_envs_per_rank} envs x {cfg.training.n_steps} steps = {trainer.batch_size:,} per update, "
               f"{trainer.threads} thread(s)/rank, {placement_words(world, trainer)}, device {trainer.device}, "
               f"{cfg.training.precision} ({trainer.precision_why}){', deterministic' if cfg.training.deterministic and trainer.device.type == 'cuda' else ''}"
@@ -461,10 +462,10 @@ def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[i
 
 def placement_words(world: World, trainer) -> str:
     """Where rank 0 runs, for the start-up line: the cores it may use (its affinity mask), its
-    share of them, and procgen's stepping threads."""
+    share of them, and the threads that step its envs (procgen's, ale-py's; 0: the rank's own)."""
     cores = f"{world.affinity} core(s) in its affinity" + (f", {world.cpu_share} its share" if world.cpu_share !=
                                                            world.affinity else "")
-    return f"rank 0: {cores}, {trainer.env_threads} procgen thread(s)"
+    return f"rank 0: {cores}, {trainer.env_threads} env thread(s)"
 
 
 def print_summary(s: dict, run_dir: Path) -> None:

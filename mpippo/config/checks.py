@@ -90,8 +90,8 @@ def _check_env(cfg: Config) -> list[str]:
                 f"allowed: {envs.allowed_env_names()}"]
     errs = [f"env.{file_key('env', k)}: {show(getattr(e, k))} is read by "
             f"{', '.join(f.name for f in envs.FAMILIES if k in f.keys)} envs only; env.name {show(e.name)} is of "
-            f"the {fam.name} family: remove it" for k in ("kwargs", "imports")
-            if getattr(e, k) != getattr(EnvConfig(), k) and k not in fam.keys]
+            f"the {fam.name} family: remove it" for k in ("kwargs", "imports", "distribution_mode", "num_levels", "start_level")
+            if getattr(e, k) != getattr(EnvConfig(), k) and k not in fam.keys]  # (num_threads: any family's)
     if errs or (errs := fam.check(cfg)):
         return errs
     t = cfg.training

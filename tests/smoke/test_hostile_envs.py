@@ -119,6 +119,12 @@ CASES = [
     Case("gym-kwargs-on-procgen", train(*CARTPOLE, *set_("env.name", "coinrun"), *set_("env.kwargs", "{a: 1}")),
          "env.kwargs: {'a': 1} is read by gymnasium, pettingzoo, atari envs only; env.name 'coinrun' is of the procgen "
          "family"),
+    # Procgen's own keys on another family's env: they were kept in config.yaml and did nothing
+    Case("procgen-mode-on-gym", train(*CARTPOLE, *set_("env.distribution_mode", "hard")),
+         "env.distribution_mode: 'hard' is read by procgen envs only; env.name 'gym:CartPole-v1' is of the gymnasium "
+         "family: remove it"),
+    Case("procgen-levels-on-atari", train(*CARTPOLE, *set_("env.name", "atari:Pong"), *set_("env.num_levels", "200")),
+         "env.num_levels: 200 is read by procgen envs only; env.name 'atari:Pong' is of the atari family: remove it"),
     Case("gym-import-missing", train(*CARTPOLE, *set_("env.import", "no_such_module_here")),
          "env.import: importing 'no_such_module_here' failed (ModuleNotFoundError"),
     Case("gym-import-raises", train(*CARTPOLE, *set_("env.import", "raising_module"), ranks=2,
