@@ -76,6 +76,7 @@ devwheels: venv
 	  libx11-6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0 libpcre2-8-0
 
 evaluate: venv
+	@test -n "$(RUN)" || { echo "mpippo: error: make evaluate: no run under runs/ yet; train one first, or give RUN=<run folder>" >&2; exit 2; }
 	$(BIN)/python -m mpippo.evaluate --checkpoint $(RUN) $(ARGS)
 
 compare: venv

@@ -432,6 +432,11 @@ CASES = [
     Case("atari-throughput-component-seconds", tool("benchmarks/atari_throughput.py", "--component-seconds", "0",
                                                     "--runs", "TMP/r", "--out", "TMP/o"),
          "--component-seconds: 0 is out of range"),
+    # ---- python -m mpippo.config (every key, as YAML or docs/config.md's table) ----
+    Case("config-listing-flag-misspelled", tool("-m", "mpippo.config", "--markdwn"),
+         "config: unrecognized arguments: --markdwn (see python -m mpippo.config --help)"),
+    Case("config-listing-extra-word", tool("-m", "mpippo.config", "markdown"),
+         "config: unrecognized arguments: markdown"),
     # ---- benchmarks/components.py (the ceiling's costs, for any env a config names) ----
     Case("components-env", tool("benchmarks/components.py", "--config", "configs/ppo_atari.yaml", "--env", "atari:Nope"),
          "env.name: 'Nope' is not an ALE game"),
