@@ -21,6 +21,7 @@ import difflib
 import functools
 import importlib
 import inspect
+import os
 import re
 import sys
 import traceback
@@ -236,15 +237,27 @@ class GymFamily(EnvFamily):
 _MUJOCO_SEEN: set[str] | None = None  # MuJoCo's warnings said so far (None: its handler is not set yet)
 
 
-def _mujoco_warnings_to_stderr(eid: str) -> None:
+def _mujoco_warnings_to_stderr(eid: str, render: bool) -> None:
     """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory (a file left in the
     user's folder by every run): for a MuJoCo env they go to stderr instead, each message once per
-    process (the handler is set once)."""
+    process (the handler is set once). MuJoCo's import reads MUJOCO_GL (a cluster's often says
+    osmesa): a backend it cannot load is one line naming it. (Without mujoco, gym.make says so.)"""
     global _MUJOCO_SEEN
     spec = _gym().envs.registry.get(eid)
-    if _MUJOCO_SEEN is not None or spec is None or "mujoco" not in str(spec.entry_point):
+    if spec is None or "mujoco" not in str(spec.entry_point):
         return
-    import mujoco
+    if render:
+        _glfw_context_without_display()
+    if _MUJOCO_SEEN is not None:
+        return
+    try:
+        import mujoco
+    except Exception as e:  # noqa: BLE001 (its GL backend's import may raise anything)
+        if os.environ.get("MUJOCO_GL") is None:
+            return
+        raise UsageError(f"MUJOCO_GL={show(os.environ['MUJOCO_GL'])[:40]}: MuJoCo's import failed with it for "
+                         f"'{eid}' ({reason(e, 120)}); allowed: unset (training renders nothing), or egl, osmesa or "
+                         f"glfw where that library is installed") from None
     _MUJOCO_SEEN = seen = set()
 
     def warn(message: str) -> None:
@@ -254,10 +267,22 @@ def _mujoco_warnings_to_stderr(eid: str) -> None:
     mujoco.set_mju_user_warning(warn)
 
 
+def _glfw_context_without_display() -> None:
+    """Gymnasium's MuJoCo renderer tries GLFW first where MUJOCO_GL is unset; without a display no
+    window is made, and MuJoCo's GLContext, left without its `_context`, prints two tracebacks from
+    its destructor at the process's end: a class default of None makes that destructor do nothing."""
+    try:
+        from mujoco import glfw as mujoco_glfw
+    except Exception:  # noqa: BLE001 (no glfw here: nothing to mend)
+        return
+    if not hasattr(mujoco_glfw.GLContext, "_context"):
+        mujoco_glfw.GLContext._context = None
+
+
 def _make_one(cfg, render: bool = False):
     """One env of the config, or one line naming what went wrong (the user's kwargs or code)."""
     gym, kwargs = _gym(), dict(cfg.env.kwargs)
-    _mujoco_warnings_to_stderr(env_id(cfg.env.name))
+    _mujoco_warnings_to_stderr(env_id(cfg.env.name), render)
     if render:
         kwargs["render_mode"] = "rgb_array"
     with warnings.catch_warnings(record=True) as said:  # (Gymnasium's, e.g. that the id is out of date)

@@ -24,6 +24,19 @@ def test_a_gymnasium_run_resumes_with_fresh_episodes_and_says_so(tmp_path):
     assert metrics(run_dir)["world_size"] == 2 and metrics(run_dir)["total_timesteps"] == 3072
 
 
+def test_a_mujoco_run_plays_on_video_without_a_display_and_without_a_word_from_its_renderer(tmp_path):
+    """evaluate --video of a MuJoCo env where there is no display (a cluster's node): Gymnasium's
+    renderer tries GLFW first and falls back; MuJoCo's half-made GLFW context printed two tracebacks
+    from its destructor at the end ("Exception ignored in ... GLContext.__del__")."""
+    run_dir, video = tmp_path / "run", tmp_path / "hop.mp4"
+    ok(trainer(None, ["--config", "configs/ppo_mujoco.yaml", "--no-progress", "--set", "env.name=gym:Hopper-v5",
+                      "--total-timesteps", "2048", "--set", "logging.tensorboard=false", "--output-dir", str(run_dir)]))
+    res = ok(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "2",
+                  "--video", str(video)], 120, env={"DISPLAY": "", "WAYLAND_DISPLAY": ""}))
+    assert video.stat().st_size > 0 and "video" in res.stdout
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr[-2000:]
+
+
 def test_another_env_argument_is_another_job(tmp_path):
     run_dir = tmp_path / "run"
     ok(trainer(None, [*CARTPOLE, "--total-timesteps", "512", "--output-dir", str(run_dir)]))

@@ -23,16 +23,16 @@ USER = ["--config", "configs/ppo_cartpole.yaml", "--no-progress", "--total-times
         "--set", "env.import=mpippo_user_envs"]
 
 
-def train(*args, ranks=None, files: dict | None = None, path: str = USER_ENVS):
-    """A trainer case with `path` on PYTHONPATH (the user's env module), files written first and
-    TMP/ standing for the case folder."""
+def train(*args, ranks=None, files: dict | None = None, path: str = USER_ENVS, env: dict | None = None):
+    """A trainer case with `path` on PYTHONPATH (the user's env module) and `env`'s variables, files
+    written first and TMP/ standing for the case folder."""
     def setup(tmp, shared):
         for name, data in (files or {}).items():
             (tmp / name).write_text(data)
         argv = [a.replace("TMP/", f"{tmp}/") for a in args]
         if "--output-dir" not in argv and "--resume" not in argv:
             argv += ["--output-dir", f"{tmp}/out"]
-        return ranks, ["run_mpi.py", *argv], {"PYTHONPATH": path.replace("TMP/", f"{tmp}/")}
+        return ranks, ["run_mpi.py", *argv], {"PYTHONPATH": path.replace("TMP/", f"{tmp}/"), **(env or {})}
     return setup
 
 
@@ -93,6 +93,14 @@ CASES = [
     Case("gym-id-out-of-date", train(*CARTPOLE, *set_("env.name", "gym:HalfCheetah-v3")),
          "making 'HalfCheetah-v3' with env.kwargs {} failed (ImportError: The mujoco v2 and v3 based environments have "
          "been moved to the gymnasium-robotics project"),
+    # MuJoCo's import reads MUJOCO_GL (a cluster's profile may set it): a backend it cannot load
+    Case("mujoco-gl-unknown", train("--config", "configs/ppo_mujoco.yaml", *set_("env.name", "gym:Hopper-v5"),
+                                    "--total-timesteps", "4096", ranks=2, env={"MUJOCO_GL": "osmesa2"}),
+         "MUJOCO_GL='osmesa2': MuJoCo's import failed with it for 'Hopper-v5' (RuntimeError: invalid value for "
+         "environment variable MUJOCO_GL: osmesa2); allowed: unset"),
+    Case("mujoco-gl-word", train("--config", "configs/ppo_mujoco.yaml", *set_("env.name", "gym:Walker2d-v5"),
+                                 "--total-timesteps", "4096", env={"MUJOCO_GL": "opengl"}),
+         "MUJOCO_GL='opengl': MuJoCo's import failed with it for 'Walker2d-v5'"),
     Case("gym-empty-id", train("--config", "TMP/c.yaml", "--no-progress", files={"c.yaml": 'env: {name: "gym:"}\n'}),
          "env.name: 'gym:' is not gym:<id> with a Gymnasium id"),
     Case("gym-module-in-id", train(*CARTPOLE, *set_("env.name", "gym:os:system")),
