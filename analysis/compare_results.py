@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import Run, load_runs  # noqa: E402
-from mpippo.toolcli import UsageError, Parser, drawable, output_folder, pyplot, run, save_figure, write_text  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, about, drawable, output_folder, pyplot, run, save_figure, write_text  # noqa: E402
 
 TOOL = "compare_results"
 OUTPUTS = ("comparison.png", "comparison_report.txt")
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="compare_results.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="compare_results.py", description=about(__doc__))
     p.add_argument("runs", nargs="*", type=Path, help="run folders; the first is the baseline")
     p.add_argument("--sequential", type=Path, help="the baseline run (same as giving it first)")
     p.add_argument("--parallel", type=Path, nargs="+", default=[], help="runs to compare against it")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import load_runs  # noqa: E402
-from mpippo.toolcli import Parser, output_file, pyplot, run, save_figure  # noqa: E402
+from mpippo.toolcli import Parser, about, output_file, pyplot, run, save_figure  # noqa: E402
 
 TOOL = "learning_curves"
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="learning_curves.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="learning_curves.py", description=about(__doc__))
     p.add_argument("runs", nargs="+", type=Path)
     p.add_argument("--out", type=Path, default=Path("learning_curves.png"), help="a .png file")
     args = p.parse_args(argv)

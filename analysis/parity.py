@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
 from mpippo.runs import load_runs  # noqa: E402
-from mpippo.toolcli import Parser, panels, output_folder, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
+from mpippo.toolcli import Parser, about, panels, output_folder, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
 
 from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import read_yaml  # noqa: E402
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    p = Parser(prog="parity.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="parity.py", description=about(__doc__))
     p.add_argument("runs", nargs="+", type=Path, help="run folders (their config.yaml names game and variant)")
     p.add_argument("--out", type=Path, default=HERE / "data" / "parity")
     p.add_argument("--reference", type=Path, default=REFERENCE)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.toolcli import Parser, output_folder, panels, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
+from mpippo.toolcli import Parser, about, output_folder, panels, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
 from mpippo.files import NotAFile, is_count, is_number, open_regular, read_json  # noqa: E402
 from mpippo.usage import UsageError  # noqa: E402
 
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="peer_parity.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="peer_parity.py", description=about(__doc__))
     p.add_argument("--data", type=Path, default=HERE / "data" / "mujoco_parity")
     args = p.parse_args(argv)
     runs = load_runs(args.data)

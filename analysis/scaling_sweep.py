@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, number,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, about, check_trainer, count, distinct, number,  # noqa: E402
                      output_folder, ranks_fit, run, run_trainer, shown, write_json, write_text)
 from mpippo.algos import registry  # noqa: E402
 from mpippo.metrics.timers import PHASES  # noqa: E402
@@ -69,7 +69,7 @@ def flat_row(m: dict) -> dict:
 
 
 def make_parser() -> Parser:
-    p = Parser(prog="scaling_sweep.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="scaling_sweep.py", description=about(__doc__))
     p.add_argument("--ranks", type=count(1, MAX_RANKS), nargs="+", default=[1, 2])
     p.add_argument("--mode", choices=("weak", "strong"), default="weak")
     p.add_argument("--config", help="trainer config (default: the trainer's default)")

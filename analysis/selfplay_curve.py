@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, conform, output_file, pyplot, run, save_figure, shown  # noqa: E402
+from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, Parser, about, conform, output_file, pyplot, run, save_figure, shown  # noqa: E402
 
 from mpippo.usage import UsageError  # noqa: E402
 from mpippo.files import METRICS, read_metrics  # noqa: E402
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="selfplay_curve.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="selfplay_curve.py", description=about(__doc__))
     p.add_argument("run_dir", type=Path)
     p.add_argument("--out", type=Path, help="PNG to write (default RUN_DIR/selfplay.png)")
     args = p.parse_args(argv)

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.toolcli import EXIT_USAGE, Parser, UsageError, count  # noqa: E402
+from mpippo.toolcli import EXIT_USAGE, Parser, about, UsageError, count  # noqa: E402
 
 
 def options(argv=None):
-    p = Parser(prog="allreduce_micro.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="allreduce_micro.py", description=about(__doc__))
     p.add_argument("--n", type=count(1, 1 << 28), default=626_256 + 2, help="float32 values (at most 1 GiB)")
     p.add_argument("--calls", type=count(1, 100_000), default=50)
     return p.parse_args(argv)

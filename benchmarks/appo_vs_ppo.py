@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, UsageError, Maybe, Parser, ToolFailure, check_trainer,  # noqa: E402
+from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, UsageError, Maybe, Parser, about, ToolFailure, check_trainer,  # noqa: E402
                      conform, count, number, output_folder, ranks_fit, run, run_trainer, shown, write_json)
 
 from mpippo.checkpoint import latest_path  # noqa: E402
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    p = Parser(prog="appo_vs_ppo.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="appo_vs_ppo.py", description=about(__doc__))
     p.add_argument("--env", default="starpilot")
     p.add_argument("--minutes", type=number(0, 7 * 24 * 60), default=20.0)
     p.add_argument("--ranks", type=count(1, MAX_RANKS - 1), default=2,

@@ -39,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.toolcli import (Parser, ToolFailure, check_trainer, count, number, output_folder, run,  # noqa: E402
+from mpippo.toolcli import (Parser, about, ToolFailure, check_trainer, count, number, output_folder, run,  # noqa: E402
                             run_trainer, write_json)
 from peers import CLEANRL_COMMIT, adapted_script, cleanrl_ready, steady_sps, target_install  # noqa: E402 (peers' set-up)
 import ceiling  # noqa: E402 (this folder's)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="atari_throughput.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="atari_throughput.py", description=about(__doc__))
     p.add_argument("--game", default="Pong", type=game_name, help="an ALE game in CamelCase (Pong, Breakout)")
     p.add_argument("--steps", type=count(1024, 10**8), default=40960, help="env steps per run (a multiple of 1,024)")
     p.add_argument("--who", nargs="+", choices=("mpippo", "cleanrl"), default=["mpippo", "cleanrl"])

@@ -29,7 +29,7 @@ from mpippo import hostmem, launch  # noqa: E402
 from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
 import ceiling  # noqa: E402  (benchmarks/)
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
-from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, ToolFailure, check_trainer, count, distinct,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, about, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, ranks_fit, run)
 from mpippo.toolcli import run_trainer as run_checked  # noqa: E402
 from mpippo.metrics import tags  # noqa: E402
@@ -119,7 +119,7 @@ def allreduce_seconds(ranks: int) -> float:
 
 
 def make_parser() -> Parser:
-    p = Parser(prog="bench.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="bench.py", description=about(__doc__))
     p.add_argument("--ranks", type=count(1, MAX_RANKS), nargs="+", default=[1, 2])
     p.add_argument("--env", default="coinrun", choices=PROCGEN_GAMES, metavar="GAME", help="a Procgen game")
     p.add_argument("--envs-per-rank", type=count(1), default=32, help="default: the default job (64 envs) on 2 ranks")

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
 from mpippo import launch  # noqa: E402
 from mpippo.machine import describe  # noqa: E402
-from mpippo.toolcli import MAX_RANKS, UsageError, Parser, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
+from mpippo.toolcli import MAX_RANKS, UsageError, Parser, about, check_trainer, count, distinct, ranks_fit, run_trainer  # noqa: E402
 from mpippo.toolcli import run as run_tool  # noqa: E402
 
 TOOL = "bench_dqn"
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="bench_dqn.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="bench_dqn.py", description=about(__doc__))
     p.add_argument("--env", choices=sorted(CONFIGS), default="procgen", help="the family (its shipped DQN config)")
     p.add_argument("--actors", type=count(1, MAX_RANKS - 1), nargs="+", default=[1, 2, 3])
     p.add_argument("--envs-per-actor", type=count(1), default=8)

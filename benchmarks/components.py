@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mpippo import hostmem, preemption, runctl  # noqa: E402
 from mpippo.errors import in_users_code_since, say_last  # noqa: E402
 from mpippo.metrics.timers import Stopwatch  # noqa: E402
-from mpippo.toolcli import (EXIT_FAILURE, EXIT_STOPPED, Parser, check_trainer, count, first_stop, number, run,  # noqa: E402
+from mpippo.toolcli import (EXIT_FAILURE, EXIT_STOPPED, Parser, about, check_trainer, count, first_stop, number, run,  # noqa: E402
                             signal_words, stopped_line)
 from ceiling import MAX_ENVS, MAX_MINIBATCH  # noqa: E402 (this folder's: the bounds the benches check first)
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="components.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="components.py", description=about(__doc__))
     p.add_argument("--config", type=Path, help="the run's config: its env, network and n_epochs (default: the "
                    "trainer's, configs/ppo_procgen.yaml)")
     p.add_argument("--env", help="env.name instead of the config's: a Procgen game, atari:<Game>")

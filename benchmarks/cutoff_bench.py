@@ -22,14 +22,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # results_file: the repository on the path
 from results_file import check_out, write_result  # noqa: E402
 from mpippo import launch  # noqa: E402
-from mpippo.toolcli import (ROOT, Parser, check_trainer, count, distinct, number, ranks_fit, run,  # noqa: E402
+from mpippo.toolcli import (ROOT, Parser, about, check_trainer, count, distinct, number, ranks_fit, run,  # noqa: E402
                             run_trainer)
 
 TOOL = "benchmarks/cutoff_bench.py"
 
 
 def make_parser() -> Parser:
-    p = Parser(prog=TOOL, description=__doc__.splitlines()[0])
+    p = Parser(prog=TOOL, description=about(__doc__))
     p.add_argument("--ranks", type=count(2, 64, "a whole number of ranks from 2"), default=2)
     p.add_argument("--slow", type=number(0, 10, lo_open=False, what="a slowdown factor"), nargs="+",
                    default=[0.0, 0.3, 0.5], help="slowdowns of the last rank (0.3: 30%%)")

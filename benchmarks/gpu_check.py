@@ -69,7 +69,7 @@ sys.path.insert(0, str(ROOT))
 from results_file import check_out, result_path  # noqa: E402  (benchmarks/)
 from mpippo import launch  # noqa: E402
 from mpippo.checkpoint import latest_path, load_checkpoint  # noqa: E402
-from mpippo.toolcli import (UsageError, Parser, ToolFailure, count, number, output_file, run, run_trainer,  # noqa: E402
+from mpippo.toolcli import (UsageError, Parser, about, ToolFailure, count, number, output_file, run, run_trainer,  # noqa: E402
                             write_json)
 
 TOOL = "gpu-check"
@@ -298,7 +298,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    p = Parser(prog="gpu_check.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="gpu_check.py", description=about(__doc__))
     p.add_argument("--dry-run", action="store_true",
                    help="the same steps on the CPU with tiny budgets, on toy-cue instead of procgen")
     p.add_argument("--out", type=Path, default=None,

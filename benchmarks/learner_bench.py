@@ -40,7 +40,7 @@ from mpippo import hostmem  # noqa: E402
 
 ALLOCATOR = hostmem.configure()  # as a trainer does, before torch allocates
 
-from mpippo.toolcli import UsageError, Parser, check_trainer, count, distinct_outputs, number, output_file, run, write_bytes, write_text  # noqa: E402
+from mpippo.toolcli import UsageError, Parser, about, check_trainer, count, distinct_outputs, number, output_file, run, write_bytes, write_text  # noqa: E402
 
 TOOL = "learner_bench"
 OBS = (64, 64, 3)  # procgen frames
@@ -322,7 +322,7 @@ def _main(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    p = Parser(prog="learner_bench.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="learner_bench.py", description=about(__doc__))
     p.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
     p.add_argument("--what", nargs="+", default=["dqn", "dqn_atari", "appo", "profile"], choices=ORDER)
     p.add_argument("--dqn-batch", type=count(1, 1 << 16), default=512)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
+from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, about, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
                             distinct, number, output_folder, ranks_fit, run, seed, shown, stops_held)
 from mpippo.launch import die_with_parent  # noqa: E402
 
@@ -165,7 +165,7 @@ def _run_queue(todo, parallel, stop_after, running) -> int:
 
 
 def make_parser() -> Parser:
-    p = Parser(prog="benchmarks/parity.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="benchmarks/parity.py", description=about(__doc__))
     p.add_argument("--games", nargs="+", default=list(BUDGETS), choices=sorted(BUDGETS))
     p.add_argument("--seeds", nargs="+", type=seed, default=[1, 2])
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))

@@ -55,7 +55,7 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
-from mpippo.toolcli import (EXIT_STOPPED, Parser, RunStopped, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
+from mpippo.toolcli import (EXIT_STOPPED, Parser, about, RunStopped, Stopped, ToolFailure, check_trainer, count,  # noqa: E402
                             output_file, output_folder, run, run_trainer, shown, write_bytes)
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
 from mpippo.checkpoint import latest_path  # noqa: E402
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="peer_parity.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="peer_parity.py", description=about(__doc__))
     p.add_argument("--family", required=True, choices=sorted(FAMILIES))
     p.add_argument("--envs", nargs="+", help="Gymnasium ids (mujoco) or ALE games (atari); default: the family's")
     p.add_argument("--seeds", nargs="+", type=count(0, 2**31 - 1), default=[1, 2])

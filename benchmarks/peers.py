@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mpippo, without an install
 from mpippo.envs.procgen import GAMES as PROCGEN_GAMES  # noqa: E402
 from mpippo.files import atomic_write_bytes, read_bytes, read_text  # noqa: E402
-from mpippo.toolcli import Parser, ToolFailure, count, run  # noqa: E402
+from mpippo.toolcli import Parser, about, ToolFailure, count, run  # noqa: E402
 from mpippo.usage import UsageError, reason  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    p = Parser(prog="peers.py", description=__doc__.splitlines()[0])
+    p = Parser(prog="peers.py", description=about(__doc__))
     p.add_argument("--iterations", type=count(1, 100), default=2, help="of 64 envs x 256 steps; the first is warm-up")
     p.add_argument("--env", default="coinrun", choices=PROCGEN_GAMES, metavar="GAME", help="a Procgen game")
     p.add_argument("--thp", action="store_true", help="also give the peer THP_MEM_ALLOC_ENABLE=1 (not stock)")

@@ -298,6 +298,8 @@ def run(argv: list[str] | None = None, workers: int | None = None) -> tuple[int,
     if world.is_root:
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
+        if (over := budget_note(cfg, trainer.global_step, trainer.batch_size)) is not None:
+            print(f"mpippo: note: {over}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
         mode = f" ({cfg.env.distribution_mode})" if "distribution_mode" in envs.family(cfg).keys else ""
         print(f"mpippo: {verb}: {cfg.training.algo} on {cfg.env.name}{mode}, {world.size} rank(s) x "
@@ -458,6 +460,19 @@ def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[i
     if world.is_root and result.stop_reason != "done":
         print(f"mpippo: {runctl.STOP_WHY[result.stop_reason]}", flush=True)
     return result.exit_code, summary
+
+
+def budget_note(cfg: C.Config, done: int, batch: int) -> str | None:
+    """The sync layout trains whole updates: a budget that is not a whole number of them from here ends
+    past it, said at start (a budget below one update ran it once, 16,384 steps for 2,048, without a
+    word). None where it is whole, reached already, or the balanced cut-off varies the update's size."""
+    t = cfg.training
+    left = t.total_timesteps - done
+    if left <= 0 or left % batch == 0 or t.rollout_cutoff is not None or t.duration_hours is not None:
+        return None
+    updates = -(-left // batch)
+    return (f"training.total_timesteps {t.total_timesteps:,} is not a whole number of updates of {batch:,} env steps "
+            f"(envs x n_steps) from {done:,}: the run ends at {done + updates * batch:,}, after {updates:,} update(s)")
 
 
 def placement_words(world: World, trainer) -> str:

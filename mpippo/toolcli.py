@@ -55,6 +55,12 @@ def Parser(**kwargs) -> _Parser:
     return _Parser(what="", **kwargs)
 
 
+def about(doc: str) -> str:
+    """A tool's --help description: its docstring's first paragraph, whole (a first line alone may stop
+    mid-sentence)."""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
 class ToolFailure(RuntimeError):
     """A run or a write that failed after every check passed: one line, exit 1."""
 

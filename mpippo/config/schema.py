@@ -74,7 +74,7 @@ class ModelConfig:
 @dataclass
 class TrainingConfig:
     algo: str = _f("ppo", registry.help_text())
-    total_timesteps: int = _f(25_000_000, "Env steps over all ranks; the run ends when reached (or at duration_hours).")
+    total_timesteps: int = _f(25_000_000, "Env steps over all ranks; the run ends when reached (or at duration_hours). The sync layout trains whole updates (envs x n_steps): a budget between two ends at the next, said at start.")
     duration_hours: Optional[float] = _f(None, "Wall-clock budget in hours (timed training); null = none.")
     seed: int = _f(1, "Base seed; rank r uses derived seeds, so a run is reproducible for a given seed and world size.")
     n_steps: int = _f(256, "Steps per env per rollout. batch_size = num_envs * n_steps.")

@@ -184,6 +184,20 @@ def test_envs_that_do_not_divide_round_up_and_say_so(tmp_path):
     assert (cfg["env"]["num_envs"], cfg["env"]["num_envs_per_rank"]) == (64, 32)
 
 
+def test_a_budget_between_two_updates_ends_at_the_next_and_says_so_at_start(tmp_path):
+    """The sync layout trains whole updates: 1,500 steps of toy-cue's 1,024-step update end at 2,048,
+    said at start (not only in the summary, '2,048 of 1,500'); a whole budget says nothing, and a
+    resume counts from where it is."""
+    run_dir = tmp_path / "run"
+    res = ok(trainer(None, ["--config", "configs/toy_cue.yaml", "--total-timesteps", "1500", "--no-progress",
+                            "--output-dir", str(run_dir)]))
+    assert ("note: training.total_timesteps 1,500 is not a whole number of updates of 1,024 env steps (envs x "
+            "n_steps) from 0: the run ends at 2,048, after 2 update(s)") in res.stdout
+    assert metrics(run_dir)["total_timesteps"] == 2048
+    res = ok(trainer(None, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "4096", "--no-progress"]))
+    assert "whole number of updates" not in res.stdout and metrics(run_dir)["total_timesteps"] == 4096
+
+
 def test_existing_run_is_never_overwritten(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

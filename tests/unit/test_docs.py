@@ -72,3 +72,17 @@ def test_the_tensorboard_tags_are_what_the_code_generates():
     from mpippo.metrics import tags
     assert _between("outputs.md", "tags") == tags.doc().rstrip("\n"), \
         "docs/outputs.md's tag table is stale: replace it with mpippo.metrics.tags.doc()"
+
+
+def test_every_tools_help_opens_with_whole_sentences():
+    """A tool's --help description is its docstring's first paragraph (toolcli.about): a first line
+    alone stopped mid-sentence ("..., by how much, and")."""
+    import ast
+    tools = sorted([*ROOT.glob("analysis/*.py"), *ROOT.glob("benchmarks/*.py")])
+    for path in tools:
+        text = path.read_text()
+        assert "description=__doc__.splitlines()[0]" not in text, path.name
+        if "description=about(__doc__)" in text:
+            from mpippo.toolcli import about
+            said = about(ast.get_docstring(ast.parse(text)))
+            assert said.rstrip(")").endswith((".", "?", ":")) and len(said) < 600, (path.name, said[-80:])
