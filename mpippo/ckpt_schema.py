@@ -233,6 +233,8 @@ def check_learner(state: dict, net) -> None:  # the actor-learner layout (layout
     counters = mapping(state["counters"], "counters", ("updates", "episodes", "transitions", "lag_sum", "lag_n"))
     for k, v in counters.items():
         int_(v, f"counters.{k}")
+    if "resumes" in state:  # (checkpoints before 2026-12 lack it: 0 resumes)
+        int_(state["resumes"], "resumes")
     for i, x in enumerate(seq(state["ret_window"], "ret_window")[:100]):
         num(x, f"ret_window[{i}]")
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mpippo import ckpt_schema as schema
 from mpippo import envs
 from mpippo.metrics import tags
 
@@ -128,6 +129,8 @@ class OpponentPool:
             if wdl.sum():
                 out[name] = float((wdl[0] + 0.5 * wdl[1]) / wdl.sum())
         return out
+
+    STATE = ("members", "next_id", "learner_rating", "heuristics", "dropped")  # state_dict's keys (checked: check_state)
 
     def state_dict(self) -> dict:
         return {"members": [dict(m, params=m["params"].copy(), wdl=m["wdl"].copy()) for m in self.members],
@@ -337,6 +340,17 @@ class LearnerHook:
 
     def state_dict(self) -> dict:
         return {"pool": self.pool.state_dict(), "ratings": list(self.ratings)}
+
+    @staticmethod
+    def check_state(st, net) -> None:
+        """What state_dict wrote, as a checkpoint holds it (its `selfplay` entry), before it is loaded:
+        the keys, and each member's weights of the network's size (ckpt_schema's primitives)."""
+        sp = schema.mapping(st, "selfplay", ("pool", "ratings"))
+        pool = schema.mapping(sp["pool"], "selfplay.pool", OpponentPool.STATE)
+        n_params = sum(p.numel() for p in net.parameters())
+        for i, m in enumerate(schema.seq(pool["members"], "selfplay.pool.members")):
+            schema.mapping(m, f"selfplay.pool.members[{i}]", ("id", "params", "wdl"))
+            schema.array(m["params"], f"selfplay.pool.members[{i}].params", "f", (n_params,))
 
     def load_state_dict(self, st: dict) -> str:
         self.pool.load_state_dict(st["pool"])

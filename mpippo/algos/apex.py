@@ -31,6 +31,7 @@ from mpippo.algos.policy_gradient import autocast
 from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
 from mpippo.errors import NonFiniteError
 from mpippo.metrics import tags
+from mpippo.selfplay import LearnerHook
 
 REPLAY_FILE = "replay.npz"
 
@@ -266,13 +267,7 @@ class ApeX:
         schema.need(state.get("replay_file") in (None, REPLAY_FILE), "replay_file", f"expected null or '{REPLAY_FILE}' "
                     f"(a file beside the checkpoint), got {schema.show(state.get('replay_file'))}")
         if "selfplay" in state:
-            sp = schema.mapping(state["selfplay"], "selfplay", ("pool", "ratings"))
-            pool = schema.mapping(sp["pool"], "selfplay.pool", ("members", "next_id", "learner_rating", "heuristics",
-                                                                 "dropped"))
-            n_params = sum(p.numel() for p in net.parameters())
-            for i, m in enumerate(schema.seq(pool["members"], "selfplay.pool.members")):
-                schema.mapping(m, f"selfplay.pool.members[{i}]", ("id", "params", "wdl"))
-                schema.array(m["params"], f"selfplay.pool.members[{i}].params", "f", (n_params,))
+            LearnerHook.check_state(state["selfplay"], net)
 
 
 class ApeXActing:
