@@ -24,7 +24,7 @@ from mpippo.runs import load_runs  # noqa: E402
 from mpippo.toolcli import Parser, about, panels, output_folder, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
 
 from mpippo.usage import UsageError  # noqa: E402
-from mpippo.files import read_yaml  # noqa: E402
+from mpippo.files import RUN_CONFIG, read_yaml  # noqa: E402
 from mpippo.suite.reference import REFERENCE, reference_curves  # noqa: E402
 
 TOOL = "parity"
@@ -40,7 +40,7 @@ def variant(run) -> str:
     if run.config is None:
         raise UsageError(f"'{shown(run.path)}' has no config.yaml; parity groups runs by their config")
     cfg = run.config.training  # checked (runs.load_runs); the raw file tells which keys it holds
-    path = run.path / "config.yaml" if (run.path / "config.yaml").exists() else run.path.parent / "config.yaml"
+    path = run.path / RUN_CONFIG if (run.path / RUN_CONFIG).exists() else run.path.parent / RUN_CONFIG
     t = {k: getattr(cfg, k) for k in read_yaml(path, "run config").get("training") or {} if hasattr(cfg, k)}
     name = t.get("precision", "fp32")
     old = [f"{k} {t.get(k, 'rollout')}" for k, default in (("adv_norm", "minibatch"), ("reward_norm", "step"))

@@ -23,8 +23,9 @@ sys.path.insert(0, str(ROOT))
 from mpippo.toolcli import (COUNT, MAX_RANKS, NUMBER, UsageError, Maybe, Parser, about, ToolFailure, check_trainer,  # noqa: E402
                      conform, count, number, output_folder, ranks_fit, run, run_trainer, shown, write_json)
 
+from mpippo.config import agent_folder  # noqa: E402
 from mpippo.checkpoint import latest_path  # noqa: E402
-from mpippo.files import METRICS, read_metrics, read_run_config  # noqa: E402
+from mpippo.files import METRICS, RUN_CONFIG, read_metrics, read_run_config  # noqa: E402
 from mpippo.runlock import LOCK_NAME  # noqa: E402
 
 TOOL = "appo_vs_ppo"
@@ -42,7 +43,7 @@ def fresh_args(config: str, args) -> list[str]:
 
 
 def checkpoint_of(folder: Path) -> Path | None:
-    return next((p for p in (latest_path(folder), latest_path(folder / "agent_0"))
+    return next((p for p in (latest_path(folder), latest_path(agent_folder(folder, 0, 2)))
                  if p.is_file()), None)
 
 
@@ -78,7 +79,7 @@ def check_run(name: str, ranks: int, config: str, args, folder: Path) -> None:
         return
     if checkpoint_of(folder):
         read_run_config(folder)
-        check_trainer(["--config", str(folder / "config.yaml")], ranks, f"{name} (resumed)")
+        check_trainer(["--config", str(folder / RUN_CONFIG)], ranks, f"{name} (resumed)")
         return
     if folder.is_dir() and any(p.name != LOCK_NAME for p in folder.iterdir()):
         raise UsageError(f"--root: '{shown(folder)}' holds an unfinished {name} run without a checkpoint to resume "

@@ -32,6 +32,7 @@ from results_file import check_out, write_result  # noqa: E402  (benchmarks/)
 from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, about, ToolFailure, check_trainer, count, distinct,  # noqa: E402
                      number, ranks_fit, run)
 from mpippo.toolcli import run_trainer as run_checked  # noqa: E402
+from mpippo.files import LOGS  # noqa: E402
 from mpippo.metrics import tags  # noqa: E402
 from mpippo.metrics.timers import PHASES  # noqa: E402
 
@@ -95,7 +96,7 @@ def memory_growth(args, out_dir: Path) -> dict:
     m = MEMORY_RUN
     run_trainer(m["ranks"], args, out_dir, envs_per_rank=m["envs_per_rank"], n_steps=m["n_steps"],
                 iterations=args.memory_iterations, tensorboard=True)
-    acc = EventAccumulator(str(out_dir / "logs"))
+    acc = EventAccumulator(str(out_dir / LOGS))
     acc.Reload()
     curve = [e.value for e in acc.Scalars(tags.chart("peak_rss_mb_max_rank"))]
     half = len(curve) // 2

@@ -32,7 +32,7 @@ from mpippo.toolcli import (MAX_RANKS, UsageError, Parser, about, Stopped, ToolF
 from mpippo.launch import die_with_parent  # noqa: E402
 
 from mpippo.checkpoint import latest_path  # noqa: E402
-from mpippo.files import METRICS, check_appendable, open_append, read_metrics, read_run_config  # noqa: E402
+from mpippo.files import LOGS, METRICS, RUN_CONFIG, check_appendable, open_append, read_metrics, read_run_config  # noqa: E402
 from mpippo.runlock import LOCK_NAME  # noqa: E402
 
 TOOL = "benchmarks/parity"
@@ -49,8 +49,8 @@ def keep(run_dir: Path) -> Path:
     tmp, old = KEEP / f".{run_dir.name}.new", KEEP / f".{run_dir.name}.old"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(run_dir / "logs", tmp / "logs")
-        for name in (METRICS, "config.yaml"):
+        shutil.copytree(run_dir / LOGS, tmp / LOGS)
+        for name in (METRICS, RUN_CONFIG):
             shutil.copy2(run_dir / name, tmp / name)
         with stops_held():  # the kept copy set aside, the new one in its place: never neither
             shutil.rmtree(old, ignore_errors=True)
@@ -189,13 +189,13 @@ def check_run(run_dir: Path, game: str, seed_: int, args) -> None:
     check_appendable(run_dir.parent / f"{run_dir.name}.log", "the run's console log")  # (--parallel writes it)
     if (run_dir / METRICS).exists() and read_metrics(run_dir).get("finished"):
         read_run_config(run_dir)
-        if not (run_dir / "logs").is_dir():
+        if not (run_dir / LOGS).is_dir():
             raise UsageError(f"'{shown(run_dir)}' finished but has no logs/ folder to keep")
         return
     argv = trainer_args(run_dir, game, seed_, args)
     if "--resume" in argv:  # the trainer reads the run's own config.yaml: checked as it will read it
         read_run_config(run_dir)
-        argv = ["--config", str(run_dir / "config.yaml"), *[a for a in argv if a != "--resume"]]
+        argv = ["--config", str(run_dir / RUN_CONFIG), *[a for a in argv if a != "--resume"]]
     elif run_dir.is_dir() and any(p.name != LOCK_NAME for p in run_dir.iterdir()):
         raise UsageError(f"'{shown(run_dir)}' holds an unfinished run without a checkpoint to resume from; "
                           f"move it away to start {game} seed {seed_} afresh")

@@ -60,7 +60,7 @@ from mpippo.toolcli import (EXIT_STOPPED, Parser, about, RunStopped, Stopped, To
 import atari_throughput  # noqa: E402 (this folder's: CleanRL's Atari script and EnvPool)
 from mpippo.checkpoint import latest_path  # noqa: E402
 from mpippo import files, runlock  # noqa: E402
-from mpippo.files import read_json  # noqa: E402
+from mpippo.files import LOGS, read_json  # noqa: E402
 from mpippo.usage import UsageError, file_kind  # noqa: E402
 from mpippo.envs.gym import unknown_id  # noqa: E402
 from peers import adapted_script, cleanrl_ready, sps_lines, target_install  # noqa: E402 (the peers' set-up)
@@ -195,7 +195,7 @@ def run_mpippo(fam: Family, env: str, seed: int, steps: int, folder: Path, preci
     t0 = time.monotonic()
     metrics = run_trainer(ranks, argv, folder, ("mpippo's Ape-X DQN" if apex else "mpippo") + f" on {env}", timeout=12 * 3600,
                           resume="the same command resumes it")
-    steps_, returns, _ = read_curve(folder / "logs")
+    steps_, returns, _ = read_curve(folder / LOGS)
     curve = [(int(a), float(b)) for a, b in zip(steps_, returns)]
     return {"wall_s": time.monotonic() - t0, "steps_per_s": metrics["fps_steady"], "curve": curve,
             "final_return": metrics["episode_return_mean"], "episodes": metrics["episodes"],

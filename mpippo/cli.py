@@ -26,7 +26,7 @@ import yaml
 from mpippo import config as C
 from mpippo import envs, faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
-from mpippo.files import absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
+from mpippo.files import RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
 from mpippo.errors import JobFailure, in_users_code_since, say_last
@@ -188,7 +188,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         if run_dir.is_dir():  # first: a run still training there may not have written its checkpoint yet
             _lock(run_dir, start)
         _not_inside_a_live_run(run_dir)
-        if not latest_path(run_dir / "agent_0").is_file():  # several DQN agents: one folder each
+        if not latest_path(C.agent_folder(run_dir, 0, 2)).is_file():  # several agents (DQN, APPO): one folder each
             require_checkpoint(latest_path(run_dir))
         return run_dir
     if run_dir.exists() and not run_dir.is_dir():  # (a file, a device: /dev/null)
@@ -377,8 +377,8 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
     Returns (config, a note when the envs that run differ from those asked for)."""
     cfg = note = errors = None
     try:
-        if args.config is None and args.resume and (run_dir / "config.yaml").is_file():
-            data = C.with_earlier_defaults(C.load_yaml(run_dir / "config.yaml", ours=True))  # the run's own, as it ran
+        if args.config is None and args.resume and (run_dir / RUN_CONFIG).is_file():
+            data = C.with_earlier_defaults(C.load_yaml(run_dir / RUN_CONFIG, ours=True))  # the run's own, as it ran
             C.check_saved_imports(data, overrides)
         else:
             data = C.load_yaml(args.config or C.DEFAULT_CONFIG)
@@ -439,7 +439,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
 
 def _write_config(run_dir: Path, cfg: C.Config) -> None:
     try:
-        atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
+        atomic_write_bytes(run_dir / RUN_CONFIG, yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
         if not C.actor_learner(cfg):  # (a learner makes its agent's folder)
             checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -29,7 +29,7 @@ from mpippo import config as C
 from mpippo import faults, launch, preemption, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
-from mpippo.files import METRICS, absolute, atomic_write_json, file_mode
+from mpippo.files import METRICS, RUN_CONFIG, absolute, atomic_write_json, file_mode
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
@@ -346,7 +346,7 @@ def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
         return
     out, ckpt = toolcli.real(path), toolcli.real(checkpoint)
     in_run = ckpt.parent.name == CHECKPOINTS
-    run_files = {ckpt.parent.parent / METRICS, ckpt.parent.parent / "config.yaml"} if in_run else set()
+    run_files = {ckpt.parent.parent / METRICS, ckpt.parent.parent / RUN_CONFIG} if in_run else set()
     if out == ckpt or (in_run and out.parent == ckpt.parent) or out in run_files:
         raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files "
                             f"({'the checkpoint' if out == ckpt else out.name}); give another name")

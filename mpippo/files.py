@@ -35,6 +35,8 @@ from mpippo.usage import file_kind
 MAX_JSON_BYTES = 64 << 20  # our JSON files are kilobytes (a long sweep: a few MB); more is not one of ours
 LOG_LIMIT = 4 << 30  # a peer's console log read back whole: a line per episode over up to 10**9 steps
 METRICS = "benchmark_metrics.json"
+RUN_CONFIG = "config.yaml"  # the config a run ran with (cli writes it; a resume and the tools read it)
+LOGS = "logs"  # its TensorBoard event files (metrics/sinks.py)
 
 
 # ---- writing ----
@@ -288,7 +290,7 @@ def read_yaml(path: str | Path, what: str) -> dict:
 
 def read_run_config(folder: str | Path):
     """A run folder's config.yaml as a Config (types checked; values as that run resolved them)."""
-    path = Path(folder) / "config.yaml"
+    path = Path(folder) / RUN_CONFIG
     data = C.with_earlier_defaults(read_yaml(path, "run config"))
     errors: list[str] = []
     cfg = C.from_dict(data, errors)

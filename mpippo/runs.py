@@ -16,7 +16,7 @@ import numpy as np
 
 from mpippo.usage import UsageError, reason
 from mpippo.metrics.tags import chart, readable
-from mpippo.files import METRICS, not_utf8, read_metrics, read_run_config
+from mpippo.files import LOGS, METRICS, RUN_CONFIG, not_utf8, read_metrics, read_run_config
 from mpippo.toolcli import COUNT, NUMBER, TEXT, Maybe, conform, shown
 
 
@@ -143,7 +143,7 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def run_config(folder: Path, top: Path):
     """The run's config.yaml as a Config (a multi-agent run keeps it at its top), or None when there is none."""
     for f in (folder, top):
-        if (f / "config.yaml").exists() or (f / "config.yaml").is_symlink():
+        if (f / RUN_CONFIG).exists() or (f / RUN_CONFIG).is_symlink():
             return read_run_config(f)
     return None
 
@@ -179,6 +179,6 @@ def load_runs(path: str | Path) -> list[Run]:
         except UsageError as e:
             raise NotARun(e.errors[0]) from None
         name = path.name if f == path else f"{path.name}/{f.name}"
-        steps, returns, wall = read_curve(f / "logs")
+        steps, returns, wall = read_curve(f / LOGS)
         runs.append(Run(f, name, metrics, cfg.training.duration_hours if cfg else None, cfg, steps, returns, wall))
     return runs

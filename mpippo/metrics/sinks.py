@@ -14,7 +14,7 @@ import stat
 import sys
 from pathlib import Path
 
-from mpippo.files import atomic_write_bytes
+from mpippo.files import LOGS, atomic_write_bytes
 from mpippo.rules import show
 from mpippo.usage import UsageError
 
@@ -31,7 +31,7 @@ class Sinks:
         if cfg.logging.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             # purge_step drops points past the resume step, so a resumed run has no duplicates
-            self.tb = SummaryWriter(str(Path(run_dir) / "logs"), purge_step=purge_step)
+            self.tb = SummaryWriter(str(Path(run_dir) / LOGS), purge_step=purge_step)
         if cfg.logging.wandb != "off":
             self.wb = wandb_run or WandbStart(cfg, Path(run_dir)).run
 

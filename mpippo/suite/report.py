@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mpippo import config as C
-from mpippo.files import atomic_write_bytes, read_run_config
+from mpippo.files import RUN_CONFIG, atomic_write_bytes, read_run_config
 from mpippo import envs
 from mpippo.suite import state
 from mpippo.suite.reference import REFERENCE, reference_curves
@@ -71,7 +71,7 @@ def collect(suite: Suite) -> tuple[list[dict], list[str]]:
                      "return": ret, "normalized": normalized(m.game, suite.distribution_mode, ret),
                      "folder": str(m.folder),
                      "differs": differs_from_default(suite, read_run_config(m.folder).to_dict())
-                     if (m.folder / "config.yaml").is_file() else []})
+                     if (m.folder / RUN_CONFIG).is_file() else []})
     return rows, missing
 
 

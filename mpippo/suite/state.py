@@ -77,9 +77,9 @@ def mismatch(suite: Suite, member: Member, m: dict | None = None) -> str | None:
         return "is a file, not a run folder"
     m = metrics(member) if m is None else m
     found = []
-    if (folder / "config.yaml").exists() or (folder / "config.yaml").is_symlink():
+    if (folder / files.RUN_CONFIG).exists() or (folder / files.RUN_CONFIG).is_symlink():
         cfg = files.read_run_config(folder)
-        found.append(("config.yaml", canonical_env_name(cfg.env.name), cfg.env.distribution_mode,
+        found.append((files.RUN_CONFIG, canonical_env_name(cfg.env.name), cfg.env.distribution_mode,
                       cfg.training.algo, cfg.training.seed, cfg.training.total_timesteps))
     if "env" in m or "algo" in m:
         found.append((files.METRICS, m.get("env", member.game), None, m.get("algo", suite.algos.get(member.variant)),
