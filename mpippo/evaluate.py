@@ -37,7 +37,6 @@ from mpippo.preemption import EXIT_FAILURE, EXIT_STOPPED, EXIT_USAGE
 from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
-from mpippo.envs.connect4 import rgb_frame
 from mpippo.errors import EnvFailure, in_users_code_since, say_last
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
@@ -128,23 +127,12 @@ def make_actor(net, algo: str, deterministic: bool, generator, obs_rms: dict | N
 ENV_KEYS = {C.file_key("env", f.name) for f in dataclasses.fields(C.EnvConfig)}
 
 
-def env_config(state: dict, levels: str) -> tuple[C.Config, list[str]]:
-    """The run's env settings, moved to unseen levels for --levels test; and notes for the reader."""
-    env, notes = dict(state["config"]["env"]), []
-    if levels == "test":
-        if env["num_levels"] == 0:
-            notes.append("the run trained on unlimited levels, so train and test levels are the same distribution")
-        env["start_level"], env["num_levels"] = env["start_level"] + env["num_levels"], 0
+def env_config(state: dict) -> C.Config:
+    """The run's env settings (its family moves them to held-out levels for --levels test)."""
+    env = state["config"]["env"]
     errors: list[str] = []  # only the env and guards sections matter here; the run checked them when it started
-    cfg = C.from_dict({"env": {k: v for k, v in env.items() if k in ENV_KEYS},  # (a value a hand-edited file
-                       "guards": state["config"].get("guards")}, errors)          # spoiled: its default)
-    return cfg, notes
-
-
-def board(frame) -> bool:
-    """A two-player game's observation of two planes (H, W, 2), drawn as a board; other observations
-    (a picture of the game's own, (H, W, 3)) are recorded as they are."""
-    return isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] == 2
+    return C.from_dict({"env": {k: v for k, v in env.items() if k in ENV_KEYS},  # (a value a hand-edited file
+                        "guards": state["config"].get("guards")}, errors)         # spoiled: its default)
 
 
 def check_render(cfg: C.Config) -> None:
@@ -153,9 +141,7 @@ def check_render(cfg: C.Config) -> None:
     env = None
     try:
         env = make_env(cfg, 1, seed=0, render=True)
-        frame = env.render() if hasattr(env, "render") else env.observe()[1][0]
-        if envs.family(cfg).two_player and board(frame):
-            frame = rgb_frame(frame)  # a board's planes, drawn as Video records them
+        frame = envs.family(cfg).picture(env.render() if hasattr(env, "render") else env.observe()[1][0])
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
             raise ValueError(f"its frame is {type(frame).__name__} {getattr(frame, 'shape', '')}, not (H, W, 3) uint8")
     except C.UsageError:
@@ -233,8 +219,9 @@ class Video:
     failure to encode (the disk, ffmpeg, a frame of another size) ends the recording, not the
     evaluation: `finish` says why, after the results are printed."""
 
-    def __init__(self, path: Path, two_player: bool = False, fps: int = 15, scale: int | None = None):
-        self.path, self.two_player, self.fps, self.scale = path, two_player, fps, scale
+    def __init__(self, path: Path, picture=None, fps: int = 15, scale: int | None = None):
+        """picture: an observation -> the RGB picture recorded (the env family's: a board drawn)."""
+        self.path, self.picture, self.fps, self.scale = path, picture or (lambda frame: frame), fps, scale
         self.frames, self.error, self._writer, self._tmp = 0, None, None, None
 
     def append(self, frame: np.ndarray) -> None:
@@ -242,8 +229,7 @@ class Video:
             return
         with toolcli.stops_held():  # a stop lands between frames: the file and its encoder made whole
             try:
-                if self.two_player and board(frame):
-                    frame = rgb_frame(frame)
+                frame = self.picture(frame)
                 if self._writer is None:
                     self._open(frame)
                 s = self.scale
@@ -256,7 +242,7 @@ class Video:
     def _open(self, first: np.ndarray) -> None:
         import imageio.v2 as imageio
         if self.scale is None:  # a 64x64 observation is scaled up; a rendered picture is not
-            self.scale = VIDEO_SCALE if first.shape[0] < 128 and not self.two_player else 1
+            self.scale = VIDEO_SCALE if first.shape[0] < 128 else 1
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # named after this process (launch.owned_prefix): one that kill -9 left is removed by the next video here
         launch.sweep_leftovers((str(self.path.parent),))
@@ -385,14 +371,10 @@ def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, 
     if (problem := memory_problem(state, args.num_envs)):
         raise C.UsageError(problem)
     net = build_policy(state)
-    cfg, notes = env_config(state, args.levels)
+    cfg = env_config(state)
     start.hang_s = runctl.startup_timeout(cfg.guards.collective_timeout_s)  # (the env's code runs from here)
     check_env(cfg, state, args.imports)
-    if args.levels == "test" and "num_levels" not in envs.family(cfg).keys:
-        raise C.UsageError(f"--levels: '{cfg.env.name}' has no levels to hold out; allowed: train (the default)")
-    if args.levels == "test" and cfg.env.distribution_mode == "exploration":  # (procgen plays its one level then)
-        raise C.UsageError(f"--levels: the run trained '{cfg.env.name}' in procgen's exploration mode, whose games "
-                           f"have one fixed level and none to hold out; allowed: train (the default)")
+    notes = envs.family(cfg).held_out(cfg) if args.levels == "test" else []
     if args.video is not None:
         check_render(cfg)
     two_player = envs.family(cfg).two_player
@@ -460,7 +442,7 @@ def _start(argv: list[str] | None, world, start: _StartUp):
     mine = args.num_episodes // world.size + (world.rank < args.num_episodes % world.size)
     n_envs = max(1, min(args.num_envs, mine)) if mine else 1
     quota = np.array([mine // n_envs + (i < mine % n_envs) for i in range(n_envs)], dtype=np.int64)
-    video = start.video = Video(args.video, two_player) if (args.video is not None and world.is_root) else None
+    video = start.video = Video(args.video, envs.family(cfg).picture) if (args.video is not None and world.is_root) else None
     env = error = None
     try:  # (a user's env meets its own spaces first here: one line, agreed)
         env = make_env(cfg, n_envs, seed=rank_seed(args.seed, world.rank), render=video is not None)

@@ -91,6 +91,13 @@ def rgb_frame(obs: np.ndarray, cell: int = 32) -> np.ndarray:
     return big
 
 
+def board_picture(frame):
+    """A two-player game's observation of two planes (H, W, 2) drawn as its board (rgb_frame); a
+    picture of the game's own (H, W, 3) as it is."""
+    is_board = isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] == 2
+    return rgb_frame(frame) if is_board else frame
+
+
 def random_opponent(rng: np.random.Generator):
     def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         scores = rng.random(mask.shape) + mask  # legal columns score in [1, 2), illegal in [0, 1)
@@ -261,6 +268,9 @@ class ConnectFourFamily(ArrayStateFamily):
 
     def env_class(self):
         return ConnectFourVecEnv
+
+    def picture(self, frame):
+        return board_picture(frame)
 
     def heuristics(self, name: str) -> tuple[str, ...]:
         return tuple(HEURISTICS)

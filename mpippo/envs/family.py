@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mpippo.usage import UsageError
+
 
 @dataclass(frozen=True)
 class Spaces:
@@ -111,6 +113,16 @@ class EnvFamily:
 
     def spaces(self, cfg) -> Spaces:
         raise NotImplementedError
+
+    def held_out(self, cfg) -> list[str]:
+        """Move cfg's env (in place) to levels its training never saw (evaluate --levels test), and say
+        what the reader should know; a family without levels refuses (the usage module's UsageError)."""
+        raise UsageError(f"--levels: '{cfg.env.name}' has no levels to hold out; allowed: train (the default)")
+
+    def picture(self, frame):
+        """An observation as the RGB picture a video records: pictures are themselves (a two-player
+        family draws its board's planes)."""
+        return frame
 
     def make(self, cfg, num_envs: int, seed: int, num_threads: int = 0, render: bool = False):
         """`num_envs` envs in one batch object (the interface of mpippo/envs/__init__.py). render: a

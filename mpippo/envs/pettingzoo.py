@@ -431,6 +431,9 @@ class PettingZooFamily(EnvFamily):
     def heuristic(self, name: str, which: str, rng: np.random.Generator):
         return connect4.FAMILY.heuristic(name, which, rng)
 
+    def picture(self, frame):
+        return connect4.board_picture(frame)  # (planes of two players drawn as the built-in board)
+
     def play_games(self, cfg, policy, opponent, num_games: int, seed: int) -> np.ndarray:
         if game_of(cfg.env.name) == CONNECT_FOUR:  # the built-in board: the same
             return connect4.play_games(policy, opponent, num_games)  # planes and rules, a hundred times faster

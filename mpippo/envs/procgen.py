@@ -8,6 +8,7 @@ import struct
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces, take_rows
+from mpippo.usage import UsageError
 
 
 def _import_procgen():
@@ -121,6 +122,18 @@ class ProcgenFamily(EnvFamily):
         e = cfg.env
         return ProcgenVecEnv(self.canonical(e.name), num_envs, seed=seed, distribution_mode=e.distribution_mode,
                              num_levels=e.num_levels, start_level=e.start_level, num_threads=num_threads)
+
+    def held_out(self, cfg) -> list[str]:
+        """The levels after the training's (start_level + num_levels on, unlimited): the paper's test
+        levels. Exploration mode plays one fixed level: none to hold out."""
+        e = cfg.env
+        if e.distribution_mode == "exploration":
+            raise UsageError(f"--levels: the run trained '{e.name}' in procgen's exploration mode, whose games have one "
+                             f"fixed level and none to hold out; allowed: train (the default)")
+        notes = ["the run trained on unlimited levels, so train and test levels are the same distribution"] \
+            if e.num_levels == 0 else []
+        e.start_level, e.num_levels = e.start_level + e.num_levels, 0
+        return notes
 
     def score_range(self, name: str, mode: str) -> tuple[float, float] | None:
         """The Procgen paper's (R_min, R_max) of the game in this mode (easy and hard only)."""

@@ -107,3 +107,17 @@ def test_the_launch_guard_is_not_kept_for_a_resume_from_config_yaml():
     asked = C.build({"parallel": {"expected_world_size": 2}}, [], 2)
     assert asked.parallel.expected_world_size == 2 and C.resolve(asked, 2).parallel.expected_world_size is None
     assert C.build(C.resolve(asked, 2).to_dict(), [], 1).parallel.expected_world_size is None
+
+
+@pytest.mark.parametrize("key, value, words", [("num_levels", 5, "level count is 0"), ("start_level", 7, "first level is 0"),
+                                               ("distribution_mode", "hard", "distribution mode is 'easy'")])
+def test_a_resume_of_a_procgen_run_on_other_levels_is_refused(key, value, words):
+    """Procgen's levels and mode are the job (another set of levels is another experiment): a resume
+    asking for others is refused naming both values (on another family these keys are refused
+    before, as keys it does not read)."""
+    from mpippo import config as C
+    saved = C.build({"env": {"name": "coinrun"}}, [], 1).to_dict()
+    cfg = C.build({"env": {"name": "coinrun"}}, [("env", key, value)], 1)
+    with pytest.raises(C.UsageError, match=words):
+        resume.check(saved, cfg)
+    assert resume.check(saved, C.build({"env": {"name": "coinrun"}}, [], 1)) == []
