@@ -29,7 +29,7 @@ from mpippo import hostmem, preemption, runctl  # noqa: E402
 from mpippo.errors import in_users_code_since, say_last  # noqa: E402
 from mpippo.metrics.timers import Stopwatch  # noqa: E402
 from mpippo.toolcli import (EXIT_FAILURE, EXIT_STOPPED, Parser, about, check_trainer, count, first_stop, number, run,  # noqa: E402
-                            signal_words, stopped_line)
+                            signal_words)
 from ceiling import MAX_ENVS, MAX_MINIBATCH  # noqa: E402 (this folder's: the bounds the benches check first)
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
@@ -120,7 +120,8 @@ def watched_steps(timer: Stopwatch, timeout_s: float):
     """The env's steps under the trainer's hang watch (a step lasting timeout_s ends the process in one
     line naming where), which also ends a stop that an env waiting in native code keeps from Python."""
     def stopped(sig: int) -> None:
-        say_last(stopped_line("components", sig))
+        say_last(f"mpippo: components: stopped by {signal_words(sig)} while its env was held in native code; "
+                 f"nothing was written")
         os._exit(EXIT_STOPPED)
     return runctl.watch_alone(timer, timeout_s, os._exit, what="the benchmark", who="components: ", kept="",
                               stop_due=preemption.unheard(first_stop), stop_end=stopped)

@@ -263,7 +263,7 @@ def profile_report(prof, cfg, trainer, dev, plain_s: float, profiled_s: float, p
     head = [f"one PPO iteration on {dev} ({torch.cuda.get_device_name(dev) if on_device else 'CPU'}), "
             f"{t.precision}, deterministic {t.deterministic}, {cfg.env.name}: {cfg.env.num_envs_per_rank} envs x "
             f"{t.n_steps} steps = {steps:,} env steps, {t.n_epochs} epochs x {t.num_minibatches} minibatches, "
-            f"torch {torch.__version__}, {trainer.threads} torch thread(s), {trainer.env_threads} procgen thread(s)",
+            f"torch {torch.__version__}, {trainer.threads} torch thread(s), {trainer.env_threads} env thread(s)",
             f"iteration without the profiler: {plain_s:.3f} s = {steps / plain_s:,.0f} env steps/s; "
             f"under it: {profiled_s:.3f} s",
             "phases of the iteration without the profiler (s): "

@@ -298,7 +298,7 @@ def run(argv: list[str] | None = None, workers: int | None = None) -> tuple[int,
     if world.is_root:
         if trainer.resume_note:
             print(f"mpippo: {trainer.resume_note}", flush=True)
-        if (over := budget_note(cfg, trainer.global_step, trainer.batch_size)) is not None:
+        if (over := budget_note(cfg, trainer.global_step, trainer.batch_size, world.size)) is not None:
             print(f"mpippo: note: {over}", flush=True)
         verb = f"resuming at {trainer.global_step:,} steps" if args.resume else "starting"
         mode = f" ({cfg.env.distribution_mode})" if "distribution_mode" in envs.family(cfg).keys else ""
@@ -462,13 +462,15 @@ def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[i
     return result.exit_code, summary
 
 
-def budget_note(cfg: C.Config, done: int, batch: int) -> str | None:
+def budget_note(cfg: C.Config, done: int, batch: int, ranks: int) -> str | None:
     """The sync layout trains whole updates: a budget that is not a whole number of them from here ends
     past it, said at start (a budget below one update ran it once, 16,384 steps for 2,048, without a
-    word). None where it is whole, reached already, or the balanced cut-off varies the update's size."""
+    word). None where it is whole or reached already, where the balanced cut-off varies the update's
+    size (on more than one rank), and in timed training (its budget is a cap, often far off)."""
     t = cfg.training
     left = t.total_timesteps - done
-    if left <= 0 or left % batch == 0 or t.rollout_cutoff is not None or t.duration_hours is not None:
+    cut = t.rollout_cutoff is not None and ranks > 1
+    if left <= 0 or left % batch == 0 or cut or t.duration_hours is not None:
         return None
     updates = -(-left // batch)
     return (f"training.total_timesteps {t.total_timesteps:,} is not a whole number of updates of {batch:,} env steps "
@@ -477,7 +479,7 @@ def budget_note(cfg: C.Config, done: int, batch: int) -> str | None:
 
 def placement_words(world: World, trainer) -> str:
     """Where rank 0 runs, for the start-up line: the cores it may use (its affinity mask), its
-    share of them, and the threads that step its envs (procgen's, ale-py's; 0: the rank's own)."""
+    share of them, and the env threads it gives its envs (procgen's; ale-py runs at least one)."""
     cores = f"{world.affinity} core(s) in its affinity" + (f", {world.cpu_share} its share" if world.cpu_share !=
                                                            world.affinity else "")
     return f"rank 0: {cores}, {trainer.env_threads} env thread(s)"

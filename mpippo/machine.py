@@ -1,5 +1,7 @@
 """`python -m mpippo.machine`: which kind of CPU machine this is, in one line, for a log that will
-be compared with another (CI prints it before `make test`): the CPU's model and cores, the kernels
+be compared with another (CI prints it before `make test`).
+
+The line holds the CPU's model and cores, the kernels
 torch runs (AVX-512 or AVX2: ATEN_CPU_CAPABILITY may lower them), and what `training.precision:
 auto` chooses here and why (ONEDNN_MAX_CPU_ISA may rule bf16 out). Speeds are comparable only
 between lines that match. VMs that answer to one model name differ (an "AMD EPYC" has been a Zen 3
@@ -15,7 +17,7 @@ import sys
 import time
 
 from mpippo.runctl import bf16_native
-from mpippo.toolcli import Parser, exit_process, run
+from mpippo.toolcli import Parser, about, exit_process, run
 
 
 def cpu_model() -> str:
@@ -44,7 +46,7 @@ def describe() -> str:
 
 
 def _main(argv: list[str] | None) -> int:
-    Parser(prog="python -m mpippo.machine", description=__doc__.splitlines()[0]).parse_args(argv)  # --help; no options
+    Parser(prog="python -m mpippo.machine", description=about(__doc__)).parse_args(argv)  # --help; no options
     print(describe(), flush=True)
     return 0
 

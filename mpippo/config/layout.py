@@ -78,11 +78,10 @@ def ignored_note(cfg: Config) -> str | None:
     idle = [] if cfg.selfplay.enabled else [  # (the section is read by self-play alone)
         f"selfplay.{k}={show(getattr(cfg.selfplay, k))}" for k in default.selfplay.__dataclass_fields__
         if k != "enabled" and getattr(cfg.selfplay, k) != getattr(default.selfplay, k)]
-    said = [f"training.algo {entry.name} does not read {', '.join(unread)}: these settings have no effect"] if unread else []
+    said = [f"training.algo {entry.name} does not read {', '.join(unread)}: these settings have no effect (docs/config.md "
+            f"lists the keys each algorithm reads)"] if unread else []
     said += [f"selfplay.enabled is false, so self-play's settings have no effect: {', '.join(idle)}"] if idle else []
-    if not said:
-        return None
-    return f"{'; '.join(said)} (docs/config.md lists the keys each algorithm reads)"
+    return "; ".join(said) or None
 
 
 def resolve(cfg: Config, world_size: int) -> Config:

@@ -211,6 +211,7 @@ class PettingZooVecEnv:
         self.opponent = opponent
         self.rew[:] = 0.0
         self.first[:] = True
+        self.results = []  # (games the last opponent's opening moves ended: not this one's)
         self._start(np.arange(self.num_envs))
         self._settle()
         self._refresh()

@@ -36,7 +36,8 @@ COMMON = {
     "threads_per_rank": ("int", "torch threads of a (PPO or learner) rank"),
     "affinity_cores": ("int", "cores in that rank's affinity mask"),
     "cpu_share": ("int", "its share of them (the mask over the ranks that share it)"),
-    "env_threads": ("int", "procgen stepping threads per env-stepping rank (0: the rank's own thread)"),
+    "env_threads": ("int", "env threads given to each env-stepping rank's envs (procgen's: 0, the rank's own thread; "
+                           "ale-py runs at least one)"),
     "host_allocator": ("str", "how freed host memory is handled (mpippo/hostmem.py)"),
     "git_commit": ("str?", "the code's commit"),
 }

@@ -114,8 +114,9 @@ def game_folder(game: str) -> str:
 
 
 def reads_mode(game: str) -> bool:
-    """Whether the game's env family takes env.distribution_mode (Procgen's)."""
-    return "distribution_mode" in envs.family_of(game).keys
+    """Whether the game's env family takes env.distribution_mode (Procgen's); not a game of any family: no."""
+    fam = envs.family_of(game)
+    return fam is not None and "distribution_mode" in fam.keys
 
 
 def load(path: str | Path, root: str | Path = "runs") -> Suite:

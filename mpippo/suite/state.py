@@ -22,7 +22,7 @@ from pathlib import Path
 from mpippo import files, runlock
 from mpippo.checkpoint import latest_path
 from mpippo.config import UsageError, canonical_env_name, show
-from mpippo.suite.spec import Member, Suite, SuiteError, read_manifest
+from mpippo.suite.spec import Member, Suite, SuiteError, read_manifest, reads_mode
 
 SUBMISSIONS = "submissions.jsonl"
 ACTIVE = {"RUNNING": "running", "COMPLETING": "running", "CONFIGURING": "running", "PENDING": "pending",
@@ -79,7 +79,8 @@ def mismatch(suite: Suite, member: Member, m: dict | None = None) -> str | None:
     found = []
     if (folder / files.RUN_CONFIG).exists() or (folder / files.RUN_CONFIG).is_symlink():
         cfg = files.read_run_config(folder)
-        found.append((files.RUN_CONFIG, canonical_env_name(cfg.env.name), cfg.env.distribution_mode,
+        mode = cfg.env.distribution_mode if reads_mode(cfg.env.name) else None  # (Procgen's; other families: none)
+        found.append((files.RUN_CONFIG, canonical_env_name(cfg.env.name), mode,
                       cfg.training.algo, cfg.training.seed, cfg.training.total_timesteps))
     if "env" in m or "algo" in m:
         found.append((files.METRICS, m.get("env", member.game), None, m.get("algo", suite.algos.get(member.variant)),
@@ -89,7 +90,7 @@ def mismatch(suite: Suite, member: Member, m: dict | None = None) -> str | None:
         if game != member.game:
             return f"holds {_article(str(game)) if isinstance(game, str) else show(game)} run, not {member.game} ({where})"
         if mode is not None and mode != suite.distribution_mode:
-            return f"holds a {mode}-mode run, not {suite.distribution_mode} ({where})"
+            return f"holds {_article(f'{mode}-mode')} run, not {suite.distribution_mode} ({where})"
         if algo not in (None, run_algo):
             return (f"holds {_article(str(run_algo)) if isinstance(run_algo, str) else show(run_algo)} run, "
                     f"not {algo} (what variant {member.variant} resolves to; {where})")

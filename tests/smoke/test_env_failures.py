@@ -214,7 +214,8 @@ def _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir) -> N
 
 
 @pytest.mark.parametrize("fault, last", [
-    ("hang-native@5", "mpippo: components: stopped by SIGTERM; its runs ended and its temporary folders removed"),
+    ("hang-native@5", "mpippo: components: stopped by SIGTERM while its env was held in native code; nothing was "
+                      "written"),
     ("hang-native-make@1", "mpippo: components: stopped by SIGTERM during start-up, which is held, at '")])
 def test_the_ceiling_bench_is_stopped_while_a_users_env_waits_in_native_code(tmp_path, fault, last):
     """benchmarks/components.py steps the config's env in its own process: a user's env held in native

@@ -444,6 +444,10 @@ def test_games_lost_before_the_learners_first_move_are_reported_and_evaluated():
     env.act(np.zeros(4, dtype=np.int64))
     idx, ret, length = envs.ended_episodes(env, env.observe()[2], ep_ret, ep_len)
     assert sorted(zip(ret.tolist(), length.tolist())).count((-1.0, 0)) >= 4 and (1.0, 1) in zip(ret, length)
+    fresh, rec = envs.make_env(pz_cfg(stones=1), 4, seed=0), Recorder()  # its first games' openings ended some,
+    assert len(fresh.results) > 0                                        # not yet reported ...
+    fresh.set_opponent(rec)  # ... and another opponent's games are not the last one's
+    assert sorted(fresh.episodes()[1].tolist()) == sorted(r for _, r in rec.ended) and len(rec.ended) > 0
     returns, lengths, _ = play(envs.make_env(pz_cfg(stones=1), 4, seed=1), lambda obs, mask: np.zeros(4, np.int64),
                                np.full(4, 10), 100, None, 0, Stopwatch(("env_step", "inference")))
     assert len(returns) == 40 and sorted(set(returns)) == [-1.0, 1.0] and abs(np.mean(returns)) <= 0.1, returns

@@ -190,7 +190,7 @@ def test_play_games_counts_and_sides():
 
 
 def test_mirroring_flips_board_action_and_legal_bits_together_in_the_rows_asked():
-    """dqn.mirror_augment on a sampled batch (its tensors, on its device): the rows `flip` names have
+    """dqn.mirror_augment's mirror_half_device on a sampled batch's tensors: the rows `flip` names have
     both frames mirrored along the width, action a -> 6-a and the next state's legal moves reversed
     (-1, all legal, stays); the other rows are untouched; obs and next_obs stay views of `frames`."""
     from mpippo.algos.dqn import mirror_half_device

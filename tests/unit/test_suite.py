@@ -503,3 +503,22 @@ def test_a_file_system_error_in_the_suite_is_one_line_exit_1_when_the_disk_is_fu
     monkeypatch.setattr(suite_main.spec, "load", fail)
     assert suite_main.main(["status", "tiny"]) == code
     assert capsys.readouterr().err == f"mpippo: error: suite: '/runs/suites/tiny/manifest.json': {os.strerror(err)}\n"
+
+
+def test_a_member_of_a_family_without_modes_matches_a_hard_suite(tmp_path):
+    """A Gymnasium member of a hard-mode suite runs without env.distribution_mode (its family reads
+    none; its config.yaml holds the default, easy): its folder is its run, not 'an easy-mode run'; a
+    Procgen member's mode is still compared."""
+    path = tmp_path / "mixed.yaml"
+    path.write_text("name: mixed\nbase_config: configs/smoke.yaml\ngames: [gym:CartPole-v1, starpilot]\nseeds: [1]\n"
+                    "budget: 2048\nranks: 1\ndistribution_mode: hard\nvariants:\n  default: []\n")
+    s = spec.load(path, tmp_path)
+    gym_member, procgen_member = sorted(s.members(), key=lambda m: m.game.startswith("gym:"), reverse=True)
+    from mpippo import config as C
+    for m, mode in ((gym_member, "easy"), (procgen_member, "easy")):
+        cfg = C.build(C.load_yaml(ROOT / s.base_config), [("env", "name", m.game), ("training", "seed", m.seed),
+                                                          ("training", "total_timesteps", s.budget)], 1)
+        m.folder.mkdir(parents=True, exist_ok=True)
+        (m.folder / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    assert state.mismatch(s, gym_member) is None
+    assert state.mismatch(s, procgen_member) == "holds an easy-mode run, not hard (config.yaml)"
