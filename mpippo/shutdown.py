@@ -7,7 +7,8 @@ and their files are closed. What the teardown owed the process is done, in its o
 own end (its exit hooks stop idle executor workers, then threads that are not daemons are joined, for
 LINGER_S at most),
 atexit's functions (W&B's finish, logging's flush, temporary folders), the steps registered with
-`last` (mpippo.comm: MPI_Finalize), the Python and C standard streams flushed. Objects' __del__
+`last` (mpippo.comm: MPI_Finalize), the processes it started and left running ended, the Python and C
+standard streams flushed. Objects' __del__
 do not run: whatever holds data closes it before (the trainer's logs, the tools' atomic writes).
 """
 from __future__ import annotations
@@ -90,6 +91,59 @@ def _say_lingering(limit_s: float) -> None:
                          f"{limit_s:g} s after the end, not waited for: {what}\n")
 
 
+CHILD_GRACE_S = 5.0  # how long a decided process waits for the processes it started to end by themselves
+
+
+def _has_children() -> bool:
+    """Whether this process has a child (Linux's /proc: no import; elsewhere psutil answers)."""
+    try:
+        return any(open(f"/proc/self/task/{t}/children").read().split() for t in os.listdir("/proc/self/task"))
+    except OSError:
+        return True
+
+
+def _end_children(grace_s: float) -> None:
+    """Processes this one started that still run at its end (a user's env whose simulator server its
+    close() left up) outlive it, holding mpirun's output pipes: mpirun never returned, and a batch job
+    stayed until its time limit. They get grace_s to end by themselves; then one warning names them and
+    they are ended (SIGTERM, then SIGKILL). Services that end with this process on their own are left be."""
+    if not _has_children():
+        return
+    import psutil  # (only where there is a child: most processes end without this import)
+    with contextlib.suppress(psutil.Error):
+        _, alive = psutil.wait_procs(_stray(psutil), timeout=grace_s)
+        if not alive:
+            return
+        alive = sorted(alive, key=lambda p: p.pid)
+        names = "; ".join(f"pid {p.pid} ({_command(p)})" for p in alive[:3]) + (
+            f" (and {len(alive) - 3} more)" if len(alive) > 3 else "")
+        sys.stderr.write(f"mpippo: warning: {_WHO[0]}{len(alive)} process(es) this process started still running "
+                         f"{grace_s:g} s after its end (an env whose close() leaves its own processes up?): {names}; "
+                         f"ending them\n")
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(alive, timeout=2.0)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+OWN_ENDS = ("wandb", "multiprocessing.resource_tracker")  # services that watch this process and end with it
+
+
+def _stray(psutil) -> list:
+    """This process's descendants but the services that end with it (W&B's, multiprocessing's tracker)."""
+    return [p for p in psutil.Process().children(recursive=True) if not any(w in _command(p) for w in OWN_ENDS)]
+
+
+def _command(p) -> str:
+    try:
+        return " ".join(p.cmdline())[:80] or p.name()
+    except Exception:  # noqa: BLE001 (psutil.Error: ended meanwhile, or not ours to read)
+        return "?"
+
+
 def end_process(code) -> None:
     """Exit with `code` as SystemExit(code) would (None is 0; a text is printed on stderr and is 1),
     except that a stream that cannot be flushed at the end (a reader gone: `tool | head`) keeps the
@@ -109,6 +163,7 @@ def end_process(code) -> None:
         atexit._run_exitfuncs()
         for step in _LAST:
             step()
+        _end_children(CHILD_GRACE_S)
     except KeyboardInterrupt:
         pass
     for stream in (sys.stdout, sys.stderr):

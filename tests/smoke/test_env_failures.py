@@ -54,6 +54,20 @@ def test_an_env_raising_mid_run_ends_the_run_in_one_line_keeping_its_checkpoint_
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_processes_an_env_leaves_running_are_ended_with_the_run_and_named(tmp_path):
+    """A user's env that starts a process its close() does not end (a simulator's server): it outlived
+    the ranks and held mpirun's output pipes, so mpirun never returned (a batch job stayed until its time
+    limit). Each rank waits a moment for them, names them in a warning and ends them; the job ends as it
+    would have."""
+    import psutil
+    res = job(2, ["run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps", "2048",
+                  "--set", "env.kwargs={fault: leave-process}", "--output-dir", str(tmp_path / "run")], timeout=60)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    warned = [line for line in res.stderr.splitlines() if "process(es) this process started still running" in line]
+    assert len(warned) == 2 and all("(sleep 3007)" in line and line.endswith("ending them") for line in warned), warned
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "3007"]]
+
+
 def test_an_env_hanging_in_its_step_on_a_one_rank_job_ends_it_in_one_line_keeping_its_checkpoint(tmp_path):
     """One rank has no other rank to notice it hang, and a signal only sets a flag that the hung
     loop never reads: the env waits forever in native code in the third update, a SIGTERM then

@@ -227,7 +227,7 @@ class Faulty(Steady):
     (the same in native code that no signal brings back to Python: `_wait_in_native_code`), render,
     close; make (its constructor raises once `at` envs were made in this process); exit-make, exit-reset (sys.exit(3) in its constructor, sys.exit(0) in its reset); hang-make, hang-native-make (its constructor hangs, as hang and hang-native; the native one once `at` envs were made); nan-reset (its reset's observation is NaN); late-signals (its
     step number `at` sets the stop signals' handlers to the default, as a library started lazily, and
-    creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default; or process-state: its constructor blocks them, makes torch's default dtype float64 and changes the working folder to $MPIPPO_TEST_ENV_CHDIR. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
+    creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default; or leave-process: its constructor starts `sleep 3007`, which nothing ends; or process-state: its constructor blocks them, makes torch's default dtype float64 and changes the working folder to $MPIPPO_TEST_ENV_CHDIR. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
     metadata = {"render_modes": ["rgb_array"]}
     steps = 0  # this process's, all envs
@@ -250,6 +250,9 @@ class Faulty(Steady):
         if mine and fault == "hang-native-make" and Faulty.made > int(at):
             _wait_in_native_code()
         self.fault, self.at, self.render_mode = (fault if mine else ""), int(at), render_mode
+        if self.fault == "leave-process":  # a simulator's server that close() does not stop (it outlives the run)
+            import subprocess
+            subprocess.Popen(["sleep", "3007"], stdin=subprocess.DEVNULL)
         if self.fault == "signals":  # as SDL's start-up does: a library's own handlers for the stop signals
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 signal.signal(sig, signal.SIG_DFL)
