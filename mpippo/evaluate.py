@@ -135,6 +135,21 @@ def env_config(state: dict) -> C.Config:
                         "guards": state["config"].get("guards")}, errors)         # spoiled: its default)
 
 
+PICTURE = "(H, W, 3) uint8 pictures of one size"  # what a video records: every frame as the first
+
+
+def frame_problem(frame, first: tuple | None = None) -> str | None:
+    """What makes `frame` no picture a video records, or None: an (H, W, 3) uint8 array, of the
+    first frame's shape once there is one (an env's later frames are checked as its first is)."""
+    if not isinstance(frame, np.ndarray):
+        return f"is {type(frame).__name__}, not an array"
+    if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+        return f"is {frame.dtype} of shape {frame.shape}, not (H, W, 3) uint8"
+    if first is not None and frame.shape != first:
+        return f"is of shape {frame.shape}, the first was {first}"
+    return None
+
+
 def check_render(cfg: C.Config) -> None:
     """--video of an env whose observations are no pictures: it must render one (Gymnasium's
     rgb_array), tried once here, before any episode."""
@@ -142,8 +157,8 @@ def check_render(cfg: C.Config) -> None:
     try:
         env = make_env(cfg, 1, seed=0, render=True)
         frame = envs.family(cfg).picture(env.render() if hasattr(env, "render") else env.observe()[1][0])
-        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
-            raise ValueError(f"its frame is {type(frame).__name__} {getattr(frame, 'shape', '')}, not (H, W, 3) uint8")
+        if (problem := frame_problem(frame)) is not None:
+            raise ValueError(f"its frame {problem}")
     except C.UsageError:
         raise
     except EnvFailure as e:  # the user's env said what failed and where, in one line
@@ -223,6 +238,7 @@ class Video:
         """picture: an observation -> the RGB picture recorded (the env family's: a board drawn)."""
         self.path, self.picture, self.fps, self.scale = path, picture or (lambda frame: frame), fps, scale
         self.frames, self.error, self._writer, self._tmp = 0, None, None, None
+        self.first, self.bad_frame = None, False  # the first frame's shape; whether a frame was refused
 
     def append(self, frame: np.ndarray) -> None:
         if self.error is not None:
@@ -230,7 +246,11 @@ class Video:
         with toolcli.stops_held():  # a stop lands between frames: the file and its encoder made whole
             try:
                 frame = self.picture(frame)
+                if (problem := frame_problem(frame, self.first)) is not None:  # (the env's, not the encoder's)
+                    self.error, self.bad_frame = f"the env's frame {self.frames + 1:,} {problem}", True
+                    return self.discard()
                 if self._writer is None:
+                    self.first = frame.shape
                     self._open(frame)
                 s = self.scale
                 self._writer.append_data(np.repeat(np.repeat(frame, s, axis=0), s, axis=1) if s > 1 else frame)
@@ -535,7 +555,10 @@ def write_outputs(args, res: dict, video: Video | None) -> int:
         except OSError as e:
             sys.stderr.write(refusal([f"--json: writing '{args.json}' failed ({e.strerror or e})"]))
             code = 1
-    if failed is not None:
+    if failed is not None and video.bad_frame:  # the env broke its pictures: its user's to mend
+        sys.stderr.write(refusal([f"--video: {failed}; allowed: {PICTURE}; no video written"]))
+        code = 2
+    elif failed is not None:
         sys.stderr.write(refusal([f"--video: writing '{args.video}' failed ({failed})"]))
         code = 1
     return code

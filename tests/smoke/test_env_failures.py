@@ -52,6 +52,12 @@ def test_an_env_raising_mid_run_ends_the_run_in_one_line_keeping_its_checkpoint_
              "mpippo: error: --video: env.name: 'gym:mpippo-test/Faulty-v0' raised RuntimeError: no display in its "
              "render()")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    res = job(None, [*evaluate[:-2], "--video", str(video)], fault="render-float@3")  # later frames: checked as the first
+    assert res.returncode == 2 and error_lines(res.stderr) == [
+        "mpippo: error: --video: the env's frame 2 is float32 of shape (16, 16, 3), not (H, W, 3) uint8; allowed: "
+        "(H, W, 3) uint8 pictures of one size; no video written"], res.stderr[-2000:]
+    assert "episodes" in res.stdout and "Lossy conversion" not in res.stderr  # (the results stand; imageio never saw it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_processes_an_env_leaves_running_are_ended_with_the_run_and_named(tmp_path):

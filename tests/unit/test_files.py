@@ -113,9 +113,15 @@ def test_a_video_is_encoded_as_it_comes_and_a_failure_leaves_nothing_but_its_rea
     for i in range(4):
         video.append(np.full((16, 16, 3), i * 40, dtype=np.uint8))
     assert video.frames == 4 and not hasattr(video, "_frames") and not left.exists()
-    video.append(np.zeros((32, 32, 3), dtype=np.uint8))  # another size: imageio refuses it
-    assert video.error and video.frames == 4
-    assert video.finish() == video.error and list(tmp_path.iterdir()) == []
+    video.append(np.zeros((32, 32, 3), dtype=np.uint8))  # another size: the env's frame, refused before imageio
+    assert video.error == "the env's frame 5 is of shape (32, 32, 3), the first was (16, 16, 3)" and video.bad_frame
+    assert video.frames == 4 and video.finish() == video.error and list(tmp_path.iterdir()) == []
+    for later, said in [(None, "is NoneType, not an array"), (np.zeros((16, 16, 3), np.float32),
+                                                              "is float32 of shape (16, 16, 3), not (H, W, 3) uint8")]:
+        video = Video(tmp_path / "v.mp4", scale=1)  # a renderer whose later frames break what its first kept
+        video.append(np.zeros((16, 16, 3), dtype=np.uint8))
+        video.append(later)
+        assert video.finish() == f"the env's frame 2 {said}" and list(tmp_path.iterdir()) == []
     good = Video(tmp_path / "w.mp4")  # a small picture (an observation) is scaled up
     for i in range(3):
         good.append(np.full((16, 16, 3), i * 40, dtype=np.uint8))

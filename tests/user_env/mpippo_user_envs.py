@@ -225,7 +225,7 @@ class Faulty(Steady):
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), hang-native
     (the same in native code that no signal brings back to Python: `_wait_in_native_code`), render,
-    close; make (its constructor raises once `at` envs were made in this process); exit-make, exit-reset (sys.exit(3) in its constructor, sys.exit(0) in its reset); hang-make, hang-native-make (its constructor hangs, as hang and hang-native; the native one once `at` envs were made); nan-reset (its reset's observation is NaN); late-signals (its
+    render-float (frames of float32 once broken), close; make (its constructor raises once `at` envs were made in this process); exit-make, exit-reset (sys.exit(3) in its constructor, sys.exit(0) in its reset); hang-make, hang-native-make (its constructor hangs, as hang and hang-native; the native one once `at` envs were made); nan-reset (its reset's observation is NaN); late-signals (its
     step number `at` sets the stop signals' handlers to the default, as a library started lazily, and
     creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default; or leave-process: its constructor starts `sleep 3007`, which nothing ends; or process-state: its constructor blocks them, makes torch's default dtype float64 and changes the working folder to $MPIPPO_TEST_ENV_CHDIR. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
@@ -304,6 +304,8 @@ class Faulty(Steady):
     def render(self):
         if self.broken("render"):
             raise RuntimeError("no display")
+        if self.broken("render-float"):  # (a renderer whose pictures change kind mid-run: its first is checked)
+            return np.zeros((16, 16, 3), np.float32)
         return np.zeros((16, 16, 3), np.uint8)
 
     def close(self):
