@@ -21,6 +21,7 @@ import difflib
 import functools
 import importlib
 import inspect
+import math
 import os
 import re
 import sys
@@ -381,6 +382,7 @@ class GymVecEnv:
         self.spaces = spaces
         self.dtype = np.uint8 if spaces.obs_dtype == "uint8" else np.float32
         first_env = _make_one(cfg, render)  # (one line if it fails; the rest are made alike)
+        declared = _space(first_env.observation_space)  # (as made: an env may swap its spaces in its reset)
         dropped = _info_dropped()
         fns = [lambda e=first_env: dropped(e)] + [lambda: dropped(_make_one(cfg, render))] * (num_envs - 1)
         self.continuous = spaces.continuous
@@ -388,24 +390,26 @@ class GymVecEnv:
             self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
             with users_code():
                 obs, _ = self.env.reset(seed=[int(seed) + i for i in range(num_envs)])
-            self.obs = self._cast(obs)
+            with np.errstate(over="ignore"):  # (past float32's range: said below, as the env returned it)
+                self.obs = self._cast(obs)
         except UsageError:
             raise
         except (Exception, SystemExit) as e:  # noqa: BLE001 (the env's code may raise anything, or exit)
             _close(getattr(self, "env", None) or first_env)  # the envs made so far
             raise UsageError(f"env.name: '{cfg.env.name}': making {num_envs} and resetting them failed ({_why(e)}); "
                              f"allowed: envs whose reset(seed=..., options=...) returns (obs, info), each with the "
-                             f"spaces of the first, its observations of the shape of "
-                             f"{_space(first_env.observation_space)}") from None
-        if (bad := _nonfinite(self.obs)) is not None:  # (the steps' check, for reset's)
+                             f"spaces of the first, its observations of the shape of {declared} (as it declared "
+                             f"them when made)") from None
+        self.name, self.steps = cfg.env.name, 0
+        try:  # (the steps' check, for reset's)
+            self._check_finite("an observation", self.obs, obs)
+        except EnvFailure as e:
             _close(self.env)
-            raise UsageError(f"env.name: '{cfg.env.name}' returned an observation holding {bad} (as float32) from "
-                             f"its reset(); allowed: finite values")
+            raise UsageError(str(e).replace(" at step 0 of this rank", " from its reset()")) from None
         self.start = 0 if spaces.continuous else int(self.env.single_action_space.start)
         # Box actions are clipped in the space's own dtype: float32's 0.1 is above a float64 bound of 0.1
         self.act_dtype = self.env.single_action_space.dtype if spaces.continuous else np.int64
         self.low, self.high = (np.array(spaces.low, self.act_dtype), np.array(spaces.high, self.act_dtype))
-        self.name, self.steps = cfg.env.name, 0
         self.declared = f"observations {_space(first_env.observation_space)}, actions {_space(first_env.action_space)}"
         self.env.single_action_space.seed(int(seed))
         self.rew = np.zeros(num_envs, dtype=np.float32)
@@ -425,8 +429,9 @@ class GymVecEnv:
             actions = np.asarray(actions, dtype=np.int64) + self.start
         self.steps += 1
         try:  # the user's code: whatever it raises (sys.exit too) becomes one line naming the env
-            obs, rew, term, trunc, info = self.env.step(actions)
-            obs, rew = self._cast(obs), np.asarray(rew, dtype=np.float32).reshape(self.num_envs)
+            returned = obs, rew, term, trunc, info = self.env.step(actions)
+            with np.errstate(over="ignore"):  # (a value past float32's range is said below, as the env returned it)
+                obs, rew = self._cast(obs), np.asarray(rew, dtype=np.float32).reshape(self.num_envs)
             first = np.logical_or(term, trunc)
             cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
             final = (np.stack([np.asarray(info["final_obs"][i], dtype=self.dtype).reshape(self.obs_shape)
@@ -434,8 +439,8 @@ class GymVecEnv:
         except (Exception, SystemExit, GeneratorExit) as e:  # noqa: BLE001 (not KeyboardInterrupt: a person's Ctrl-C)
             raise self._failed("step", e, "an env whose step returns (obs, reward, terminated, truncated, info) "
                                f"within its declared spaces ({self.declared})") from None
-        self._check_finite("a reward", rew)  # a NaN would surface updates later as a non-finite loss, its cause lost
-        self._check_finite("an observation", obs)
+        self._check_finite("a reward", rew, returned[1])  # a NaN would surface updates later as a non-finite loss
+        self._check_finite("an observation", obs, returned[0])
         self._check_finite("a final observation", final)
         self.obs, self.rew, self.first, self.cut = obs, rew, first, (cut, final)
 
@@ -443,10 +448,17 @@ class GymVecEnv:
         return EnvFailure(f"env.name: '{self.name}' {_what(e)} in its {during}() (step {self.steps:,} of this rank)"
                           f"{_where(e)}; allowed: {allowed}")
 
-    def _check_finite(self, what: str, values: np.ndarray) -> None:
-        if (bad := _nonfinite(values)) is not None:
-            raise EnvFailure(f"env.name: '{self.name}' returned {what} holding {bad} (as float32) at step "
-                             f"{self.steps:,} of this rank; allowed: finite values")
+    def _check_finite(self, what: str, values: np.ndarray, returned=None) -> None:
+        """No NaN or inf in `values` (float32, as trained on); one there that the env `returned` finite
+        was past float32's range (1e39), said as the env gave it."""
+        if (bad := _nonfinite(values)) is None:
+            return
+        was = _returned_at(returned, int(np.flatnonzero(~np.isfinite(values))[0]))
+        if was is not None and math.isfinite(was):
+            raise EnvFailure(f"env.name: '{self.name}' returned {what} of {was:.6g} at step {self.steps:,} of this rank, "
+                             f"past float32's range; allowed: values within +-3.4e38")
+        raise EnvFailure(f"env.name: '{self.name}' returned {what} holding {bad} (as float32) at step "
+                         f"{self.steps:,} of this rank; allowed: finite values")
 
     def truncated(self) -> tuple[np.ndarray, np.ndarray]:
         """(env indices, their final observations) of the episodes the last act cut by a time limit."""
@@ -468,6 +480,14 @@ class GymVecEnv:
         if (e := _close(self.env)) is not None:  # at the end, the run's results written: a warning, not a failure
             sys.stderr.write(f"mpippo: warning: env.name: '{self.name}' {_what(e)} in its close(){_where(e)}; "
                              "ignored\n")
+
+
+def _returned_at(returned, i: int) -> float | None:
+    """Element i of what an env returned, flattened, as a float64 (None where it has none)."""
+    try:
+        return float(np.asarray(returned, dtype=np.float64).reshape(-1)[i])
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def _nonfinite(values: np.ndarray):

@@ -277,6 +277,8 @@ def test_pettingzoo_connect_four_plays_as_the_built_in_game():
     ("four-tuple", "raised ValueError: not enough values to unpack (expected 5, got 4) in its step()"),
     ("shape", "raised ValueError"),
     ("nan-reward", "returned a reward holding nan (as float32) at step 4 of this rank; allowed: finite values"),
+    ("huge-reward", "returned a reward of 1e+39 at step 4 of this rank, past float32's range; allowed: values within "
+                    "+-3.4e38"),
     ("inf-obs", "returned an observation holding inf (as float32) at step 4 of this rank"),
     ("nan-final", "returned a final observation holding nan (as float32) at step 5 of this rank")])
 def test_a_users_env_that_breaks_mid_run_is_named_in_one_line(fault, expect):

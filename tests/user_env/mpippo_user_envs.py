@@ -221,11 +221,11 @@ def _wait_in_native_code() -> None:
 
 class Faulty(Steady):
     """Steady until this process's envs have taken `at` steps in all, then broken as `fault` says:
-    raise, exit (sys.exit(3), the code a requeue exits with), generator-exit, nan-reward, inf-obs, nan-final (the
+    raise, exit (sys.exit(3), the code a requeue exits with), generator-exit, nan-reward, huge-reward (1e39), inf-obs, nan-final (the
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), hang-native
     (the same in native code that no signal brings back to Python: `_wait_in_native_code`), render,
-    render-float (frames of float32 once broken), close; make (its constructor raises once `at` envs were made in this process); exit-make, exit-reset (sys.exit(3) in its constructor, sys.exit(0) in its reset); hang-make, hang-native-make (its constructor hangs, as hang and hang-native; the native one once `at` envs were made); nan-reset (its reset's observation is NaN); late-signals (its
+    render-float (frames of float32 once broken), close; make (its constructor raises once `at` envs were made in this process); exit-make, exit-reset (sys.exit(3) in its constructor, sys.exit(0) in its reset); hang-make, hang-native-make (its constructor hangs, as hang and hang-native; the native one once `at` envs were made); nan-reset (its reset's observation is NaN); swap-space (its reset swaps its observation space for another); late-signals (its
     step number `at` sets the stop signals' handlers to the default, as a library started lazily, and
     creates the file $MPIPPO_TEST_ENV_MARK if set); or signals: its constructor sets the stop signals' handlers to the default; or leave-process: its constructor starts `sleep 3007`, which nothing ends; or process-state: its constructor blocks them, makes torch's default dtype float64 and changes the working folder to $MPIPPO_TEST_ENV_CHDIR. On the rank `rank` only (-1: all). MPIPPO_TEST_ENV_FAULT="fault@at" overrides the arguments,
     so a run trained sound can be evaluated broken."""
@@ -268,6 +268,9 @@ class Faulty(Steady):
             sys.exit(0)
         if self.fault == "nan-reset":
             obs = np.full(3, np.nan, np.float32)
+        if self.fault == "swap-space":  # (its reset declares other observations than it was made with)
+            self.observation_space = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
+            obs = np.zeros(6, np.float32)
         return obs, info
 
     def broken(self, fault: str) -> bool:
@@ -299,6 +302,8 @@ class Faulty(Steady):
             obs = np.zeros(4, np.float32)
         if self.broken("inf-obs") or (self.broken("nan-final") and self.t == LIMIT):
             obs = np.full(3, np.inf if self.fault == "inf-obs" else np.nan, np.float32)
+        if self.broken("huge-reward"):  # (finite, but past float32's range)
+            reward = 1e39
         return obs, (np.nan if self.broken("nan-reward") else reward), terminated, truncated, info
 
     def render(self):
