@@ -103,6 +103,13 @@ def rank_seed(base_seed: int, rank: int) -> int:
     return (base_seed * 1_000_003 + rank * 7919) % (2**31 - 1)
 
 
+def streams_seed(base_seed: int, rank: int, resumes: int) -> int:
+    """The seed of an actor-learner rank's streams (its envs, exploration, augmentation): its start's,
+    then fresh ones on every resume that repeat no rank's start (seed + 7919 x resumes did: rank_seed
+    steps by 7919 per rank, so a resumed actor replayed its neighbour's first envs)."""
+    return resume_seed(base_seed, rank, resumes) if resumes else rank_seed(base_seed, rank)
+
+
 def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
     """The seed of a rank's RNG streams on a resume that cannot restore them (another world size):
     a function of the seed, the rank and the iteration only, so two resumes of one checkpoint on
@@ -113,5 +120,5 @@ def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
 
 __all__ = ["DEFAULT_ENV", "FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name",
            "ended_episodes", "family",
-           "family_of", "known_env_names", "make_env", "mask_bits", "rank_seed", "resume_seed", "spaces_of",
+           "family_of", "known_env_names", "make_env", "mask_bits", "rank_seed", "resume_seed", "spaces_of", "streams_seed",
            "obs_dtype", "take_rows"]

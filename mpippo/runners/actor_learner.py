@@ -34,7 +34,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.comm import World
 from mpippo.comm.p2p import ActorChannel, ChunkLayout, LearnerChannel
 from mpippo.config import Config, UsageError, agent_folder, layout_section
-from mpippo.envs import make_env, rank_seed
+from mpippo.envs import make_env, rank_seed, streams_seed
 from mpippo.layout.actor import Actor
 from mpippo.layout.learner import Learner
 from mpippo.models.flat import flatten_parameters_
@@ -116,9 +116,10 @@ class ActorLearnerRun:
                                   episode_capacity=self.algo.episode_capacity(d.chunk_size, num_envs))
         self.resume_notes: list[str] = []  # what a resume changes that is safe to change (resume.check)
         self.resume_state = self.resume_point(resume)
+        self.streams = streams_seed(cfg.training.seed, world.rank, self.agent.resumes)  # (fresh on each resume)
         if self.agent.resumes and not self.is_learner:  # fresh episodes and exploration, not a replay of segment 1,
             self.env.close()                            # made in start-up: a failure is one line the job agrees on
-            self.env = make_env(cfg, num_envs, seed=self.seed + 7919 * self.agent.resumes)
+            self.env = make_env(cfg, num_envs, seed=self.streams)
         self.precision_why = self.settle_precision()
         if self.is_learner and self.algo.learner_bytes() > 0.9 * psutil.virtual_memory().available:
             raise UsageError(f"{self.algo.learner_bytes_key()} need {self.algo.learner_bytes() / 2**30:.1f} GiB, more than the "
@@ -204,7 +205,7 @@ class ActorLearnerRun:
         budget = cfg.training.total_timesteps // a.section.num_agents - a.steps_before  # this agent's remaining steps
         steps = self.algo.actor_steps(max(budget, 0), self.num_actors, index, a.num_envs)
         flat = flatten_parameters_(self.model)
-        rng = np.random.default_rng(self.seed + 17 + 7919 * a.resumes)
+        rng = np.random.default_rng(self.streams + 17)
         ch = ActorChannel(self.group, 0, self.layout, flat.numel(), a.section.max_inflight, self.table_size,
                           snapshots=sp.enabled, timeout_s=cfg.guards.collective_timeout_s)
         hook = None
@@ -221,7 +222,7 @@ class ActorLearnerRun:
         cfg, a, device = self.cfg, self.agent, self.device
         q = self.model.to(device)
         flat = flatten_parameters_(q)
-        self.algo.setup_learner(q, device, seed=self.seed, aug_seed=self.seed + 99 + 7919 * a.resumes)
+        self.algo.setup_learner(q, device, seed=self.seed, aug_seed=self.streams + 99)
         hook = LearnerHook(cfg, self.greedy_policy(q, device), self.seed) if cfg.selfplay.enabled else None
         ch = LearnerChannel(self.group, list(range(1, self.num_actors + 1)), self.layout, flat.numel(),
                             a.section.max_inflight, self.table_size, timeout_s=cfg.guards.collective_timeout_s)

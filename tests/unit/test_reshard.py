@@ -121,3 +121,15 @@ def test_a_resume_of_a_procgen_run_on_other_levels_is_refused(key, value, words)
     with pytest.raises(C.UsageError, match=words):
         resume.check(saved, cfg)
     assert resume.check(saved, C.build({"env": {"name": "coinrun"}}, [], 1)) == []
+
+
+def test_an_actor_learner_resume_draws_streams_no_rank_started_with():
+    """Each resume of a DQN or APPO agent starts its actors' envs, exploration and augmentation on
+    fresh streams: none is any rank's start (seed + 7919 x resumes was the next rank's), nor another
+    resume's; the start's is rank_seed's as before."""
+    from mpippo.envs import rank_seed, streams_seed
+    for base in range(4):
+        starts = {rank_seed(base, r) for r in range(64)}
+        assert all(streams_seed(base, r, 0) == rank_seed(base, r) for r in range(64))
+        resumed = [streams_seed(base, r, k) for r in range(64) for k in range(1, 4)]
+        assert not starts & set(resumed) and len(set(resumed)) == len(resumed)
