@@ -37,6 +37,19 @@ from mpippo.usage import UsageError, reason, show
 PREFIX = "gym:"
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_KWARGS_CHARS = 4096  # env.kwargs are a few settings, not data
+
+
+def kwargs_problem(kwargs: dict) -> str | None:
+    """env.kwargs that no constructor can take: a key that is no keyword name, or more than settings."""
+    bad = [k for k in kwargs if not (isinstance(k, str) and k.isidentifier())][:3]
+    if bad:
+        dotted = next((k for k in bad if isinstance(k, str) and "." in k), None)
+        hint = "" if dotted is None else (f" (a nested value is given whole: --set env.kwargs.{dotted.split('.')[0]}="
+                                          f"{{{dotted.split('.', 1)[1]}: ...}})")
+        return f"env.kwargs: keys must be keyword names, got {bad}{hint}"
+    if len(repr(kwargs)) > MAX_KWARGS_CHARS:
+        return f"env.kwargs: {len(repr(kwargs)):,} characters; allowed: up to {MAX_KWARGS_CHARS:,}"
+    return None
 RESERVED = {"render_mode": "rgb_array for evaluate's videos, else none", "autoreset": "the vector env resets",
             "disable_env_checker": "the checker runs in the tests, not in every env"}  # gym.make's, ours
 
@@ -110,10 +123,8 @@ def _check_syntax(cfg) -> list[str]:
         module, colon, attr = e.imports.partition(":")
         if not MODULE.match(module) or (colon and not attr.isidentifier()):
             errs.append(f"env.import: '{e.imports[:80]}' is not a module (mypackage.envs) or module:callable")
-    if not all(isinstance(k, str) and k.isidentifier() for k in e.kwargs):
-        errs.append(f"env.kwargs: keys must be keyword names, got {[k for k in e.kwargs if not str(k).isidentifier()][:3]}")
-    elif len(repr(e.kwargs)) > MAX_KWARGS_CHARS:
-        errs.append(f"env.kwargs: {len(repr(e.kwargs)):,} characters; allowed: up to {MAX_KWARGS_CHARS:,}")
+    if (problem := kwargs_problem(e.kwargs)) is not None:
+        errs.append(problem)
     for key in RESERVED:
         if key in e.kwargs:
             errs.append(f"env.kwargs.{key}: set by mpippo ({RESERVED[key]}); remove it")
@@ -293,6 +304,10 @@ def _make_one(cfg, render: bool = False):
                 env = gym.make(env_id(cfg.env.name), disable_env_checker=True, **kwargs)
         except (Exception, SystemExit) as e:  # noqa: BLE001 (an env's constructor may raise anything, or exit)
             warned = "".join(f"; it warned: {_plain(w.message)}" for w in said[:1])
+            if render and "render_mode" in str(e):  # (--video's keyword, not the user's kwargs)
+                raise UsageError(f"--video: making '{env_id(cfg.env.name)}' with render_mode='rgb_array' failed "
+                                 f"({_why(e)}); allowed: an env whose constructor takes render_mode (Gymnasium's "
+                                 f"rendering API)") from None
             raise UsageError(f"env.name: making '{env_id(cfg.env.name)}' with env.kwargs {_kw(cfg.env.kwargs)} "
                              f"failed ({_why(e)}){warned}") from None
     for w in said:  # a refusal is one line (above); an env that was made says what it warned of, as before

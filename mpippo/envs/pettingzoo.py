@@ -36,7 +36,7 @@ import numpy as np
 
 from mpippo.envs import connect4
 from mpippo.envs.family import EnvFamily, Spaces, looks_channels_first, too_large
-from mpippo.envs.gym import MAX_KWARGS_CHARS, MODULE, _float32_default, _what, _where, _why
+from mpippo.envs.gym import MODULE, _float32_default, _what, _where, _why, kwargs_problem
 from mpippo.errors import EnvFailure, users_code
 from mpippo.usage import UsageError, reason, show
 
@@ -458,11 +458,8 @@ class PettingZooFamily(EnvFamily):
             if game in GAMES:
                 return [f"env.name: '{cfg.env.name}' is PettingZoo's own game; give the game of env.import '{spec}' a "
                         f"name of its own"]
-            if not all(isinstance(k, str) and k.isidentifier() for k in cfg.env.kwargs):
-                return [f"env.kwargs: keys must be keyword names, got "
-                        f"{[k for k in cfg.env.kwargs if not str(k).isidentifier()][:3]}"]
-            if len(repr(cfg.env.kwargs)) > MAX_KWARGS_CHARS:
-                return [f"env.kwargs: {len(repr(cfg.env.kwargs)):,} characters; allowed: up to {MAX_KWARGS_CHARS:,}"]
+            if (problem := kwargs_problem(cfg.env.kwargs)) is not None:
+                return [problem]
         elif cfg.env.kwargs:
             return [f"env.kwargs: {show(cfg.env.kwargs)[:80]} is for your own game's constructor (env.import); "
                     f"'{cfg.env.name}' takes none"]

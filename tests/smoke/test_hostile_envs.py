@@ -133,6 +133,9 @@ CASES = [
          "family: remove it"),
     Case("procgen-levels-on-atari", train(*CARTPOLE, *set_("env.name", "atari:Pong"), *set_("env.num_levels", "200")),
          "env.num_levels: 200 is read by procgen envs only; env.name 'atari:Pong' is of the atari family: remove it"),
+    Case("gym-kwargs-dotted-key", train(*CARTPOLE, *set_("env.kwargs.cfg.a", "1")),
+         "env.kwargs: keys must be keyword names, got ['cfg.a'] (a nested value is given whole: "
+         "--set env.kwargs.cfg={a: ...})"),
     Case("gym-import-missing", train(*CARTPOLE, *set_("env.import", "no_such_module_here")),
          "env.import: importing 'no_such_module_here' failed (ModuleNotFoundError"),
     Case("gym-import-raises", train(*CARTPOLE, *set_("env.import", "raising_module"), ranks=2,

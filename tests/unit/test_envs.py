@@ -527,3 +527,13 @@ def test_a_gymnasium_env_with_more_actions_than_a_network_is_built_for_is_refuse
     with pytest.raises(C.UsageError) as e:
         _spaces_of(env)
     assert "1,100 actions (allowed: up to 1,024)" in str(e.value)
+
+
+def test_video_of_an_env_without_render_mode_names_video_not_the_users_kwargs():
+    """--video makes its env with render_mode='rgb_array': an env whose constructor takes none was
+    refused as 'making ... with env.kwargs {} failed', blaming settings the user never gave."""
+    from mpippo.evaluate import check_render
+    with pytest.raises(C.UsageError) as e:
+        check_render(user_cfg("gym:mpippo-test/Steady-v0"))
+    assert str(e.value).startswith("--video: making 'mpippo-test/Steady-v0' with render_mode='rgb_array' failed (") \
+        and str(e.value).endswith("allowed: an env whose constructor takes render_mode (Gymnasium's rendering API)")
