@@ -117,9 +117,10 @@ def _end_children(grace_s: float) -> None:
         alive = sorted(alive, key=lambda p: p.pid)
         names = "; ".join(f"pid {p.pid} ({_command(p)})" for p in alive[:3]) + (
             f" (and {len(alive) - 3} more)" if len(alive) > 3 else "")
-        sys.stderr.write(f"mpippo: warning: {_WHO[0]}{len(alive)} process(es) this process started still running "
-                         f"{grace_s:g} s after its end (an env whose close() leaves its own processes up?): {names}; "
-                         f"ending them\n")
+        with contextlib.suppress(Exception):  # (a reader gone, or no stderr: the processes are ended all the same)
+            sys.stderr.write(f"mpippo: warning: {_WHO[0]}{len(alive)} process(es) this process started still running "
+                             f"{grace_s:g} s after its end (an env whose close() leaves its own processes up?): {names}; "
+                             f"ending them\n")
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.terminate()
@@ -129,15 +130,24 @@ def _end_children(grace_s: float) -> None:
                 p.kill()
 
 
-OWN_ENDS = ("wandb", "multiprocessing.resource_tracker")  # services that watch this process and end with it
+# services that watch this process and end with it: W&B's, multiprocessing's tracker and forkserver (by a
+# word of their command line), and the MPI daemons a singleton's MPI_Init may start (by name: Open MPI 4's orted)
+OWN_ENDS = ("wandb", "multiprocessing.resource_tracker", "multiprocessing.forkserver")
+MPI_DAEMONS = ("orted", "prted", "prte", "hydra_pmi_proxy")
 
 
 def _stray(psutil) -> list:
-    """This process's descendants but the services that end with it (W&B's, multiprocessing's tracker)."""
-    return [p for p in psutil.Process().children(recursive=True) if not any(w in _command(p) for w in OWN_ENDS)]
+    """This process's descendants but the services that end with it (and what those started)."""
+    out = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.name() not in MPI_DAEMONS and not any(w in " ".join(child.cmdline()) for w in OWN_ENDS):
+                out += [child, *child.children(recursive=True)]
+    return out
 
 
 def _command(p) -> str:
+    """A process's command line, shortened for a warning."""
     try:
         return " ".join(p.cmdline())[:80] or p.name()
     except Exception:  # noqa: BLE001 (psutil.Error: ended meanwhile, or not ours to read)

@@ -445,18 +445,19 @@ class GymVecEnv:
         self.steps += 1
         try:  # the user's code: whatever it raises (sys.exit too) becomes one line naming the env
             returned = obs, rew, term, trunc, info = self.env.step(actions)
-            with np.errstate(over="ignore"):  # (a value past float32's range is said below, as the env returned it)
-                obs, rew = self._cast(obs), np.asarray(rew, dtype=np.float32).reshape(self.num_envs)
             first = np.logical_or(term, trunc)
             cut = np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))
-            final = (np.stack([np.asarray(info["final_obs"][i], dtype=self.dtype).reshape(self.obs_shape)
-                               for i in cut]) if len(cut) else np.zeros((0, *self.obs_shape), dtype=self.dtype))
+            finals = [info["final_obs"][i] for i in cut]
+            with np.errstate(over="ignore"):  # (a value past float32's range is said below, as the env returned it)
+                obs, rew = self._cast(obs), np.asarray(rew, dtype=np.float32).reshape(self.num_envs)
+                final = (np.stack([np.asarray(f, dtype=self.dtype).reshape(self.obs_shape) for f in finals])
+                         if len(cut) else np.zeros((0, *self.obs_shape), dtype=self.dtype))
         except (Exception, SystemExit, GeneratorExit) as e:  # noqa: BLE001 (not KeyboardInterrupt: a person's Ctrl-C)
             raise self._failed("step", e, "an env whose step returns (obs, reward, terminated, truncated, info) "
                                f"within its declared spaces ({self.declared})") from None
         self._check_finite("a reward", rew, returned[1])  # a NaN would surface updates later as a non-finite loss
         self._check_finite("an observation", obs, returned[0])
-        self._check_finite("a final observation", final)
+        self._check_finite("a final observation", final, finals)
         self.obs, self.rew, self.first, self.cut = obs, rew, first, (cut, final)
 
     def _failed(self, during: str, e: BaseException, allowed: str) -> EnvFailure:

@@ -672,3 +672,23 @@ def test_a_profiled_process_ends_with_the_teardown_so_the_profiler_writes_its_re
                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
     assert (tmp_path / "prof").exists() and (tmp_path / "prof").stat().st_size > 0, res.stderr  # (cProfile ends 0
     # after a SystemExit, whatever its code: its own way, as before end_process)
+
+
+def test_a_processes_leftover_children_are_ended_but_services_that_end_with_it(monkeypatch):
+    """shutdown._end_children at a process's end: a child its code left running is ended, even with
+    no stderr left to warn on; a service that ends with this process (named anywhere in its command
+    line, past the warning's 80 characters too: a long interpreter path) is left be."""
+    import subprocess
+    import psutil
+    from mpippo import shutdown
+    service = subprocess.Popen(["sh", "-c", "sleep 30 # " + "x" * 100 + " multiprocessing.forkserver"])
+    stray = subprocess.Popen(["sleep", "31"])
+    try:
+        assert [p.pid for p in shutdown._stray(psutil)] == [stray.pid]
+        monkeypatch.setattr(sys, "stderr", None)  # (`tool 2>&-`: the warning cannot be said)
+        shutdown._end_children(0.2)
+        assert not psutil.pid_exists(stray.pid) and service.poll() is None  # (ended and reaped there)
+    finally:
+        for p in (service, stray):
+            p.kill()
+            p.wait()
