@@ -26,10 +26,10 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mpippo import hostmem, preemption, runctl  # noqa: E402
-from mpippo.errors import in_users_code_since, say_last  # noqa: E402
+from mpippo.errors import say_last  # noqa: E402
 from mpippo.metrics.timers import Stopwatch  # noqa: E402
-from mpippo.toolcli import (EXIT_FAILURE, EXIT_STOPPED, Parser, about, check_trainer, count, first_stop, number, run,  # noqa: E402
-                            signal_words)
+from mpippo.toolcli import (EXIT_STOPPED, Parser, about, check_trainer, count, first_stop, number, run,  # noqa: E402
+                            signal_words, watch_startup)
 from ceiling import MAX_ENVS, MAX_MINIBATCH  # noqa: E402 (this folder's: the bounds the benches check first)
 
 ALLOCATOR = hostmem.configure()  # as run_mpi.py does, before torch allocates
@@ -103,19 +103,6 @@ def conv_peak(convs: list, batch: int, device, precision: str, seconds: float) -
 ALONE = SimpleNamespace(abort=os._exit)  # what runctl.end_held ends: this one process
 
 
-def watched_start(hang_s):
-    """Reading the config and making the envs run the user's code: held there after a stop signal, or
-    past start-up's watchdog (hang_s(): the config's, once read), the process ends in one line."""
-    return runctl.watch_startup(
-        preemption.unheard(first_stop) or (lambda: None),
-        lambda sig: runctl.end_held(ALONE, EXIT_STOPPED, lambda at: (
-            f"mpippo: components: stopped by {signal_words(sig)} during start-up, which is held{at} and has not gone "
-            f"on for {runctl.STOP_GRACE_S:g} s: ending it")),
-        held=in_users_code_since, hang_s=hang_s,
-        end_hung=lambda lasted: runctl.end_held(ALONE, EXIT_FAILURE, lambda at: (
-            f"mpippo: error: components: {runctl.held_words(lasted)}{at}: ending it")))
-
-
 def watched_steps(timer: Stopwatch, timeout_s: float):
     """The env's steps under the trainer's hang watch (a step lasting timeout_s ends the process in one
     line naming where), which also ends a stop that an env waiting in native code keeps from Python."""
@@ -146,7 +133,7 @@ def _main(argv: list[str] | None) -> int:
 
     argv = [*(["--config", str(args.config)] if args.config else []), *(["--set", f"env.name={args.env}"] if args.env else [])]
     hang = [runctl.STARTUP_TIMEOUT_S]  # (until the config says)
-    with watched_start(lambda: hang[0]):
+    with watch_startup("components", "", lambda: hang[0], lambda code, line: runctl.end_held(ALONE, code, line)):
         _, cfg = check_trainer(argv, 1, f"--config {args.config}" if args.config else "--env")
         hang[0] = runctl.startup_timeout(cfg.guards.collective_timeout_s)
         spaces = spaces_of(cfg)

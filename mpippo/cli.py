@@ -331,8 +331,8 @@ def _parse(world: World, argv: list[str], start: _StartUp, workers: int | None =
             args = make_parser().parse_args(argv)
         overrides = _overrides(args)
         errors = _launched_wrongly(args, overrides, world.size) or None
-        if workers is not None and workers != world.size - 1:
-            errors = [f"num_workers: {workers} actor rank(s), but this job has {world.size} rank(s), a learner and "
+        if workers is not None and workers != world.size - 1:  # (beside what the launch check said, if anything)
+            errors = (errors or []) + [f"num_workers: {workers} actor rank(s), but this job has {world.size} rank(s), a learner and "
                       f"{world.size - 1} actor(s); allowed: {world.size - 1}, or a job of {workers + 1} ranks "
                       f"(mpirun -n {workers + 1})"]
     except C.UsageError as e:

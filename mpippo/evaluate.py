@@ -33,11 +33,11 @@ from mpippo.files import METRICS, RUN_CONFIG, absolute, atomic_write_json, file_
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
-from mpippo.preemption import EXIT_FAILURE, EXIT_STOPPED, EXIT_USAGE
+from mpippo.preemption import EXIT_STOPPED, EXIT_USAGE
 from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
-from mpippo.errors import EnvFailure, in_users_code_since, say_last
+from mpippo.errors import EnvFailure, say_last
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
@@ -485,14 +485,7 @@ def _startup_watched(world, start: _StartUp):
         if start.video is not None:
             start.video.forget()
         runctl.end_held(world, code, line)
-    return runctl.watch_startup(
-        preemption.unheard(toolcli.first_stop) or (lambda: None),
-        lambda sig: ended(EXIT_STOPPED, lambda at: (
-            f"mpippo: evaluate: {who}stopped by {toolcli.signal_words(sig)} during start-up, which is held{at} and has not gone on "
-            f"for {runctl.STOP_GRACE_S:g} s: ending it; nothing was written")),
-        held=in_users_code_since, hang_s=lambda: start.hang_s,
-        end_hung=lambda lasted: ended(EXIT_FAILURE, lambda at: (
-            f"mpippo: error: {who}{runctl.held_words(lasted)}{at}: ending it; nothing was written")))
+    return toolcli.watch_startup("evaluate", who, lambda: start.hang_s, ended)
 
 
 def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, video: Video | None) -> int:

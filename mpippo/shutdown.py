@@ -19,6 +19,7 @@ import ctypes
 import os
 import sys
 import threading
+from pathlib import Path
 
 from mpippo.errors import code_at
 
@@ -97,7 +98,7 @@ CHILD_GRACE_S = 5.0  # how long a decided process waits for the processes it sta
 def _has_children() -> bool:
     """Whether this process has a child (Linux's /proc: no import; elsewhere psutil answers)."""
     try:
-        return any(open(f"/proc/self/task/{t}/children").read().split() for t in os.listdir("/proc/self/task"))
+        return any(Path(f"/proc/self/task/{t}/children").read_text().split() for t in os.listdir("/proc/self/task"))
     except OSError:
         return True
 

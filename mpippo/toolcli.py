@@ -35,10 +35,11 @@ from typing import Any, Callable
 from mpippo.checkpoint import latest_path
 from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folders, not_a_number, remove_if_empty
 from mpippo import config as C
-from mpippo import launch, shutdown
+from mpippo import launch, preemption, runctl, shutdown
 from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import file_kind, reason, refusal
-from mpippo.errors import FILE_SYSTEM_FULL, RankFailure, file_system_failure, let_readers_leave, say_last
+from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, file_system_failure, in_users_code_since, let_readers_leave,
+                           say_last)
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE, unblock
 from mpippo.usage import Parser as _Parser
@@ -94,6 +95,21 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 def first_stop(came: list[int]) -> int | None:
     """A tool's rule over the signals as they came (preemption.SignalLog): its first stop ends it."""
     return next((sig for sig in came if sig in STOP_SIGNALS), None)
+
+
+def watch_startup(tool: str, who: str, hang_s: Callable[[], float], ended: Callable[[int, Callable[[str], str]], None]):
+    """A tool's start-up that runs the user's code (an env's module, its envs made) under the trainer's
+    start-up watch (runctl.watch_startup): held there STOP_GRACE_S after a stop signal, or past the
+    watchdog hang_s() with no signal, `ended(code, line)` ends the process, line(where) its last line.
+    who: "rank 3: " where a tool runs on several ranks."""
+    return runctl.watch_startup(
+        preemption.unheard(first_stop) or (lambda: None),
+        lambda sig: ended(EXIT_STOPPED, lambda at: (
+            f"mpippo: {tool}: {who}stopped by {signal_words(sig)} during start-up, which is held{at} and has not gone "
+            f"on for {runctl.STOP_GRACE_S:g} s: ending it; nothing was written")),
+        held=in_users_code_since, hang_s=hang_s,
+        end_hung=lambda lasted: ended(EXIT_FAILURE, lambda at: (
+            f"mpippo: error: {who}{runctl.held_words(lasted)}{at}: ending it; nothing was written")))
 
 
 _stopping: list[int] = []
