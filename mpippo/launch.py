@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
-from mpippo.errors import say
-from mpippo.preemption import settle
+from mpippo.errors import say, say_interrupted
+from mpippo.preemption import EXIT_INTERRUPTED, EXIT_REQUEUE, EXIT_STOPPED, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -446,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         code = relay.wait(proc, args.np)
     settle()  # the job's outcome is known: a late signal cannot turn it into death by signal
+    if relay.hard and code not in (0, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED):
+        # mpirun SIGKILLed the ranks before any could say a word (its exit 1): the line and code are ours
+        say_interrupted("the job ")
+        return EXIT_INTERRUPTED
     return code
 
 

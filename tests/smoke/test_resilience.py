@@ -97,6 +97,25 @@ def test_sigterm_or_ctrl_c_through_the_launcher_checkpoints_and_stops(tmp_path, 
     assert load(run_dir)["iteration"] >= 2
 
 
+def test_a_second_ctrl_c_to_the_launcher_stops_the_job_at_once_with_its_line_and_130(tmp_path):
+    """The launcher passes a second Ctrl-C on as SIGTERM, on which mpirun SIGKILLs the ranks before
+    any can say a word (mpirun's exit 1): the launcher says the line and exits 130, as a rank would.
+    Rank 0 sleeps 3 s in each iteration from the second: the gentle stop is still pending."""
+    import time
+    run_dir = tmp_path / "run"
+    proc = start([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *PLUMBING,
+                  "--total-timesteps", "100000", "--output-dir", str(run_dir), "--set", "logging.print_interval=1"],
+                 env={"MPIPPO_FAULT": "rank=0,iteration=2,kind=slow,seconds=3,count=6"})
+    wait_for_line(proc, "iter     1")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rc, out, err = finish(proc)
+    assert rc == 130, out[-2000:] + err[-2000:]
+    assert err.count("stopped at once by a second Ctrl-C") == 1, err[-2000:]
+    assert "Traceback" not in out + err
+
+
 def test_a_suspended_job_goes_on_and_sigterm_to_a_single_rank_stops_all_ranks_cleanly(tmp_path):
     """Rank 1 comes 11 s late to the trainer's construction (a slow import), longer than the 8-s
     collective timeout: start-up's collectives wait longer (runctl.STARTUP_TIMEOUT_S). Then the job is
