@@ -60,6 +60,28 @@ def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
     return notes
 
 
+def network_mismatch(saved: dict, cfg: C.Config, detail: str) -> str:
+    """The line for a checkpoint whose network this config does not build: the model settings that
+    changed since the run was made (a resume keeps its network; model.init only draws the first
+    weights), else `detail` (what the shapes or torch said)."""
+    changed = [f"model.{key} {C.show(now)} (the checkpoint's {C.show(was)})"
+               for key, now in vars(cfg.model).items()
+               if key != "init" and (was := _saved(saved, "model", key)) is not None and was != now]
+    if not changed:
+        return f"checkpoint: its network does not fit this config's ({detail})"
+    return (f"checkpoint: this config builds another network than the run's: {'; '.join(changed)}; a resume "
+            f"keeps the run's network: allowed: the checkpoint's values (or start another run folder)")
+
+
+def state_dict_detail(e: Exception) -> str:
+    """torch's load_state_dict error, shortened to its most telling line (its first says only
+    'Error(s) in loading state_dict for X:')."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    telling = next((ln for ln in lines[1:] if ln.startswith(("size mismatch", "Missing key", "Unexpected key"))),
+                   lines[0] if lines else type(e).__name__)
+    return telling[:160]
+
+
 # A sync rank's entry of a checkpoint's "ranks", the one list of its keys: runners/sync.py rank_state
 # writes them, ckpt_schema.check_sync_rank checks them, this module deals them out on another world size.
 # The runner's per-env arrays have one row per env like the env's state; the rest are the rank's RNG

@@ -173,13 +173,15 @@ class ActorLearnerRun:
             raise UsageError("selfplay.enabled: false, but the run trained with self-play (its checkpoint holds the "
                               "opponent pool and the ratings); allowed: true on resume (without it: a new run)")
         spec = self.agent.model_spec
-        if state["model_spec"] != spec or state["agent"] != self.agent.index:
-            raise UsageError(f"checkpoint: network {state['model_spec']} of agent {state['agent']} does not match "
-                              f"this config's {spec} for agent {self.agent.index}")
+        if state["agent"] != self.agent.index:
+            raise UsageError(f"checkpoint: it is agent {state['agent']}'s, in the folder of agent {self.agent.index}")
+        if state["model_spec"] != spec:
+            raise UsageError(resume.network_mismatch(state["config"], self.cfg,
+                                                     f"network {state['model_spec']}, this config's {spec}"))
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as e:
-            raise UsageError(f"checkpoint: model state does not fit ({str(e).splitlines()[0][:160]})") from None
+            raise UsageError(resume.network_mismatch(state["config"], self.cfg, resume.state_dict_detail(e))) from None
         return state
 
     def start_wandb(self) -> WandbStart | None:

@@ -187,12 +187,13 @@ class SyncTrainer:
         notes = resume.check(state["config"], self.cfg, per_rank_note=False)
         spec = state.get("model_spec")
         if spec != self.model_spec():
-            raise UsageError(f"checkpoint: network shape {spec} does not match this config's {self.model_spec()}")
+            raise UsageError(resume.network_mismatch(state["config"], self.cfg,
+                                                     f"network shape {spec}, this config's {self.model_spec()}"))
         try:
             self.model.load_state_dict(state["model"])  # copies into the flat views
             self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
-            raise UsageError(f"checkpoint: model or optimizer state does not fit ({str(e).splitlines()[0][:160]})") from None
+            raise UsageError(resume.network_mismatch(state["config"], self.cfg, resume.state_dict_detail(e))) from None
         self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
         self.ret_rms.load_state_dict(state["ret_rms"])
         if self.obs_norm is not None and state.get("obs_rms") is not None:  # (resume.check: normalize_obs is fixed)

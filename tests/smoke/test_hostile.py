@@ -206,6 +206,13 @@ CASES = [
          check=lambda t: not (t / EVIL_MARKER).exists()),
     Case("evaluate-planted-code", lambda t, b: evaluate("ppo", planted(t))(t, b), "refused: it holds Python objects",
          check=lambda t: not (t / EVIL_MARKER).exists()),
+    # another network on resume: the model setting is named (torch's first line named the class only)
+    Case("resume-ppo-other-hidden-size", resume("ppo", None, extra=["--set", "model.hidden_size=32"]),
+         "model.hidden_size 32 (the checkpoint's 64); a resume keeps the run's network"),
+    Case("resume-dqn-other-hidden-size", resume("dqn", None, ranks=2, extra=["--set", "model.hidden_size=32"]),
+         "model.hidden_size 32 (the checkpoint's 64); a resume keeps the run's network"),
+    Case("resume-appo-other-channels", resume("appo", None, ranks=2, extra=["--set", "model.channels=[4, 8]"]),
+         "model.channels [4, 8] (the checkpoint's [8, 16])"),
     Case("ckpt-missing-key", resume("ppo", drop("ret_rms")), "missing key(s) ret_rms"),
     Case("evaluate-missing-key", evaluate("ppo", drop("ret_rms")), "missing key(s) ret_rms"),
     Case("ckpt-procgen-state", resume("coinrun", lambda s: s["ranks"][0].update(env=[b"garbage"] * 8)),

@@ -236,7 +236,7 @@ def test_damaged_or_foreign_checkpoints_are_refused(small_run, tmp_path):
     (run / "checkpoints" / "latest.pt").write_bytes(b"not a checkpoint at all")
     assert "unreadable checkpoint" in _bad_resume(run)
 
-    assert "network shape" in _bad_resume(small_run, ["--set", "model.hidden_size=128"])
+    assert "model.hidden_size 128 (the checkpoint's 64)" in _bad_resume(small_run, ["--set", "model.hidden_size=128"])
     assert latest.read_bytes() == good  # refused resumes touch nothing
 
     assert "from algorithm 'ppo'" in _bad_resume(small_run, ["--config", "configs/dqn_toy.yaml"])
