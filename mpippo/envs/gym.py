@@ -247,6 +247,16 @@ class GymFamily(EnvFamily):
 
 
 _MUJOCO_SEEN: set[str] | None = None  # MuJoCo's warnings said so far (None: its handler is not set yet)
+_QUIET = False  # a rank other than 0 during start-up (quiet_start_up)
+
+
+def quiet_start_up(quiet: bool) -> None:
+    """Start-up makes the config's env on every rank from the same files, so MuJoCo warns every rank of
+    the same thing (Gymnasium's HalfCheetah XML: a deprecated attribute): ranks other than 0 keep those
+    warnings to themselves until start-up ends (the trainer's start-up calls this with True on them,
+    then False). Afterwards each rank says its own (an unstable simulation is one env's)."""
+    global _QUIET
+    _QUIET = quiet
 
 
 def _mujoco_warnings_to_stderr(eid: str, render: bool) -> None:
@@ -275,7 +285,8 @@ def _mujoco_warnings_to_stderr(eid: str, render: bool) -> None:
     def warn(message: str) -> None:
         if message not in seen:
             seen.add(message)
-            print(f"mpippo: warning: MuJoCo: {message.strip()}", file=sys.stderr, flush=True)
+            if not _QUIET:
+                print(f"mpippo: warning: MuJoCo: {message.strip()}", file=sys.stderr, flush=True)
     mujoco.set_mju_user_warning(warn)
 
 

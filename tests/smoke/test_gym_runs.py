@@ -37,6 +37,16 @@ def test_a_mujoco_run_plays_on_video_without_a_display_and_without_a_word_from_i
     assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr[-2000:]
 
 
+def test_what_mujoco_warns_of_at_start_up_is_said_once_not_once_per_rank(tmp_path):
+    """Every rank makes the config's env at start-up, and MuJoCo warns each of the same thing
+    (Gymnasium's HalfCheetah XML has a deprecated attribute): one line, from rank 0, also ahead of
+    a refusal; rank 0's own warning is kept."""
+    res = trainer(2, ["--config", "configs/ppo_mujoco.yaml", "--no-progress", "--set", "env.num_envs=0",
+                      "--output-dir", str(tmp_path / "run")])
+    assert res.returncode == 2 and "env.num_envs: must be > 0, got 0" in res.stderr, res.stderr[-800:]
+    assert res.stderr.count("mpippo: warning: MuJoCo: compiler attribute 'settotalmass'") == 1, res.stderr[-2000:]
+
+
 def test_another_env_argument_is_another_job(tmp_path):
     run_dir = tmp_path / "run"
     ok(trainer(None, [*CARTPOLE, "--total-timesteps", "512", "--output-dir", str(run_dir)]))
