@@ -49,7 +49,27 @@ def kwargs_problem(kwargs: dict) -> str | None:
         return f"env.kwargs: keys must be keyword names, got {bad}{hint}"
     if len(repr(kwargs)) > MAX_KWARGS_CHARS:
         return f"env.kwargs: {len(repr(kwargs)):,} characters; allowed: up to {MAX_KWARGS_CHARS:,}"
+    if (key := next((k for k, v in kwargs.items() if _holds_nan(v)), None)) is not None:
+        # (the checks of the rest of the config refuse NaN too; an env took it and failed at its first step)
+        return (f"env.kwargs.{key}: {show(kwargs[key])[:80]} holds NaN, which no setting of an env means; "
+                f"allowed: numbers (.inf included)")
     return None
+
+
+def _holds_nan(value) -> bool:
+    """A float NaN in a kwargs value, lists and mappings included (small: kwargs_problem bounds them)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and v != v:
+            return True
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return False
+
+
 RESERVED = {"render_mode": "rgb_array for evaluate's videos, else none", "autoreset": "the vector env resets",
             "disable_env_checker": "the checker runs in the tests, not in every env"}  # gym.make's, ours
 
