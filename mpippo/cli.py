@@ -432,11 +432,19 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
         errors = e.errors
     start.agree_or_exit(errors)
     try:
-        _on_root(world, lambda: _write_config(run_dir, cfg))
+        # config.yaml says what ran: a resume at its budget trains nothing, and keeps the file as it is
+        keep = args.resume and _at_budget(trainer, cfg)
+        _on_root(world, lambda: None if keep and (run_dir / RUN_CONFIG).is_file() else _write_config(run_dir, cfg))
     except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)
     return trainer
+
+
+def _at_budget(trainer, cfg: C.Config) -> bool:
+    """A sync resume with nothing left to train (its budget reached: it only says so). The actor-learner
+    layout's agents each know their own steps only: its config is written as before."""
+    return not C.actor_learner(cfg) and trainer.global_step >= cfg.training.total_timesteps
 
 
 def _write_config(run_dir: Path, cfg: C.Config) -> None:

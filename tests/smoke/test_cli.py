@@ -155,15 +155,18 @@ def test_resume_continues_counters(tmp_path):
 
 def test_a_resume_of_a_finished_run_keeps_its_metrics(tmp_path):
     """No iteration runs (the budget is reached): benchmark_metrics.json keeps the run's figures
-    instead of being rewritten without its episodes."""
+    instead of being rewritten without its episodes, and config.yaml the settings that ran."""
     run_dir = tmp_path / "run"
     ok(trainer(None, ["--config", "configs/toy_cue.yaml", "--total-timesteps", "2048", "--no-progress",
                       "--output-dir", str(run_dir)]))
     before = (run_dir / "benchmark_metrics.json").read_bytes()
     assert metrics(run_dir)["episode_return_mean"] is not None
-    res = ok(trainer(None, ["--resume", "--output-dir", str(run_dir), "--no-progress"]))
+    config = (run_dir / "config.yaml").read_bytes()
+    res = ok(trainer(None, ["--resume", "--output-dir", str(run_dir), "--no-progress", "--set", "training.n_steps=16",
+                            "--set", "training.learning_rate=0.1"]))
     assert "resuming at 2,048 steps" in res.stdout
     assert (run_dir / "benchmark_metrics.json").read_bytes() == before
+    assert (run_dir / "config.yaml").read_bytes() == config  # what ran: no step ran with the new settings
     # edited by hand (figures emptied, one removed): the summary shows '-' there, the file stays as it is
     edited = {**json.loads(before), "fps": None, "peak_rss_mb_per_rank": [], "stop_reason": None}
     del edited["phase_seconds"]
