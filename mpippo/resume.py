@@ -43,6 +43,8 @@ def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
         was, now = _saved(saved, section, key), getattr(getattr(cfg, section), key)
         if section == "env" and key == "name" and isinstance(was, str):
             was, now = envs.canonical_env_name(was), envs.canonical_env_name(now)
+        if section == "env" and key == "kwargs" and isinstance(was, dict) and (fam := envs.family_of(cfg.env.name)):
+            was, now = fam.acting_kwargs(cfg.env.name, was), fam.acting_kwargs(cfg.env.name, now)
         if was is not None and was != now:
             raise C.UsageError(
                 f"--resume: the checkpoint's {name} is {C.show(was)}, this config asks for {C.show(now)} "

@@ -105,6 +105,9 @@ class AtariFamily(EnvFamily):
     def accepts(self, name: str) -> bool:
         return isinstance(name, str) and name.startswith(PREFIX)
 
+    def acting_kwargs(self, name: str, kwargs: dict) -> dict:
+        return {k: v for k, v in kwargs.items() if k not in OPTIONS or v != OPTIONS[k][0]}
+
     def canonical(self, name: str) -> str:
         """'atari:ms_pacman' and 'atari:MsPacman' -> 'atari:MsPacman'."""
         return PREFIX + camel(rom_id(name[len(PREFIX):])) if self.accepts(name) else name

@@ -114,6 +114,11 @@ class EnvFamily:
     def spaces(self, cfg) -> Spaces:
         raise NotImplementedError
 
+    def acting_kwargs(self, name: str, kwargs: dict) -> dict:
+        """env.kwargs as they act on env `name`: an entry set to what the env takes anyway is left out, so
+        that a resume naming a default is the same job (families that know their defaults say them)."""
+        return dict(kwargs)
+
     def held_out(self, cfg) -> list[str]:
         """Move cfg's env (in place) to levels its training never saw (evaluate --levels test), and say
         what the reader should know; a family without levels refuses (the usage module's UsageError)."""

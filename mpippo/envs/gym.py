@@ -217,6 +217,21 @@ class GymFamily(EnvFamily):
     def accepts(self, name: str) -> bool:
         return isinstance(name, str) and name.startswith(PREFIX)
 
+    def acting_kwargs(self, name: str, kwargs: dict) -> dict:
+        """Left out: entries equal to what gym.make passes anyway (the id's registered kwargs, else the
+        constructor's default); all kept where the id or its constructor cannot be read."""
+        gym, eid = _gym(), env_id(name)
+        spec = gym.envs.registry.get(eid)
+        try:
+            entry = spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(
+                spec.entry_point)
+            params = inspect.signature(entry).parameters
+        except Exception:  # noqa: BLE001 (no spec, no signature, or a module that does not import)
+            return dict(kwargs)
+        anyway = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+        anyway |= dict(spec.kwargs or {}) | {"max_episode_steps": spec.max_episode_steps}
+        return {k: v for k, v in kwargs.items() if k not in anyway or anyway[k] != v or type(anyway[k]) is not type(v)}
+
     def allowed(self) -> str:
         return "gym:<id> (a Gymnasium id, e.g. gym:CartPole-v1)"
 

@@ -24,7 +24,9 @@ def test_ppo_on_atari_trains_resumes_with_fresh_games_and_evaluates_the_real_gam
     clean(trainer(2, [*ppo, "--total-timesteps", "256"], timeout=300))
     m = metrics(run_dir)
     assert m["env"] == "atari:Pong" and m["world_size"] == 2 and m["total_timesteps"] == 256
-    res = clean(trainer(2, [*ppo, "--resume", "--total-timesteps", "512"], timeout=300))
+    # the defaults named (noop_max 30, no sticky actions) are the same game, not another job
+    res = clean(trainer(2, [*ppo, "--resume", "--total-timesteps", "512", "--set", "env.kwargs.noop_max=30",
+                            "--set", "env.kwargs.repeat_action_probability=0.0"], timeout=300))
     assert "atari:Pong's envs cannot save their state" in res.stdout and metrics(run_dir)["total_timesteps"] == 512
     out = tmp_path / "eval.json"
     clean(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "1",

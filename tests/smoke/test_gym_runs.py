@@ -53,6 +53,12 @@ def test_another_env_argument_is_another_job(tmp_path):
     res = trainer(None, [*CARTPOLE, "--resume", "--total-timesteps", "1024", "--output-dir", str(run_dir),
                          "--set", "env.kwargs={max_episode_steps: 50}"])
     assert res.returncode == 2 and "checkpoint's env arguments is {}" in res.stderr, res.stderr[-800:]
+    # the constructor's default or the id's registered time limit named: the same job
+    ok(trainer(None, [*CARTPOLE, "--resume", "--total-timesteps", "1024", "--output-dir", str(run_dir),
+                      "--set", "env.kwargs={sutton_barto_reward: false, max_episode_steps: 500}"]))
+    res = trainer(None, [*CARTPOLE, "--resume", "--total-timesteps", "1536", "--output-dir", str(run_dir),
+                         "--set", "env.kwargs={sutton_barto_reward: true}"])
+    assert res.returncode == 2 and "asks for {'sutton_barto_reward': True}" in res.stderr, res.stderr[-800:]
 
 
 def test_a2c_trains_a_gymnasium_env_too(tmp_path):
