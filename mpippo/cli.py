@@ -280,12 +280,14 @@ def run(argv: list[str] | None = None, workers: int | None = None) -> tuple[int,
     world.install_abort_hook()
     start = _StartUp(world, signals)
     gym_envs.quiet_start_up(not world.is_root)  # every rank makes the same env: its warnings said once
-    with start.watched():
-        args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start, workers)
-        run_dir = _run_dir(world, args, start)
-        cfg, note = _config(world, args, overrides, run_dir, start)
-        trainer = _trainer(world, args, cfg, run_dir, start)
-    gym_envs.quiet_start_up(False)
+    try:
+        with start.watched():
+            args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start, workers)
+            run_dir = _run_dir(world, args, start)
+            cfg, note = _config(world, args, overrides, run_dir, start)
+            trainer = _trainer(world, args, cfg, run_dir, start)
+    finally:  # (the Python API's caller may start another run in this process)
+        gym_envs.quiet_start_up(False)
     if (undone := signals.reclaim() + gym_envs.undone()) and world.is_root:  # the envs' code ran: undone
         print(f"mpippo: warning: the env's code {' and '.join(undone)}; mpippo's is back "
               f"(a stop or a requeue checkpoints as usual)", flush=True)

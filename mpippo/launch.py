@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
 from mpippo.errors import say, say_interrupted
-from mpippo.preemption import EXIT_INTERRUPTED, EXIT_REQUEUE, EXIT_STOPPED, settle
+from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -361,6 +361,7 @@ class _Relay:
 
     def __init__(self):
         self.proc, self.ranks, self.started, self.held, self.stops, self.hard = None, 0, 0.0, [], 0, False
+        self.killed = False  # the hard stop reached mpirun (which SIGKILLs the ranks on it)
         signal.signal(signal.SIGTERM, self.on_stop)
         signal.signal(signal.SIGINT, self.on_stop)
         signal.signal(signal.SIGUSR1, lambda s, f: self.send(signal.SIGUSR1))
@@ -386,7 +387,11 @@ class _Relay:
         if self.held or not self.ready():
             self.held.append(sig)
         else:
-            self.proc.send_signal(sig)
+            self.deliver(sig)
+
+    def deliver(self, sig) -> None:
+        self.proc.send_signal(sig)
+        self.killed = self.killed or sig == signal.SIGTERM
 
     def wait(self, proc, ranks: int) -> int:
         self.proc, self.ranks, self.started = proc, ranks, time.monotonic()
@@ -397,7 +402,7 @@ class _Relay:
                 if self.held and self.ready():
                     held, self.held = self.held, []
                     for sig in held:
-                        proc.send_signal(sig)
+                        self.deliver(sig)
             except InterruptedError:
                 continue
 
@@ -446,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         code = relay.wait(proc, args.np)
     settle()  # the job's outcome is known: a late signal cannot turn it into death by signal
-    if relay.hard and code not in (0, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED):
+    if relay.killed and code not in (EXIT_OK, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_INTERRUPTED):
         # mpirun SIGKILLed the ranks before any could say a word (its exit 1): the line and code are ours
         say_interrupted("the job ")
         return EXIT_INTERRUPTED

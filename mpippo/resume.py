@@ -71,7 +71,7 @@ def network_mismatch(saved: dict, cfg: C.Config, detail: str) -> str:
                if key != "init" and (was := _saved(saved, "model", key)) is not None and was != now]
     if not changed:
         return f"checkpoint: its network does not fit this config's ({detail})"
-    return (f"checkpoint: this config builds another network than the run's: {'; '.join(changed)}; a resume "
+    return (f"checkpoint: this config's model settings are not the run's: {'; '.join(changed)}; a resume "
             f"keeps the run's network: allowed: the checkpoint's values (or start another run folder)")
 
 

@@ -106,6 +106,7 @@ class AtariFamily(EnvFamily):
         return isinstance(name, str) and name.startswith(PREFIX)
 
     def acting_kwargs(self, name: str, kwargs: dict) -> dict:
+        """Left out: the options set to their defaults (noop_max 30, ...), which the game takes anyway."""
         return {k: v for k, v in kwargs.items() if k not in OPTIONS or v != OPTIONS[k][0]}
 
     def canonical(self, name: str) -> str:

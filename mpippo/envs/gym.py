@@ -51,8 +51,8 @@ def kwargs_problem(kwargs: dict) -> str | None:
         return f"env.kwargs: {len(repr(kwargs)):,} characters; allowed: up to {MAX_KWARGS_CHARS:,}"
     if (key := next((k for k, v in kwargs.items() if _holds_nan(v)), None)) is not None:
         # (the checks of the rest of the config refuse NaN too; an env took it and failed at its first step)
-        return (f"env.kwargs.{key}: {show(kwargs[key])[:80]} holds NaN, which no setting of an env means; "
-                f"allowed: numbers (.inf included)")
+        return (f"env.kwargs.{key}: {show(kwargs[key])[:80]} holds a NaN, which no setting of an env means; "
+                f"allowed: values without NaN (.inf is taken)")
     return None
 
 
@@ -219,18 +219,14 @@ class GymFamily(EnvFamily):
 
     def acting_kwargs(self, name: str, kwargs: dict) -> dict:
         """Left out: entries equal to what gym.make passes anyway (the id's registered kwargs, else the
-        constructor's default); all kept where the id or its constructor cannot be read."""
+        constructor's default; an int for a float default, as the kwargs' check takes it); all kept where
+        the id or its constructor cannot be read."""
         gym, eid = _gym(), env_id(name)
-        spec = gym.envs.registry.get(eid)
-        try:
-            entry = spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(
-                spec.entry_point)
-            params = inspect.signature(entry).parameters
-        except Exception:  # noqa: BLE001 (no spec, no signature, or a module that does not import)
+        if (spec := gym.envs.registry.get(eid)) is None or (params := _constructor_params(gym, spec)) is None:
             return dict(kwargs)
         anyway = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
         anyway |= dict(spec.kwargs or {}) | {"max_episode_steps": spec.max_episode_steps}
-        return {k: v for k, v in kwargs.items() if k not in anyway or anyway[k] != v or type(anyway[k]) is not type(v)}
+        return {k: v for k, v in kwargs.items() if not (k in anyway and _same_value(v, anyway[k]))}
 
     def allowed(self) -> str:
         return "gym:<id> (a Gymnasium id, e.g. gym:CartPole-v1)"
@@ -318,10 +314,9 @@ def _mujoco_warnings_to_stderr(eid: str, render: bool) -> None:
     _MUJOCO_SEEN = seen = set()
 
     def warn(message: str) -> None:
-        if message not in seen:
+        if message not in seen and not _QUIET:  # (kept quiet: not seen, so said if it comes again after start-up)
             seen.add(message)
-            if not _QUIET:
-                print(f"mpippo: warning: MuJoCo: {message.strip()}", file=sys.stderr, flush=True)
+            print(f"mpippo: warning: MuJoCo: {message.strip()}", file=sys.stderr, flush=True)
     mujoco.set_mju_user_warning(warn)
 
 
@@ -372,19 +367,33 @@ def _check_kwarg_types(gym, eid: str, kwargs: dict) -> None:
     """Each entry of env.kwargs whose constructor parameter has a plain default (a bool, int, float or
     str) must be of that type; others (None, containers, **kwargs) are the env's to judge."""
     spec = gym.envs.registry.get(eid)
-    if not kwargs or spec is None:
-        return  # (an unknown id: gym.make names it)
-    try:
-        entry = spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(
-            spec.entry_point)
-        params = inspect.signature(entry).parameters
-    except Exception:  # noqa: BLE001 (no signature to read, or the env's module does not import: gym.make names it)
-        return
+    if not kwargs or spec is None or (params := _constructor_params(gym, spec)) is None:
+        return  # (an unknown id, or no constructor to read: gym.make names what is wrong)
     for key, value in kwargs.items():
         default = params[key].default if key in params else None
         kinds, what = _KINDS.get(type(default), (None, ""))
         if kinds and not (isinstance(value, kinds) and (type(value) is bool) == (type(default) is bool)):
             raise UsageError(f"env.kwargs.{key}: {show(value)} is not {what}, as {eid}'s default ({default!r}) is")
+
+
+def _constructor_params(gym, spec):
+    """The parameters of a registered id's constructor, or None where they cannot be read (no signature,
+    or a module that does not import: gym.make names it)."""
+    try:
+        entry = spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(
+            spec.entry_point)
+        return inspect.signature(entry).parameters
+    except Exception:  # noqa: BLE001 (the user's module may raise anything on import)
+        return None
+
+
+def _same_value(given, default) -> bool:
+    """A kwarg given at what the env takes anyway: equal, and a bool only for a bool (an int for a float
+    is the same number); values that cannot be compared plainly (numpy arrays in a default) are not."""
+    try:
+        return bool(given == default) and (type(given) is bool) == (type(default) is bool)
+    except Exception:  # noqa: BLE001 (an array's ambiguous truth, a user object's __eq__)
+        return False
 
 
 def _plain(message) -> str:

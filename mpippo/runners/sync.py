@@ -191,9 +191,12 @@ class SyncTrainer:
                                                      f"network shape {spec}, this config's {self.model_spec()}"))
         try:
             self.model.load_state_dict(state["model"])  # copies into the flat views
-            self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
             raise UsageError(resume.network_mismatch(state["config"], self.cfg, resume.state_dict_detail(e))) from None
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise UsageError(f"checkpoint: optimizer state does not fit ({str(e).splitlines()[0][:160]})") from None
         self.global_step, self.iteration = int(state["timesteps"]), int(state["iteration"])
         self.ret_rms.load_state_dict(state["ret_rms"])
         if self.obs_norm is not None and state.get("obs_rms") is not None:  # (resume.check: normalize_obs is fixed)

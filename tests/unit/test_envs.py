@@ -537,3 +537,17 @@ def test_video_of_an_env_without_render_mode_names_video_not_the_users_kwargs():
         check_render(user_cfg("gym:mpippo-test/Steady-v0"))
     assert str(e.value).startswith("--video: making 'mpippo-test/Steady-v0' with render_mode='rgb_array' failed (") \
         and str(e.value).endswith("allowed: an env whose constructor takes render_mode (Gymnasium's rendering API)")
+
+
+def test_a_resume_compares_env_kwargs_as_they_act():
+    """Entries at what the env takes anyway compare as absent (an int for a float default); bools stay
+    bools; a default holding an array (Humanoid's camera) is compared without a traceback, and kept."""
+    gym_family, atari = envs.family_of("gym:CartPole-v1"), envs.family_of("atari:Pong")
+    assert gym_family.acting_kwargs("gym:HalfCheetah-v5", {"forward_reward_weight": 1, "frame_skip": 5}) == {}
+    assert gym_family.acting_kwargs("gym:CartPole-v1", {"sutton_barto_reward": 0}) == {"sutton_barto_reward": 0}
+    assert gym_family.acting_kwargs("gym:CartPole-v1", {"max_episode_steps": 500, "x": 1}) == {"x": 1}
+    camera = {"default_camera_config": {"trackbodyid": 1, "distance": 4.0, "lookat": [0, 0, 1], "elevation": -20}}
+    assert gym_family.acting_kwargs("gym:Humanoid-v5", camera) == camera
+    assert gym_family.acting_kwargs("gym:NoSuchEnv-v0", {"a": 1}) == {"a": 1}
+    assert atari.acting_kwargs("atari:Pong", {"noop_max": 30, "repeat_action_probability": 0, "reward_clip": False}) \
+        == {"reward_clip": False}
