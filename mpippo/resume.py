@@ -62,10 +62,21 @@ def check(saved: dict, cfg: C.Config, per_rank_note: bool = True) -> list[str]:
     return notes
 
 
-def network_mismatch(saved: dict, cfg: C.Config, detail: str) -> str:
-    """The line for a checkpoint whose network this config does not build: the model settings that
-    changed since the run was made (a resume keeps its network; model.init only draws the first
-    weights), else `detail` (what the shapes or torch said)."""
+def load_network(model, state: dict, cfg: C.Config, spec: dict) -> None:
+    """The checkpoint's weights into `model` (built from this config, whose model_spec is `spec`), or one
+    line: the model settings that changed since the run was made (a resume keeps its network), else what
+    the spec or torch's load said. Both layouts' resumes load through here."""
+    if state.get("model_spec") != spec:
+        raise C.UsageError(_network_mismatch(state["config"], cfg, f"network {state.get('model_spec')}, this "
+                                                                   f"config's {spec}"))
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise C.UsageError(_network_mismatch(state["config"], cfg, _state_dict_detail(e))) from None
+
+
+def _network_mismatch(saved: dict, cfg: C.Config, detail: str) -> str:
+    """model.init aside (it only draws a new run's first weights), every model setting that differs."""
     changed = [f"model.{key} {C.show(now)} (the checkpoint's {C.show(was)})"
                for key, now in vars(cfg.model).items()
                if key != "init" and (was := _saved(saved, "model", key)) is not None and was != now]
@@ -75,7 +86,7 @@ def network_mismatch(saved: dict, cfg: C.Config, detail: str) -> str:
             f"keeps the run's network: allowed: the checkpoint's values (or start another run folder)")
 
 
-def state_dict_detail(e: Exception) -> str:
+def _state_dict_detail(e: Exception) -> str:
     """torch's load_state_dict error, shortened to its most telling line (its first says only
     'Error(s) in loading state_dict for X:')."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]

@@ -172,16 +172,9 @@ class ActorLearnerRun:
         if not self.cfg.selfplay.enabled and "selfplay" in state:  # (its pool, ratings and curve would be dropped)
             raise UsageError("selfplay.enabled: false, but the run trained with self-play (its checkpoint holds the "
                               "opponent pool and the ratings); allowed: true on resume (without it: a new run)")
-        spec = self.agent.model_spec
         if state["agent"] != self.agent.index:
             raise UsageError(f"checkpoint: it is agent {state['agent']}'s, in the folder of agent {self.agent.index}")
-        if state["model_spec"] != spec:
-            raise UsageError(resume.network_mismatch(state["config"], self.cfg,
-                                                     f"network {state['model_spec']}, this config's {spec}"))
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as e:
-            raise UsageError(resume.network_mismatch(state["config"], self.cfg, resume.state_dict_detail(e))) from None
+        resume.load_network(self.model, state, self.cfg, self.agent.model_spec)
         return state
 
     def start_wandb(self) -> WandbStart | None:

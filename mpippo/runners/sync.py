@@ -185,14 +185,7 @@ class SyncTrainer:
             raise UsageError(f"checkpoint: it is from algorithm '{state['algo']}', this run is {self.entry.name}")
         # the same game, levels and algorithm, or one line; another env split is said below
         notes = resume.check(state["config"], self.cfg, per_rank_note=False)
-        spec = state.get("model_spec")
-        if spec != self.model_spec():
-            raise UsageError(resume.network_mismatch(state["config"], self.cfg,
-                                                     f"network shape {spec}, this config's {self.model_spec()}"))
-        try:
-            self.model.load_state_dict(state["model"])  # copies into the flat views
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise UsageError(resume.network_mismatch(state["config"], self.cfg, resume.state_dict_detail(e))) from None
+        resume.load_network(self.model, state, self.cfg, self.model_spec())  # copies into the flat views
         try:
             self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
