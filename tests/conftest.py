@@ -18,6 +18,7 @@ from typing import Callable
 
 import pytest
 
+import warmstart
 from mpippo.launch import SHM_VAR, owned_prefix, sweep_leftovers
 from mpippo.machine import describe
 
@@ -80,6 +81,27 @@ def mpi_env() -> dict:
     return env
 
 
+# The jobs' environment before any test changed it: the tests' warm-start server starts with it
+# (tests/warmstart.py: one-process jobs forked from a process that has imported torch once)
+WARM_BASE = mpi_env()
+
+
+def run_warm(cmd: list[str], env: dict, cwd, timeout: float, on_start=None) -> subprocess.CompletedProcess | None:
+    """cmd run warm (tests/warmstart.py), or None where it must start fresh; a timeout fails the test."""
+    if warmstart.FRESH:
+        return None
+    try:
+        return warmstart.run(cmd, env, WARM_BASE, cwd, timeout, on_start)
+    except TimeoutError as e:
+        out, err = e.args
+        pytest.fail(f"timed out after {timeout} s (deadlock?): {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
+
+
+def warm_ranks(cmd: list[str], env: dict) -> tuple[list[str], dict]:
+    """An mpirun command whose ranks start warm (tests/warmstart.py), and its environment."""
+    return (cmd, env) if warmstart.FRESH else warmstart.ranks(cmd, env, WARM_BASE)
+
+
 def fake_wandb(folder: Path, body: str) -> dict:
     """A stand-in `wandb` package in `folder` (module text `body`), found before the real one: W&B's
     failures on demand, and no test ever reaches for its servers. Returns the environment to add."""
@@ -138,7 +160,11 @@ def run(cmd: list[str], timeout: float, cwd=ROOT, env: dict | None = None) -> su
 
 
 def _run_once(cmd: list[str], timeout: float, cwd, env: dict | None) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(cmd, cwd=cwd, env=mpi_env() | (env or {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    full = mpi_env() | (env or {})
+    if (res := run_warm(cmd, full, cwd, timeout)) is not None:
+        return res
+    started, full = warm_ranks(cmd, full)
+    proc = subprocess.Popen(started, cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -306,16 +332,19 @@ def process_table(path: str, rows: int = 15) -> list[str]:
     """MPIPPO_TEST_PROCS's records summed by test file, most CPU first: where the suite's CPU goes by the
     processes it starts (torch's import and procgen's assets cost seconds in each)."""
     files: dict[str, list[float]] = {}
+    warm = 0
     for line in Path(path).read_text().splitlines():
         try:
             r = json.loads(line)
         except ValueError:
             continue  # a line cut by a full disk
+        warm += bool(r.get("warm"))
         f = files.setdefault(r["test"].split("::")[0] or "(no test)", [0, 0.0, 0, 0])
         f[0], f[1], f[2], f[3] = f[0] + 1, f[1] + r["cpu_s"], f[2] + r["torch"], f[3] + r["procgen"]
     total = [sum(v[i] for v in files.values()) for i in range(4)]
-    out = [f"processes started: {total[0]:,}, {total[1]:,.0f} s of CPU; {total[2]:,} imported torch, "
-           f"{total[3]:,} made a procgen env (MPIPPO_TEST_PROCS={path})",
+    out = [f"processes started: {total[0]:,}, {total[1]:,.0f} s of CPU; {total[2]:,} imported torch "
+           f"({warm:,} of them forked warm, tests/warmstart.py), {total[3]:,} made a procgen env "
+           f"(MPIPPO_TEST_PROCS={path})",
            f"{'cpu s':>8} {'procs':>6} {'torch':>6} {'procgen':>8}  test file"]
     for name, (n, cpu_s, torch_n, procgen_n) in sorted(files.items(), key=lambda kv: -kv[1][1])[:rows]:
         out.append(f"{cpu_s:8.0f} {n:6d} {torch_n:6d} {procgen_n:8d}  {name}")

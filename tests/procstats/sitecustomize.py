@@ -12,6 +12,15 @@ import time
 
 _START = time.monotonic()
 _DONE: list[int] = []
+_WARM: list[int] = []
+
+
+def warm_start() -> None:
+    """Called by the tests' warm start in each child it forks (tests/warmstart_server.py): the child's
+    record counts from now, and says it was forked with torch already imported."""
+    global _START
+    _START = time.monotonic()
+    _WARM.append(1)
 
 
 def _record() -> None:
@@ -23,7 +32,7 @@ def _record() -> None:
         line = json.dumps({"pid": os.getpid(), "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
                            "argv": sys.argv[:2], "cpu_s": round(use.ru_utime + use.ru_stime, 2),
                            "wall_s": round(time.monotonic() - _START, 2),
-                           "torch": "torch" in sys.modules, "procgen": "procgen" in sys.modules})
+                           "torch": "torch" in sys.modules, "warm": bool(_WARM), "procgen": "procgen" in sys.modules})
         fd = os.open(os.environ["MPIPPO_TEST_PROCS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, (line + "\n").encode())  # one write of a short line: whole under O_APPEND
         os.close(fd)

@@ -23,7 +23,7 @@ from typing import Callable
 import psutil
 import pytest
 
-from conftest import MPIRUN, ROOT, mpi_env, relaunched
+from conftest import MPIRUN, ROOT, mpi_env, relaunched, run_warm, warm_ranks
 
 MARK = "MPIPPO_HOSTILE_CASE"
 
@@ -120,7 +120,15 @@ def run_marked(cmd: list[str], tag: str, timeout: float = 90, env: dict | None =
 
 def _run_marked_once(cmd: list[str], tag: str, timeout: float, env: dict | None) -> tuple:
     full_env = mpi_env() | {MARK: tag} | (env or {})
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    try:
+        res = run_warm(cmd, full_env, ROOT, timeout)
+    except BaseException:  # (the test fails on its timeout: the case's other processes go first)
+        stop_case_processes(tag)
+        raise
+    if res is not None:
+        return res, survivors(tag, timeout=3.0)
+    started, full_env = warm_ranks(cmd, full_env)
+    proc = subprocess.Popen(started, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

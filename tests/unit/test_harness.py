@@ -39,13 +39,15 @@ def test_the_process_table_sums_each_files_processes(tmp_path):
     """MPIPPO_TEST_PROCS's records, as tests/procstats/sitecustomize.py writes them, summed by file."""
     from conftest import process_table
     rec = lambda test, cpu, torch, procgen: json.dumps(  # noqa: E731
-        {"test": test, "argv": ["run_mpi.py"], "cpu_s": cpu, "wall_s": 1.0, "torch": torch, "procgen": procgen})
+        {"test": test, "argv": ["run_mpi.py"], "cpu_s": cpu, "wall_s": 1.0, "torch": torch, "procgen": procgen,
+         "warm": test == "tests/b.py::t"})
     path = tmp_path / "procs.jsonl"
     path.write_text("\n".join([rec("tests/a.py::t1", 2.5, True, False),
                                rec("tests/b.py::t", 9.0, True, True), rec("tests/a.py::t2", 3.0, True, True),
                                rec("", 0.5, False, False)]) + "\n{\"cut\n")
     lines = process_table(str(path))
-    assert lines[0].startswith("processes started: 4, 15 s of CPU; 3 imported torch, 2 made a procgen env")
+    assert lines[0].startswith("processes started: 4, 15 s of CPU; 3 imported torch (1 of them forked warm, "
+                               "tests/warmstart.py), 2 made a procgen env")
     assert [line.split()[-1] for line in lines[2:]] == ["tests/b.py", "tests/a.py", "test)"]
     assert lines[3].split()[:4] == ["6", "2", "2", "1"]  # a.py: 5.5 s rounded, 2 processes, 2 torch, 1 procgen
 

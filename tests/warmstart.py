@@ -1,0 +1,172 @@
+"""The tests' side of their warm start (tests/warmstart_server.py says what it is and why).
+
+- run(cmd, env, base, cwd, timeout): a one-process job (`python script.py ...`, `python -m module
+  ...`) run as a child of this test process's warm server; what subprocess would return (the exit
+  code, negative for a signal; stdout and stderr as text with universal newlines), or None where
+  it must start fresh (another interpreter, interpreter options, `-c`, or an environment the server
+  answers `fresh` to).
+- ranks(cmd, env, base): an mpirun command whose ranks start warm (tests/warmstart_rank.py in the
+  interpreter's place) and the environment naming the server; (cmd, env) unchanged where it cannot.
+
+With MPIPPO_TEST_FRESH=1 the tests start every job fresh (conftest.run_warm, warm_ranks): the suite as
+it was, to compare or to rule the warm start out. The jobs that tests signal or whose rank processes
+they look at (conftest.start), and the Slurm jobs, always start fresh."""
+from __future__ import annotations
+
+import array
+import atexit
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SERVER, RANK = HERE / "warmstart_server.py", HERE / "warmstart_rank.py"
+FRESH = os.environ.get("MPIPPO_TEST_FRESH") == "1"
+SOCKET_VAR = "MPIPPO_TEST_WARM"
+
+
+class _Server:
+    def __init__(self, env: dict):
+        self.folder = tempfile.mkdtemp(prefix="mpippo-warm-")
+        self.path = os.path.join(self.folder, "s")
+        alive_r, self.alive_w = os.pipe()  # the server ends when this process does (the pipe's EOF)
+        self.proc = subprocess.Popen([sys.executable, str(SERVER), self.path, str(alive_r)], env=env,
+                                     cwd=self.folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     pass_fds=(alive_r,), start_new_session=True, text=True)
+        os.close(alive_r)
+        ready = self.proc.stdout.readline()  # (said by the server proper: the process started here forks it)
+        self.proc.stdout.close()
+        self.proc.wait(10)
+        if ready.strip() != "ready":
+            raise RuntimeError(f"the tests' warm-start server did not start: {ready!r}")
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        os.close(self.alive_w)
+        for remove, name in ((os.remove, self.path), (os.rmdir, self.folder)):
+            try:
+                remove(name)
+            except OSError:
+                pass
+
+
+_server: _Server | None = None
+_starting = threading.Lock()  # (the hostile tables run two cases at a time, from threads)
+
+
+def _started(base: dict) -> _Server:
+    global _server
+    with _starting:
+        if _server is None:
+            _server = _Server(base)
+    return _server
+
+
+def _python_job(args: list[str]) -> bool:
+    """args after the interpreter: a script or `-m module`, no interpreter options."""
+    return bool(args) and (not args[0].startswith("-") or (args[0] == "-m" and len(args) > 1))
+
+
+def run(cmd: list[str], env: dict, base: dict, cwd, timeout: float, on_start=None):
+    """The job's subprocess.CompletedProcess, run warm; None where it must start fresh. base: the
+    environment the server starts with (the jobs' own before any test changed it). On a timeout the
+    job's session is killed and TimeoutError raised with (out, err) so far. on_start(pid): called
+    once the child runs (its pid leads its own session)."""
+    if cmd[0] != sys.executable or not _python_job(cmd[1:]):
+        return None
+    job = _Job(_started(base), cmd, env, cwd, on_start)
+    return job.result(timeout) if job.pid is not None else None
+
+
+def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
+    """cmd with its ranks started warm, and env naming the server; both as given where it cannot."""
+    if sys.executable not in cmd[1:]:
+        return cmd, env
+    at = cmd.index(sys.executable, 1)
+    if not _python_job(cmd[at + 1:]):
+        return cmd, env
+    server = _started(base)
+    return cmd[:at] + [sys.executable, "-S", "-E", str(RANK)] + cmd[at + 1:], env | {SOCKET_VAR: server.path}
+
+
+class _Job:
+    def __init__(self, server: _Server, cmd: list[str], env: dict, cwd, on_start):
+        self.cmd, self.pid, self.answer = cmd, None, b""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.conn.connect(server.path)
+        line = json.dumps({"argv": cmd[1:], "env": env, "cwd": str(cwd), "umask": umask}) + "\n"
+        self.conn.sendmsg([line.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null, out_w, err_w]))])
+        for fd in (null, out_w, err_w):
+            os.close(fd)
+        self.pipes = {out_r: bytearray(), err_r: bytearray()}
+        while b"\n" not in self.answer:
+            data = self.conn.recv(4096)
+            if not data:
+                raise RuntimeError(f"the tests' warm-start server ended during {cmd}")
+            self.answer += data
+        first, self.answer = self.answer.split(b"\n", 1)
+        if first == b"fresh":
+            self._close()
+            return
+        self.pid = int(first.split()[1])
+        if on_start:
+            on_start(self.pid)
+
+    def result(self, timeout: float) -> subprocess.CompletedProcess:
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            for fd in self.pipes:
+                sel.register(fd, selectors.EVENT_READ)
+            sel.register(self.conn, selectors.EVENT_READ)
+            while sel.get_map() and time.monotonic() < deadline:
+                for key, _ in sel.select(max(deadline - time.monotonic(), 0)):
+                    self._read(sel, key.fileobj)
+            done = not sel.get_map()
+        out, err = (self._text(b) for b in self.pipes.values())
+        if not done:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass  # (ended meanwhile)
+            self._close()
+            raise TimeoutError(out, err)
+        status = int(self.answer.split(b"exit ")[1])
+        return subprocess.CompletedProcess(self.cmd, os.waitstatus_to_exitcode(status), out, err)
+
+    def _read(self, sel, source) -> None:
+        if source is self.conn:
+            data = self.conn.recv(4096)
+            self.answer += data
+        else:
+            data = os.read(source, 1 << 16)
+            self.pipes[source] += data
+        if not data:
+            sel.unregister(source)
+            self.conn.close() if source is self.conn else os.close(source)
+            if source is self.conn and b"exit " not in self.answer:
+                raise RuntimeError(f"the tests' warm-start server ended during {self.cmd}")
+
+    def _close(self) -> None:
+        for fd in self.pipes:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # (closed at its end)
+        self.conn.close()
+
+    @staticmethod
+    def _text(data: bytes) -> str:  # as subprocess's text mode: the locale's encoding, universal newlines
+        return bytes(data).decode().replace("\r\n", "\n").replace("\r", "\n")

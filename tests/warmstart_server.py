@@ -1,0 +1,256 @@
+"""The tests' warm start: one process per test process that imports torch and numpy once, then forks
+a child for each job the tests run in one interpreter: a one-process job (`python script.py ...`,
+`python -m module ...`; tests/warmstart.py asks) or an MPI rank (tests/warmstart_rank.py, which
+mpirun starts in the rank's place, asks).
+
+Why: a trainer in a fresh process spends about 1 s of CPU importing torch before its first line of
+its own; the suite starts about 500 such processes on two cores, a third of its CPU (measured with
+MPIPPO_TEST_PROCS, docs/testing.md). A child forked here runs the same script as __main__, with the
+job's arguments, environment, folder, umask, CPU affinity and standard streams (passed as
+descriptors), in a session of its own, and ends as the interpreter would (its exit code, a traceback
+and 1, or its signal). Nothing of mpippo, MPI, Gymnasium or any env is imported before the fork:
+those are the job's own imports, as in a fresh process, and MPI is initialized in the child only.
+
+Protocol, one Unix-socket connection per job: the client sends one JSON line (argv, env, cwd, umask;
+a rank's client also its pid and affinity) with descriptors 0-2; the answer is `fresh` (the job's
+environment differs in what the interpreter or torch read at their import: the client starts it
+fresh) or `pid <n>`, then `exit <wait status>` when the child ends. A rank's child is killed when
+its client dies first (mpirun's SIGKILL reaches the client only). The server ends when the test
+process's pipe (argv[2]) closes."""
+from __future__ import annotations
+
+import array
+import gc
+import io
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+import numpy  # noqa: F401  (the point: imported once, before the forks)
+import torch  # noqa: F401
+
+# read at the interpreter's, torch's or its libraries' import: a job that sets them otherwise starts fresh
+IMPORT_TIME = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_",
+               "TORCH", "CUDA", "NVIDIA", "NUMPY_", "MALLOC", "LC_", "LANG", "TMPDIR", "TZ")
+_ENV = dict(os.environ)
+_WAKE_R, _WAKE_W = os.pipe()
+os.set_blocking(_WAKE_W, False)  # (signal.set_wakeup_fd's requirement)
+
+
+# pip Open MPI's mpirun gives its ranks LD_LIBRARY_PATH=<venv>/lib: the libraries MPI loads in the
+# child, which a singleton finds there without it (the same files, checked in /proc/self/maps)
+_MPI_LIBS = {os.path.join(sys.prefix, "lib"), *filter(None, _ENV.get("LD_LIBRARY_PATH", "").split(":"))}
+
+
+def _pidfd_works() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):  # (Linux before 5.3): no way to see a rank's stand-in die
+        return False
+
+
+PIDFD = _pidfd_works()
+
+
+def suits(env: dict) -> bool:
+    def same(k: str) -> bool:
+        if k == "LD_LIBRARY_PATH":
+            return set(filter(None, env.get(k, "").split(":"))) <= _MPI_LIBS
+        return env.get(k) == _ENV.get(k)
+    return all(same(k) for k in set(env) | set(_ENV) if k.startswith(IMPORT_TIME))
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    fds = array.array("i")
+    data = b""
+    while not data.endswith(b"\n"):
+        msg, anc, _, _ = conn.recvmsg(1 << 20, socket.CMSG_SPACE(3 * fds.itemsize))
+        if not msg:
+            raise EOFError
+        data += msg
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return json.loads(data), list(fds)
+
+
+class _Jobs:
+    """The children running, by pid: each one's connection, and for a rank its client's pidfd."""
+
+    def __init__(self, sel: selectors.BaseSelector):
+        self.sel, self.conn, self.watch = sel, {}, {}
+
+    def add(self, pid: int, conn: socket.socket, client: int | None) -> None:
+        self.conn[pid] = conn
+        if client is not None:
+            try:
+                fd = os.pidfd_open(client)
+            except OSError:  # the client is gone already
+                os.kill(pid, signal.SIGKILL)
+                return
+            self.watch[pid] = fd
+            self.sel.register(fd, selectors.EVENT_READ, ("client", pid))
+
+    def client_gone(self, pid: int) -> None:
+        if pid in self.conn:
+            os.kill(pid, signal.SIGKILL)  # (reaped, and said, by reap)
+        self._unwatch(pid)
+
+    def _unwatch(self, pid: int) -> None:
+        if (fd := self.watch.pop(pid, None)) is not None:
+            self.sel.unregister(fd)
+            os.close(fd)
+
+    def reap(self) -> None:
+        while self.conn:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            self._unwatch(pid)
+            if (conn := self.conn.pop(pid, None)) is not None:
+                _say(conn, f"exit {status}\n")
+                conn.close()
+
+    def close_in_child(self) -> None:
+        for c in self.conn.values():
+            c.close()
+        for fd in self.watch.values():
+            os.close(fd)
+
+
+def _serve(listener: socket.socket, parent_gone: int):
+    """Fork a child per request; in the server, report each child's end. Returns (request, fds) in the
+    child only, None when the test process has ended."""
+    sel = selectors.DefaultSelector()
+    for src, what in ((listener, "new"), (parent_gone, "end"), (_WAKE_R, "wake")):
+        sel.register(src, selectors.EVENT_READ, (what, None))
+    jobs = _Jobs(sel)
+    while True:
+        for key, _ in sel.select():
+            what, pid = key.data
+            if what == "end":
+                return None
+            if what == "wake":
+                os.read(_WAKE_R, 4096)
+                jobs.reap()
+            elif what == "client":
+                jobs.client_gone(pid)
+            elif (job := _accept(listener, jobs)) is not None:
+                sel.close()
+                return job
+
+
+def _accept(listener: socket.socket, jobs: _Jobs):
+    conn, _ = listener.accept()
+    try:
+        request, fds = _receive(conn)
+    except (EOFError, OSError, ValueError):
+        conn.close()
+        return None
+    if not suits(request["env"]) or (request.get("client") and not PIDFD):
+        for fd in fds:
+            os.close(fd)
+        _say(conn, "fresh\n")
+        conn.close()
+        return None
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        jobs.close_in_child()
+        conn.close()
+        return request, fds
+    for fd in fds:
+        os.close(fd)
+    jobs.add(pid, conn, request.get("client"))
+    _say(conn, f"pid {pid}\n")
+    return None
+
+
+def _say(conn: socket.socket, line: str) -> None:
+    try:
+        conn.sendall(line.encode())
+    except OSError:
+        pass  # the test went away; the child runs to its end as a fresh process would
+
+
+def _become(request: dict, fds: list[int]) -> None:
+    """In the child: the job's session, streams, folder, umask, affinity, environment and signals."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    for fd in (_WAKE_R, _WAKE_W, int(sys.argv[2])):
+        os.close(fd)
+    _stdio()
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    if request.get("affinity"):
+        os.sched_setaffinity(0, request["affinity"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = list(request["argv"])
+    if hasattr(stats := sys.modules.get("sitecustomize"), "warm_start"):
+        stats.warm_start()  # (MPIPPO_TEST_PROCS: the child's own record, from now)
+
+
+def _stdio() -> None:
+    """sys.stdin/stdout/stderr made anew on descriptors 0-2, as the interpreter makes them at its start
+    (the server's own knew other files: /dev/null is seekable, a pipe not)."""
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, mode, closefd=False)
+        raw.name = f"<{name}>"
+        if mode == "w" and old.write_through:  # (PYTHONUNBUFFERED: unbuffered, as the interpreter does)
+            buf = raw
+        else:
+            buf = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+        new = io.TextIOWrapper(buf, encoding=old.encoding, errors=old.errors, newline="\n",
+                               line_buffering=old.line_buffering or (mode == "w" and raw.isatty()),
+                               write_through=old.write_through)
+        new.mode = mode
+        setattr(sys, name, new)
+        setattr(sys, f"__{name}__", new)
+
+
+def _run_as_main() -> None:
+    import runpy
+    argv = sys.argv
+    if argv[0] == "-m":
+        sys.argv = argv[1:]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def _main():
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sys.argv[1])
+    listener.listen(128)
+    signal.set_wakeup_fd(_WAKE_W)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # (wakes the select through the wakeup fd)
+    gc.freeze()  # (the imports' objects: never scanned, so their pages stay shared with the children)
+    if os.fork() > 0:  # no child of the test process: tests that look at their process's children see theirs
+        os._exit(0)
+    print("ready", flush=True)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)
+    os.close(null)
+    return _serve(listener, int(sys.argv[2]))
+
+
+_job = _main()
+if _job is None:
+    sys.exit(0)
+_become(*_job)
+del _job
+_run_as_main()
