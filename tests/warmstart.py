@@ -18,6 +18,7 @@ import atexit
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,24 +51,26 @@ class _Server:
         atexit.register(self.close)
 
     def close(self) -> None:
-        os.close(self.alive_w)
-        for remove, name in ((os.remove, self.path), (os.rmdir, self.folder)):
-            try:
-                remove(name)
-            except OSError:
-                pass
+        os.close(self.alive_w)  # the server ends its jobs and itself, and removes its socket
+        shutil.rmtree(self.folder, ignore_errors=True)  # (... unless it was killed)
 
 
-_server: _Server | None = None
+# two servers: one-process jobs go to the first, the ranks of an mpirun job take turns (warmstart_rank.py)
+_servers: list[_Server] = []
 _starting = threading.Lock()  # (the hostile tables run two cases at a time, from threads)
 
 
-def _started(base: dict) -> _Server:
-    global _server
+def _started(base: dict) -> list[_Server]:
     with _starting:
-        if _server is None:
-            _server = _Server(base)
-    return _server
+        while len(_servers) < 2:
+            _servers.append(_Server(base))
+    return _servers
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (another thread may be creating files)."""
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
 
 
 def _python_job(args: list[str]) -> bool:
@@ -82,7 +85,10 @@ def run(cmd: list[str], env: dict, base: dict, cwd, timeout: float, on_start=Non
     once the child runs (its pid leads its own session)."""
     if cmd[0] != sys.executable or not _python_job(cmd[1:]):
         return None
-    job = _Job(_started(base), cmd, env, cwd, on_start)
+    try:
+        job = _Job(_started(base)[0], cmd, env, cwd, on_start)
+    except OSError:  # (no server to reach: the job starts fresh, the test goes on)
+        return None
     return job.result(timeout) if job.pid is not None else None
 
 
@@ -93,21 +99,24 @@ def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
     at = cmd.index(sys.executable, 1)
     if not _python_job(cmd[at + 1:]):
         return cmd, env
-    server = _started(base)
-    return cmd[:at] + [sys.executable, "-S", "-E", str(RANK)] + cmd[at + 1:], env | {SOCKET_VAR: server.path}
+    paths = os.pathsep.join(s.path for s in _started(base))
+    return cmd[:at] + [sys.executable, "-S", "-E", str(RANK)] + cmd[at + 1:], env | {SOCKET_VAR: paths}
 
 
 class _Job:
     def __init__(self, server: _Server, cmd: list[str], env: dict, cwd, on_start):
         self.cmd, self.pid, self.answer = cmd, None, b""
+        self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.conn.settimeout(60)  # (to its `pid` answer: a wedged server fails the test, never hangs it)
+        try:
+            self.conn.connect(server.path)
+        except OSError:
+            self.conn.close()
+            raise
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
-        umask = os.umask(0o022)
-        os.umask(umask)
-        self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.conn.connect(server.path)
-        line = json.dumps({"argv": cmd[1:], "env": env, "cwd": str(cwd), "umask": umask}) + "\n"
+        line = json.dumps({"argv": cmd[1:], "env": env, "cwd": str(cwd), "umask": _umask()}) + "\n"
         self.conn.sendmsg([line.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null, out_w, err_w]))])
         for fd in (null, out_w, err_w):
             os.close(fd)
@@ -122,6 +131,7 @@ class _Job:
             self._close()
             return
         self.pid = int(first.split()[1])
+        self.conn.settimeout(None)
         if on_start:
             on_start(self.pid)
 

@@ -29,12 +29,19 @@ import signal
 import socket
 import sys
 
-import numpy  # noqa: F401  (the point: imported once, before the forks)
-import torch  # noqa: F401
+# what the test process gave this one (SIGHUP ignored under nohup, say), restored in each child
+_DISPOSITIONS = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)}
+
+import numpy  # noqa: E402,F401  (the point: imported once, before the forks)
+import torch  # noqa: E402,F401
 
 # read at the interpreter's, torch's or its libraries' import: a job that sets them otherwise starts fresh
 IMPORT_TIME = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_",
-               "TORCH", "CUDA", "NVIDIA", "NUMPY_", "MALLOC", "LC_", "LANG", "TMPDIR", "TZ")
+               "TORCH", "PYTORCH_", "CUDA", "NVIDIA", "NUMPY_", "NPY_", "THP_", "GLIBC_TUNABLES", "MALLOC", "LC_",
+               "LANG", "TMPDIR", "TZ")
+# ... but not these: torch's compiler sets its cache folder in the test process's environment when it
+# first compiles (an in-process test's torch.compile), and reads it then, never at the import
+AT_RUN_TIME = ("TORCHINDUCTOR_CACHE_DIR",)
 _ENV = dict(os.environ)
 _WAKE_R, _WAKE_W = os.pipe()
 os.set_blocking(_WAKE_W, False)  # (signal.set_wakeup_fd's requirement)
@@ -61,7 +68,7 @@ def suits(env: dict) -> bool:
         if k == "LD_LIBRARY_PATH":
             return set(filter(None, env.get(k, "").split(":"))) <= _MPI_LIBS
         return env.get(k) == _ENV.get(k)
-    return all(same(k) for k in set(env) | set(_ENV) if k.startswith(IMPORT_TIME))
+    return all(same(k) for k in set(env) | set(_ENV) if k.startswith(IMPORT_TIME) and k not in AT_RUN_TIME)
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -115,6 +122,13 @@ class _Jobs:
                 _say(conn, f"exit {status}\n")
                 conn.close()
 
+    def end_all(self) -> None:
+        for pid in self.conn:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass  # (ended meanwhile)
+
     def close_in_child(self) -> None:
         for c in self.conn.values():
             c.close()
@@ -132,7 +146,8 @@ def _serve(listener: socket.socket, parent_gone: int):
     while True:
         for key, _ in sel.select():
             what, pid = key.data
-            if what == "end":
+            if what == "end":  # the test process has ended: nobody waits for its jobs (their sessions go)
+                jobs.end_all()
                 return None
             if what == "wake":
                 os.read(_WAKE_R, 4096)
@@ -146,18 +161,24 @@ def _serve(listener: socket.socket, parent_gone: int):
 
 def _accept(listener: socket.socket, jobs: _Jobs):
     conn, _ = listener.accept()
+    conn.settimeout(10)  # (a client stopped mid-request must not stall every other job)
     try:
         request, fds = _receive(conn)
     except (EOFError, OSError, ValueError):
         conn.close()
         return None
-    if not suits(request["env"]) or (request.get("client") and not PIDFD):
+    pid = -1
+    if suits(request["env"]) and (PIDFD or not request.get("client")):
+        try:
+            pid = os.fork()
+        except OSError:
+            pass  # (out of memory or processes: the job starts fresh, where it will meet the same)
+    if pid < 0:
         for fd in fds:
             os.close(fd)
         _say(conn, "fresh\n")
         conn.close()
         return None
-    pid = os.fork()
     if pid == 0:
         listener.close()
         jobs.close_in_child()
@@ -181,9 +202,9 @@ def _become(request: dict, fds: list[int]) -> None:
     """In the child: the job's session, streams, folder, umask, affinity, environment and signals."""
     os.setsid()
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig, how in _DISPOSITIONS.items():
+        signal.signal(sig, how)
+    numpy.random.seed()  # (a fork copies the generator's state: each job its own, as fresh; `random` reseeds itself)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -197,8 +218,11 @@ def _become(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = list(request["argv"])
+    sys.orig_argv = [sys.executable, *sys.argv]
     if hasattr(stats := sys.modules.get("sitecustomize"), "warm_start"):
         stats.warm_start()  # (MPIPPO_TEST_PROCS: the child's own record, from now)
+    if hasattr(stats, "not_a_job"):
+        stats.not_a_job(False)
 
 
 def _stdio() -> None:
@@ -221,18 +245,30 @@ def _stdio() -> None:
 
 
 def _run_as_main() -> None:
+    """As `python -m module ...` (argv[0] is "-m" while the module is found, then its file) or `python
+    script ...` (argv[0] as given, __file__ absolute, the script's folder first on sys.path)."""
+    import importlib.machinery
     import runpy
-    argv = sys.argv
-    if argv[0] == "-m":
-        sys.argv = argv[1:]
+    import types
+    if sys.argv[0] == "-m":
+        module = sys.argv.pop(1)
         sys.path[0] = os.getcwd()
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
-        runpy.run_path(argv[0], run_name="__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")  # (runpy runs it in __main__'s namespace: not ours)
+        runpy._run_module_as_main(module)
+    else:  # (not runpy.run_path: it sets argv[0] to the path it is given, and __file__ is absolute)
+        path = os.path.abspath(sys.argv[0])
+        sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))
+        main = sys.modules["__main__"] = types.ModuleType("__main__")
+        main.__dict__.update(__file__=path, __cached__=None, __builtins__=__builtins__,
+                             __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+        with io.open_code(path) as f:
+            code = compile(f.read(), path, "exec")
+        exec(code, main.__dict__)
 
 
 def _main():
+    if hasattr(stats := sys.modules.get("sitecustomize"), "not_a_job"):
+        stats.not_a_job(True)  # (MPIPPO_TEST_PROCS records jobs: the server and its first process are none)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sys.argv[1])
     listener.listen(128)
@@ -249,7 +285,12 @@ def _main():
 
 
 _job = _main()
-if _job is None:
+if _job is None:  # the test process has ended: its socket and folder go with the server
+    for remove, name in ((os.remove, sys.argv[1]), (os.rmdir, os.path.dirname(sys.argv[1]))):
+        try:
+            remove(name)
+        except OSError:
+            pass  # (removed by the test process, or something else lies there)
     sys.exit(0)
 _become(*_job)
 del _job

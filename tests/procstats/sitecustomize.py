@@ -15,6 +15,11 @@ _DONE: list[int] = []
 _WARM: list[int] = []
 
 
+def not_a_job(yes: bool) -> None:
+    """The tests' warm-start server is no job of a test: it writes no record (yes), its children do."""
+    _DONE[:] = [1] if yes else []
+
+
 def warm_start() -> None:
     """Called by the tests' warm start in each child it forks (tests/warmstart_server.py): the child's
     record counts from now, and says it was forked with torch already imported."""

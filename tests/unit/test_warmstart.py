@@ -14,17 +14,23 @@ import pytest
 import warmstart
 from conftest import MPIRUN, ROOT, WARM_BASE, mpi_env, wait_until
 
-# a script that says what a fresh interpreter would make of it, then ends as its argument asks
+# a script that says what a fresh interpreter would make of it, then ends as its argument asks; run as a
+# script and as a module (`python -m probe`: argv[0] is "-m" while it is found, as mpippo/__init__.py reads)
 PROBE = """import os, sys, signal
-print("argv", sys.argv)
+print("argv while imported", sys.argv[:1], sys.orig_argv[1:])
+if __name__ != "__main__":
+    raise SystemExit(0)
+print("argv", sys.argv, sys.orig_argv[1:])
 print("path0", sys.path[0])
-print("name", __name__, os.path.basename(__file__))
+print("name", __name__, __file__, __spec__ and __spec__.name)
 print("cwd", os.getcwd(), "umask", oct(os.umask(0)))
 print("env", os.environ.get("PROBE_VALUE"), os.environ.get("MPIPPO_TEST_WARM"))
 print("stdio", sys.stdout.isatty(), sys.stdin.read(), sys.stderr.errors, sys.stdout.encoding)
 for stream in (sys.stdin, sys.stdout, sys.stderr):  # (as the tools do: a stream it thinks seekable fails here)
     stream.reconfigure(errors="backslashreplace")
+print("signals", [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)])
 print("modules", sorted(m for m in ("mpi4py", "mpippo", "gymnasium") if m in sys.modules))
+print("globals", sorted(k for k in globals() if not k.startswith("__")))
 print("line\\r\\nwith a return\\rand more")
 sys.stderr.write("to stderr\\n")
 how = sys.argv[1]
@@ -37,10 +43,10 @@ sys.exit(int(how))
 """
 
 
-def _both(tmp_path, how: str, **env) -> tuple:
+def _both(tmp_path, how: str, form: str = "script", **env) -> tuple:
     """The probe run warm and fresh, in a folder of its own, with umask 027."""
     (tmp_path / "probe.py").write_text(PROBE)
-    cmd = [sys.executable, str(tmp_path / "probe.py"), how]
+    cmd = [sys.executable, *(["probe.py"] if form == "script" else ["-m", "probe"]), how]
     full = mpi_env() | {"PROBE_VALUE": "seen"} | env
     old = os.umask(0o027)
     try:
@@ -52,16 +58,28 @@ def _both(tmp_path, how: str, **env) -> tuple:
     return warm, fresh
 
 
+@pytest.mark.parametrize("form", ["script", "module"])
 @pytest.mark.parametrize("how", ["0", "3", "raise", "signal"])
-def test_a_warm_job_ends_and_speaks_as_a_fresh_one(tmp_path, how):
-    warm, fresh = _both(tmp_path, how)
+def test_a_warm_job_ends_and_speaks_as_a_fresh_one(tmp_path, how, form):
+    warm, fresh = _both(tmp_path, how, form)
     assert warm is not None, "the job was started fresh: the warm start did not take it"
     assert warm.returncode == fresh.returncode, (warm, fresh)
     assert warm.stdout == fresh.stdout
-    # a traceback names the same error; the warm child's has the server's frames above the script's
-    assert warm.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
-    assert ("Traceback" in warm.stderr) == ("Traceback" in fresh.stderr) == (how == "raise")
     assert fresh.returncode == {"0": 0, "3": 3, "raise": 1, "signal": -signal.SIGTERM}[how]
+    if how != "raise":
+        assert warm.stderr == fresh.stderr
+    else:  # the same error; the warm child's traceback has the server's frames below the script's
+        assert warm.stderr.splitlines()[:2] == fresh.stderr.splitlines()[:2] == ["to stderr",
+                                                                                "Traceback (most recent call last):"]
+        assert warm.stderr.splitlines()[-3:] == fresh.stderr.splitlines()[-3:]  # (its frame, its line, the error)
+
+
+def test_warm_jobs_draw_their_own_random_numbers(tmp_path):
+    """A fork copies numpy's global generator: each warm job reseeds it, as a fresh process seeds its own."""
+    (tmp_path / "draw.py").write_text("import numpy\nprint(numpy.random.rand())\n")
+    cmd = [sys.executable, str(tmp_path / "draw.py")]
+    draws = [warmstart.run(cmd, mpi_env(), WARM_BASE, tmp_path, 60).stdout for _ in range(3)]
+    assert len(set(draws)) == 3, draws
 
 
 def test_a_job_that_sets_what_torch_reads_at_its_import_starts_fresh(tmp_path):
@@ -96,7 +114,8 @@ from mpi4py import MPI
 w = MPI.COMM_WORLD
 total = w.allreduce(w.Get_rank() + 1)
 print(f"rank {w.Get_rank()} of {w.Get_size()} sum {total} env {os.environ.get('PROBE_VALUE')} "
-      f"name {__name__} argv {sys.argv[1:]} torch-loaded {'torch' in sys.modules}", flush=True)
+      f"{os.environ.get('MPIPPO_TEST_WARM')} "
+      f"name {__name__} argv {sys.argv[1:]} torch-loaded {'torch' in sys.modules} hash {hash('mpippo')}", flush=True)
 code = int(sys.argv[1]) if w.Get_rank() == 1 else 0
 if code < 0:
     os.kill(os.getpid(), -code)
@@ -117,8 +136,10 @@ def test_warm_ranks_run_mpi_and_end_as_fresh_ones(tmp_path, code):
                    for c, e in ((warm_cmd, warm_env), (cmd, env)))
     for res, loaded in ((warm, "True"), (fresh, "False")):
         lines = sorted(line for line in res.stdout.splitlines() if line.startswith("rank "))
-        assert len(lines) == 3 and all(" of 3 sum 6 env seen name __main__ " in line for line in lines), res.stdout
-        assert all(line.endswith(f"torch-loaded {loaded}") for line in lines), lines
+        assert len(lines) == 3 and all(" of 3 sum 6 env seen None name __main__ " in line for line in lines), res.stdout
+        assert all(f"torch-loaded {loaded} hash " in line for line in lines), lines
+        # each rank its own string-hash seed, as fresh processes have (ranks 0 and 1: two servers)
+        assert lines[0].split()[-1] != lines[1].split()[-1], lines
     assert warm.returncode == fresh.returncode and (fresh.returncode == 0) == (code == 0), (warm.stderr[-1500:],
                                                                                           fresh.stderr[-1500:])
 
@@ -135,3 +156,22 @@ def test_a_rank_whose_stand_in_is_killed_dies_with_it(tmp_path):
     assert psutil.wait_procs([psutil.Process(rank)], timeout=10)[1] == []
     proc.kill()
     proc.wait(10)
+
+
+def test_the_jobs_of_a_test_process_that_died_end_with_it(tmp_path):
+    """A test process killed with its jobs running (a worker's crash, a timeout's kill): its server ends
+    their sessions and itself, and removes its socket."""
+    (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(60)\n")
+    (tmp_path / "tester.py").write_text(
+        f"import os, sys, threading\nsys.path.insert(0, {str(ROOT / 'tests')!r})\nimport warmstart\n"
+        f"env = dict(os.environ)\nthreading.Thread(target=warmstart.run, daemon=True, args=([sys.executable, "
+        f"{str(tmp_path / 'sleeper.py')!r}], env, env, {str(tmp_path)!r}, 60),\n"
+        f"                 kwargs={{'on_start': lambda pid: print(pid, warmstart._servers[0].path, flush=True)}}).start()\n"
+        f"threading.Event().wait()\n")
+    tester = subprocess.Popen([sys.executable, str(tmp_path / "tester.py")], env=mpi_env(), stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    pid, path = tester.stdout.readline().split()
+    assert psutil.pid_exists(int(pid)) and os.path.exists(path)
+    tester.kill()
+    tester.wait(10)
+    wait_until(lambda: not psutil.pid_exists(int(pid)) and not os.path.exists(path), "the job's and the socket's end")
