@@ -67,6 +67,12 @@ def _started(base: dict) -> list[_Server]:
     return _servers
 
 
+def ignored() -> list[int]:
+    """The signals this process ignores: a job it starts inherits them ignored (the others' handlers go)."""
+    return [int(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)
+            and signal.getsignal(s) == signal.SIG_IGN]
+
+
 def _umask() -> int:
     """This process's umask, read without setting it (another thread may be creating files)."""
     with open("/proc/self/status") as f:
@@ -116,7 +122,7 @@ class _Job:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
-        line = json.dumps({"argv": cmd[1:], "env": env, "cwd": str(cwd), "umask": _umask()}) + "\n"
+        line = json.dumps({"argv": cmd[1:], "env": env, "cwd": str(cwd), "umask": _umask(), "ignored": ignored()}) + "\n"
         self.conn.sendmsg([line.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null, out_w, err_w]))])
         for fd in (null, out_w, err_w):
             os.close(fd)

@@ -45,7 +45,8 @@ def main() -> None:
         fresh()
     umask = os.umask(0o022)
     os.umask(umask)
-    line = json.dumps({"argv": ARGV, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask,
+    ignored = [int(s) for s in PASSED if signal.getsignal(s) == signal.SIG_IGN]  # (as mpirun left them)
+    line = json.dumps({"argv": ARGV, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask, "ignored": ignored,
                        "client": os.getpid(), "affinity": sorted(os.sched_getaffinity(0))}) + "\n"
     streams = [fd if _open(fd) else os.open(os.devnull, os.O_RDWR) for fd in (0, 1, 2)]
     conn.sendmsg([line.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", streams))])

@@ -20,6 +20,7 @@ process's pipe (argv[2]) closes."""
 from __future__ import annotations
 
 import array
+import contextlib
 import gc
 import io
 import json
@@ -29,11 +30,13 @@ import signal
 import socket
 import sys
 
-# what the test process gave this one (SIGHUP ignored under nohup, say), restored in each child
-_DISPOSITIONS = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)}
+import numpy  # noqa: F401  (the point: imported once, before the forks)
+import torch  # noqa: F401
 
-import numpy  # noqa: E402,F401  (the point: imported once, before the forks)
-import torch  # noqa: E402,F401
+# the signals a child sets as a fresh interpreter would find them: ignored where the job's parent ignores
+# them (the request's "ignored": SIGHUP under nohup, SIGINT in a background job), else the default; Python
+# then ignores SIGPIPE and SIGXFSZ and handles SIGINT, as at its start
+SIGNALS = sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP})
 
 # read at the interpreter's, torch's or its libraries' import: a job that sets them otherwise starts fresh
 IMPORT_TIME = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_",
@@ -202,8 +205,11 @@ def _become(request: dict, fds: list[int]) -> None:
     """In the child: the job's session, streams, folder, umask, affinity, environment and signals."""
     os.setsid()
     signal.set_wakeup_fd(-1)
-    for sig, how in _DISPOSITIONS.items():
-        signal.signal(sig, how)
+    ignored = set(request["ignored"])
+    for sig in SIGNALS:
+        how = signal.SIG_IGN if sig in ignored or sig in (signal.SIGPIPE, signal.SIGXFSZ) else signal.SIG_DFL
+        with contextlib.suppress(OSError, ValueError):  # (real-time signals Python cannot set)
+            signal.signal(sig, signal.default_int_handler if (sig, how) == (signal.SIGINT, signal.SIG_DFL) else how)
     numpy.random.seed()  # (a fork copies the generator's state: each job its own, as fresh; `random` reseeds itself)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)

@@ -44,17 +44,21 @@ sys.exit(int(how))
 
 
 def _both(tmp_path, how: str, form: str = "script", **env) -> tuple:
-    """The probe run warm and fresh, in a folder of its own, with umask 027."""
+    """The probe run warm and fresh, in a folder of its own, with umask 027, SIGHUP ignored (nohup) and
+    a handler on SIGTERM in this process (a job inherits the first, not the second)."""
     (tmp_path / "probe.py").write_text(PROBE)
     cmd = [sys.executable, *(["probe.py"] if form == "script" else ["-m", "probe"]), how]
     full = mpi_env() | {"PROBE_VALUE": "seen"} | env
-    old = os.umask(0o027)
+    warmstart.run(cmd, full, WARM_BASE, tmp_path, 60)  # (the servers start with this process's signals as they were)
+    old = os.umask(0o027), signal.signal(signal.SIGHUP, signal.SIG_IGN), signal.signal(signal.SIGTERM, print)
     try:
         warm = warmstart.run(cmd, full, WARM_BASE, tmp_path, 60)
         fresh = subprocess.run(cmd, cwd=tmp_path, env=full, capture_output=True, text=True,
                                stdin=subprocess.DEVNULL, timeout=60)
     finally:
-        os.umask(old)
+        os.umask(old[0])
+        signal.signal(signal.SIGHUP, old[1])
+        signal.signal(signal.SIGTERM, old[2])
     return warm, fresh
 
 
