@@ -161,8 +161,9 @@ def user_code_at(frames) -> str:
     # mpippo's entry script lies outside the package (a user's own train.py is the user's code)
     entry = str(Path(mods[-1].__file__).parents[1] / "run_mpi.py") if mods and mods[-1].__name__ == "mpippo" else None
 
-    def ours(name: str) -> bool:  # ("<frozen runpy>": Python's own modules frozen into it, under `python -m`)
-        return (name.startswith(libs) or name == entry or name.startswith("<frozen ")
+    def ours(name: str) -> bool:  # (a frame without a file, "<frozen runpy>" under `python -m` or "<string>"
+        # under `python -c`, names no place to look: the innermost frame is named instead)
+        return (name.startswith(libs) or name == entry or name.startswith("<")
                 or (name.startswith(paths["stdlib"] + os.sep) and not name.startswith(packages)))
     own = [f for f in frames if not ours(f.filename)]
     return _at(own[-1]) if own else ""

@@ -29,7 +29,20 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SERVER, RANK = HERE / "warmstart_server.py", HERE / "warmstart_rank.py"
+RANK = HERE / "warmstart_rank.py"
+# The server runs as `python -c SHIM <socket> <pipe>`: in each child the job's code then runs right above
+# this frame, whose file is "<string>", so that no frame of a file of ours lies under the job's (mpippo names
+# where a hung thread is by the innermost frame of a file that is the user's: warmstart_server.py was one)
+SHIM = f"""import sys
+sys.path[0] = {str(HERE)!r}
+import warmstart_server as w
+if w.serve() is None:
+    sys.exit(0)
+del sys.path[0]
+code, where = w.job_code()
+del w
+exec(code, where) if code is not None else __import__("runpy")._run_module_as_main(where)
+"""
 FRESH = os.environ.get("MPIPPO_TEST_FRESH") == "1"
 SOCKET_VAR = "MPIPPO_TEST_WARM"
 
@@ -39,7 +52,7 @@ class _Server:
         self.folder = tempfile.mkdtemp(prefix="mpippo-warm-")
         self.path = os.path.join(self.folder, "s")
         alive_r, self.alive_w = os.pipe()  # the server ends when this process does (the pipe's EOF)
-        self.proc = subprocess.Popen([sys.executable, str(SERVER), self.path, str(alive_r)], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-c", SHIM, self.path, str(alive_r)], env=env,
                                      cwd=self.folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      pass_fds=(alive_r,), start_new_session=True, text=True)
         os.close(alive_r)

@@ -250,29 +250,39 @@ def _stdio() -> None:
         setattr(sys, f"__{name}__", new)
 
 
-def _run_as_main() -> None:
-    """As `python -m module ...` (argv[0] is "-m" while the module is found, then its file) or `python
-    script ...` (argv[0] as given, __file__ absolute, the script's folder first on sys.path)."""
+def job_code() -> tuple:
+    """What SHIM runs as the job, in its own frame (no frame of this file under the job's): (code,
+    globals) for `python script ...` (argv[0] as given, __file__ absolute, the script's folder first on
+    sys.path: not runpy.run_path, which sets argv[0] to the path it is given), or (None, module) for
+    `python -m module ...` (argv[0] is "-m" while the module is found, then its file: runpy's own)."""
     import importlib.machinery
-    import runpy
     import types
+    main = sys.modules["__main__"] = types.ModuleType("__main__")  # (the shim's namespace is not the job's)
     if sys.argv[0] == "-m":
-        module = sys.argv.pop(1)
-        sys.path[0] = os.getcwd()
-        sys.modules["__main__"] = types.ModuleType("__main__")  # (runpy runs it in __main__'s namespace: not ours)
-        runpy._run_module_as_main(module)
-    else:  # (not runpy.run_path: it sets argv[0] to the path it is given, and __file__ is absolute)
-        path = os.path.abspath(sys.argv[0])
-        sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))
-        main = sys.modules["__main__"] = types.ModuleType("__main__")
-        main.__dict__.update(__file__=path, __cached__=None, __builtins__=__builtins__,
-                             __loader__=importlib.machinery.SourceFileLoader("__main__", path))
-        with io.open_code(path) as f:
-            code = compile(f.read(), path, "exec")
-        exec(code, main.__dict__)
+        sys.path.insert(0, os.getcwd())
+        return None, sys.argv.pop(1)
+    path = os.path.abspath(sys.argv[0])
+    sys.path.insert(0, os.path.dirname(os.path.realpath(sys.argv[0])))
+    main.__dict__.update(__file__=path, __cached__=None, __builtins__=__builtins__,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+    with io.open_code(path) as f:
+        return compile(f.read(), path, "exec"), main.__dict__
 
 
-def _main():
+def serve():
+    """The server's life (argv: its socket's path, the test process's pipe): returns the job in each child,
+    None in the server once the test process has ended (its socket and folder removed)."""
+    job = _serve_forever()
+    if job is None:
+        for remove, name in ((os.remove, sys.argv[1]), (os.rmdir, os.path.dirname(sys.argv[1]))):
+            with contextlib.suppress(OSError):  # (removed by the test process, or something else lies there)
+                remove(name)
+        return None
+    _become(*job)
+    return job
+
+
+def _serve_forever():
     if hasattr(stats := sys.modules.get("sitecustomize"), "not_a_job"):
         stats.not_a_job(True)  # (MPIPPO_TEST_PROCS records jobs: the server and its first process are none)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -289,15 +299,3 @@ def _main():
     os.close(null)
     return _serve(listener, int(sys.argv[2]))
 
-
-_job = _main()
-if _job is None:  # the test process has ended: its socket and folder go with the server
-    for remove, name in ((os.remove, sys.argv[1]), (os.rmdir, os.path.dirname(sys.argv[1]))):
-        try:
-            remove(name)
-        except OSError:
-            pass  # (removed by the test process, or something else lies there)
-    sys.exit(0)
-_become(*_job)
-del _job
-_run_as_main()

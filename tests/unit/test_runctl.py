@@ -591,10 +591,11 @@ def test_the_users_own_script_is_the_users_code_and_run_mpi_py_is_not(monkeypatc
               traceback.FrameSummary(runctl.__file__, 99, "watch")]
     assert user_code_at(frames) == f", at {theirs!r}:15 in step"
     assert user_code_at(frames[:1] + frames[2:]) == ""
-    # `python -m mpippo.<tool>`: the frames below the tool's are runpy's, frozen into Python 3.11
+    # `python -m mpippo.<tool>`: the frames below the tool's are runpy's, frozen into Python 3.11; `python -c`
     import runpy
-    below = traceback.FrameSummary(runpy._run_code.__code__.co_filename, 88, "_run_code")
-    assert user_code_at([below] + frames[2:]) == ""
+    for below in (traceback.FrameSummary(runpy._run_code.__code__.co_filename, 88, "_run_code"),
+                  traceback.FrameSummary("<string>", 3, "<module>")):
+        assert user_code_at([below] + frames[2:]) == ""
 
 
 END = """import atexit, sys, threading, time
