@@ -59,9 +59,9 @@ class _Server:
         ready = self.proc.stdout.readline()  # (said by the server proper: the process started here forks it)
         self.proc.stdout.close()
         self.proc.wait(10)
-        if ready.strip() != "ready":
-            raise RuntimeError(f"the tests' warm-start server did not start: {ready!r}")
         atexit.register(self.close)
+        if ready.strip() != "ready":
+            raise OSError(f"the tests' warm-start server did not start (its socket {self.path})")
 
     def close(self) -> None:
         os.close(self.alive_w)  # the server ends its jobs and itself, and removes its socket
@@ -73,11 +73,20 @@ _servers: list[_Server] = []
 _starting = threading.Lock()  # (the hostile tables run two cases at a time, from threads)
 
 
+_failed: list[str] = []
+
+
 def _started(base: dict) -> list[_Server]:
+    """The two servers; none where they cannot start (a socket's path past the kernel's 107 bytes under a
+    long TMPDIR, say): then every job starts fresh, said once on stderr."""
     with _starting:
-        while len(_servers) < 2:
-            _servers.append(_Server(base))
-    return _servers
+        while len(_servers) < 2 and not _failed:
+            try:
+                _servers.append(_Server(base))
+            except OSError as e:
+                _failed.append(str(e))
+                print(f"tests: no warm start, every job starts fresh: {e}", file=sys.stderr)
+    return [] if _failed else _servers
 
 
 def ignored() -> list[int]:
@@ -104,9 +113,10 @@ def run(cmd: list[str], env: dict, base: dict, cwd, timeout: float, on_start=Non
     once the child runs (its pid leads its own session)."""
     if cmd[0] != sys.executable or not _python_job(cmd[1:]):
         return None
+    servers = _started(base)
     try:
-        job = _Job(_started(base)[0], cmd, env, cwd, on_start)
-    except OSError:  # (no server to reach: the job starts fresh, the test goes on)
+        job = _Job(servers[0], cmd, env, cwd, on_start)
+    except (IndexError, OSError):  # (no server to reach: the job starts fresh, the test goes on)
         return None
     return job.result(timeout) if job.pid is not None else None
 
@@ -118,7 +128,9 @@ def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
     at = cmd.index(sys.executable, 1)
     if not _python_job(cmd[at + 1:]):
         return cmd, env
-    paths = os.pathsep.join(s.path for s in _started(base))
+    if not (servers := _started(base)):
+        return cmd, env
+    paths = os.pathsep.join(s.path for s in servers)
     return cmd[:at] + [sys.executable, "-S", "-E", str(RANK)] + cmd[at + 1:], env | {SOCKET_VAR: paths}
 
 

@@ -187,3 +187,18 @@ def test_the_jobs_of_a_test_process_that_died_end_with_it(tmp_path):
     tester.kill()
     tester.wait(10)
     wait_until(lambda: not _alive(int(pid)) and not os.path.exists(path), "the job's and the socket's end")
+
+
+def test_where_no_server_can_start_every_job_starts_fresh(tmp_path):
+    """A TMPDIR so long that the servers' socket path passes the kernel's limit: one line on stderr, then
+    one-process jobs and mpirun jobs as they were, fresh."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    code = (f"import sys\nsys.path.insert(0, {str(ROOT / 'tests')!r})\nimport os, warmstart\nenv = dict(os.environ)\n"
+            "print(warmstart.run([sys.executable, '-m', 'json.tool', '--help'], env, env, '.', 60),\n"
+            "      warmstart.ranks(['mpirun', '-n', '2', sys.executable, 'x.py'], env, env)[0][3:5])\n")
+    res = subprocess.run([sys.executable, "-c", code], env=mpi_env() | {"TMPDIR": str(deep)}, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["None", f"['{sys.executable}',", "'x.py']"], res.stdout
+    assert res.stderr.count("tests: no warm start, every job starts fresh") == 1, res.stderr
