@@ -71,9 +71,7 @@ class _Server:
 # two servers: one-process jobs go to the first, the ranks of an mpirun job take turns (warmstart_rank.py)
 _servers: list[_Server] = []
 _starting = threading.Lock()  # (the hostile tables run two cases at a time, from threads)
-
-
-_failed: list[str] = []
+_failed: list[str] = []  # (why they could not start, once said)
 
 
 def _started(base: dict) -> list[_Server]:
@@ -123,12 +121,8 @@ def run(cmd: list[str], env: dict, base: dict, cwd, timeout: float, on_start=Non
 
 def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
     """cmd with its ranks started warm, and env naming the server; both as given where it cannot."""
-    if sys.executable not in cmd[1:]:
-        return cmd, env
-    at = cmd.index(sys.executable, 1)
-    if not _python_job(cmd[at + 1:]):
-        return cmd, env
-    if not (servers := _started(base)):
+    at = cmd.index(sys.executable, 1) if sys.executable in cmd[1:] else len(cmd)
+    if not _python_job(cmd[at + 1:]) or not (servers := _started(base)):
         return cmd, env
     paths = os.pathsep.join(s.path for s in servers)
     return cmd[:at] + [sys.executable, "-S", "-E", str(RANK)] + cmd[at + 1:], env | {SOCKET_VAR: paths}

@@ -227,8 +227,6 @@ def _become(request: dict, fds: list[int]) -> None:
     sys.orig_argv = [sys.executable, *sys.argv]
     if hasattr(stats := sys.modules.get("sitecustomize"), "warm_start"):
         stats.warm_start()  # (MPIPPO_TEST_PROCS: the child's own record, from now)
-    if hasattr(stats, "not_a_job"):
-        stats.not_a_job(False)
 
 
 def _stdio() -> None:
@@ -284,7 +282,7 @@ def serve():
 
 def _serve_forever():
     if hasattr(stats := sys.modules.get("sitecustomize"), "not_a_job"):
-        stats.not_a_job(True)  # (MPIPPO_TEST_PROCS records jobs: the server and its first process are none)
+        stats.not_a_job()  # (MPIPPO_TEST_PROCS records jobs: the server and its first process are none)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sys.argv[1])
     listener.listen(128)

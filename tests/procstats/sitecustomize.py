@@ -12,20 +12,20 @@ import time
 
 _START = time.monotonic()
 _DONE: list[int] = []
-_WARM: list[int] = []
+_WARM = False
 
 
-def not_a_job(yes: bool) -> None:
-    """The tests' warm-start server is no job of a test: it writes no record (yes), its children do."""
-    _DONE[:] = [1] if yes else []
+def not_a_job() -> None:
+    """The tests' warm-start server is no job of a test: it writes no record (its children do)."""
+    _DONE[:] = [1]
 
 
 def warm_start() -> None:
-    """Called by the tests' warm start in each child it forks (tests/warmstart_server.py): the child's
-    record counts from now, and says it was forked with torch already imported."""
-    global _START
-    _START = time.monotonic()
-    _WARM.append(1)
+    """Called by the tests' warm start in each child it forks (tests/warmstart_server.py): the child
+    writes its own record, counted from now, saying it was forked with torch already imported."""
+    global _START, _WARM
+    _START, _WARM = time.monotonic(), True
+    _DONE.clear()
 
 
 def _record() -> None:
@@ -37,7 +37,7 @@ def _record() -> None:
         line = json.dumps({"pid": os.getpid(), "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
                            "argv": sys.argv[:2], "cpu_s": round(use.ru_utime + use.ru_stime, 2),
                            "wall_s": round(time.monotonic() - _START, 2),
-                           "torch": "torch" in sys.modules, "warm": bool(_WARM), "procgen": "procgen" in sys.modules})
+                           "torch": "torch" in sys.modules, "warm": _WARM, "procgen": "procgen" in sys.modules})
         fd = os.open(os.environ["MPIPPO_TEST_PROCS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, (line + "\n").encode())  # one write of a short line: whole under O_APPEND
         os.close(fd)
