@@ -172,10 +172,7 @@ def _accept(listener: socket.socket, jobs: _Jobs):
         return None
     pid = -1
     if suits(request["env"]) and (PIDFD or not request.get("client")):
-        try:
-            pid = os.fork()
-        except OSError:
-            pass  # (out of memory or processes: the job starts fresh, where it will meet the same)
+        pid = _fork_in_session()
     if pid < 0:
         for fd in fds:
             os.close(fd)
@@ -194,6 +191,27 @@ def _accept(listener: socket.socket, jobs: _Jobs):
     return None
 
 
+def _fork_in_session() -> int:
+    """os.fork's answer (-1 where it failed), returning in the server only once the child leads a session
+    of its own: what a timeout or the test process's end kills is the job's session, which must exist by
+    the time anyone knows the job's pid (answered at once, a kill found no session and the job ran on)."""
+    made_r, made_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:  # (out of memory or processes: the job starts fresh, where it will meet the same)
+        pid = -1
+    if pid == 0:
+        os.setsid()
+        os.close(made_r)
+        os.close(made_w)  # (the server's read ends)
+        return 0
+    os.close(made_w)
+    if pid > 0:
+        os.read(made_r, 1)  # EOF: the child has its session (or has died)
+    os.close(made_r)
+    return pid
+
+
 def _say(conn: socket.socket, line: str) -> None:
     try:
         conn.sendall(line.encode())
@@ -202,8 +220,8 @@ def _say(conn: socket.socket, line: str) -> None:
 
 
 def _become(request: dict, fds: list[int]) -> None:
-    """In the child: the job's session, streams, folder, umask, affinity, environment and signals."""
-    os.setsid()
+    """In the child (its session made at the fork): the job's streams, folder, umask, affinity, environment
+    and signals."""
     signal.set_wakeup_fd(-1)
     ignored = set(request["ignored"])
     for sig in SIGNALS:

@@ -106,6 +106,17 @@ def test_a_warm_job_past_its_timeout_is_killed_with_its_session(tmp_path):
     wait_until(lambda: not [p for p in psutil.process_iter() if _in_session(p, pids[0])], "the job's session ended")
 
 
+def test_a_warm_job_leads_its_own_session_when_the_test_learns_its_pid(tmp_path):
+    """The job's session is what a timeout, or the test process's end, kills: it must exist by the time
+    its pid is known (else a kill that soon finds no session, and the job runs on)."""
+    (tmp_path / "quick.py").write_text("pass\n")
+    sessions = []
+    for _ in range(30):
+        warmstart.run([sys.executable, str(tmp_path / "quick.py")], mpi_env(), WARM_BASE, tmp_path, 60,
+                      on_start=lambda pid: sessions.append(os.getsid(pid) == pid))
+    assert sessions == [True] * 30, sessions
+
+
 def _alive(pid: int) -> bool:
     """Running (a zombie waits for a parent that is gone to be reaped by whoever adopts it: ended)."""
     try:
