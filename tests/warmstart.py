@@ -49,6 +49,7 @@ SOCKET_VAR = "MPIPPO_TEST_WARM"
 
 class _Server:
     def __init__(self, env: dict):
+        self.env = dict(env)  # (what /proc shows as the environment of the server and every process it forks)
         self.folder = tempfile.mkdtemp(prefix="mpippo-warm-")
         self.path = os.path.join(self.folder, "s")
         alive_r, self.alive_w = os.pipe()  # the server ends when this process does (the pipe's EOF)
@@ -111,12 +112,31 @@ def run(cmd: list[str], env: dict, base: dict, cwd, timeout: float, on_start=Non
     once the child runs (its pid leads its own session)."""
     if cmd[0] != sys.executable or not _python_job(cmd[1:]):
         return None
-    servers = _started(base)
-    try:
-        job = _Job(servers[0], cmd, env, cwd, on_start)
-    except (IndexError, OSError):  # (no server to reach: the job starts fresh, the test goes on)
+    if not (servers := _started(base)):
         return None
-    return job.result(timeout) if job.pid is not None else None
+    job = _Job(servers[0], cmd, env, cwd)
+    if job.pid is None:
+        return None
+    try:
+        if on_start:
+            on_start(job.pid)
+        return job.result(timeout)
+    except BaseException:  # (the test's own timeout, an error in on_start): the job goes with the test
+        job.kill()
+        raise
+
+
+def environ(p) -> dict:
+    """A process's environment (p a psutil.Process): as /proc shows it, or for a warm job, and what its
+    session forked, the job's own (/proc shows the server's there; the server keeps each job's)."""
+    env = p.environ()
+    for server in (s for s in _servers if s.env == env):  # (a process exec'd shows its own: so the job's exec'd ones)
+        try:
+            with open(os.path.join(server.folder, f"env.{os.getsid(p.pid)}")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            continue
+    return env
 
 
 def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
@@ -129,36 +149,49 @@ def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
 
 
 class _Job:
-    def __init__(self, server: _Server, cmd: list[str], env: dict, cwd, on_start):
-        self.cmd, self.pid, self.answer = cmd, None, b""
+    """One job on the server: `pid` its child's, None where it must start fresh (no server to reach, or
+    its answer). Once asked, the job is the server's: a failure from there is the test's, never a fresh
+    start (the warm one may be running)."""
+
+    def __init__(self, server: _Server, cmd: list[str], env: dict, cwd):
+        self.cmd, self.pid, self.answer, self.killed = cmd, None, b"", False
+        # (the request made before connecting: the server reads it as soon as it accepts, one job at a time)
+        line = json.dumps({"argv": cmd[1:], "env": env, "cwd": str(cwd), "umask": _umask(), "ignored": ignored()}) + "\n"
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.conn.settimeout(60)  # (to its `pid` answer: a wedged server fails the test, never hangs it)
         try:
             self.conn.connect(server.path)
-        except OSError:
+        except OSError:  # (no server to reach: the job starts fresh, the test goes on)
             self.conn.close()
-            raise
+            return
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        line = json.dumps({"argv": cmd[1:], "env": env, "cwd": str(cwd), "umask": _umask(), "ignored": ignored()}) + "\n"
-        self.conn.sendmsg([line.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null, out_w, err_w]))])
-        for fd in (null, out_w, err_w):
-            os.close(fd)
         self.pipes = {out_r: bytearray(), err_r: bytearray()}
-        while b"\n" not in self.answer:
-            data = self.conn.recv(4096)
-            if not data:
-                raise RuntimeError(f"the tests' warm-start server ended during {cmd}")
-            self.answer += data
-        first, self.answer = self.answer.split(b"\n", 1)
+        self.open = {out_r, err_r}
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            self.conn.sendmsg([line.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null, out_w, err_w]))])
+            first = self._first_line()
+        except OSError as e:
+            self._close()
+            raise RuntimeError(f"the tests' warm-start server did not answer for {cmd}: {e}") from None
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
         if first == b"fresh":
             self._close()
             return
         self.pid = int(first.split()[1])
         self.conn.settimeout(None)
-        if on_start:
-            on_start(self.pid)
+
+    def _first_line(self) -> bytes:
+        while b"\n" not in self.answer:
+            data = self.conn.recv(4096)
+            if not data:
+                raise OSError("it ended")
+            self.answer += data
+        first, self.answer = self.answer.split(b"\n", 1)
+        return first
 
     def result(self, timeout: float) -> subprocess.CompletedProcess:
         deadline = time.monotonic() + timeout
@@ -172,11 +205,7 @@ class _Job:
             done = not sel.get_map()
         out, err = (self._text(b) for b in self.pipes.values())
         if not done:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except OSError:
-                pass  # (ended meanwhile)
-            self._close()
+            self.kill()
             raise TimeoutError(out, err)
         status = int(self.answer.split(b"exit ")[1])
         return subprocess.CompletedProcess(self.cmd, os.waitstatus_to_exitcode(status), out, err)
@@ -190,16 +219,28 @@ class _Job:
             self.pipes[source] += data
         if not data:
             sel.unregister(source)
-            self.conn.close() if source is self.conn else os.close(source)
+            self.conn.close() if source is self.conn else self._close_pipe(source)
             if source is self.conn and b"exit " not in self.answer:
                 raise RuntimeError(f"the tests' warm-start server ended during {self.cmd}")
 
-    def _close(self) -> None:
-        for fd in self.pipes:
+    def kill(self) -> None:
+        """The job's session ended, and what this side holds of it closed."""
+        if not self.killed:  # (once: its pid, once reaped, may be another's)
+            self.killed = True
             try:
-                os.close(fd)
+                os.killpg(self.pid, signal.SIGKILL)
             except OSError:
-                pass  # (closed at its end)
+                pass  # (ended meanwhile)
+        self._close()
+
+    def _close_pipe(self, fd: int) -> None:
+        if fd in self.open:  # (once: its number may be another thread's file by now)
+            self.open.remove(fd)
+            os.close(fd)
+
+    def _close(self) -> None:
+        for fd in list(self.open):
+            self._close_pipe(fd)
         self.conn.close()
 
     @staticmethod

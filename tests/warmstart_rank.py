@@ -63,7 +63,7 @@ def main() -> None:
     pid = int(first.split()[1])
     def pass_on(sig, _frame) -> None:
         try:
-            os.kill(pid, sig)
+            os.killpg(pid, sig)  # (the rank's session: Open MPI signals a rank's process group)
         except ProcessLookupError:
             pass  # the rank has ended; its status is on its way
     for sig in PASSED:

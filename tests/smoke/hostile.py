@@ -23,6 +23,7 @@ from typing import Callable
 import psutil
 import pytest
 
+import warmstart
 from conftest import MPIRUN, ROOT, mpi_env, relaunched, run_warm, warm_ranks
 
 MARK = "MPIPPO_HOSTILE_CASE"
@@ -64,11 +65,12 @@ def hashes(*folders: Path) -> dict:
 
 
 def marked_processes(tag: str) -> list[psutil.Process]:
-    """Processes whose environment carries this case's marker (any session, any parent)."""
+    """Processes whose environment carries this case's marker (any session, any parent; a warm job's
+    processes by the job's environment)."""
     out = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get(MARK) == tag:
+            if warmstart.environ(p).get(MARK) == tag:
                 out.append(p)
         except (psutil.Error, OSError):
             continue

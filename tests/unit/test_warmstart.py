@@ -109,12 +109,46 @@ def test_a_warm_job_past_its_timeout_is_killed_with_its_session(tmp_path):
 def test_a_warm_job_leads_its_own_session_when_the_test_learns_its_pid(tmp_path):
     """The job's session is what a timeout, or the test process's end, kills: it must exist by the time
     its pid is known (else a kill that soon finds no session, and the job runs on)."""
-    (tmp_path / "quick.py").write_text("pass\n")
+    (tmp_path / "waits.py").write_text("import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.01)\n")
     sessions = []
-    for _ in range(30):
-        warmstart.run([sys.executable, str(tmp_path / "quick.py")], mpi_env(), WARM_BASE, tmp_path, 60,
-                      on_start=lambda pid: sessions.append(os.getsid(pid) == pid))
-    assert sessions == [True] * 30, sessions
+
+    def started(pid: int) -> None:
+        sessions.append(os.getsid(pid) == pid)
+        (tmp_path / "go").touch()  # (the job ends only now: its pid is no other's while it is read)
+    for _ in range(20):
+        (tmp_path / "go").unlink(missing_ok=True)
+        warmstart.run([sys.executable, "waits.py"], mpi_env(), WARM_BASE, tmp_path, 60, on_start=started)
+    assert sessions == [True] * 20, sessions
+
+
+def test_a_test_that_fails_while_its_warm_job_runs_takes_the_job_with_it(tmp_path):
+    """An error in the test while it waits (on_start's here; pytest-timeout's is another) ends the job's
+    session and reaches the test: never a fresh start of a job that is running warm."""
+    (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(60)\n")
+    pids = []
+
+    def started(pid: int) -> None:
+        pids.append(pid)
+        raise RuntimeError("the test's own")
+    with pytest.raises(RuntimeError, match="the test's own"):
+        warmstart.run([sys.executable, "sleeper.py"], mpi_env(), WARM_BASE, tmp_path, 60, on_start=started)
+    wait_until(lambda: not [p for p in psutil.process_iter() if _in_session(p, pids[0])], "the job's session ended")
+
+
+def test_what_a_warm_job_forks_is_seen_with_the_jobs_environment(tmp_path):
+    """/proc shows a forked process the server's environment: warmstart.environ gives the job's, by which
+    the hostile tables find a case's processes (a user's env that forks a child and leaves it, say)."""
+    (tmp_path / "forks.py").write_text("import os, time\nif (pid := os.fork()) == 0:\n    null = os.open(os.devnull, os.O_RDWR)\n"
+                                       "    os.dup2(null, 1), os.dup2(null, 2)\n    time.sleep(60)\n    os._exit(0)\n"
+                                       "print(pid)\n")
+    res = warmstart.run([sys.executable, "forks.py"], mpi_env() | {"PROBE_VALUE": "forked"}, WARM_BASE, tmp_path, 60)
+    child = psutil.Process(int(res.stdout))
+    try:
+        assert child.environ().get("PROBE_VALUE") is None  # (what the tables read before)
+        assert warmstart.environ(child)["PROBE_VALUE"] == "forked"
+        assert warmstart.environ(psutil.Process()) == psutil.Process().environ()  # (a process exec'd: its own)
+    finally:
+        child.kill()
 
 
 def _alive(pid: int) -> bool:
