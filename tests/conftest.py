@@ -86,6 +86,12 @@ def mpi_env() -> dict:
 WARM_BASE = mpi_env()
 
 
+def warm_python() -> str | None:
+    """The python to name for the jobs a test does not start itself (the Slurm scripts' MPIPPO_PYTHON): their
+    scripts start warm (tests/warmstart.py: python); None where every job starts fresh."""
+    return None if warmstart.FRESH else warmstart.python(WARM_BASE)
+
+
 def run_warm(cmd: list[str], env: dict, cwd, timeout: float, on_start=None) -> subprocess.CompletedProcess | None:
     """cmd run warm (tests/warmstart.py), or None where it must start fresh; a timeout fails the test."""
     if warmstart.FRESH:

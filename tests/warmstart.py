@@ -7,10 +7,12 @@
   answers `fresh` to).
 - ranks(cmd, env, base): an mpirun command whose ranks start warm (tests/warmstart_rank.py in the
   interpreter's place) and the environment naming the server; (cmd, env) unchanged where it cannot.
+- python(base): a program to give as the python of the jobs this process does not start itself (the
+  Slurm scripts' MPIPPO_PYTHON): scripts and `-m module` warm, through the stand-in, anything else fresh.
 
 With MPIPPO_TEST_FRESH=1 the tests start every job fresh (conftest.run_warm, warm_ranks): the suite as
 it was, to compare or to rule the warm start out. The jobs that tests signal or whose rank processes
-they look at (conftest.start), and the Slurm jobs, always start fresh."""
+they look at (conftest.start) always start fresh."""
 from __future__ import annotations
 
 import array
@@ -146,6 +148,24 @@ def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
         return cmd, env
     paths = os.pathsep.join(s.path for s in servers)
     return cmd[:at] + [sys.executable, "-S", "-E", str(RANK)] + cmd[at + 1:], env | {SOCKET_VAR: paths}
+
+
+def python(base: dict) -> str | None:
+    """The path of a program that starts as `python ARGS` would: `script ...` and `-m module ...` through
+    the stand-in (warm, or fresh where the server says so: a Slurm job on a GPU node sets CUDA_*), any
+    other arguments (options, `-` reading stdin) as the interpreter itself. None where no server can start."""
+    if not (servers := _started(base)):
+        return None
+    path = os.path.join(servers[0].folder, "python")
+    if not os.path.exists(path):
+        paths = os.pathsep.join(s.path for s in servers)
+        text = (f'#!/bin/sh\n# the tests\' warm start: tests/warmstart.py, python()\ncase "$1" in -m) ;; -*|"") exec '
+                f'"{sys.executable}" "$@" ;; esac\nMPIPPO_TEST_WARM="{paths}" exec "{sys.executable}" -S -E "{RANK}" "$@"\n')
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        os.chmod(path + ".new", 0o755)
+        os.replace(path + ".new", path)
+    return path
 
 
 class _Job:

@@ -35,7 +35,8 @@ def main() -> None:
     paths = os.environ.pop("MPIPPO_TEST_WARM", "").split(os.pathsep)  # (not the rank's: a fresh one has none)
     # two servers, ranks taking turns: each server's interpreter has its own string-hash seed, so the ranks
     # of a job do not all share one, as fresh ones share none (an order of a set of names differs)
-    path = paths[int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) % len(paths)]
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("SLURM_PROCID", "0"))  # (mpirun's, srun's)
+    path = paths[int(rank) % len(paths)]
     if not path:
         fresh()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

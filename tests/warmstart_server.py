@@ -66,10 +66,18 @@ def _pidfd_works() -> bool:
 PIDFD = _pidfd_works()
 
 
+# what an unset variable means to its reader, where setting it to that is no difference: MKL's thread count
+# is OMP_NUM_THREADS's without its own (slurm/common.sh sets both), Python's temporary folder /tmp (Slurm
+# sets TMPDIR=/tmp)
+_UNSET = {"MKL_NUM_THREADS": lambda e: e.get("OMP_NUM_THREADS"), "TMPDIR": lambda e: "/tmp"}
+
+
 def suits(env: dict) -> bool:
     def same(k: str) -> bool:
         if k == "LD_LIBRARY_PATH":
             return set(filter(None, env.get(k, "").split(":"))) <= _MPI_LIBS
+        if k in _UNSET:
+            return env.get(k, _UNSET[k](env)) == _ENV.get(k, _UNSET[k](_ENV))
         return env.get(k) == _ENV.get(k)
     return all(same(k) for k in set(env) | set(_ENV) if k.startswith(IMPORT_TIME) and k not in AT_RUN_TIME)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PYTHONPATH, ROOT, SMOKE_TOY, learner_line_by, metrics, ok, trainer
+from conftest import MPIRUN, PYTHONPATH, ROOT, SMOKE_TOY, WARM_BASE, learner_line_by, metrics, ok, trainer, warm_python
 from mpippo import launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -46,6 +46,8 @@ def job_env(run_dir: Path, **extra) -> dict:
                PYTHONPATH=PYTHONPATH, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                # the node claims 48 CPUs on a small machine: binding ranks to cores would stack them
                PRTE_MCA_hwloc_default_binding_policy="none")
+    if (python := warm_python()) is not None:  # the jobs' ranks and tools warm (tests/warmstart.py)
+        env.update(MPIPPO_PYTHON=python, MPIPPO_MPIRUN=MPIRUN, PYTHONUNBUFFERED=WARM_BASE["PYTHONUNBUFFERED"])
     env.update(extra)
     return env
 

@@ -87,9 +87,12 @@ def test_warm_jobs_draw_their_own_random_numbers(tmp_path):
 
 
 def test_a_job_that_sets_what_torch_reads_at_its_import_starts_fresh(tmp_path):
-    for var in ("OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY", "PYTHONPATH"):
+    for var in ("OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY", "PYTHONPATH", "MKL_NUM_THREADS", "TMPDIR"):
         warm, fresh = _both(tmp_path, "0", **{var: "7"})
         assert warm is None, var
+    # ... but not to what an unset one means (slurm/common.sh sets MKL's threads as OpenMP's; Slurm TMPDIR=/tmp)
+    same = {"MKL_NUM_THREADS": WARM_BASE["OMP_NUM_THREADS"]} | ({} if "TMPDIR" in WARM_BASE else {"TMPDIR": "/tmp"})
+    assert _both(tmp_path, "0", **same)[0] is not None, same
     assert warmstart.run([sys.executable, "-c", "pass"], mpi_env(), WARM_BASE, ROOT, 60) is None
 
 
@@ -149,6 +152,24 @@ def test_what_a_warm_job_forks_is_seen_with_the_jobs_environment(tmp_path):
         assert warmstart.environ(psutil.Process()) == psutil.Process().environ()  # (a process exec'd: its own)
     finally:
         child.kill()
+
+
+def test_the_python_named_for_other_jobs_starts_scripts_warm_and_the_rest_as_python(tmp_path):
+    """warmstart.python: what the Slurm tests give the batch scripts as MPIPPO_PYTHON. A script and `-m
+    module` start warm (torch already loaded: the server's), with their arguments and exit code; `-` (a
+    script on stdin, as slurm/common.sh runs one) and options run the interpreter itself."""
+    python = warmstart.python(WARM_BASE)
+    code = "import sys\nprint('torch' in sys.modules, sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n"
+    (tmp_path / "probe.py").write_text(code)
+
+    def run(*args, stdin=None):
+        res = subprocess.run([python, *args], cwd=tmp_path, env=mpi_env(), input=stdin, capture_output=True, text=True,
+                             timeout=60)
+        return res.returncode, res.stdout
+    assert run("probe.py", "a b", "3") == (3, "True ['a b', '3']\n")
+    assert run("-m", "probe", "0") == (0, "True ['0']\n")
+    assert run("-", "4", stdin=code) == (4, "False ['4']\n")
+    assert run("-c", "import sys; print(sys.executable)") == (0, f"{sys.executable}\n")
 
 
 def _alive(pid: int) -> bool:
