@@ -438,8 +438,34 @@ def _info_dropped():
 
         def step(self, action):
             obs, reward, terminated, truncated, _ = self.env.step(action)
+            for what, value, fits in (("a reward", reward, _a_number), ("terminated", terminated, _a_flag),
+                                      ("truncated", truncated, _a_flag)):
+                if not fits(value):
+                    raise BadReturn(what, value)
             return obs, reward, terminated, truncated, {}
     return InfoDropped
+
+
+class BadReturn(Exception):
+    """A value of an env's step() that Gymnasium's vector env would turn into another without a word (a
+    reward of None or "1.0" into NaN or 1.0 in its float array, a terminated of None into False)."""
+
+    def __init__(self, what: str, value):
+        super().__init__(f"{what} of {show(value)[:60]} ({type(value).__name__})")
+        self.allowed = ("a number (int, float, a numpy integer or float)" if what == "a reward" else
+                        "True or False (a bool, a numpy bool, 0 or 1)")
+
+
+def _a_number(x) -> bool:
+    if isinstance(x, np.ndarray) and x.size == 1:  # (one number in an array: the vector env takes it as that)
+        return x.dtype.kind in "biuf"
+    return isinstance(x, (int, float, np.integer, np.floating))  # (bool is an int)
+
+
+def _a_flag(x) -> bool:
+    if isinstance(x, np.ndarray) and x.size == 1:
+        return x.dtype.kind in "biu" and x.item() in (0, 1)
+    return isinstance(x, (bool, np.bool_)) or (isinstance(x, (int, np.integer)) and x in (0, 1))
 
 
 class GymVecEnv:
@@ -507,6 +533,9 @@ class GymVecEnv:
                 obs, rew = self._cast(obs), np.asarray(rew, dtype=np.float32).reshape(self.num_envs)
                 final = (np.stack([np.asarray(f, dtype=self.dtype).reshape(self.obs_shape) for f in finals])
                          if len(cut) else np.zeros((0, *self.obs_shape), dtype=self.dtype))
+        except BadReturn as e:
+            raise EnvFailure(f"env.name: '{self.name}' returned {e} at step {self.steps:,} of this rank; allowed: "
+                             f"{e.allowed}") from None
         except (Exception, SystemExit, GeneratorExit) as e:  # noqa: BLE001 (not KeyboardInterrupt: a person's Ctrl-C)
             raise self._failed("step", e, "an env whose step returns (obs, reward, terminated, truncated, info) "
                                f"within its declared spaces ({self.declared})") from None

@@ -307,12 +307,15 @@ def test_an_env_calling_sys_exit_3_on_one_rank_ends_the_job_naming_the_rank_with
     the_line(res, "mpippo: error: rank 1: env.name: 'gym:mpippo-test/Faulty-v0' called sys.exit(3) in its step()")
 
 
-def test_an_actors_env_returning_nan_ends_the_actor_learner_job_naming_the_rank(tmp_path):
+@pytest.mark.parametrize("fault, said", [("nan-reward", "a reward holding nan"),
+                                         ("none-terminated", "terminated of None (NoneType)")])
+def test_an_actors_env_returning_nan_ends_the_actor_learner_job_naming_the_rank(tmp_path, fault, said):
     """Ape-X DQN on three ranks (a learner, two actors): actor rank 2's env returns a NaN reward,
-    which would otherwise reach the replay and the learner's loss, its cause lost."""
+    which would otherwise reach the replay and the learner's loss, its cause lost; or an episode end of
+    None, which Gymnasium's vector env would read as False."""
     res = job(3, ["run_mpi.py", "--config", "configs/dqn_cartpole.yaml", *FAULTY, "--total-timesteps", "20000",
-                  "--set", "env.kwargs={fault: nan-reward, at: 200, rank: 2}", "--output-dir", str(tmp_path / "run")])
-    the_line(res, "mpippo: error: rank 2: env.name: 'gym:mpippo-test/Faulty-v0' returned a reward holding nan")
+                  "--set", f"env.kwargs={{fault: {fault}, at: 200, rank: 2}}", "--output-dir", str(tmp_path / "run")])
+    the_line(res, f"mpippo: error: rank 2: env.name: 'gym:mpippo-test/Faulty-v0' returned {said}")
 
 
 def test_an_actors_env_that_cannot_be_made_again_on_resume_ends_the_job_in_one_line(tmp_path):

@@ -279,11 +279,15 @@ def test_pettingzoo_connect_four_plays_as_the_built_in_game():
     ("nan-reward", "returned a reward holding nan (as float32) at step 4 of this rank; allowed: finite values"),
     ("huge-reward", "returned a reward of 1e+39 at step 4 of this rank, past float32's range; allowed: values within "
                     "+-3.4e38"),
+    ("none-reward", "returned a reward of None (NoneType) at step 4 of this rank; allowed: a number (int, float, a "
+                    "numpy integer or float)"),
+    ("text-reward", "returned a reward of '1.0' (str) at step 4 of this rank; allowed: a number"),
+    ("none-terminated", "returned terminated of None (NoneType) at step 4 of this rank; allowed: True or False"),
     ("inf-obs", "returned an observation holding inf (as float32) at step 4 of this rank"),
     ("nan-final", "returned a final observation holding nan (as float32) at step 5 of this rank")])
 def test_a_users_env_that_breaks_mid_run_is_named_in_one_line(fault, expect):
     """Whatever a user's env does wrong after start-up (raise, sys.exit, the old 4-tuple, a wrong
-    shape, non-finite numbers) becomes one EnvFailure line naming the env, the step and where in the
+    shape, non-finite numbers, a reward or an end flag that is no number) becomes one EnvFailure line naming the env, the step and where in the
     env's own code (not Gymnasium's): its rank's abort hook prints it and ends the job, exit 2."""
     from mpippo.errors import EnvFailure
     sys.modules.get("mpippo_user_envs") and setattr(sys.modules["mpippo_user_envs"].Faulty, "steps", 0)

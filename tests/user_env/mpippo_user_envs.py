@@ -221,7 +221,8 @@ def _wait_in_native_code() -> None:
 
 class Faulty(Steady):
     """Steady until this process's envs have taken `at` steps in all, then broken as `fault` says:
-    raise, exit (sys.exit(3), the code a requeue exits with), generator-exit, nan-reward, huge-reward (1e39), inf-obs, nan-final (the
+    raise, exit (sys.exit(3), the code a requeue exits with), generator-exit, nan-reward, huge-reward (1e39), none-reward,
+    text-reward ("1.0"), none-terminated, inf-obs, nan-final (the
     observation a time limit cuts on), four-tuple (the old gym API), shape (4 numbers for 3), hang (waits
     forever in native code, the interpreter's lock released, as a simulator waiting on its server), hang-native
     (the same in native code that no signal brings back to Python: `_wait_in_native_code`), render,
@@ -304,6 +305,10 @@ class Faulty(Steady):
             obs = np.full(3, np.inf if self.fault == "inf-obs" else np.nan, np.float32)
         if self.broken("huge-reward"):  # (finite, but past float32's range)
             reward = 1e39
+        if self.broken("none-reward") or self.broken("text-reward"):  # (numpy's float arrays take both: NaN, 1.0)
+            reward = None if self.fault == "none-reward" else "1.0"
+        if self.broken("none-terminated"):  # (a bool array takes it as False)
+            terminated = None
         return obs, (np.nan if self.broken("nan-reward") else reward), terminated, truncated, info
 
     def render(self):
