@@ -20,6 +20,7 @@ import atexit
 import json
 import os
 import selectors
+import shlex
 import shutil
 import signal
 import socket
@@ -75,6 +76,7 @@ class _Server:
 _servers: list[_Server] = []
 _starting = threading.Lock()  # (the hostile tables run two cases at a time, from threads)
 _failed: list[str] = []  # (why they could not start, once said)
+_python: list = []  # (python()'s answer, once made)
 
 
 def _started(base: dict) -> list[_Server]:
@@ -132,13 +134,20 @@ def environ(p) -> dict:
     """A process's environment (p a psutil.Process): as /proc shows it, or for a warm job, and what its
     session forked, the job's own (/proc shows the server's there; the server keeps each job's)."""
     env = p.environ()
-    for server in (s for s in _servers if s.env == env):  # (a process exec'd shows its own: so the job's exec'd ones)
+    if not any(s.env == env for s in _servers):  # (a process exec'd shows its own: so the job's exec'd ones)
+        return env
+    found = []
+    for server in _servers:  # (the newest: a pid both servers' jobs had, one after the other)
         try:
-            with open(os.path.join(server.folder, f"env.{os.getsid(p.pid)}")) as f:
-                return json.load(f)
-        except (OSError, ValueError):
+            path = os.path.join(server.folder, f"env.{os.getsid(p.pid)}")
+            found.append((os.stat(path).st_mtime_ns, path))
+        except OSError:
             continue
-    return env
+    try:
+        with open(max(found)[1]) as f:
+            return json.load(f)
+    except (ValueError, OSError):  # (none: not a warm job's; or removed, its session gone meanwhile)
+        return env
 
 
 def ranks(cmd: list[str], env: dict, base: dict) -> tuple[list[str], dict]:
@@ -157,15 +166,22 @@ def python(base: dict) -> str | None:
     if not (servers := _started(base)):
         return None
     path = os.path.join(servers[0].folder, "python")
-    if not os.path.exists(path):
-        paths = os.pathsep.join(s.path for s in servers)
-        text = (f'#!/bin/sh\n# the tests\' warm start: tests/warmstart.py, python()\ncase "$1" in -m) ;; -*|"") exec '
-                f'"{sys.executable}" "$@" ;; esac\nMPIPPO_TEST_WARM="{paths}" exec "{sys.executable}" -S -E "{RANK}" "$@"\n')
-        with open(path + ".new", "w") as f:
+    with _starting:
+        if _python:
+            return _python[0]
+        py, paths = shlex.quote(sys.executable), shlex.quote(os.pathsep.join(s.path for s in servers))
+        text = (f'#!/bin/sh\n# the tests\' warm start: tests/warmstart.py, python()\ncase "$1" in\n'
+                f'  -m) [ $# -ge 2 ] || exec {py} "$@" ;;\n  -*|"") exec {py} "$@" ;;\nesac\n'
+                f'MPIPPO_TEST_WARM={paths} exec {py} -S -E {shlex.quote(str(RANK))} "$@"\n')
+        with open(path, "w") as f:
             f.write(text)
-        os.chmod(path + ".new", 0o755)
-        os.replace(path + ".new", path)
-    return path
+        os.chmod(path, 0o755)
+        try:  # (a TMPDIR mounted noexec: the jobs get the interpreter itself)
+            subprocess.run([path, "-c", ""], timeout=60, check=True)
+            _python.append(path)
+        except (OSError, subprocess.SubprocessError):
+            _python.append(None)
+        return _python[0]
 
 
 class _Job:

@@ -129,6 +129,11 @@ class _Jobs:
             if pid == 0:
                 return
             self._unwatch(pid)
+            try:
+                os.killpg(pid, 0)  # (what the job forked lives on: the hostile tables' leftover check reads its env)
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    os.remove(_env_file(pid))
             if (conn := self.conn.pop(pid, None)) is not None:
                 _say(conn, f"exit {status}\n")
                 conn.close()
@@ -201,10 +206,14 @@ def _accept(listener: socket.socket, jobs: _Jobs):
     return None
 
 
+def _env_file(pid: int) -> str:
+    return os.path.join(os.path.dirname(sys.argv[1]), f"env.{pid}")
+
+
 def _publish(pid: int, env: dict) -> None:
     """The job's environment, where the tests can read it (warmstart.environ): /proc/<pid>/environ shows a
     forked process's parent's, and the hostile tables find a case's processes by a variable there."""
-    path = os.path.join(os.path.dirname(sys.argv[1]), f"env.{pid}")
+    path = _env_file(pid)
     with contextlib.suppress(OSError):
         with open(path + ".new", "w") as f:
             json.dump(env, f)
@@ -315,7 +324,7 @@ def serve():
         with contextlib.suppress(OSError):  # (removed by the test process)
             os.remove(sys.argv[1])
             for name in os.listdir(folder):  # (the jobs' environments; anything else there stays, and the folder)
-                if name.startswith("env."):
+                if name.startswith("env.") or name == "python":  # (python: warmstart.python's)
                     os.remove(os.path.join(folder, name))
             os.rmdir(folder)
         return None

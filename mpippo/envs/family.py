@@ -7,9 +7,38 @@ imports an env's package: `spaces` and `make` do, when a job asks for that famil
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from mpippo.usage import UsageError
+
+
+def _one_value(x):
+    """x as a numpy array of one element, or None: text, None and what numpy holds as objects are none
+    (an env's reward may be any scalar that converts: numpy's, torch's, jax's)."""
+    if x is None or isinstance(x, (str, bytes)):
+        return None
+    try:
+        a = np.asarray(x)
+    except Exception:  # noqa: BLE001 (whatever the object's __array__ raises: not a number)
+        return None
+    return a if a.size == 1 and a.dtype.kind in "biuf" else None
+
+
+def a_number(x) -> bool:
+    """An env's reward as Gymnasium's vector env takes it without a word: one int, float or bool (None and
+    "1.0" it turns into NaN and 1.0). Called on every step: the usual kinds first."""
+    return isinstance(x, (numbers.Real, np.bool_)) or _one_value(x) is not None  # (Real: numpy's too, Fraction)
+
+
+def a_flag(x) -> bool:
+    """An episode's end (terminated, truncated): true or false, 0 or 1, no float, no None (read as false)."""
+    if isinstance(x, (bool, np.bool_)):
+        return True
+    a = _one_value(x)
+    return a is not None and a.dtype.kind in "biu" and a.item() in (0, 1)
 
 
 @dataclass(frozen=True)

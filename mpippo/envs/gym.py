@@ -30,7 +30,7 @@ import warnings
 
 import numpy as np
 
-from mpippo.envs.family import EnvFamily, Spaces, looks_channels_first, too_large
+from mpippo.envs.family import EnvFamily, Spaces, a_flag, a_number, looks_channels_first, too_large
 from mpippo.errors import EnvFailure, user_code_at, users_code
 from mpippo.usage import UsageError, reason, show
 
@@ -438,8 +438,8 @@ def _info_dropped():
 
         def step(self, action):
             obs, reward, terminated, truncated, _ = self.env.step(action)
-            for what, value, fits in (("a reward", reward, _a_number), ("terminated", terminated, _a_flag),
-                                      ("truncated", truncated, _a_flag)):
+            for what, value, fits in (("a reward", reward, a_number), ("terminated", terminated, a_flag),
+                                      ("truncated", truncated, a_flag)):
                 if not fits(value):
                     raise BadReturn(what, value)
             return obs, reward, terminated, truncated, {}
@@ -452,20 +452,8 @@ class BadReturn(Exception):
 
     def __init__(self, what: str, value):
         super().__init__(f"{what} of {show(value)[:60]} ({type(value).__name__})")
-        self.allowed = ("a number (int, float, a numpy integer or float)" if what == "a reward" else
-                        "True or False (a bool, a numpy bool, 0 or 1)")
-
-
-def _a_number(x) -> bool:
-    if isinstance(x, np.ndarray) and x.size == 1:  # (one number in an array: the vector env takes it as that)
-        return x.dtype.kind in "biuf"
-    return isinstance(x, (int, float, np.integer, np.floating))  # (bool is an int)
-
-
-def _a_flag(x) -> bool:
-    if isinstance(x, np.ndarray) and x.size == 1:
-        return x.dtype.kind in "biu" and x.item() in (0, 1)
-    return isinstance(x, (bool, np.bool_)) or (isinstance(x, (int, np.integer)) and x in (0, 1))
+        self.allowed = ("a number (an int, a float, a numpy or torch scalar)" if what == "a reward" else
+                        "True or False (a bool, a numpy or torch bool, 0 or 1)")
 
 
 class GymVecEnv:

@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 from mpippo.envs import connect4
-from mpippo.envs.family import EnvFamily, Spaces, looks_channels_first, too_large
+from mpippo.envs.family import EnvFamily, Spaces, a_number, looks_channels_first, too_large
 from mpippo.envs.gym import MODULE, _float32_default, _what, _where, _why, kwargs_problem
 from mpippo.errors import EnvFailure, users_code
 from mpippo.usage import UsageError, reason, show
@@ -297,11 +297,15 @@ class PettingZooVecEnv:
                              f"it (move {self.steps:,} of this rank); allowed: games that end (terminations or "
                              f"truncations), within {MAX_GAME_MOVES:,} moves")
 
-        def move() -> float:  # (one guarded call a move: the game's step, the learner's reward, whose turn)
+        def move():  # (one guarded call a move: the game's step, the learner's reward, whose turn)
             game.step(int(action))
             self.waiting[i] = self._read_turn(i)
-            return float(held.rewards.get(me, 0.0))
+            return held.rewards.get(me, 0.0)
         r = self._call("step()", move)
+        if not a_number(r):  # (float() would take "1.0" as 1.0)
+            raise EnvFailure(f"env.name: '{self.name}' returned a reward of {show(r)[:60]} ({type(r).__name__}) at move "
+                             f"{self.steps:,} of this rank; allowed: a number (an int, a float, a numpy or torch scalar)")
+        r = float(np.asarray(r).reshape(()))
         if not math.isfinite(r):
             raise EnvFailure(f"env.name: '{self.name}' returned a reward of {r} at move {self.steps:,} of this rank; "
                              f"allowed: finite values")

@@ -270,6 +270,24 @@ def test_pettingzoo_connect_four_plays_as_the_built_in_game():
     assert env.illegal_moves == before + 2 and list(rew) == [-1.0, -1.0] and first.all()
 
 
+def test_the_step_check_takes_every_kind_of_number_an_env_may_return_and_nothing_else():
+    """A reward or an episode end as Gymnasium types them (SupportsFloat, bool): numpy's, torch's and
+    Python's scalars, a number in a one-element array; not None, text, several numbers, a complex one; an
+    end is no float and is 0 or 1."""
+    import fractions
+
+    import torch
+
+    from mpippo.envs.family import a_flag, a_number
+    numbers = [1, -2.5, True, np.float16(2), np.int64(3), np.True_, np.array(1.0), np.array([2.0]),
+               torch.tensor(1.5), fractions.Fraction(1, 2)]
+    assert all(a_number(x) for x in numbers), [x for x in numbers if not a_number(x)]
+    assert not any(a_number(x) for x in [None, "1.0", b"1", np.array([1.0, 2.0]), 1j, np.array("1"), object()])
+    flags = [True, False, np.True_, 0, 1, np.int8(1), np.array(True), torch.tensor(False)]
+    assert all(a_flag(x) for x in flags), [x for x in flags if not a_flag(x)]
+    assert not any(a_flag(x) for x in [None, 2, 1.0, "True", np.array([True, False])])
+
+
 @pytest.mark.parametrize("fault, expect", [
     ("raise", "raised RuntimeError: the user's env broke in its step() (step 4 of this rank), at '"),
     ("exit", "called sys.exit(3) in its step() (step 4 of this rank), at '"),
@@ -279,8 +297,8 @@ def test_pettingzoo_connect_four_plays_as_the_built_in_game():
     ("nan-reward", "returned a reward holding nan (as float32) at step 4 of this rank; allowed: finite values"),
     ("huge-reward", "returned a reward of 1e+39 at step 4 of this rank, past float32's range; allowed: values within "
                     "+-3.4e38"),
-    ("none-reward", "returned a reward of None (NoneType) at step 4 of this rank; allowed: a number (int, float, a "
-                    "numpy integer or float)"),
+    ("none-reward", "returned a reward of None (NoneType) at step 4 of this rank; allowed: a number (an int, a float, a "
+                    "numpy or torch scalar)"),
     ("text-reward", "returned a reward of '1.0' (str) at step 4 of this rank; allowed: a number"),
     ("none-terminated", "returned terminated of None (NoneType) at step 4 of this rank; allowed: True or False"),
     ("inf-obs", "returned an observation holding inf (as float32) at step 4 of this rank"),
@@ -399,6 +417,7 @@ def test_a_users_own_two_player_game_plays_behind_the_batch_interface():
 @pytest.mark.parametrize("fault, expect", [
     ("raise", "raised RuntimeError: the user's game broke in its step() (move "),
     ("nan-reward", "returned a reward of nan at move "),
+    ("text-reward", "returned a reward of '1.0' (str) at move "),
     ("wrong-shape", "returned an observation of shape (9,) and a mask of (3,) at move "),
     ("endless", "went on for 10,000 moves in one game without ending it")])
 def test_a_users_two_player_game_that_breaks_mid_run_is_named_in_one_line(fault, expect):

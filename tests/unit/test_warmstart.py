@@ -170,6 +170,7 @@ def test_the_python_named_for_other_jobs_starts_scripts_warm_and_the_rest_as_pyt
     assert run("-m", "probe", "0") == (0, "True ['0']\n")
     assert run("-", "4", stdin=code) == (4, "False ['4']\n")
     assert run("-c", "import sys; print(sys.executable)") == (0, f"{sys.executable}\n")
+    assert run("-m")[0] == subprocess.run([sys.executable, "-m"], capture_output=True).returncode == 2
 
 
 def _alive(pid: int) -> bool:

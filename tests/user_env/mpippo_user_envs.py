@@ -345,7 +345,7 @@ class Nim:
     who leaves a multiple of 4 wins, so the first player wins from 9 with perfect play. Observations
     are a one-hot of the pile (a vector: the MLP); the mask allows no more than the pile (`max_take`
     actions: take 1 to max_take).
-    `fault`: a bug of the kind a user's game has, at move `at` (`raise`, `nan-reward`, `wrong-shape`; on
+    `fault`: a bug of the kind a user's game has, at move `at` (`raise`, `nan-reward`, `text-reward`, `wrong-shape`; on
     rank `fault_rank` only, if given),
     or `endless`: the second player's moves take nothing and keep the move (a game that never ends)."""
 
@@ -400,9 +400,9 @@ class Nim:
             self.pile -= take
             if self.pile == 0:
                 self.rewards[mover], self.rewards[other] = 1.0, -1.0
-        if self.fault == "nan-reward" and self.moves >= self.at:
-            self.rewards[mover] = self.rewards[other] = float("nan")
-        if self.pile == 0 or self.rewards[mover] != 0.0:
+        if self.fault in ("nan-reward", "text-reward") and self.moves >= self.at:  # (float() takes "1.0")
+            self.rewards[mover] = self.rewards[other] = float("nan") if self.fault == "nan-reward" else "1.0"
+        if self.pile == 0 or self.rewards[mover] not in (0.0, "0"):
             self.terminations = {a: True for a in self.agents}
         self.agent_selection = other
 
