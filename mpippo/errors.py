@@ -50,6 +50,17 @@ class SecondInterrupt(KeyboardInterrupt):
 
 
 _LAST_SAID = threading.Lock()
+_WHO = [""]  # the job's rank, as this process's own lines name it ("rank 3: "; "" alone): set by mpippo.comm
+
+
+def name_rank(who: str) -> None:
+    """How this process's own lines name it in a job of several ranks (mpippo.comm's World knows)."""
+    _WHO[0] = who
+
+
+def who() -> str:
+    """This process's name in a line of its own ("rank 3: "; "" alone): a warning each rank may print."""
+    return _WHO[0]
 
 
 def say(line: str) -> None:

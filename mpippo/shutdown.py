@@ -21,17 +21,9 @@ import sys
 import threading
 from pathlib import Path
 
-from mpippo.errors import code_at
+from mpippo.errors import code_at, who
 
 _LAST: list = []
-_WHO = [""]  # the job's rank, as this process's lines name it ("rank 3: "; "" alone): set by mpippo.comm
-
-
-def name_rank(who: str) -> None:
-    """How this process's last lines name it in a job of several ranks (mpippo.comm's World knows)."""
-    _WHO[0] = who
-
-
 def last(step) -> None:
     """Run `step()` at end_process, after atexit's functions (mpippo.comm registers MPI_Finalize:
     only a process that imported MPI pays for it)."""
@@ -88,7 +80,7 @@ def _say_lingering(limit_s: float) -> None:
             (f" (and {len(left) - 3} more)" if len(left) > 3 else "")) if left else \
         "threading's exit hooks (an executor whose task never ends)"
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"mpippo: warning: {_WHO[0]}{len(left)} thread(s) that are not daemons still running "
+        sys.stderr.write(f"mpippo: warning: {who()}{len(left)} thread(s) that are not daemons still running "
                          f"{limit_s:g} s after the end, not waited for: {what}\n")
 
 
@@ -119,7 +111,7 @@ def _end_children(grace_s: float) -> None:
         names = "; ".join(f"pid {p.pid} ({_command(p)})" for p in alive[:3]) + (
             f" (and {len(alive) - 3} more)" if len(alive) > 3 else "")
         with contextlib.suppress(Exception):  # (a reader gone, or no stderr: the processes are ended all the same)
-            sys.stderr.write(f"mpippo: warning: {_WHO[0]}{len(alive)} process(es) this process started still running "
+            sys.stderr.write(f"mpippo: warning: {who()}{len(alive)} process(es) this process started still running "
                              f"{grace_s:g} s after its end (an env whose close() leaves its own processes up?): {names}; "
                              f"ending them\n")
         for p in alive:

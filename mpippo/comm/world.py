@@ -19,7 +19,7 @@ import numpy as np
 
 from mpippo import shutdown
 from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure,
-                           main_thread_at, say_interrupted)
+                           main_thread_at, name_rank, say_interrupted)
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
@@ -106,7 +106,7 @@ class World:
         self.collective_timeout_s = 0.0
         self.set_collective_timeout(collective_timeout_s)
         if _parent is None and self.size > 1:
-            shutdown.name_rank(f"rank {self.rank}: ")
+            name_rank(f"rank {self.rank}: ")
 
     def split(self, color: int, key: int | None = None) -> "World":
         """The ranks of the same `color` as a World of their own, ordered by `key` (default: rank);

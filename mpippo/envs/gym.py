@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 
 from mpippo.envs.family import EnvFamily, Spaces, a_flag, a_number, looks_channels_first, too_large
-from mpippo.errors import EnvFailure, user_code_at, users_code
+from mpippo.errors import EnvFailure, user_code_at, users_code, who
 from mpippo.usage import UsageError, reason, show
 
 PREFIX = "gym:"
@@ -566,7 +566,7 @@ class GymVecEnv:
 
     def close(self) -> None:
         if (e := _close(self.env)) is not None:  # at the end, the run's results written: a warning, not a failure
-            sys.stderr.write(f"mpippo: warning: env.name: '{self.name}' {_what(e)} in its close(){_where(e)}; "
+            sys.stderr.write(f"mpippo: warning: {who()}env.name: '{self.name}' {_what(e)} in its close(){_where(e)}; "
                              "ignored\n")
 
 

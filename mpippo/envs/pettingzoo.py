@@ -37,7 +37,7 @@ import numpy as np
 from mpippo.envs import connect4
 from mpippo.envs.family import EnvFamily, Spaces, a_number, looks_channels_first, too_large
 from mpippo.envs.gym import MODULE, _float32_default, _what, _where, _why, kwargs_problem
-from mpippo.errors import EnvFailure, users_code
+from mpippo.errors import EnvFailure, users_code, who
 from mpippo.usage import UsageError, reason, show
 
 PREFIX = "pz:"
@@ -381,7 +381,7 @@ class PettingZooVecEnv:
                 self._call("close()", game.close)
             except EnvFailure as e:
                 if not said:
-                    sys.stderr.write(f"mpippo: warning: {e}; ignored\n")
+                    sys.stderr.write(f"mpippo: warning: {who()}{e}; ignored\n")
                 said = True
 
 

@@ -649,10 +649,10 @@ def test_a_thread_that_waits_for_the_main_threads_end_ends_with_it():
 
 
 LINGERING = """import threading, time
-from mpippo import shutdown
+from mpippo import errors, shutdown
 threading.Thread(target=time.sleep, args=(3600,), name="shipper").start()
 shutdown.LINGER_S = 0.2
-shutdown.name_rank("rank 3: ")  # (what mpippo.comm's World says in a job of several ranks)
+errors.name_rank("rank 3: ")  # (what mpippo.comm's World says in a job of several ranks)
 shutdown.end_process(5)
 """
 
