@@ -35,8 +35,8 @@ import sys
 import numpy as np
 
 from mpippo.envs import connect4
-from mpippo.envs.family import EnvFamily, Spaces, a_number, looks_channels_first, too_large
-from mpippo.envs.gym import MODULE, _float32_default, _what, _where, _why, kwargs_problem
+from mpippo.envs.family import EnvFamily, Spaces, a_flag, a_number, looks_channels_first, too_large
+from mpippo.envs.gym import MODULE, BadReturn, _float32_default, _what, _where, _why, kwargs_problem
 from mpippo.errors import EnvFailure, users_code, who
 from mpippo.usage import UsageError, reason, show
 
@@ -202,6 +202,9 @@ class PettingZooVecEnv:
         try:
             with users_code():
                 return fn(*args)
+        except BadReturn as e:
+            raise EnvFailure(f"env.name: '{self.name}' returned {e} at move {self.steps:,} of this rank; allowed: "
+                             f"{e.allowed}") from None
         except (Exception, SystemExit, GeneratorExit) as e:  # noqa: BLE001 (not KeyboardInterrupt: a person's Ctrl-C)
             raise EnvFailure(f"env.name: '{self.name}' {_what(e)} in its {during} (move {self.steps:,} of this rank)"
                              f"{_where(e)}; allowed: a PettingZoo AEC env of two players") from None
@@ -315,6 +318,9 @@ class PettingZooVecEnv:
     def _read_turn(self, i: int) -> int:
         """Whose move game i waits for now: LEARNER, OPPONENT, or OVER (the game's own code: called inside _call)."""
         held = self.state[i]
+        for what, flags in (("a termination", held.terminations), ("a truncation", held.truncations)):
+            if (odd := [v for v in flags.values() if not a_flag(v)]):  # (None would read as "not over")
+                raise BadReturn(what, odd[0])
         if any(held.terminations.values()) or any(held.truncations.values()):
             return OVER
         return LEARNER if held.agent_selection == self.me[i] else OPPONENT

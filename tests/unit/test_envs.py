@@ -423,6 +423,7 @@ def test_a_users_own_two_player_game_plays_behind_the_batch_interface():
     ("raise", "raised RuntimeError: the user's game broke in its step() (move "),
     ("nan-reward", "returned a reward of nan at move "),
     ("text-reward", "returned a reward of '1.0' (str) at move "),
+    ("none-terminated", "returned a termination of None (NoneType) at move "),
     ("wrong-shape", "returned an observation of shape (9,) and a mask of (3,) at move "),
     ("endless", "went on for 10,000 moves in one game without ending it")])
 def test_a_users_two_player_game_that_breaks_mid_run_is_named_in_one_line(fault, expect):

@@ -345,7 +345,8 @@ class Nim:
     who leaves a multiple of 4 wins, so the first player wins from 9 with perfect play. Observations
     are a one-hot of the pile (a vector: the MLP); the mask allows no more than the pile (`max_take`
     actions: take 1 to max_take).
-    `fault`: a bug of the kind a user's game has, at move `at` (`raise`, `nan-reward`, `text-reward`, `wrong-shape`; on
+    `fault`: a bug of the kind a user's game has, at move `at` (`raise`, `nan-reward`, `text-reward`, `none-terminated`,
+    `wrong-shape`; on
     rank `fault_rank` only, if given),
     or `endless`: the second player's moves take nothing and keep the move (a game that never ends)."""
 
@@ -404,6 +405,8 @@ class Nim:
             self.rewards[mover] = self.rewards[other] = float("nan") if self.fault == "nan-reward" else "1.0"
         if self.pile == 0 or self.rewards[mover] not in (0.0, "0"):
             self.terminations = {a: True for a in self.agents}
+        if self.fault == "none-terminated" and self.moves >= self.at:  # (read as "not over" by any())
+            self.terminations = {a: None for a in self.agents}
         self.agent_selection = other
 
     def close(self):
