@@ -24,6 +24,8 @@ from pathlib import Path
 from mpippo.errors import code_at, who
 
 _LAST: list = []
+
+
 def last(step) -> None:
     """Run `step()` at end_process, after atexit's functions (mpippo.comm registers MPI_Finalize:
     only a process that imported MPI pays for it)."""

@@ -30,7 +30,8 @@ def _one_value(x):
 def a_number(x) -> bool:
     """An env's reward as Gymnasium's vector env takes it without a word: one int, float or bool (None and
     "1.0" it turns into NaN and 1.0). Called on every step: the usual kinds first."""
-    return isinstance(x, (numbers.Real, np.bool_)) or _one_value(x) is not None  # (Real: numpy's too, Fraction)
+    return (isinstance(x, (float, int, np.floating, np.integer, np.bool_)) or isinstance(x, numbers.Real)  # (Fraction)
+            or _one_value(x) is not None)
 
 
 def a_flag(x) -> bool:

@@ -438,10 +438,10 @@ def _info_dropped():
 
         def step(self, action):
             obs, reward, terminated, truncated, _ = self.env.step(action)
-            for what, value, fits in (("a reward", reward, a_number), ("terminated", terminated, a_flag),
-                                      ("truncated", truncated, a_flag)):
-                if not fits(value):
-                    raise BadReturn(what, value)
+            if not (a_number(reward) and a_flag(terminated) and a_flag(truncated)):  # (every step: one test)
+                raise next(BadReturn(what, value) for what, value, fits in (
+                    ("a reward", reward, a_number), ("terminated", terminated, a_flag), ("truncated", truncated, a_flag))
+                    if not fits(value))
             return obs, reward, terminated, truncated, {}
     return InfoDropped
 

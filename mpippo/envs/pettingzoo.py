@@ -300,15 +300,13 @@ class PettingZooVecEnv:
                              f"it (move {self.steps:,} of this rank); allowed: games that end (terminations or "
                              f"truncations), within {MAX_GAME_MOVES:,} moves")
 
-        def move():  # (one guarded call a move: the game's step, the learner's reward, whose turn)
+        def move() -> float:  # (one guarded call a move: the game's step, the learner's reward, whose turn)
             game.step(int(action))
             self.waiting[i] = self._read_turn(i)
-            return held.rewards.get(me, 0.0)
+            if not a_number(r := held.rewards.get(me, 0.0)):  # (float() would take "1.0" as 1.0)
+                raise BadReturn("a reward", r)
+            return float(np.asarray(r).reshape(()))
         r = self._call("step()", move)
-        if not a_number(r):  # (float() would take "1.0" as 1.0)
-            raise EnvFailure(f"env.name: '{self.name}' returned a reward of {show(r)[:60]} ({type(r).__name__}) at move "
-                             f"{self.steps:,} of this rank; allowed: a number (an int, a float, a numpy or torch scalar)")
-        r = float(np.asarray(r).reshape(()))
         if not math.isfinite(r):
             raise EnvFailure(f"env.name: '{self.name}' returned a reward of {r} at move {self.steps:,} of this rank; "
                              f"allowed: finite values")
@@ -319,8 +317,8 @@ class PettingZooVecEnv:
         """Whose move game i waits for now: LEARNER, OPPONENT, or OVER (the game's own code: called inside _call)."""
         held = self.state[i]
         for what, flags in (("a termination", held.terminations), ("a truncation", held.truncations)):
-            if (odd := [v for v in flags.values() if not a_flag(v)]):  # (None would read as "not over")
-                raise BadReturn(what, odd[0])
+            if not all(map(a_flag, flags.values())):  # (None would read as "not over")
+                raise BadReturn(what, next(v for v in flags.values() if not a_flag(v)))
         if any(held.terminations.values()) or any(held.truncations.values()):
             return OVER
         return LEARNER if held.agent_selection == self.me[i] else OPPONENT
