@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from mpippo import config as C
-from mpippo import faults, launch, preemption, runctl
+from mpippo import faults, leftovers, preemption, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
 from mpippo.files import METRICS, RUN_CONFIG, absolute, atomic_write_json, file_mode
@@ -264,9 +264,9 @@ class Video:
         if self.scale is None:  # a 64x64 observation is scaled up; a rendered picture is not
             self.scale = VIDEO_SCALE if first.shape[0] < 128 else 1
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # named after this process (launch.owned_prefix): one that kill -9 left is removed by the next video here
-        launch.sweep_leftovers((str(self.path.parent),))
-        fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=launch.owned_prefix("video"), suffix=self.path.suffix)
+        # named after this process (leftovers.owned_prefix): one that kill -9 left is removed by the next video here
+        leftovers.sweep_leftovers((str(self.path.parent),))
+        fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=leftovers.owned_prefix("video"), suffix=self.path.suffix)
         os.close(fd)
         self._tmp = Path(name)
         os.chmod(self._tmp, file_mode())  # as any file of the user's (mkstemp makes 0600)

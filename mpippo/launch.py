@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -30,6 +28,7 @@ from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
 from mpippo.errors import say, say_interrupted
+from mpippo.leftovers import SHM_VAR, owned_prefix, sweep_leftovers
 from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
@@ -46,81 +45,6 @@ def mpi_env() -> dict:
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # pip Open MPI refuses root without these
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return env
-
-
-SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
-
-
-# ---- folders (and marks) a process makes for itself, named so that what a killed one left can be found ----
-# mpippo-<what>-<boot>.<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one,
-# so the next process that makes one removes those of this user whose maker no longer runs. A pid means
-# something only in its own pid namespace of its own running kernel: <boot>, the kernel's boot id (random
-# at each boot, so another node's), names that kernel, because the initial namespace's number is the same
-# on every host and a temporary folder may be shared by several nodes; <pid namespace> keeps apart the
-# containers that share one /dev/shm. Only names made here, under this boot, are ever judged.
-OWNED = re.compile(r"mpippo-[a-z0-9-]+?-([0-9a-f]{8}\.\d+)\.(\d+)-")
-UNKNOWN_BOOT = "0" * 8
-
-
-@functools.cache
-def owner() -> str:
-    """<boot>.<pid namespace>: whose pids a name's pid is (slurm/common.sh makes the same)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read(8)
-    except OSError:
-        boot = ""
-    try:
-        ns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        ns = 0
-    return f"{boot if re.fullmatch('[0-9a-f]{8}', boot) else UNKNOWN_BOOT}.{ns}"
-
-
-def owned_prefix(what: str) -> str:
-    return f"mpippo-{what}-{owner()}.{os.getpid()}-"
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process now: ours (the folder's maker) has ended
-        return True
-    return False
-
-
-def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
-    """Remove the folders of `places` (/dev/shm and the temporary folder) that a process of this
-    user named as its own and left behind when killed, and the files so named (a batch script's
-    listening mark, slurm/common.sh); returns their paths. A link is left alone. Where the kernel's
-    boot id cannot be read, only /dev/shm (never another node's) is swept."""
-    me, uid, removed = owner(), os.getuid(), []
-    places = places or ("/dev/shm", tempfile.gettempdir())
-    if me.startswith(UNKNOWN_BOOT + "."):  # which node made a name elsewhere cannot be told
-        places = tuple(p for p in places if p == "/dev/shm")
-    for place in places:
-        try:
-            entries = list(os.scandir(place))
-        except OSError:
-            continue
-        for e in entries:
-            m = OWNED.match(e.name)
-            try:
-                folder = e.is_dir(follow_symlinks=False)
-                mine = (m and m[1] == me and (folder or e.is_file(follow_symlinks=False))
-                        and e.stat(follow_symlinks=False).st_uid == uid)
-            except OSError:
-                continue
-            if mine and _gone(int(m[2])):
-                if folder:
-                    shutil.rmtree(e.path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(e.path)
-                removed.append(e.path)
-    return removed
 
 
 def temp_folder(what: str) -> tempfile.TemporaryDirectory:

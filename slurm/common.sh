@@ -27,8 +27,8 @@ for s in ${MPIPPO_EARLY_SIGNALS[@]+"${MPIPPO_EARLY_SIGNALS[@]}"}; do  # (only th
       USR1:*|USR2:*) PENDING+=("$s"); FORWARDED+="$s " ;;
     esac
 done
-# Named as mpippo/launch.py names what a process makes for itself (mpippo-<what>-<boot>.<pid namespace>.<pid>-,
-# launch.owner: whose pids the pid is, on a TMPDIR other nodes may share): a batch shell killed before
+# Named as mpippo/leftovers.py names what a process makes for itself (mpippo-<what>-<boot>.<pid namespace>.<pid>-,
+# leftovers.owner: whose pids the pid is, on a TMPDIR other nodes may share): a batch shell killed before
 # its end leaves the mark, and the next job here (below), launcher or tool removes it once that shell is gone.
 BOOT=$(head -c 8 /proc/sys/kernel/random/boot_id 2>/dev/null)
 [[ $BOOT =~ ^[0-9a-f]{8}$ ]] || BOOT=00000000
@@ -161,9 +161,10 @@ esac
 
 # Open MPI names its shared-memory files after a 16-bit hash of the job's id, so two jobs sharing a
 # node meet on the same files about once in 65,536 pairs (mpippo/launch.py, own_shm_folder): a
-# one-node job gets a folder of its own, removed at the end. A job on several nodes keeps Open MPI's
-# default (the folder would have to exist on every node), as does a folder the environment names.
-# Named as mpippo/launch.py names its own (mpippo-sm-<boot>.<pid namespace>.<pid>-...): a job killed with no
+# one-node job gets a folder of its own, removed at the end. On several nodes (the folder would have to
+# exist on every node) each rank makes its own (mpippo/leftovers.py, own_rank_shm_folder); a folder
+# the environment names is kept.
+# Named as mpippo/leftovers.py names its own (mpippo-sm-<boot>.<pid namespace>.<pid>-...): a job killed with no
 # chance to remove it (kill -9, a node reboot spares /dev/shm only by accident) leaves a folder that
 # the next job here, or the next launcher or tool, removes once that batch shell is gone.
 # (a node whose boot id cannot be read sweeps /dev/shm only: its TMPDIR may hold other nodes' marks)

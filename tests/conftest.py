@@ -19,7 +19,7 @@ from typing import Callable
 import pytest
 
 import warmstart
-from mpippo.launch import SHM_VAR, owned_prefix, sweep_leftovers
+from mpippo.leftovers import SHM_VAR, owned_prefix, sweep_leftovers
 from mpippo.machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -17,7 +18,7 @@ import traceback
 
 import numpy as np
 
-from mpippo import shutdown
+from mpippo import leftovers, shutdown
 from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure,
                            main_thread_at, name_rank, say_interrupted)
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
@@ -34,6 +35,10 @@ def launched() -> bool:
     """Whether an MPI launcher started this process (or MPIPPO_MPI_INIT=1 asks for MPI anyway)."""
     return os.environ.get("MPIPPO_MPI_INIT") == "1" or any(v in os.environ for v in LAUNCHER_VARS)
 
+
+# where no launcher of ours chose one, this rank keeps its shared-memory file in a folder named after it
+# (leftovers.py says why)
+_SHM_FOLDER = leftovers.own_rank_shm_folder() if launched() else None
 
 try:
     import mpi4py
@@ -64,6 +69,8 @@ def _finalize_mpi() -> None:
 
 
 shutdown.last(_finalize_mpi)
+if _SHM_FOLDER:  # (after MPI_Finalize: no peer maps this rank's file any more)
+    shutdown.last(lambda: shutil.rmtree(_SHM_FOLDER, ignore_errors=True))
 
 
 def cpu_share(mine: list[int], node_masks: list[list[int]]) -> int:

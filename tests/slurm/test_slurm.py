@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import MPIRUN, PYTHONPATH, ROOT, SMOKE_TOY, WARM_BASE, learner_line_by, metrics, ok, trainer, warm_python
-from mpippo import launch
+from mpippo import leftovers
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 CLUSTER = ROOT / "tests" / "slurm" / "local_cluster.sh"
@@ -129,7 +129,7 @@ def assert_own_shm_folder_removed(out: Path, job: int) -> None:
     """A one-node job's shared-memory files are in a folder of its own (jobs on one node never meet on
     them), removed at the end."""
     shm = re.search(r"shared memory in (\S+)", out.read_text())
-    assert shm and re.fullmatch(rf"/dev/shm/mpippo-sm-{re.escape(launch.owner())}\.\d+-job{job}\.\w+", shm[1]), out.read_text()[-2000:]
+    assert shm and re.fullmatch(rf"/dev/shm/mpippo-sm-{re.escape(leftovers.owner())}\.\d+-job{job}\.\w+", shm[1]), out.read_text()[-2000:]
     assert not Path(shm[1]).exists()
 
 
@@ -138,7 +138,7 @@ def _left_by_a_killed_job() -> Path:
     named as slurm/common.sh names one, so the next job on the node removes it."""
     gone = subprocess.Popen(["true"])
     gone.wait()
-    folder = Path(f"/dev/shm/mpippo-sm-{launch.owner()}.{gone.pid}-job1.abcdef")
+    folder = Path(f"/dev/shm/mpippo-sm-{leftovers.owner()}.{gone.pid}-job1.abcdef")
     folder.mkdir()
     (folder / "sm_segment.node.0.1.0").write_bytes(b"x")
     return folder

@@ -690,14 +690,14 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
     import time
 
     from conftest import ROOT, mpi_env
-    from mpippo import launch
-    env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
+    from mpippo import leftovers
+    env = {k: v for k, v in mpi_env().items() if k != leftovers.SHM_VAR}
     proc = subprocess.Popen([sys.executable, "benchmarks/cutoff_bench.py", "--slow", "0", "--iterations", "10000",
                              "--envs-per-rank", "2", "--n-steps", "8", "--no-learning", "--env", "toy-cue",
                              "--out", str(tmp_path / "r.json")],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_as_from_a_terminal)
-    mine = launch.owned_prefix("x").replace(f".{os.getpid()}-", f".{proc.pid}-").split("-x-")[1]
+    mine = leftovers.owned_prefix("x").replace(f".{os.getpid()}-", f".{proc.pid}-").split("-x-")[1]
     places = [Path("/dev/shm"), Path(__import__("tempfile").gettempdir())]
     made = lambda: [p for d in places for p in d.iterdir() if mine in p.name]  # noqa: E731
     deadline = time.monotonic() + 120
@@ -764,10 +764,10 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     import time
 
     from conftest import ROOT, mpi_env
-    from mpippo import launch, toolcli
+    from mpippo import leftovers, toolcli
     from mpippo.checkpoint import load_checkpoint
     hard = signals == "SIGINT+SIGINT"
-    env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
+    env = {k: v for k, v in mpi_env().items() if k != leftovers.SHM_VAR}
     # from the second iteration on, each sleeps (60 s; 8 s for SIGTERM): both signals land inside the second,
     # the second one while the tool waits for the checkpoint
     env["MPIPPO_FAULT"] = f"rank=0,iteration=2,kind=slow,count=1000,seconds={60 if hard else 8}"

@@ -130,10 +130,10 @@ def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_
     pid): kill -9 leaves one behind, and the next launcher, tool or test session that makes one removes
     those of this user whose maker is gone; anything else is left alone, another node's (another boot
     id: a temporary folder shared by several nodes) and another container's (pid namespace) included."""
-    from mpippo import launch
+    from mpippo import launch, leftovers
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    ns = launch.owner()
+    ns = leftovers.owner()
     boot, pid_ns = ns.split(".")
     other_node = f"{'0' if boot[0] != '0' else '1'}{boot[1:]}.{pid_ns}"
     left = [tmp_path / f"mpippo-sm-{ns}.{dead.pid}-x1", tmp_path / f"mpippo-cutoff-{ns}.{dead.pid}-x2",
@@ -156,7 +156,7 @@ def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_
     (tmp_path / f"mpippo-sm-{ns}.{dead.pid}-link").symlink_to(target)  # a link is never followed
     (tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job19").symlink_to(target / "f")  # nor removed
     (target / "f").write_bytes(b"kept")
-    assert sorted(launch.sweep_leftovers((str(tmp_path),))) == sorted(map(str, left + marks[:1]))
+    assert sorted(leftovers.sweep_leftovers((str(tmp_path),))) == sorted(map(str, left + marks[:1]))
     assert all(d.is_dir() for d in kept) and not any(d.exists() for d in left) and (target).is_dir()
     assert not marks[0].exists() and marks[1].is_file() and (target / "f").read_bytes() == b"kept"
     assert (tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job19").is_symlink()
@@ -168,16 +168,16 @@ def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_
 def test_without_a_boot_id_only_dev_shm_is_swept(tmp_path, monkeypatch):
     """A node whose boot id cannot be read names its folders 00000000.<ns>, as every such node does: a
     shared temporary folder's names of that kind may be another node's, so only /dev/shm is swept."""
-    from mpippo import launch
+    from mpippo import leftovers
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    monkeypatch.setattr(launch, "owner", lambda: f"{launch.UNKNOWN_BOOT}.{os.stat('/proc/self/ns/pid').st_ino}")
-    name = f"{launch.owned_prefix('test')}".replace(f".{os.getpid()}-", f".{dead.pid}-") + "x"
+    monkeypatch.setattr(leftovers, "owner", lambda: f"{leftovers.UNKNOWN_BOOT}.{os.stat('/proc/self/ns/pid').st_ino}")
+    name = f"{leftovers.owned_prefix('test')}".replace(f".{os.getpid()}-", f".{dead.pid}-") + "x"
     shm, tmp = Path("/dev/shm") / name, tmp_path / name
     for d in (shm, tmp):
         d.mkdir()
     try:
-        assert launch.sweep_leftovers(("/dev/shm", str(tmp_path))) == [str(shm)]
+        assert leftovers.sweep_leftovers(("/dev/shm", str(tmp_path))) == [str(shm)]
         assert tmp.is_dir() and not shm.exists()
     finally:
         shutil.rmtree(shm, ignore_errors=True)
@@ -190,12 +190,12 @@ def test_a_launcher_killed_with_9_leaves_a_folder_the_next_start_removes(tmp_pat
     import signal
     import time
 
-    from mpippo import launch
-    env = {k: v for k, v in mpi_env().items() if k != launch.SHM_VAR}
+    from mpippo import launch, leftovers
+    env = {k: v for k, v in mpi_env().items() if k != leftovers.SHM_VAR}
     proc = subprocess.Popen([sys.executable, "-m", "mpippo.launch", "-n", "2", "--config", "configs/toy_cue.yaml",
                              "--no-progress", "--total-timesteps", "100000000", "--output-dir", str(tmp_path / "run")],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    prefix = "/dev/shm/" + launch.owned_prefix("sm").replace(f".{os.getpid()}-", f".{proc.pid}-")
+    prefix = "/dev/shm/" + leftovers.owned_prefix("sm").replace(f".{os.getpid()}-", f".{proc.pid}-")
     deadline = time.monotonic() + 120
     while not (folder := next((str(p) for p in Path("/dev/shm").iterdir() if str(p).startswith(prefix)), None)):
         assert proc.poll() is None and time.monotonic() < deadline, "no shared-memory folder"
@@ -212,6 +212,51 @@ def test_a_launcher_killed_with_9_leaves_a_folder_the_next_start_removes(tmp_pat
     with launch.own_shm_folder({}):
         assert not Path(folder).exists()
     assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file()
+
+
+@pytest.mark.mpi
+def test_the_ranks_of_a_bare_mpirun_keep_their_files_in_folders_the_next_start_removes(tmp_path):
+    """Under a bare `mpirun` Open MPI put each rank's shared-memory file in /dev/shm itself, and a job
+    killed with -9 (`kill -9 -- -<pgid>`, the OOM killer) left them there, named after a job id no later run could trace. Each rank now makes
+    a folder named after itself before MPI starts: its file lands there, a job that ends removes its
+    folders, and what a killed job left is removed by the next start. (Fresh ranks, not the tests' warm
+    ones: the folders' names are the ranks' pids, which mpirun's children then are.)"""
+    import contextlib
+    import signal
+
+    import psutil
+
+    from conftest import MPIRUN, wait_until
+    from mpippo import launch, leftovers
+    env = {k: v for k, v in mpi_env().items() if k != leftovers.SHM_VAR}
+
+    def job(run: str, steps: int) -> subprocess.Popen:
+        return subprocess.Popen([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config",
+                                 "configs/toy_cue.yaml", "--no-progress", "--total-timesteps", str(steps),
+                                 "--output-dir", str(tmp_path / run)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def folders(proc) -> tuple[list, set] | None:  # its two ranks and their folders, once MPI put a file in each
+        ranks = launch.rank_processes(proc.pid)
+        names = tuple(f"mpippo-sm-{leftovers.owner()}.{r.pid}-" for r in ranks)
+        made = {p for p in Path("/dev/shm").iterdir() if p.name.startswith(names) and any(p.glob("sm_segment.*"))}
+        return (ranks, made) if len(made) == 2 else None
+
+    killed = ended = job("killed", 100_000_000)
+    try:
+        ranks, left = wait_until(lambda: folders(killed), "a file in each rank's folder", 120)
+        os.killpg(killed.pid, signal.SIGKILL)  # mpirun and its ranks (a rank that sees mpirun die may still end well)
+        killed.wait()
+        assert not psutil.wait_procs(ranks, timeout=60)[1], "its ranks outlived the kill"
+        assert all(d.is_dir() for d in left)
+        ended = job("ended", 30_000)
+        ranks, own = wait_until(lambda: folders(ended), "the next job's folders", 120)
+        assert ended.wait(timeout=120) == 0, ended.stderr.read()[-2000:]
+        assert not any(d.exists() for d in left | own)  # the killed job's, by the next start; its own, at its end
+    finally:
+        for proc in (killed, ended):  # (a failed test leaves no job training)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _ranks_of(run_dir: Path) -> list:

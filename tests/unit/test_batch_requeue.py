@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mpippo import launch, preemption
+from mpippo import leftovers, preemption
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,7 @@ def test_marks_a_killed_batch_shell_left_are_removed_by_the_next_job_and_its_own
     a TMPDIR several nodes share), another name, a link of that name (and what it points to) stay."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    ns = launch.owner()
+    ns = leftovers.owner()
     gone = tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job5"
     live = tmp_path / f"mpippo-listening-{ns}.{os.getpid()}-job6"
     other, link = tmp_path / "mpippo-listening.5.123", tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job7"

@@ -103,10 +103,10 @@ def test_the_video_is_written_under_a_name_of_its_own_never_through_a_planted_li
 def test_a_video_is_encoded_as_it_comes_and_a_failure_leaves_nothing_but_its_reason(tmp_path):
     """Frames go to the encoder one by one (none are kept); a frame of another size ends the recording
     with its reason and removes the half-written file; one that kill -9 left is removed by the next."""
-    from mpippo import launch
+    from mpippo import leftovers
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    left = tmp_path / launch.owned_prefix("video").replace(f".{os.getpid()}-", f".{dead.pid}-")
+    left = tmp_path / leftovers.owned_prefix("video").replace(f".{os.getpid()}-", f".{dead.pid}-")
     left = left.with_name(left.name + "abc.mp4")
     left.write_bytes(b"half a video")
     video = Video(tmp_path / "v.mp4", scale=1)

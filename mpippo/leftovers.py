@@ -1,0 +1,104 @@
+"""Folders and files a process makes for itself, named after it, so that what a killed one left
+can be found and removed by the next start (a launcher's, a rank's, a tool's). A leaf: the ranks
+import it before MPI starts, the launcher and the tools after."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import shutil
+import tempfile
+
+# where Open MPI's shared-memory transport keeps each rank's file (default: /dev/shm itself)
+SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
+
+# ---- folders (and marks) a process makes for itself, named so that what a killed one left can be found ----
+# mpippo-<what>-<boot>.<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one,
+# so the next process that makes one removes those of this user whose maker no longer runs. A pid means
+# something only in its own pid namespace of its own running kernel: <boot>, the kernel's boot id (random
+# at each boot, so another node's), names that kernel, because the initial namespace's number is the same
+# on every host and a temporary folder may be shared by several nodes; <pid namespace> keeps apart the
+# containers that share one /dev/shm. Only names made here, under this boot, are ever judged.
+OWNED = re.compile(r"mpippo-[a-z0-9-]+?-([0-9a-f]{8}\.\d+)\.(\d+)-")
+UNKNOWN_BOOT = "0" * 8
+
+
+@functools.cache
+def owner() -> str:
+    """<boot>.<pid namespace>: whose pids a name's pid is (slurm/common.sh makes the same)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read(8)
+    except OSError:
+        boot = ""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return f"{boot if re.fullmatch('[0-9a-f]{8}', boot) else UNKNOWN_BOOT}.{ns}"
+
+
+def owned_prefix(what: str) -> str:
+    return f"mpippo-{what}-{owner()}.{os.getpid()}-"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process now: ours (the folder's maker) has ended
+        return True
+    return False
+
+
+def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
+    """Remove the folders of `places` (/dev/shm and the temporary folder) that a process of this
+    user named as its own and left behind when killed, and the files so named (a batch script's
+    listening mark, slurm/common.sh); returns their paths. A link is left alone. Where the kernel's
+    boot id cannot be read, only /dev/shm (never another node's) is swept."""
+    me, uid, removed = owner(), os.getuid(), []
+    places = places or ("/dev/shm", tempfile.gettempdir())
+    if me.startswith(UNKNOWN_BOOT + "."):  # which node made a name elsewhere cannot be told
+        places = tuple(p for p in places if p == "/dev/shm")
+    for place in places:
+        try:
+            entries = list(os.scandir(place))
+        except OSError:
+            continue
+        for e in entries:
+            m = OWNED.match(e.name)
+            try:
+                folder = e.is_dir(follow_symlinks=False)
+                mine = (m and m[1] == me and (folder or e.is_file(follow_symlinks=False))
+                        and e.stat(follow_symlinks=False).st_uid == uid)
+            except OSError:
+                continue
+            if mine and _gone(int(m[2])):
+                if folder:
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(e.path)
+                removed.append(e.path)
+    return removed
+
+
+def own_rank_shm_folder() -> str | None:
+    """Give this rank, before MPI starts, a folder of its own in /dev/shm for Open MPI's shared-memory
+    file, where no launcher of ours chose one (a bare `mpirun`, srun on several nodes) and the user did
+    not: a job killed with -9 leaves its files (sm_segment.<node>.<uid>.<jobid>.<rank>, after a 16-bit
+    hash that two jobs of one node may share) where no later run could tell whose they are. Named after
+    this rank, what a killed rank leaves is removed by the next start. Each rank tells its peers its
+    file's path at start-up, so one job's folders need not be one. (Another MPI reads no such variable:
+    the folder stays empty.) Returns the folder, or None where none can be made (Open MPI's default)."""
+    if SHM_VAR in os.environ or not os.path.isdir("/dev/shm"):
+        return None
+    sweep_leftovers(("/dev/shm",))
+    try:
+        folder = tempfile.mkdtemp(prefix=owned_prefix("sm"), dir="/dev/shm")
+    except OSError:  # full or read-only
+        return None
+    os.environ[SHM_VAR] = folder
+    return folder
