@@ -19,6 +19,7 @@ training with exit 3 or 4 and nothing written (tested from the first instant).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -66,6 +67,7 @@ def settle() -> None:
 
 
 LISTENING_ENV = "MPIPPO_LISTENING"  # a path the batch scripts give: created once every rank listens
+_MARK: int | None = None  # rank 0's listening mark, held open to write its exit status into at the end
 
 
 def announce_listening() -> None:
@@ -75,13 +77,33 @@ def announce_listening() -> None:
     die of it, and passes it on the moment it appears (no guessed delay, so a short run is still
     stopped by a signal in its first seconds). Made new or not at all (O_EXCL): whatever already
     stands at the path (a link to someone's file, a FIFO that would block the open) is never
-    followed, opened or written; the script made the path free and only checks that it exists."""
+    followed, opened or written; the script made the path free and only checks that it exists.
+    It says "running" until announce_exit writes the status over it."""
+    global _MARK
     path = os.environ.get(LISTENING_ENV)
-    if path:
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except OSError:  # the script then passes held signals on after its longest wait
-            pass
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError:  # the script then passes held signals on after its longest wait
+        return
+    try:
+        os.write(fd, b"running\n")
+    except OSError:  # (a full TMPDIR: an empty mark, and the script takes any status as the trainer's)
+        pass
+    _MARK = fd
+
+
+def announce_exit(code: int) -> None:
+    """The process's exit status is decided (its last step, shutdown.end_process or an abort): written into
+    rank 0's listening mark. slurm/common.sh requeues the job on status 3, which a rank ended by another's
+    code also gives (a user's env calling os._exit(3): nothing in the process can catch it, and each
+    requeued job would end so again); a mark still saying "running", or another status, tells it not to."""
+    if _MARK is not None:
+        with contextlib.suppress(OSError):
+            line = f"exit {code}\n".encode()
+            os.pwrite(_MARK, line, 0)
+            os.ftruncate(_MARK, len(line))
 
 
 def install() -> "SignalFlags":

@@ -21,6 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
+from mpippo import preemption
 from mpippo.errors import code_at, who
 
 _LAST: list = []
@@ -176,4 +177,5 @@ def end_process(code) -> None:
             stream.flush()
     with contextlib.suppress(Exception):  # C libraries' buffered output (exit() would flush it)
         ctypes.CDLL(None).fflush(None)
-    os._exit(code & 0xFF)  # (what the kernel keeps of any status)
+    preemption.announce_exit(code & 0xFF)  # (what the kernel keeps of any status)
+    os._exit(code & 0xFF)

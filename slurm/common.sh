@@ -241,9 +241,23 @@ reopen_node_range() {
     echo "mpippo: could not reset the task count; the requeued job waits for $SLURM_JOB_NUM_NODES node(s)"
 }
 
+# What rank 0 wrote in its mark: "running" while it trained, then "exit <its status>" (mpippo/preemption.py);
+# nothing where it could not say (no mark: rank 0 on another node, a full TMPDIR). A status 3 that is not
+# rank 0's own came from code that ended a rank with it (a user's env calling os._exit(3)): requeued, the
+# job would end so again, forever.
+rank0_said() {
+    [ -f "$MPIPPO_LISTENING" ] && [ ! -L "$MPIPPO_LISTENING" ] || return 0  # (never a FIFO's blocking read)
+    head -c 16 "$MPIPPO_LISTENING" 2>/dev/null | tr -dc 'a-z0-9 '
+}
+SAID=$(rank0_said)
+[ "$RC" = 3 ] && [ -n "$SAID" ] && [ "$SAID" != "exit 3" ] && RC=-3
 case $RC in
   0) echo "mpippo: finished" ;;
   2) echo "mpippo: bad input (see the error line above); not requeued" ;;
+  -3) RC=3
+     case "$SAID" in running) SAID="rank 0 was still training" ;; *) SAID="rank 0 ended with status ${SAID#exit }" ;; esac
+     echo "mpippo: trainer exited with status 3 but not after a checkpoint of its own ($SAID): code other" \
+          "than mpippo's ended a rank with that status (an env calling os._exit(3)?); not requeued" ;;
   3) echo "mpippo: checkpointed after USR1; requeueing job $SLURM_JOB_ID"
      if unkillable_scontrol requeue "$SLURM_JOB_ID"; then RC=0; reopen_node_range
      else echo "mpippo: scontrol requeue failed (already requeued by a preemption?); to go on, submit again with" \

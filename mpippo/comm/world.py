@@ -18,7 +18,7 @@ import traceback
 
 import numpy as np
 
-from mpippo import leftovers, shutdown
+from mpippo import leftovers, preemption, shutdown
 from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure,
                            main_thread_at, name_rank, say_interrupted)
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
@@ -309,6 +309,7 @@ class World:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # (a closed terminal: ending must not fail, from any thread)
                 stream.flush()
+        preemption.announce_exit(code)
         if self.comm is not None and self.size > 1:
             self.comm.Abort(code)
         os._exit(code)

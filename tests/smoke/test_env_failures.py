@@ -307,6 +307,18 @@ def test_an_env_calling_sys_exit_3_on_one_rank_ends_the_job_naming_the_rank_with
     the_line(res, "mpippo: error: rank 1: env.name: 'gym:mpippo-test/Faulty-v0' called sys.exit(3) in its step()")
 
 
+
+def test_an_env_ending_its_process_with_os_exit_3_leaves_rank_0_s_mark_saying_it_still_trained(tmp_path):
+    """os._exit(3) in the env's step: no handler runs, and the status is the requeue's. Rank 0's listening
+    mark still says "running" (a run that ends its own way writes "exit <status>"), so a batch script does
+    not requeue the job forever (tests/unit/test_batch_requeue.py checks the script's reading)."""
+    mark = tmp_path / "listening"
+    res = run([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY, "--total-timesteps",
+               "100000", "--set", "env.kwargs={fault: os-exit, at: 300}", "--output-dir", str(tmp_path / "run")],
+              timeout=120, env={"PYTHONPATH": USER_ENVS, "MPIPPO_LISTENING": str(mark)})
+    assert res.returncode == 3 and mark.read_text() == "running\n", (res.returncode, res.stderr[-2000:])
+
+
 @pytest.mark.parametrize("fault, said", [("nan-reward", "a reward holding nan"),
                                          ("none-terminated", "terminated of None (NoneType)")])
 def test_an_actors_env_returning_nan_ends_the_actor_learner_job_naming_the_rank(tmp_path, fault, said):
@@ -379,7 +391,8 @@ def test_an_env_that_sets_its_own_signal_handlers_does_not_take_the_requeue_away
     proc = start([sys.executable, "run_mpi.py", "--config", "configs/ppo_cartpole.yaml", *FAULTY,
                   "--total-timesteps", "1000000", "--set", f"env.kwargs={{fault: {when}, at: 10}}",
                   "--set", "logging.print_interval=1", "--output-dir", relative],
-                 env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_CHDIR": str(elsewhere)})
+                 env={"PYTHONPATH": USER_ENVS, "MPIPPO_TEST_ENV_CHDIR": str(elsewhere),
+                      "MPIPPO_LISTENING": str(tmp_path / "listening")})
     if when in UNDONE:
         warning = wait_for_line(proc, "mpippo: warning:")  # (before training starts)
         assert warning.startswith(f"mpippo: warning: the env's code {UNDONE[when]}"), warning
@@ -387,5 +400,6 @@ def test_an_env_that_sets_its_own_signal_handlers_does_not_take_the_requeue_away
     proc.send_signal(signal.SIGUSR1)
     code, out, err = finish(proc)
     assert code == 3 and "stopped by SIGUSR1 after a checkpoint" in out, (code, out[-2000:], err[-2000:])
+    assert (tmp_path / "listening").read_text() == "exit 3\n"  # (the batch script's proof: the requeue is the trainer's)
     assert torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)["iteration"] >= 1
     assert not os.path.exists(os.path.normpath(elsewhere / relative))  # where the env's folder would have put it

@@ -82,19 +82,50 @@ def test_marks_a_killed_batch_shell_left_are_removed_by_the_next_job_and_its_own
 
 
 def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_path, monkeypatch):
+    """It says "running" until rank 0's exit status is decided, then that status (the script's proof that a
+    status 3 is the trainer's checkpoint after USR1, below)."""
     mark = tmp_path / "mark"
     monkeypatch.setenv(preemption.LISTENING_ENV, str(mark))
+    monkeypatch.setattr(preemption, "_MARK", None)
     preemption.announce_listening()
-    assert mark.is_file()
+    assert mark.read_bytes() == b"running\n"
     preemption.announce_listening()  # already there: left as it is
-    assert mark.is_file() and mark.read_bytes() == b""
+    assert mark.is_file() and mark.read_bytes() == b"running\n"
+    preemption.announce_exit(3)
+    assert mark.read_bytes() == b"exit 3\n"
+    preemption.announce_exit(137)
+    assert mark.read_bytes() == b"exit 137\n"
     (tmp_path / "theirs").write_text("data")
     for name, make in (("link", lambda p: p.symlink_to(tmp_path / "theirs")),
                        ("dangling", lambda p: p.symlink_to(tmp_path / "nowhere")), ("fifo", os.mkfifo)):
         make(tmp_path / name)
         monkeypatch.setenv(preemption.LISTENING_ENV, str(tmp_path / name))
         preemption.announce_listening()  # a FIFO opened for writing would block here
+    preemption.announce_exit(0)  # (into the mark it made, never what stood at another path)
     assert (tmp_path / "theirs").read_text() == "data" and not (tmp_path / "nowhere").exists()
+    assert mark.read_bytes() == b"exit 0\n"
+    os.close(preemption._MARK)
+
+
+
+@pytest.mark.parametrize("mark, requeued", [("running", False), ("exit 0", False), ("exit 3", True), ("", True),
+                                            (None, True), ("fifo", True)])
+def test_a_status_3_requeues_only_when_rank_0_ended_with_it(tmp_path, mark, requeued):
+    """Status 3 asks for a requeue; a user's env that ends a rank with os._exit(3) gives it too, nothing in the
+    process can catch that, and each requeued job ended so again. Rank 0's mark says "running" until its own
+    status is decided, then "exit <status>": the job is requeued only when that is 3, or where the mark says
+    nothing (none made: rank 0 on another node; empty: a full TMPDIR; not a file), as before."""
+    make = {None: "", "fifo": 'mkfifo "$MPIPPO_LISTENING"', "": 'touch "$MPIPPO_LISTENING"'}.get(
+        mark, f'echo "{mark}" > "$MPIPPO_LISTENING"')
+    trainer = f"#!/bin/bash\necho trainer >> \"$CALLS\"\n{make}\nexit 3\n"
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=trainer)
+    assert ("requeue 77" in calls) == requeued and ("requeueing job 77" in out) == requeued, (calls, out)
+    if requeued:
+        assert rc == 0, out
+    else:
+        said = "rank 0 was still training" if mark == "running" else "rank 0 ended with status 0"
+        lines = [line for line in out.splitlines() if "not after a checkpoint of its own" in line]
+        assert len(lines) == 1 and f"({said})" in lines[0] and "os._exit(3)" in lines[0] and rc == 3, out
 
 
 # A launcher whose n-th start does what MODE says for it (the n-th comma-separated field):

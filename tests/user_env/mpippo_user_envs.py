@@ -284,6 +284,8 @@ class Faulty(Steady):
             raise RuntimeError("the user's env broke")
         if self.broken("exit"):
             sys.exit(3)
+        if self.broken("os-exit"):  # (nothing in the process can catch it: the requeue's code reaches the script)
+            os._exit(3)
         if self.broken("generator-exit"):  # (a BaseException, as an env built on a coroutine may let out)
             raise GeneratorExit
         if self.broken("hang"):
