@@ -156,14 +156,17 @@ def end_process(code) -> None:
     status, where Python's teardown turns it into 120. A Ctrl-C meanwhile (a person's "now": the
     outcome is decided) skips what is left of the teardown's duties, not the exit. Under a profiler or
     debugger (python -m cProfile -o ..., pdb) it is SystemExit, whose teardown gives them their end."""
-    if sys.getprofile() is not None or sys.gettrace() is not None:
-        raise SystemExit(code)  # a profiler, tracer or debugger wraps the program: it writes its results after
     if code is None or isinstance(code, int):
         code = int(code or 0)
     else:
         with contextlib.suppress(Exception):
             print(code, file=sys.stderr)
         code = 1
+    # decided: said before the teardown, which a rank may not survive (MPI_Finalize killed by mpirun once the
+    # others are gone; a user's env whose close() ends the process its own way)
+    preemption.announce_exit(code & 0xFF)
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)  # a profiler, tracer or debugger wraps the program: it writes its results after
     try:
         _join_threads(LINGER_S)
         atexit._run_exitfuncs()
@@ -177,5 +180,4 @@ def end_process(code) -> None:
             stream.flush()
     with contextlib.suppress(Exception):  # C libraries' buffered output (exit() would flush it)
         ctypes.CDLL(None).fflush(None)
-    preemption.announce_exit(code & 0xFF)  # (what the kernel keeps of any status)
-    os._exit(code & 0xFF)
+    os._exit(code & 0xFF)  # (what the kernel keeps of any status)
