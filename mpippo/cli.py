@@ -435,7 +435,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     start.agree_or_exit(errors)
     try:
         # config.yaml says what ran: a resume at its budget trains nothing, and keeps the file as it is
-        keep = args.resume and _at_budget(trainer, cfg)
+        keep = args.resume and _at_budget(trainer, cfg, world)
         _on_root(world, lambda: None if keep and (run_dir / RUN_CONFIG).is_file() else _write_config(run_dir, cfg))
     except C.UsageError as e:
         errors = e.errors
@@ -443,10 +443,12 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     return trainer
 
 
-def _at_budget(trainer, cfg: C.Config) -> bool:
-    """A sync resume with nothing left to train (its budget reached: it only says so). The actor-learner
-    layout's agents each know their own steps only: its config is written as before."""
-    return not C.actor_learner(cfg) and trainer.global_step >= cfg.training.total_timesteps
+def _at_budget(trainer, cfg: C.Config, world: World) -> bool:
+    """A resume with nothing left to train (its budget reached: it only says so). In the actor-learner
+    layout an agent's ranks know its steps only: the job agrees that no actor has a step left."""
+    if not C.actor_learner(cfg):
+        return trainer.global_step >= cfg.training.total_timesteps
+    return not world.agree([int(trainer.actor_steps() > 0)])[0]
 
 
 def _write_config(run_dir: Path, cfg: C.Config) -> None:

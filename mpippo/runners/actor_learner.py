@@ -193,12 +193,18 @@ class ActorLearnerRun:
             return self.learn(signals)
         return self.act(signals)
 
+    def actor_steps(self) -> int:
+        """This actor's share of its agent's remaining env-step budget, in steps of its envs (0 on a learner)."""
+        if self.is_learner:
+            return 0
+        a = self.agent
+        budget = self.cfg.training.total_timesteps // a.section.num_agents - a.steps_before
+        return self.algo.actor_steps(max(budget, 0), self.num_actors, self.group.rank - 1, a.num_envs)
+
     # ---- the two roles, assembled ----
     def act(self, signals: SignalFlags) -> dict:
         cfg, a, sp = self.cfg, self.agent, self.cfg.selfplay
-        index = self.group.rank - 1
-        budget = cfg.training.total_timesteps // a.section.num_agents - a.steps_before  # this agent's remaining steps
-        steps = self.algo.actor_steps(max(budget, 0), self.num_actors, index, a.num_envs)
+        index, steps = self.group.rank - 1, self.actor_steps()
         flat = flatten_parameters_(self.model)
         rng = np.random.default_rng(self.streams + 17)
         ch = ActorChannel(self.group, 0, self.layout, flat.numel(), a.section.max_inflight, self.table_size,

@@ -81,6 +81,10 @@ def test_sigusr1_checkpoints_requeues_and_resume_finishes_the_budget_exactly(tmp
     assert final["total_timesteps"] == total  # the budget is whole segments: exact over both parts
     assert final["transitions_received"] == total - first["total_timesteps"]
     assert final["updates"] > first["updates"] and final["episode_return_mean"] >= 12.0
+    # once more, at its budget, other settings given: nothing trains, and config.yaml keeps the settings that ran
+    config = (run_dir / "config.yaml").read_bytes()
+    ok(trainer(3, ["--resume", "--output-dir", str(run_dir), "--no-progress", "--set", "training.learning_rate=0.1"]))
+    assert (run_dir / "config.yaml").read_bytes() == config
 
 
 def test_an_appo_checkpoint_evaluates_like_a_ppo_one(tmp_path):
