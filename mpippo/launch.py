@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
 from mpippo.errors import say, say_interrupted
-from mpippo.leftovers import SHM_VAR, owned_prefix, sweep_leftovers
+from mpippo.leftovers import SHM_VAR, owned_prefix, shm_chosen, sweep_leftovers
 from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
@@ -64,7 +64,7 @@ def own_shm_folder(env: dict):
     on the same files about once in 65,536 pairs: each then reads the other's messages (the likely cause
     of a rank killed by SIGSEGV inside the transport while tests ran jobs side by side). A folder per job
     rules that out. A folder the user chose is kept; where none can be made, Open MPI's default."""
-    if SHM_VAR in env or not os.path.isdir("/dev/shm"):
+    if shm_chosen(env) or not os.path.isdir("/dev/shm"):
         yield env
         return
     sweep_leftovers()

@@ -10,8 +10,15 @@ import re
 import shutil
 import tempfile
 
-# where Open MPI's shared-memory transport keeps each rank's file (default: /dev/shm itself)
+# where Open MPI's shared-memory transport keeps each rank's file (default: /dev/shm itself); Open MPI 4
+# calls the transport vader. Only the environment is read: a folder chosen in an MCA parameter file is not seen.
 SHM_VAR = "OMPI_MCA_btl_sm_backing_directory"
+SHM_VARS = (SHM_VAR, "OMPI_MCA_btl_vader_backing_directory")
+
+
+def shm_chosen(env) -> bool:
+    """Whether the environment already names the shared-memory folder (the user's, or a launcher's of ours)."""
+    return any(v in env for v in SHM_VARS)
 
 # ---- folders (and marks) a process makes for itself, named so that what a killed one left can be found ----
 # mpippo-<what>-<boot>.<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one,
@@ -57,11 +64,14 @@ def sweep_leftovers(places: tuple[str, ...] | None = None) -> list[str]:
     """Remove the folders of `places` (/dev/shm and the temporary folder) that a process of this
     user named as its own and left behind when killed, and the files so named (a batch script's
     listening mark, slurm/common.sh); returns their paths. A link is left alone. Where the kernel's
-    boot id cannot be read, only /dev/shm (never another node's) is swept."""
+    boot id cannot be read, only /dev/shm (never another node's) is swept; where the pid namespace
+    cannot be read, nothing."""
     me, uid, removed = owner(), os.getuid(), []
     places = places or ("/dev/shm", tempfile.gettempdir())
     if me.startswith(UNKNOWN_BOOT + "."):  # which node made a name elsewhere cannot be told
         places = tuple(p for p in places if p == "/dev/shm")
+    if me.endswith(".0"):  # nor which container (pid namespace) made a name in /dev/shm: nothing is judged
+        return removed
     for place in places:
         try:
             entries = list(os.scandir(place))
@@ -93,7 +103,7 @@ def own_rank_shm_folder() -> str | None:
     this rank, what a killed rank leaves is removed by the next start. Each rank tells its peers its
     file's path at start-up, so one job's folders need not be one. (Another MPI reads no such variable:
     the folder stays empty.) Returns the folder, or None where none can be made (Open MPI's default)."""
-    if SHM_VAR in os.environ or not os.path.isdir("/dev/shm"):
+    if shm_chosen(os.environ) or not os.path.isdir("/dev/shm"):
         return None
     sweep_leftovers(("/dev/shm",))
     try:

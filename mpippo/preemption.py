@@ -67,7 +67,13 @@ def settle() -> None:
 
 
 LISTENING_ENV = "MPIPPO_LISTENING"  # a path the batch scripts give: created once every rank listens
-_MARK: int | None = None  # rank 0's listening mark, held open to write its exit status into at the end
+_MARK: tuple[int, int, int] | None = None  # rank 0's listening mark held open (descriptor, device, inode) for its status
+_MARK_LOCK = threading.Lock()  # (the main thread's end and a watchdog's abort may both say one)
+
+
+def _forget_mark() -> None:  # in a forked child (a user's env's workers): the status to say is rank 0's own
+    global _MARK
+    _MARK = None
 
 
 def announce_listening() -> None:
@@ -91,7 +97,10 @@ def announce_listening() -> None:
         os.write(fd, b"running\n")
     except OSError:  # (a full TMPDIR: an empty mark, and the script takes any status as the trainer's)
         pass
-    _MARK = fd
+    st = os.fstat(fd)
+    if _MARK is None:
+        os.register_at_fork(after_in_child=_forget_mark)
+    _MARK = (fd, st.st_dev, st.st_ino)
 
 
 def announce_exit(code: int) -> None:
@@ -99,11 +108,15 @@ def announce_exit(code: int) -> None:
     rank 0's listening mark. slurm/common.sh requeues the job on status 3, which a rank ended by another's
     code also gives (a user's env calling os._exit(3): nothing in the process can catch it, and each
     requeued job would end so again); a mark still saying "running", or another status, tells it not to."""
-    if _MARK is not None:
-        with contextlib.suppress(OSError):
+    if _MARK is None:
+        return
+    fd, dev, ino = _MARK
+    with _MARK_LOCK, contextlib.suppress(OSError):
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == (dev, ino):  # still the mark (not another file that took its number)
             line = f"exit {code}\n".encode()
-            os.pwrite(_MARK, line, 0)
-            os.ftruncate(_MARK, len(line))
+            os.pwrite(fd, line, 0)
+            os.ftruncate(fd, len(line))
 
 
 def install() -> "SignalFlags":

@@ -68,9 +68,13 @@ def _finalize_mpi() -> None:
         MPI.Finalize()
 
 
+def _remove_shm_folder() -> None:
+    if _SHM_FOLDER:
+        shutil.rmtree(_SHM_FOLDER, ignore_errors=True)
+
+
 shutdown.last(_finalize_mpi)
-if _SHM_FOLDER:  # (after MPI_Finalize: no peer maps this rank's file any more)
-    shutdown.last(lambda: shutil.rmtree(_SHM_FOLDER, ignore_errors=True))
+shutdown.last(_remove_shm_folder)  # (after MPI_Finalize: no peer opens this rank's file any more)
 
 
 def cpu_share(mine: list[int], node_masks: list[list[int]]) -> int:
@@ -310,6 +314,7 @@ class World:
             with contextlib.suppress(Exception):  # (a closed terminal: ending must not fail, from any thread)
                 stream.flush()
         preemption.announce_exit(code)
+        _remove_shm_folder()  # (the job ends: a peer's mapping outlives the name)
         if self.comm is not None and self.size > 1:
             self.comm.Abort(code)
         os._exit(code)

@@ -104,7 +104,19 @@ def test_rank_0_makes_the_mark_new_and_never_opens_what_stands_at_its_path(tmp_p
     preemption.announce_exit(0)  # (into the mark it made, never what stood at another path)
     assert (tmp_path / "theirs").read_text() == "data" and not (tmp_path / "nowhere").exists()
     assert mark.read_bytes() == b"exit 0\n"
-    os.close(preemption._MARK)
+    child = os.fork()  # a forked child's status (a user's env's worker) is not rank 0's
+    if child == 0:
+        preemption.announce_exit(9)
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert mark.read_bytes() == b"exit 0\n"
+    fd = preemption._MARK[0]  # its number taken by another file (closed by someone): that file is left alone
+    other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)
+    os.dup2(other, fd)
+    os.close(other)
+    preemption.announce_exit(1)
+    assert (tmp_path / "other").read_bytes() == b"" and mark.read_bytes() == b"exit 0\n"
+    os.close(fd)
 
 
 
