@@ -178,7 +178,7 @@ for d in /dev/shm/mpippo-*-"$OWNER".*-* ${MARKS[@]+"${MARKS[@]}"}; do
     kill -0 "$pid" 2>/dev/null || rm -rf "$d"
 done
 SHM_DIR=""
-if [ -z "${OMPI_MCA_btl_sm_backing_directory:-}" ] && [ "${SLURM_JOB_NUM_NODES:-1}" = 1 ] \
+if [ -z "${OMPI_MCA_btl_sm_backing_directory:-}${OMPI_MCA_btl_vader_backing_directory:-}" ] && [ "${SLURM_JOB_NUM_NODES:-1}" = 1 ] \
    && SHM_DIR=$(mktemp -d "/dev/shm/mpippo-sm-$OWNER.$$-job${SLURM_JOB_ID}.XXXXXX" 2>/dev/null); then
     export OMPI_MCA_btl_sm_backing_directory=$SHM_DIR
 fi
