@@ -28,7 +28,7 @@ from mpippo.algos.learner_parts import DeviceAdam, NonFiniteGuard, flat_paramete
 from mpippo.algos.dqn import (NStepAccumulator, PrioritizedReplay, apex_epsilons, double_dqn_loss, mirror_half_device,
                               replay_device)
 from mpippo.algos.policy_gradient import autocast
-from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
+from mpippo.envs import bits_to_mask, mask_bits, mask_words, obs_dtype
 from mpippo.errors import NonFiniteError
 from mpippo.metrics import tags
 from mpippo.selfplay import LearnerHook
@@ -36,11 +36,12 @@ from mpippo.selfplay import LearnerHook
 REPLAY_FILE = "replay.npz"
 
 
-def chunk_fields(obs_shape) -> list[tuple[str, type, tuple]]:
-    """What one transition carries in a chunk: (name, dtype, shape of one item)."""
+def chunk_fields(obs_shape, legal_words: int = 1) -> list[tuple[str, type, tuple]]:
+    """What one transition carries in a chunk: (name, dtype, shape of one item); next_legal: the next
+    state's legal actions as mask_bits' words (one for up to 64 actions)."""
     obs_shape, dtype = tuple(obs_shape), np.dtype(obs_dtype(obs_shape))
     return [("actions", np.int64, ()), ("returns", np.float32, ()), ("discounts", np.float32, ()),
-            ("next_legal", np.int64, ()), ("obs", dtype, obs_shape), ("next_obs", dtype, obs_shape)]
+            ("next_legal", np.int64, (legal_words,)), ("obs", dtype, obs_shape), ("next_obs", dtype, obs_shape)]
 
 
 class ApeX:
@@ -80,7 +81,7 @@ class ApeX:
         return models.build("q", self.obs_shape, self.num_actions, self.cfg.model, dueling=self.d.dueling)
 
     def fields(self) -> list[tuple[str, type, tuple]]:
-        return chunk_fields(self.obs_shape)
+        return chunk_fields(self.obs_shape, mask_words(self.num_actions))
 
     def episode_capacity(self, chunk_size: int, num_envs: int) -> int:
         """Episodes one chunk's header can carry: a chunk is sent at least every chunk_size / num_envs steps."""
@@ -103,7 +104,7 @@ class ApeX:
     # -------------------------------------------------------------- learner side
     def learner_bytes(self) -> int:
         """What the learner holds beyond the network: the replay buffer."""
-        return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape)
+        return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape, mask_words(self.num_actions))
 
     def learner_bytes_key(self) -> str:
         """The setting that sizes learner_bytes, for a refusal."""
@@ -121,7 +122,8 @@ class ApeX:
         self.opt = Adam(q.parameters(), lr=self.t.learning_rate, eps=self.t.adam_eps, fused=False)
         self.adam = DeviceAdam(q.parameters(), self.opt)
         where = replay_device(device, self.learner_bytes())
-        self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed, device=where)
+        self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed, device=where,
+                                        legal_words=mask_words(self.num_actions))
         self.aug_rng = np.random.default_rng(aug_seed)
         self.guard = NonFiniteGuard(self.max_nonfinite, device)
         # the online network on obs and next_obs in one batch: one pass of kernel launches instead of two on a
@@ -302,5 +304,6 @@ class ApeXActing:
         if out is None:
             return None
         o, a, r, disc, nxt = out
-        legal = mask_bits(next_mask) if next_mask is not None else np.full(len(a), -1, dtype=np.int64)
+        legal = (mask_bits(next_mask) if next_mask is not None
+                 else np.full((len(a), mask_words(self.algo.num_actions)), -1, dtype=np.int64))
         return {"obs": o, "actions": a, "returns": r, "discounts": disc, "next_obs": nxt, "next_legal": legal}

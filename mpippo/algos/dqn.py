@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpippo.envs import bits_to_mask, obs_dtype
+from mpippo.envs import bits_to_mask, mask_bits, obs_dtype
 from mpippo.files import NotAFile, open_regular
 
 
@@ -99,7 +99,7 @@ class PrioritizedReplay:
     The buffer is saved to and loaded from an .npz file (allow_pickle=False) as before."""
 
     def __init__(self, capacity: int, obs_shape, alpha: float = 0.6, eps: float = 1e-6, seed: int = 0,
-                 device=None):
+                 device=None, legal_words: int = 1):
         self.capacity, self.alpha, self.eps = capacity, alpha, eps
         self.device = torch.device(device if device is not None else "cpu")
         shape, dtype = (capacity,) + tuple(obs_shape), torch_obs_dtype(obs_shape)
@@ -108,7 +108,7 @@ class PrioritizedReplay:
         self.actions = self._zeros((capacity,), torch.int64)
         self.returns = self._zeros((capacity,), torch.float32)
         self.discounts = self._zeros((capacity,), torch.float32)
-        self.next_legal = self._zeros((capacity,), torch.int64)  # legal actions of next_obs, bitmask; -1 = all
+        self.next_legal = self._zeros((capacity, legal_words), torch.int64)  # next_obs's legal actions (mask_bits); -1: all
         self.next_legal.fill_(-1)
         self.prio = self._zeros((capacity,), torch.float64)  # priority ** alpha per slot
         self.max_priority = torch.ones((), dtype=torch.float64, device=self.device)
@@ -129,10 +129,10 @@ class PrioritizedReplay:
         self.generator.manual_seed(int(self.rng.integers(2**63 - 1)))
 
     @staticmethod
-    def nbytes(capacity: int, obs_shape) -> int:
+    def nbytes(capacity: int, obs_shape, legal_words: int = 1) -> int:
         """Memory the buffer will take (an upper bound), to check before allocating."""
         frame = int(np.prod(obs_shape)) * np.dtype(obs_dtype(obs_shape)).itemsize
-        return capacity * (2 * frame + 8 + 4 + 4 + 8) + 2 * (1 << max(int(capacity - 1).bit_length(), 0)) * 8
+        return capacity * (2 * frame + 8 + 4 + 4 + 8 * legal_words) + 2 * (1 << max(int(capacity - 1).bit_length(), 0)) * 8
 
     def _rows(self, dst: torch.Tensor, src, start: int, first: int) -> None:
         """Copy the n rows of `src` into the ring at `start` (`first` of them before the end, the rest from 0)."""
@@ -273,6 +273,8 @@ class PrioritizedReplay:
                     if shape[:1] != (n,):
                         return f"its {name} holds {shape[0] if shape else 'no'} entries, not its size {n}"
                     want = (n, *(self.prio if name == "leaves" else getattr(self, name)).shape[1:])
+                    if name == "next_legal" and shape == (n,) and want == (n, 1):  # (one word, as saved before)
+                        continue
                     if shape != want:  # (a wrong shape would broadcast into the buffer, or not fit memory)
                         return f"its {name} has shape {shape}, this buffer's {want}"
                 if heads["next_obs"][1] != obs_type:
@@ -283,7 +285,7 @@ class PrioritizedReplay:
                 self.size = 0  # until every part is in and checked: a failure below leaves an empty buffer
                 for name in names:
                     dst = self.prio if name == "leaves" else getattr(self, name)
-                    dst[:n].copy_(torch.from_numpy(np.asarray(z[name])))
+                    dst[:n].copy_(torch.from_numpy(np.asarray(z[name])).reshape(dst[:n].shape))
                 max_priority = float(z["max_priority"])
                 if (bad := self._bad_values(n, top, max_priority)) is not None:
                     return bad
@@ -388,8 +390,7 @@ def mirror_half_device(batch: dict, flip: torch.Tensor, num_actions: int) -> dic
     frames = torch.where(both[:, None, None, None], frames.flip(2), frames)
     batch["frames"], batch["obs"], batch["next_obs"] = frames, frames[:B], frames[B:]
     batch["actions"] = torch.where(flip, num_actions - 1 - batch["actions"], batch["actions"])
-    legal = batch["next_legal"]
-    bits = torch.arange(num_actions, device=legal.device, dtype=torch.int64)
-    mirrored = (bits_to_mask(legal, num_actions).flip(1).long() << bits).sum(1)
-    batch["next_legal"] = torch.where(flip & (legal != -1), mirrored, legal)
+    legal = batch["next_legal"]  # (B, words)
+    mirrored = mask_bits(bits_to_mask(legal, num_actions).flip(1))
+    batch["next_legal"] = torch.where((flip & (legal != -1).any(1))[:, None], mirrored, legal)
     return batch

@@ -62,10 +62,6 @@ def check(cfg, world_size: int, earlier: list[str]) -> list[str]:
     if d.mirror_augment and fam is not None and not fam.symmetric(e.name):
         errs.append(f"dqn.mirror_augment: the rules of '{e.name}' are not left-right symmetric; allowed: "
                     f"{', '.join(n for f in envs.FAMILIES for n in f.known_names() if f.symmetric(n))}")
-    if not earlier and fam is not None and fam.two_player and fam.spaces(cfg).num_actions > envs.MAX_MASKED_ACTIONS:
-        errs.append(f"training.algo: 'dqn' carries a two-player game's legal moves as {envs.MAX_MASKED_ACTIONS} bits; "
-                    f"'{e.name}' has {fam.spaces(cfg).num_actions:,} moves; allowed: up to {envs.MAX_MASKED_ACTIONS} "
-                    f"(or ppo, a2c, which do not mask: an illegal move loses)")
     if not errs and not earlier:
         errs += _budget(cfg, world_size)
     return errs + rules.check_selfplay(cfg)

@@ -19,6 +19,9 @@ Observations are uint8 images (N, H, W, C) or float32 vectors (N, D) (`Spaces`).
 from __future__ import annotations
 
 import hashlib
+
+import numpy as np
+
 from mpippo.envs import atari, connect4, gym, pettingzoo, procgen, toy
 from mpippo.envs.family import EnvFamily, Spaces, obs_dtype, take_rows
 
@@ -74,28 +77,40 @@ def ended_episodes(env, first, ep_ret, ep_len):
     rewards since the last `first` flag (`ep_ret`, `ep_len`, which the caller then zeroes)."""
     if hasattr(env, "episodes"):
         return env.episodes()
-    import numpy as np
     idx = np.flatnonzero(first)
     return idx, ep_ret[idx], ep_len[idx]
 
 
-MAX_MASKED_ACTIONS = 63  # legal actions travel as one int64's bits (mask_bits): games of more are refused by DQN
+def mask_words(num_actions: int) -> int:
+    """How many int64 words carry one state's legal actions (mask_bits): 64 actions a word."""
+    return max(1, -(-int(num_actions) // 64))
 
 
 def mask_bits(mask):
-    """Legal actions (N, A) bool -> one int64 bitmask per env (bit a = action a legal), for a
-    fixed-layout message field (<= 63 actions); -1 stands for "all legal"."""
-    import numpy as np
-    return (mask.astype(np.int64) << np.arange(mask.shape[1], dtype=np.int64)).sum(1)
+    """Legal actions (N, A) bool -> (N, mask_words(A)) int64 bitmasks (bit b of word w: action 64 w + b
+    legal), for a fixed-layout message field and the replay; numpy arrays or torch tensors. A word of -1
+    (every bit set) reads as all legal: the value a transition without a mask carries."""
+    n, a = mask.shape
+    w = mask_words(a)
+    if isinstance(mask, np.ndarray):
+        padded = np.zeros((n, w * 64), np.uint64)
+        padded[:, :a] = mask
+        return (padded.reshape(n, w, 64) << np.arange(64, dtype=np.uint64)).sum(2, dtype=np.uint64).view(np.int64)
+    import torch
+    padded = torch.zeros((n, w * 64), dtype=torch.int64, device=mask.device)
+    padded[:, :a] = mask.long()
+    return (padded.reshape(n, w, 64) << torch.arange(64, device=mask.device)).sum(2)  # (distinct bits: no carry)
 
 
 def bits_to_mask(bits, num_actions: int):
-    """Inverse of mask_bits for numpy arrays or torch tensors: (N,) int64 -> (N, A) bool."""
-    import numpy as np
+    """Inverse of mask_bits for numpy arrays or torch tensors: (N, W) int64 -> (N, A) bool."""
+    n = bits.shape[0]
     if isinstance(bits, np.ndarray):
-        return ((bits[:, None] >> np.arange(num_actions)) & 1).astype(bool)
+        words = (bits[:, :, None] >> np.arange(64)) & 1
+        return words.reshape(n, -1)[:, :num_actions].astype(bool)
     import torch
-    return ((bits[:, None] >> torch.arange(num_actions, device=bits.device)) & 1).bool()
+    words = (bits[:, :, None] >> torch.arange(64, device=bits.device)) & 1
+    return words.reshape(n, -1)[:, :num_actions].bool()
 
 
 def rank_seed(base_seed: int, rank: int) -> int:
@@ -119,6 +134,5 @@ def resume_seed(base_seed: int, rank: int, iteration: int) -> int:
 
 
 __all__ = ["DEFAULT_ENV", "FAMILIES", "EnvFamily", "Spaces", "allowed_env_names", "bits_to_mask", "canonical_env_name",
-           "ended_episodes", "family",
-           "family_of", "known_env_names", "make_env", "mask_bits", "rank_seed", "resume_seed", "spaces_of", "streams_seed",
-           "obs_dtype", "take_rows"]
+           "ended_episodes", "family", "family_of", "known_env_names", "make_env", "mask_bits", "mask_words", "rank_seed",
+           "resume_seed", "spaces_of", "streams_seed", "obs_dtype", "take_rows"]

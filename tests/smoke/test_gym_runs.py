@@ -166,6 +166,17 @@ def test_a_users_own_two_player_game_learns_in_self_play_resumes_and_evaluates(t
     assert lines[0].startswith("mpippo: error: rank 2: "), lines
 
 
+def test_dqn_trains_a_users_game_of_more_moves_than_one_word_of_legal_move_bits(tmp_path):
+    """Nim of 100 stones taking 1 to 70 (70 moves): the legal moves travel in two words of bits from the
+    actors to the replay and the learner's target (DQN refused games of more than 63 moves). The game
+    raises on an illegal move, so the run's end says none was played."""
+    run_dir = tmp_path / "run"
+    ok(users(["run_mpi.py", *NIM, "--total-timesteps", "4000", "--set", "env.kwargs={stones: 100, max_take: 70, strict: true}",
+              "--output-dir", str(run_dir)], 3))
+    m = metrics(run_dir)
+    assert m["total_timesteps"] == 4000 and m["updates"] > 0 and m["selfplay"]["heuristics"]["random"]["games"] > 0
+
+
 def test_a_self_play_resume_takes_a_smaller_pool_and_refuses_to_drop_self_play(tmp_path):
     """selfplay.pool_size lowered on resume keeps the newest members within it (the sampling table is
     pool_size wide: it was a traceback); selfplay.enabled=false on a run trained with self-play is

@@ -256,11 +256,6 @@ CASES = [
          "(ValueError: could not convert string to float: 'x')"),
     Case("pz-user-game-no-legal-move", train(*NIM, *set_("env.import", "mpippo_user_envs:make_no_legal_move_game")),
          "returned an action_mask with no legal move for a player whose turn it is"),
-    Case("pz-dqn-more-moves-than-mask-bits", train("--config", "configs/dqn_selfplay.yaml", "--no-progress",
-                                                 "--total-timesteps", "512", *NIM[5:], *set_("dqn.mirror_augment", "false"),
-                                                 *set_("env.kwargs", "{max_take: 70}"), ranks=3),
-         "training.algo: 'dqn' carries a two-player game's legal moves as 63 bits; 'pz:nim' has 70 moves; allowed: up "
-         "to 63 (or ppo, a2c, which do not mask: an illegal move loses)"),
     Case("pz-mirror-augment", train("--config", "configs/dqn_selfplay.yaml", "--no-progress", "--total-timesteps", "512",
                                     *set_("env.name", "pz:tictactoe_v3"), ranks=3),
          "dqn.mirror_augment: the rules of 'pz:tictactoe_v3' are not left-right symmetric; allowed: connect4, "

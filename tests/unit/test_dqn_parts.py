@@ -90,7 +90,7 @@ def filled_replay(seed=0, capacity=50, n=70, obs_shape=(3, 2, 1), device="cpu"):
         k = min(16, n - start)
         buf.add(rng.integers(0, 255, (k, *obs_shape), dtype=np.uint8), rng.integers(0, 4, k),
                 rng.normal(size=k).astype(np.float32), rng.random(k).astype(np.float32),
-                rng.integers(0, 255, (k, *obs_shape), dtype=np.uint8), next_legal=rng.integers(-1, 15, k))
+                rng.integers(0, 255, (k, *obs_shape), dtype=np.uint8), next_legal=rng.integers(-1, 15, (k, 1)))
     idx, _, _ = buf.sample(16, 0.4)
     buf.update_priorities(idx, torch.from_numpy(rng.normal(size=16) * 3).to(device))
     return buf
@@ -318,7 +318,7 @@ def test_double_dqn_target_takes_the_best_legal_next_action_only():
     q_online = torch.zeros(1, 3, requires_grad=True)
     q_next_online = torch.tensor([[5.0, 1.0, 2.0]])   # argmax 0, but action 0 is illegal next
     q_next_target = torch.tensor([[100.0, 10.0, 20.0]])
-    legal = bits_to_mask(torch.tensor([0b110]), 3)
+    legal = bits_to_mask(torch.tensor([[0b110]]), 3)
     assert legal.tolist() == [[False, True, True]]
     args = (q_online, q_next_online, q_next_target, torch.tensor([1]), torch.tensor([1.0]), torch.tensor([0.5]),
             torch.ones(1))
@@ -342,6 +342,38 @@ def test_mask_bits_round_trip_and_replay_keeps_them():
     replay.add(obs, np.zeros(4, np.int64), np.zeros(4, np.float32), np.ones(4, np.float32), obs, next_legal=bits)
     idx, batch, _ = replay.sample(4, 0.4)
     assert (batch["next_legal"].numpy() == bits[idx.numpy()]).all()
+
+
+@pytest.mark.parametrize("num_actions", [7, 64, 65, 130])
+def test_legal_moves_of_any_count_travel_as_bits_through_the_replay_and_its_file(tmp_path, num_actions):
+    """A game's legal moves travel as mask_bits' int64 words, 64 moves a word (one word carried 63 at most,
+    and DQN refused larger games: Othello's 65 moves, Go's 82): numpy and torch agree, words of -1 read as
+    all legal, and the replay keeps, saves and loads them; a file of before (one word a transition, saved
+    as a vector) loads into a one-word buffer."""
+    import numpy as np
+    from mpippo.algos.dqn import PrioritizedReplay
+    from mpippo.envs import bits_to_mask, mask_bits, mask_words
+    rng = np.random.default_rng(num_actions)
+    legal = rng.random((6, num_actions)) < 0.5
+    bits = mask_bits(legal)
+    assert bits.shape == (6, mask_words(num_actions)) and (bits_to_mask(bits, num_actions) == legal).all()
+    assert torch.equal(mask_bits(torch.from_numpy(legal)), torch.from_numpy(bits))
+    assert (bits_to_mask(torch.from_numpy(bits), num_actions).numpy() == legal).all()
+    assert bits_to_mask(np.full((1, bits.shape[1]), -1), num_actions).all()
+    words = bits.shape[1]
+    replay = PrioritizedReplay(8, (3,), seed=0, legal_words=words)
+    obs = np.zeros((6, 3), np.float32)
+    replay.add(obs, np.zeros(6, np.int64), np.zeros(6, np.float32), np.ones(6, np.float32), obs, next_legal=bits)
+    with open(tmp_path / "r.npz", "wb") as f:
+        replay.save(f, 1)
+    again = PrioritizedReplay(8, (3,), seed=0, legal_words=words)
+    assert again.load(tmp_path / "r.npz", 1, num_actions) is None
+    assert torch.equal(again.next_legal[:6], torch.from_numpy(bits))
+    with np.load(tmp_path / "r.npz") as z:
+        old = {k: z[k] for k in z.files} | {"next_legal": z["next_legal"][:, 0]}
+    np.savez(tmp_path / "old.npz", **old)
+    said = PrioritizedReplay(8, (3,), seed=0, legal_words=words).load(tmp_path / "old.npz", 1, num_actions)
+    assert said is None if words == 1 else said == f"its next_legal has shape (6,), this buffer's (6, {words})"
 
 
 def _apex_learner(max_skips=3, returns=0.0, sets=(), device="cpu"):
@@ -587,7 +619,7 @@ def test_cuda_the_replay_lives_on_the_gpu_and_updates_never_synchronize():
     rng = np.random.default_rng(1)
     chunk = {"obs": rng.integers(0, 255, (32, 8, 8, 3), dtype=np.uint8), "actions": rng.integers(0, 4, 32),
              "returns": rng.normal(size=32).astype(np.float32), "discounts": np.full(32, 0.5, np.float32),
-             "next_legal": np.full(32, -1, np.int64)}
+             "next_legal": np.full((32, 1), -1, np.int64)}
     chunk["next_obs"] = chunk["obs"][::-1].copy()
     algo.update(0, 0.5)  # warm-up: cuDNN's choices, the allocator
     torch.cuda.synchronize()

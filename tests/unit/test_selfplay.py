@@ -189,33 +189,35 @@ def test_play_games_counts_and_sides():
     assert sum(play_games(greedy, greedy, 4)) == 4
 
 
-def test_mirroring_flips_board_action_and_legal_bits_together_in_the_rows_asked():
+@pytest.mark.parametrize("moves", [7, 130])
+def test_mirroring_flips_board_action_and_legal_bits_together_in_the_rows_asked(moves):
     """dqn.mirror_augment's mirror_half_device on a sampled batch's tensors: the rows `flip` names have
-    both frames mirrored along the width, action a -> 6-a and the next state's legal moves reversed
-    (-1, all legal, stays); the other rows are untouched; obs and next_obs stay views of `frames`."""
+    both frames mirrored along the width, action a -> moves-1-a and the next state's legal moves reversed
+    (-1, all legal, stays); the other rows are untouched; obs and next_obs stay views of `frames`. (130
+    moves: the legal moves in three words.)"""
     from mpippo.algos.dqn import mirror_half_device
     from mpippo.envs import bits_to_mask, mask_bits
     rng = np.random.default_rng(0)
     n = 64
     frames = torch.from_numpy(rng.integers(0, 2, size=(2 * n, 6, 7, 2)).astype(np.uint8) * 255)
-    legal = rng.random((n, 7)) < 0.7
-    bits = np.where(rng.random(n) < 0.2, -1, mask_bits(legal))
-    batch = {"frames": frames.clone(), "actions": torch.from_numpy(rng.integers(7, size=n)),
+    legal = rng.random((n, moves)) < 0.7
+    bits = np.where(rng.random((n, 1)) < 0.2, -1, mask_bits(legal))
+    batch = {"frames": frames.clone(), "actions": torch.from_numpy(rng.integers(moves, size=n)),
              "next_legal": torch.from_numpy(bits)}
     orig = {k: v.clone() for k, v in batch.items()}
     flip = torch.from_numpy(rng.random(n) < 0.5)
-    out = mirror_half_device(batch, flip, 7)
+    out = mirror_half_device(batch, flip, moves)
     assert 10 < int(flip.sum()) < n - 10
     assert torch.equal(out["obs"], out["frames"][:n]) and torch.equal(out["next_obs"], out["frames"][n:])
     for i in range(n):
         f = bool(flip[i])
         for row in (i, n + i):
             assert torch.equal(out["frames"][row], orig["frames"][row].flip(1) if f else orig["frames"][row])
-        assert int(out["actions"][i]) == (6 - int(orig["actions"][i]) if f else int(orig["actions"][i]))
-        if bits[i] == -1 or not f:
-            assert int(out["next_legal"][i]) == bits[i]
+        assert int(out["actions"][i]) == (moves - 1 - int(orig["actions"][i]) if f else int(orig["actions"][i]))
+        if (bits[i] == -1).all() or not f:
+            assert out["next_legal"][i].tolist() == bits[i].tolist()
         else:
-            assert (bits_to_mask(out["next_legal"][i:i + 1].numpy(), 7)[0] == legal[i][::-1]).all()
+            assert (bits_to_mask(out["next_legal"][i:i + 1].numpy(), moves)[0] == legal[i][::-1]).all()
 
 
 def test_scores_against_the_pool_and_each_heuristic():

@@ -355,11 +355,12 @@ class Nim:
     metadata = {"name": "nim_v0", "render_modes": []}
 
     def __init__(self, stones: int = 9, fault: str | None = None, at: int = 3, max_take: int = 3,
-                 fault_rank: int | None = None):
+                 fault_rank: int | None = None, strict: bool = False):
         from gymnasium import spaces
         if fault_rank is not None and os.environ.get("OMPI_COMM_WORLD_RANK") != str(fault_rank):
             fault = None  # (the bug shows on that rank only)
         self.stones, self.fault, self.at, self.moves, self.max_take = stones, fault, at, 0, max_take
+        self.strict = strict  # an illegal move raises (a test that no player ever makes one), instead of losing
         self.possible_agents = ["first", "second"]
         self._obs = spaces.Dict({"observation": spaces.Box(0.0, 1.0, (stones + 1,), np.float32),
                                  "action_mask": spaces.Box(0, 1, (max_take,), np.int8)})
@@ -397,6 +398,8 @@ class Nim:
         take = int(action) + 1
         if self.fault == "endless" and mover == "second":
             return
+        if take > self.pile and self.strict:
+            raise RuntimeError(f"illegal move: take {take} of {self.pile}")
         if take > self.pile:  # an illegal move loses, as PettingZoo's classic games rule
             self.rewards[mover], self.rewards[other] = -1.0, 1.0
         else:
