@@ -81,7 +81,12 @@ class ApeX:
         return models.build("q", self.obs_shape, self.num_actions, self.cfg.model, dueling=self.d.dueling)
 
     def fields(self) -> list[tuple[str, type, tuple]]:
-        return chunk_fields(self.obs_shape, mask_words(self.num_actions))
+        return chunk_fields(self.obs_shape, self.legal_words())
+
+    def legal_words(self) -> int:
+        """The int64 words a transition's next legal moves take: mask_words of a game's moves; one where
+        there is no mask (all legal, never read)."""
+        return mask_words(self.num_actions) if self.masked else 1
 
     def episode_capacity(self, chunk_size: int, num_envs: int) -> int:
         """Episodes one chunk's header can carry: a chunk is sent at least every chunk_size / num_envs steps."""
@@ -104,7 +109,7 @@ class ApeX:
     # -------------------------------------------------------------- learner side
     def learner_bytes(self) -> int:
         """What the learner holds beyond the network: the replay buffer."""
-        return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape, mask_words(self.num_actions))
+        return PrioritizedReplay.nbytes(self.d.buffer_size, self.obs_shape, self.legal_words())
 
     def learner_bytes_key(self) -> str:
         """The setting that sizes learner_bytes, for a refusal."""
@@ -123,7 +128,7 @@ class ApeX:
         self.adam = DeviceAdam(q.parameters(), self.opt)
         where = replay_device(device, self.learner_bytes())
         self.replay = PrioritizedReplay(self.d.buffer_size, self.obs_shape, self.d.per_alpha, seed=seed, device=where,
-                                        legal_words=mask_words(self.num_actions))
+                                        legal_words=self.legal_words())
         self.aug_rng = np.random.default_rng(aug_seed)
         self.guard = NonFiniteGuard(self.max_nonfinite, device)
         # the online network on obs and next_obs in one batch: one pass of kernel launches instead of two on a
@@ -305,5 +310,5 @@ class ApeXActing:
             return None
         o, a, r, disc, nxt = out
         legal = (mask_bits(next_mask) if next_mask is not None
-                 else np.full((len(a), mask_words(self.algo.num_actions)), -1, dtype=np.int64))
+                 else np.full((len(a), self.algo.legal_words()), -1, dtype=np.int64))
         return {"obs": o, "actions": a, "returns": r, "discounts": disc, "next_obs": nxt, "next_legal": legal}

@@ -138,6 +138,8 @@ class PrioritizedReplay:
         """Copy the n rows of `src` into the ring at `start` (`first` of them before the end, the rest from 0)."""
         if not isinstance(src, torch.Tensor):
             src = torch.from_numpy(np.ascontiguousarray(src))
+        if src.shape[1:] != dst.shape[1:]:  # (copy_ would broadcast: a transition's legal moves in another width)
+            raise ValueError(f"rows of shape {tuple(src.shape[1:])} for a buffer of {tuple(dst.shape[1:])}")
         n = src.shape[0]
         dst[start:start + first].copy_(src[:first], non_blocking=True)
         if n > first:
@@ -282,6 +284,8 @@ class PrioritizedReplay:
                 top = num_actions or np.iinfo(np.int64).max
                 if heads["actions"][1].kind not in "iu":  # (copied into int64, a float would pass unseen)
                     return f"its actions are not integers 0 to {top - 1}"
+                if heads["next_legal"][1] != np.int64:  # (bits: a float of 1e30 would read as other moves)
+                    return f"its next_legal are {heads['next_legal'][1]}, not int64 bit words"
                 self.size = 0  # until every part is in and checked: a failure below leaves an empty buffer
                 for name in names:
                     dst = self.prio if name == "leaves" else getattr(self, name)

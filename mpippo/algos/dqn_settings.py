@@ -121,21 +121,30 @@ def _budget(cfg, world_size: int) -> list[str]:
     return errs
 
 
+def legal_words(cfg) -> int:
+    """The int64 words a transition's next legal moves take (ApeX.legal_words): a two-player game's
+    envs.mask_words, else one (all legal, never read)."""
+    fam = envs.family_of(cfg.env.name)
+    return envs.mask_words(fam.spaces(cfg).num_actions) if fam is not None and fam.two_player else 1
+
+
 def chunk_items(cfg, world_size: int) -> tuple[int, int]:
     """DQN's message: (episode-return slots, bytes of chunk_size transitions of two frames)."""
     n, frame = cfg.dqn.chunk_size, rules.frame_bytes(rules.obs_shape_of(cfg))
     return (max(n, rules.actor_envs(cfg, world_size, cfg.dqn.num_agents)),
-            2 * rules.aligned(8 * n) + 2 * rules.aligned(4 * n) + 2 * rules.aligned(n * frame))
+            rules.aligned(8 * n) + rules.aligned(8 * n * legal_words(cfg)) + 2 * rules.aligned(4 * n)
+            + 2 * rules.aligned(n * frame))
 
 
 def memory(cfg, world_size: int, z) -> tuple[list, list]:
     """DQN's learner: network copies, the replay, a batch; its actors: the n-step frames; with
     self-play the opponent pool on both. z: the layout's sizes (config.LayoutSizes)."""
     d, sp, params, frame, envs, net_keys = cfg.dqn, cfg.selfplay, z.params, z.frame, z.envs, z.net_keys
-    replay = d.buffer_size * (2 * frame + 24) + 2 * (1 << max(int(d.buffer_size - 1).bit_length(), 0)) * 8
+    per = 2 * frame + 16 + 8 * legal_words(cfg)  # two frames, action, return, discount, legal moves
+    replay = d.buffer_size * per + 2 * (1 << max(int(d.buffer_size - 1).bit_length(), 0)) * 8
     learner = [(24 * params, f"network {params:,} parameters x 6 (weights, gradients, two Adam moments, target "
                 f"network, weights sent)", net_keys),
-               (replay, f"replay {d.buffer_size:,} transitions x {2 * frame + 24:,} bytes (two frames each)",
+               (replay, f"replay {d.buffer_size:,} transitions x {per:,} bytes (two frames each)",
                 "dqn.buffer_size"),
                (d.batch_size * (2 * frame + 2 * z.fwd), f"batch {d.batch_size:,} transitions and their forward "
                 f"passes", "dqn.batch_size")]

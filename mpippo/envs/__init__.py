@@ -107,10 +107,10 @@ def bits_to_mask(bits, num_actions: int):
     n = bits.shape[0]
     if isinstance(bits, np.ndarray):
         words = (bits[:, :, None] >> np.arange(64)) & 1
-        return words.reshape(n, -1)[:, :num_actions].astype(bool)
+        return words.reshape(n, bits.shape[1] * 64)[:, :num_actions].astype(bool)
     import torch
     words = (bits[:, :, None] >> torch.arange(64, device=bits.device)) & 1
-    return words.reshape(n, -1)[:, :num_actions].bool()
+    return words.reshape(n, bits.shape[1] * 64)[:, :num_actions].bool()
 
 
 def rank_seed(base_seed: int, rank: int) -> int:

@@ -300,17 +300,22 @@ def test_every_test_and_benchmark_layout_stays_valid():
         C.build(C.load_yaml(CONFIGS / name), [tuple(k.split(".", 1)) + (v,) for k, v in sets.items()], ranks)
 
 
-def test_chunk_bytes_is_the_message_layout():
+def test_chunk_bytes_is_the_message_layout(monkeypatch):
     from mpippo.algos.apex import chunk_fields
     from mpippo.algos.appo import segment_fields
+    from mpippo.algos.dqn_settings import legal_words
     from mpippo.comm.p2p import ChunkLayout
     gym = [("env", "name", "gym:CartPole-v1")]  # vector observations: float32
+    monkeypatch.syspath_prepend(str(CONFIGS.parent / "tests" / "user_env"))
+    nim = [("env", "name", "pz:nim"), ("env", "import", "mpippo_user_envs:make_nim"), ("dqn", "mirror_augment", False),
+           ("env", "kwargs", {"stones": 100, "max_take": 70})]  # 70 moves: two words of legal-move bits
     for name, ranks, sets in (("dqn_toy.yaml", 3, []), ("dqn_selfplay.yaml", 3, []), ("appo_toy.yaml", 3, []),
-                              ("dqn_cartpole.yaml", 3, []), ("appo_toy.yaml", 3, gym)):
+                              ("dqn_cartpole.yaml", 3, []), ("appo_toy.yaml", 3, gym), ("dqn_selfplay.yaml", 3, nim)):
         cfg = C.resolve(C.build(C.load_yaml(CONFIGS / name), sets, ranks), ranks)
         shape, sec = C.obs_shape_of(cfg), C.layout_section(cfg)
         if cfg.training.algo == "dqn":
-            fields, capacity = chunk_fields(shape), max(sec.chunk_size, cfg.env.num_envs_per_rank)
+            fields, capacity = chunk_fields(shape, legal_words(cfg)), max(sec.chunk_size, cfg.env.num_envs_per_rank)
+            assert legal_words(cfg) == (2 if sets is nim else 1)
         else:
             fields, capacity = segment_fields(shape, cfg.appo.rollout_length), sec.chunk_size * cfg.appo.rollout_length
         rows = cfg.selfplay.pool_size + 4 if cfg.selfplay.enabled else 0

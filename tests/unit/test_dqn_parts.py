@@ -374,6 +374,30 @@ def test_legal_moves_of_any_count_travel_as_bits_through_the_replay_and_its_file
     np.savez(tmp_path / "old.npz", **old)
     said = PrioritizedReplay(8, (3,), seed=0, legal_words=words).load(tmp_path / "old.npz", 1, num_actions)
     assert said is None if words == 1 else said == f"its next_legal has shape (6,), this buffer's (6, {words})"
+    np.savez(tmp_path / "float.npz", **(old | {"next_legal": np.full((6, words), 1e30)}))  # (read as other moves)
+    said = PrioritizedReplay(8, (3,), seed=0, legal_words=words).load(tmp_path / "float.npz", 1, num_actions)
+    assert said == "its next_legal are float64, not int64 bit words"
+
+
+def test_the_target_masks_moves_of_every_word_and_the_replay_takes_only_its_own_width():
+    """70 moves: the best next move by the online network, 66, sits in the second word and is illegal; the
+    target takes the best legal one. Rows of another width are refused (copy_ would have broadcast them
+    silently into the buffer: other moves masked)."""
+    import numpy as np
+    from mpippo.algos.dqn import PrioritizedReplay, double_dqn_loss
+    from mpippo.envs import bits_to_mask, mask_bits
+    legal = np.ones((1, 70), bool)
+    legal[0, 66] = False
+    q_next, target = torch.zeros(1, 70), torch.zeros(1, 70)
+    q_next[0, 66], q_next[0, 3], target[0, 66], target[0, 3] = 5.0, 1.0, 100.0, 10.0
+    args = (torch.zeros(1, 70), q_next, target, torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.5]), torch.ones(1))
+    _, td = double_dqn_loss(*args, next_legal=bits_to_mask(torch.from_numpy(mask_bits(legal)), 70))
+    assert td.item() == 1.0 + 0.5 * 10.0
+    replay, obs = PrioritizedReplay(4, (3,), legal_words=2), np.zeros((2, 3), np.float32)
+    for words in (np.full((2, 1), -1), np.full(2, -1)):
+        with pytest.raises(ValueError, match="rows of shape"):
+            replay.add(obs, np.zeros(2, np.int64), np.zeros(2, np.float32), np.ones(2, np.float32), obs, next_legal=words)
+    assert bits_to_mask(np.zeros((0, 2), np.int64), 70).shape == (0, 70)
 
 
 def _apex_learner(max_skips=3, returns=0.0, sets=(), device="cpu"):
