@@ -17,8 +17,9 @@ SHM_VARS = (SHM_VAR, "OMPI_MCA_btl_vader_backing_directory")
 
 
 def shm_chosen(env) -> bool:
-    """Whether the environment already names the shared-memory folder (the user's, or a launcher's of ours)."""
-    return any(v in env for v in SHM_VARS)
+    """Whether the environment already names the shared-memory folder (the user's, or a launcher's of ours);
+    an empty value names none (Open MPI would put its files at '(null)/...'), as slurm/common.sh reads it."""
+    return any(env.get(v) for v in SHM_VARS)
 
 # ---- folders (and marks) a process makes for itself, named so that what a killed one left can be found ----
 # mpippo-<what>-<boot>.<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one,
@@ -57,6 +58,8 @@ def _gone(pid: int) -> bool:
         return True
     except PermissionError:  # another user's process now: ours (the folder's maker) has ended
         return True
+    except (OverflowError, ValueError):  # no pid at all (a name made to look like ours): never judged
+        return False
     return False
 
 

@@ -252,6 +252,20 @@ class PrioritizedReplay:
             return "its discounts lie outside [0, 1] or its priorities are not positive"
         return None
 
+    def _bad_legal(self, n: int, num_actions: int | None) -> str | None:
+        """Legal moves save() never writes: a state with none (the target's argmax over nothing), or moves past
+        the game's; rows of -1 words (all legal) aside."""
+        legal = self.next_legal[:n]
+        if not n or not num_actions:
+            return None
+        masked = ~(legal == -1).all(1)
+        rest = num_actions - 64 * (legal.shape[1] - 1)  # the moves of the last word
+        if rest < 64 and bool((masked & ((legal[:, -1] >> rest) != 0)).any()):
+            return f"its next_legal hold moves past the game's {num_actions}"
+        if bool((masked & ~(legal != 0).any(1)).any()):
+            return "its next_legal hold a state with no legal move"
+        return None
+
     def load(self, path, tag: int, num_actions: int | None = None) -> str | None:
         """Refill from a file written by save(); returns why it was not used, or None when it was
         (its values checked too: an action past the network's, a non-finite return or priority would
@@ -291,7 +305,7 @@ class PrioritizedReplay:
                     dst = self.prio if name == "leaves" else getattr(self, name)
                     dst[:n].copy_(torch.from_numpy(np.asarray(z[name])).reshape(dst[:n].shape))
                 max_priority = float(z["max_priority"])
-                if (bad := self._bad_values(n, top, max_priority)) is not None:
+                if (bad := self._bad_values(n, top, max_priority) or self._bad_legal(n, num_actions)) is not None:
                     return bad
                 self.max_priority = torch.tensor(max_priority, dtype=torch.float64, device=self.device)
                 self.pos, self.size = pos, n

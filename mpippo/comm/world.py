@@ -48,6 +48,24 @@ try:
 except ImportError:  # no MPI library: single-process mode only
     MPI = None
 
+
+def _orphan_check() -> None:
+    """A rank whose mpirun died before MPI started (kill -9 in its first moments) finds no runtime and
+    starts a world of one, and trained the whole budget alone, its output gone, the run folder locked:
+    a world of another size than its launcher started ends here, in one line."""
+    started = os.environ.get("OMPI_COMM_WORLD_SIZE", "")
+    if MPI is not None and MPI.Is_initialized() and started.isdecimal() and int(started) != MPI.COMM_WORLD.Get_size():
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"mpippo: error: mpirun started this rank as one of {started}, but MPI made it a world "
+                             f"of {MPI.COMM_WORLD.Get_size()} (mpirun gone before MPI started?); ending it\n")
+            sys.stderr.flush()
+        if _SHM_FOLDER:
+            shutil.rmtree(_SHM_FOLDER, ignore_errors=True)
+        os._exit(1)
+
+
+_orphan_check()
+
 _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 
 

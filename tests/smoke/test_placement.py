@@ -122,6 +122,8 @@ def test_own_shm_folder_keeps_a_chosen_folder_and_falls_back_where_none_can_be_m
     vader = "OMPI_MCA_btl_vader_backing_directory"  # (Open MPI 4's name)
     with own_shm_folder({vader: str(tmp_path)}) as env:
         assert env == {vader: str(tmp_path)}
+    with own_shm_folder({SHM_VAR: ""}) as env:  # empty names none (Open MPI wrote to '(null)/sm_segment...')
+        assert Path(env[SHM_VAR]).parent == Path("/dev/shm")
     assert tmp_path.exists()  # the user's own folder stays
     monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (_ for _ in ()).throw(OSError(28, "No space left")))
     with own_shm_folder({}) as env:
@@ -159,6 +161,9 @@ def test_folders_a_killed_process_left_are_removed_by_the_next_and_no_other(tmp_
     (tmp_path / f"mpippo-sm-{ns}.{dead.pid}-link").symlink_to(target)  # a link is never followed
     (tmp_path / f"mpippo-listening-{ns}.{dead.pid}-job19").symlink_to(target / "f")  # nor removed
     (target / "f").write_bytes(b"kept")
+    for pid in ("99999999999999999999", "4294967296"):  # no pid at all: left alone (os.kill raised OverflowError)
+        (tmp_path / f"mpippo-sm-{ns}.{pid}-huge").mkdir()
+        kept.append(tmp_path / f"mpippo-sm-{ns}.{pid}-huge")
     assert sorted(leftovers.sweep_leftovers((str(tmp_path),))) == sorted(map(str, left + marks[:1]))
     assert all(d.is_dir() for d in kept) and not any(d.exists() for d in left) and (target).is_dir()
     assert not marks[0].exists() and marks[1].is_file() and (target / "f").read_bytes() == b"kept"
@@ -222,6 +227,19 @@ def test_a_launcher_killed_with_9_leaves_a_folder_the_next_start_removes(tmp_pat
     with launch.own_shm_folder({}):
         assert not Path(folder).exists()
     assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file()
+
+
+def test_a_rank_whose_mpirun_died_before_mpi_started_ends_instead_of_training_alone(tmp_path):
+    """mpirun killed with -9 in its first moments: a rank it had started found no runtime, made a world of
+    one and trained the whole budget alone (its output gone, the run folder locked). A rank whose world is
+    not the size mpirun started it in (OMPI_COMM_WORLD_SIZE) ends in one line, its folders removed."""
+    from conftest import run
+    res = run([sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps",
+               "2048", "--output-dir", str(tmp_path / "run")], 60, env={"OMPI_COMM_WORLD_SIZE": "2"})
+    assert res.returncode == 1 and res.stderr.splitlines() == [
+        "mpippo: error: mpirun started this rank as one of 2, but MPI made it a world of 1 (mpirun gone before MPI "
+        "started?); ending it"], res.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.mpi

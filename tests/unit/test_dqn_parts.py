@@ -377,6 +377,16 @@ def test_legal_moves_of_any_count_travel_as_bits_through_the_replay_and_its_file
     np.savez(tmp_path / "float.npz", **(old | {"next_legal": np.full((6, words), 1e30)}))  # (read as other moves)
     said = PrioritizedReplay(8, (3,), seed=0, legal_words=words).load(tmp_path / "float.npz", 1, num_actions)
     assert said == "its next_legal are float64, not int64 bit words"
+    none, past = bits.copy(), bits.copy()  # (values save() never writes)
+    none[2] = 0
+    past[3, -1] = -2  # every bit of the last word but its first
+    cases = [(none, "its next_legal hold a state with no legal move")]
+    if num_actions % 64:  # (64 moves fill their word: no bit lies past them)
+        cases.append((past, f"its next_legal hold moves past the game's {num_actions}"))
+    for edited, why in cases:
+        np.savez(tmp_path / "edited.npz", **(old | {"next_legal": edited}))
+        said = PrioritizedReplay(8, (3,), seed=0, legal_words=words).load(tmp_path / "edited.npz", 1, num_actions)
+        assert said == why, (said, why)
 
 
 def test_the_target_masks_moves_of_every_word_and_the_replay_takes_only_its_own_width():
