@@ -35,6 +35,10 @@ BOOT=$(head -c 8 /proc/sys/kernel/random/boot_id 2>/dev/null)
 OWNER="$BOOT.$(stat -L -c %i /proc/self/ns/pid 2>/dev/null || echo 0)"
 export MPIPPO_LISTENING="${TMPDIR:-/tmp}/mpippo-listening-$OWNER.$$-job${SLURM_JOB_ID:-0}"
 rm -f "$MPIPPO_LISTENING"
+MARK_BASE=$MPIPPO_LISTENING
+while [ -e "$MPIPPO_LISTENING" ] || [ -L "$MPIPPO_LISTENING" ]; do  # what rm -f leaves (a folder): another name,
+    MPIPPO_LISTENING="$MARK_BASE.n$RANDOM"                          # or the mark would read as made at once
+done
 send_when_listening() {
     ( for _ in $(seq $((LISTEN_MAX_S * 5))); do
           [ -e "$MPIPPO_LISTENING" ] && break

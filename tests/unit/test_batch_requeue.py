@@ -140,6 +140,21 @@ def test_a_status_3_requeues_only_when_rank_0_ended_with_it(tmp_path, mark, requ
         assert len(lines) == 1 and f"({said})" in lines[0] and "os._exit(3)" in lines[0] and rc == 3, out
 
 
+
+def test_a_folder_standing_at_the_marks_path_is_not_taken_for_the_mark(tmp_path):
+    """The mark's path is named after the batch shell; a folder there (left by an earlier shell of that pid,
+    or put there) survived `rm -f` and read as a mark made at once: held signals went on before the ranks
+    listened, and rank 0's word could not be read (a status 3 of an env's os._exit(3) was requeued). The
+    script takes another name."""
+    trainer = '#!/bin/bash\necho trainer >> "$CALLS"\necho running > "$MPIPPO_LISTENING"\nexit 3\n'
+    owner = "$(head -c 8 /proc/sys/kernel/random/boot_id).$(stat -L -c %i /proc/self/ns/pid)"
+    plant = f'mkdir -p "$TMPDIR/mpippo-listening-{owner}.$$-job77/x"; source slurm/ppo_multinode.sh'
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=trainer,
+                                      script=("-c", plant))
+    assert len(list(tmp_path.glob("mpippo-listening-*/x"))) == 1, out  # (planted, and left as it was)
+    assert "requeue 77" not in calls and "not after a checkpoint of its own (rank 0 was still training)" in out, out
+
+
 # A launcher whose n-th start does what MODE says for it (the n-th comma-separated field):
 # "213": Open MPI's own failure before any rank ran (the PMIx listener that failed to start);
 # "mark": rank 0's listening mark first, as a trainer whose every rank runs mpippo makes it;
