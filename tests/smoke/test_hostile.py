@@ -489,7 +489,10 @@ def _locked(tmp: Path, base: Path | None, args: list[str], ranks=None, delete=Fa
     then = f"import os; os.unlink({str(held / '.mpippo.lock')!r}); " if delete else ""
     code = (f"from mpippo import runlock; import time; runlock.acquire({str(held)!r}); {then}"
             f"print('held', flush=True); time.sleep(90)")
-    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    # (an environment of its own: started from the table's threads, a child that reads the process's own while
+    # another thread changes it can fail its exec, "Bad address", as once in CI)
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ))
     assert holder.stdout.readline().strip() == "held"
     _HOLDERS[tmp] = holder
     return ranks, ["run_mpi.py", *args, "--no-progress", "--output-dir", str(run_dir), *(["--resume"] if base else [])]
