@@ -40,6 +40,12 @@ def launched() -> bool:
 # (leftovers.py says why)
 _SHM_FOLDER = leftovers.own_rank_shm_folder() if launched() else None
 
+
+def _remove_shm_folder() -> None:
+    if _SHM_FOLDER:
+        shutil.rmtree(_SHM_FOLDER, ignore_errors=True)
+
+
 try:
     import mpi4py
     if not launched():
@@ -59,8 +65,7 @@ def _orphan_check() -> None:
             sys.stderr.write(f"mpippo: error: mpirun started this rank as one of {started}, but MPI made it a world "
                              f"of {MPI.COMM_WORLD.Get_size()} (mpirun gone before MPI started?); ending it\n")
             sys.stderr.flush()
-        if _SHM_FOLDER:
-            shutil.rmtree(_SHM_FOLDER, ignore_errors=True)
+        _remove_shm_folder()
         os._exit(1)
 
 
@@ -84,11 +89,6 @@ def _finalize_mpi() -> None:
     if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
         _MPI_IN_THREADS.acquire()
         MPI.Finalize()
-
-
-def _remove_shm_folder() -> None:
-    if _SHM_FOLDER:
-        shutil.rmtree(_SHM_FOLDER, ignore_errors=True)
 
 
 shutdown.last(_finalize_mpi)
