@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
 from mpippo.errors import say, say_interrupted
-from mpippo.leftovers import SHM_VAR, owned_prefix, shm_chosen, sweep_leftovers
+from mpippo.leftovers import SHM_VAR, owned_prefix, shm_chosen, sweep_leftovers, temp_folder_problem
 from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
@@ -41,7 +41,10 @@ def mpirun_path() -> str:
 
 
 def mpi_env() -> dict:
+    """This process's environment for an mpirun job; a UsageError where Open MPI could not start there."""
     env = dict(os.environ)
+    if (bad := temp_folder_problem(env)):
+        raise UsageError(bad)
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # pip Open MPI refuses root without these
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return env
@@ -355,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         user = mpirun_options(args.mpirun_args)
         if not HOST_OPTIONS.intersection(o.split("=")[0] for o in user):  # all on this node (or Slurm's nodes)
             ranks_fit(args.np, "-n")  # now: 100,000 ranks would be started before any could refuse
+        base = mpi_env()
     except UsageError as e:
         sys.stderr.write(refusal(e.errors))
         return EXIT_USAGE
@@ -367,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [mpirun_path(), *user, *where, "-n", str(args.np), sys.executable,
            str(ROOT / "run_mpi.py"), *trainer_args]
     # own session: a Ctrl-C at the terminal reaches only this launcher, which relays it gently
-    with own_shm_folder(terminal_env(mpi_env() | extra)) as env:
+    with own_shm_folder(terminal_env(base | extra)) as env:
         try:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGUSR2))
         except OSError as e:

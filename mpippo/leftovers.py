@@ -1,6 +1,6 @@
 """Folders and files a process makes for itself, named after it, so that what a killed one left
-can be found and removed by the next start (a launcher's, a rank's, a tool's). A leaf: the ranks
-import it before MPI starts, the launcher and the tools after."""
+can be found and removed by the next start (a launcher's, a rank's, a tool's), and where Open MPI keeps
+its own. A leaf: the ranks import it before MPI starts, the launcher and the tools after."""
 from __future__ import annotations
 
 import contextlib
@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import tempfile
+
+from mpippo.usage import file_kind, show
 
 # where Open MPI's shared-memory transport keeps each rank's file (default: /dev/shm itself); Open MPI 4
 # calls the transport vader. Only the environment is read: a folder chosen in an MCA parameter file is not seen.
@@ -20,6 +22,35 @@ def shm_chosen(env) -> bool:
     """Whether the environment already names the shared-memory folder (the user's, or a launcher's of ours);
     an empty value names none (Open MPI would put its files at '(null)/...'), as slurm/common.sh reads it."""
     return any(env.get(v) for v in SHM_VARS)
+
+# where Open MPI (its runtime and every rank) makes its session folder: the first of these that is set
+# and not empty, /tmp where none is (opal_tmp_directory; PMIx reads the same)
+TEMP_VARS = ("TMPDIR", "TEMP", "TMP")
+
+
+def temp_folder_problem(env=os.environ) -> str | None:
+    """What stops Open MPI from making its session folder where `env` sends it, in one line, or None.
+    A TMPDIR that is a file (or lies under one, or that this user may not write in) ends mpirun before
+    any rank starts, in a box of Open MPI's text and its own exit status 213; the launcher, the tools
+    and the batch scripts say it first. A folder that does not exist yet is fine: Open MPI makes it."""
+    var = next((v for v in TEMP_VARS if env.get(v)), None)
+    if var is None:
+        return None
+    value = env[var]
+    head = os.path.abspath(value)
+    while not os.path.lexists(head):  # the nearest part that exists ("/" always does)
+        head = os.path.dirname(head)
+    fix = f"set {var} to a folder you can write in, or unset it (Open MPI keeps its session files there)"
+    if not os.path.isdir(head):
+        kind = file_kind(os.lstat(head).st_mode)
+        where = f" is {kind}" if head == os.path.abspath(value) else f" lies under {show(head)}, which is {kind}"
+        return f"{var}={show(value)}{where}, not a folder: {fix}"
+    try:  # (not os.access: root "may" write in /sys, where mkdir fails)
+        os.rmdir(tempfile.mkdtemp(prefix=owned_prefix("probe"), dir=head))
+    except OSError as e:
+        return f"{var}={show(value)}: no folder can be made in {show(head)} ({e.strerror or e}): {fix}"
+    return None
+
 
 # ---- folders (and marks) a process makes for itself, named so that what a killed one left can be found ----
 # mpippo-<what>-<boot>.<pid namespace>.<pid>-<random>: kill -9 leaves its maker no chance to remove one,

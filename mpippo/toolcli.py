@@ -38,6 +38,7 @@ from mpippo import config as C
 from mpippo import launch, preemption, runctl, shutdown
 from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import file_kind, reason, refusal
+from mpippo.leftovers import temp_folder_problem
 from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, file_system_failure, in_users_code_since, let_readers_leave,
                            say_last)
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
@@ -495,7 +496,7 @@ def check_trainer(argv: list[str], ranks: int, what: str):
     (A tool is no MPI job: importing the trainer's cli starts no MPI here, comm/world.py.)"""
     from mpippo import cli, faults, hostmem  # the trainer's start-up and its MPI bindings: for tools that check a run
     try:
-        if (bad := hostmem.error() or faults.ERROR):
+        if (bad := hostmem.error() or faults.ERROR or temp_folder_problem()):  # (the last: mpirun's own, on this node)
             raise UsageError(bad)
         args = cli.make_parser().parse_args(argv)
         cfg = C.resolve(C.build(C.load_yaml(args.config or C.DEFAULT_CONFIG), cli._overrides(args), ranks), ranks)

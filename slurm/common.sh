@@ -83,6 +83,10 @@ if ! [ -x "$MPIPPO_PYTHON" ] && ! command -v "$MPIPPO_PYTHON" >/dev/null 2>&1; t
          "of mpippo's environment (default: .venv/bin/python in MPIPPO_ROOT, made by make venv)" >&2; exit 2
 fi
 
+# Open MPI makes its session folder in TMPDIR (or TEMP, TMP): where it cannot (a file there, a folder no one
+# may write in), mpirun ends in a box of its text and status 213 before any rank starts; said in one line here
+"$MPIPPO_PYTHON" -c 'import sys; from mpippo.leftovers import temp_folder_problem as p; sys.exit((b := p()) and "mpippo: error: " + b)' || exit 2
+
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 THREADS=${SLURM_CPUS_PER_TASK:-1}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS

@@ -23,6 +23,7 @@ from pathlib import Path
 from mpippo import config as C
 from mpippo import files, runlock, toolcli
 from mpippo.errors import FILE_SYSTEM_FULL, let_readers_leave
+from mpippo.leftovers import temp_folder_problem
 from mpippo.usage import UsageError, refusal
 from mpippo.suite import spec, state, submit
 from mpippo.suite.submit import set_aside
@@ -120,6 +121,8 @@ def cmd_run(suite: spec.Suite, args) -> int:
         return _plan(suite, args, submit.todo(suite, elsewhere), elsewhere)
     if not args.local and not shutil.which("sbatch"):  # before anything is made
         raise SuiteError("suite run: sbatch is not on PATH (no Slurm here); use --local to run the members here")
+    if args.local and (bad := temp_folder_problem()):  # (each member's launcher would refuse it, one by one)
+        raise SuiteError(f"suite run --local: {bad}")
     with submit.SuiteLock(suite) as lock:
         elsewhere = []
         members = submit.todo(suite, elsewhere)

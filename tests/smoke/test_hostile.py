@@ -359,6 +359,11 @@ CASES = [
          "-n: 100,000 rank(s) need at least"),  # ("²".isdigit(), but int() refuses it: a traceback before)
     Case("launch-mpirun-args-quote", launch("-n", "1", "--mpirun-args", '--map-by "core'),
          "--mpirun-args: '--map-by \"core' cannot be split as a shell would (No closing quotation)"),
+    # Open MPI's session folder: mpirun's own box of text and its status 213 before
+    Case("launch-tmpdir-a-device", _with_env(launch("-n", "1"), TMPDIR="/dev/null"),
+         "TMPDIR='/dev/null' is a character device, not a folder: set TMPDIR to a folder you can write in"),
+    Case("launch-temp-under-a-file", _with_env(launch("-n", "1"), TMPDIR="", TEMP="/proc/version/x"),
+         "TEMP='/proc/version/x' lies under '/proc/version', which is a file, not a folder"),
     # ---- one writer per run folder (another process holds the folder's lock) ----
     Case("lock-fresh-run-into-a-locked-folder", lambda t, b: _locked(t, None, TOY), "is in use: process",
          check=lambda t: _unlock(t)),

@@ -282,3 +282,30 @@ def test_an_srun_mpi_plugin_that_is_no_name_is_refused_in_one_line(tmp_path, plu
     out, calls, rc = run_batch_script(good, per_node="", nodes="1", tasks="2", MPIPPO_LAUNCHER="srun",
                                       MPIPPO_SRUN_MPI="pmix_v4")
     assert calls and calls[0].startswith("trainer --mpi=pmix_v4 "), (calls, out)
+
+
+@pytest.mark.parametrize("where", ["file", "under-file", "fifo", "temp-file", "sysfs"])
+def test_a_tmpdir_open_mpi_cannot_use_is_refused_in_one_line(tmp_path, where):
+    """Open MPI makes its session folder under TMPDIR (else TEMP, TMP): a file or FIFO there, a path
+    under a file, or a folder where no folder can be made (sysfs: even root's mkdir fails there) ended
+    mpirun in a box of its text and status 213, which the script then tried once more. Now one line
+    naming the variable, exit 2, before any launch; a folder not made yet goes through."""
+    bad = tmp_path / "thing"
+    if where == "fifo":
+        os.mkfifo(bad)
+    else:
+        bad.write_text("a file\n")
+    var, value = ("TEMP", str(bad)) if where == "temp-file" else ("TMPDIR", str(bad / "sub" if where == "under-file" else bad))
+    if where == "sysfs":
+        value = "/sys/mpippo-test"
+    env = {"TMPDIR": "", var: value}
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", **env)
+    errors = [line for line in out.splitlines() if line.startswith("mpippo: error:")]
+    assert rc == 2 and not calls, out
+    why = "no folder can be made in '/sys'" if where == "sysfs" else "not a folder"
+    assert len(errors) == 1 and f"{var}='" in errors[0] and why in errors[0], out
+    assert value[-10:] in errors[0], out  # (a long path is shortened in its middle)
+    fine = tmp_path / "fine"
+    fine.mkdir()
+    out, calls, rc = run_batch_script(fine, per_node="", nodes="1", tasks="2", TMPDIR=str(fine / "not-yet"))
+    assert calls and "mpippo: error:" not in out, out
