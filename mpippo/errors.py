@@ -116,8 +116,10 @@ class ReaderMayLeave:
 def let_readers_leave() -> tuple:
     """stdout and stderr as ReaderMayLeave (once). One the process started without (`>&-`: Python's
     None, whose flush() raised after a whole run, and a refusal on a closed stderr exited 1, not 2)
-    writes to /dev/null, as its descriptor does. Returns the streams it found, for an in-process caller's
-    to be put back."""
+    writes to /dev/null, as its descriptor does. What their encoding cannot hold is written as its
+    escape (PYTHONIOENCODING=ascii, or a C locale without UTF-8, and a run folder named 'résumé': the
+    start-up line's UnicodeEncodeError had ended the run; a folder's undecodable byte in a tool's table).
+    Returns the streams it found, for an in-process caller's to be put back."""
     for fd in (0, 1, 2):  # first, before any file is opened: one would take the closed descriptor (the signal
         try:              # log's pipe became fd 2 and read the run's stderr as signals)
             os.fstat(fd)
@@ -126,6 +128,8 @@ def let_readers_leave() -> tuple:
                 os.open(os.devnull, os.O_RDWR)  # (the lowest free descriptor: this one; children get it too)
     found = (sys.stdout, sys.stderr)
     for name, fd, stream in zip(("stdout", "stderr"), (1, 2), found):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
         if stream is None:
             try:
                 stream = open(fd, "w", errors="backslashreplace", closefd=False)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
-from mpippo.errors import say, say_interrupted
+from mpippo.errors import let_readers_leave, say, say_interrupted
 from mpippo.leftovers import SHM_VAR, owned_prefix, shm_chosen, sweep_leftovers, temp_folder_problem
 from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
@@ -387,4 +387,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    let_readers_leave()  # (`2>&-`: sys.stderr None, and the launcher ended at its first look at it, exit 1, no word)
     raise SystemExit(main())

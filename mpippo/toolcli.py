@@ -160,7 +160,6 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
     """main(argv), with its bad input as one `mpippo: error: <tool>: ...` line, exit 2."""
     def say(line: str) -> None:  # one line, whatever a value in it held
         sys.stderr.write(refusal([line], f"{tool}: "))
-    escape_unencodable()
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (nohup's ignored SIGHUP stays ignored)
             signal.signal(sig, _raise_stopped)
@@ -195,14 +194,6 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         return EXIT_USAGE if e.errno in BAD_NAMES else EXIT_FAILURE  # (a name the user gave, or the machine's)
     finally:
         sys.stdout, sys.stderr = streams
-
-
-def escape_unencodable() -> None:
-    """stdout and stderr write what their encoding cannot hold (a folder's undecodable byte, a lone
-    surrogate a JSON file held) as its escape, instead of a UnicodeEncodeError after the work."""
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
 
 
 def exit_process(code: int):

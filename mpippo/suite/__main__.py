@@ -60,8 +60,7 @@ MAX_REPS = 100_000  # rliable's bootstrap: 2,000 is its default; beyond this it 
 def main(argv=None, settle: bool = False) -> int:
     """`settle`: this is the suite's own process (python -m mpippo.suite), whose stop signals stay
     ignored once a stop is decided (submit.Relay.close); tests call main in-process without it."""
-    toolcli.escape_unencodable()  # (the report prints member names, which may hold any byte)
-    streams = let_readers_leave()  # (`suite status | head`: a 'Broken pipe' refusal, exit 2)
+    streams = let_readers_leave()  # (`suite status | head`: a 'Broken pipe' refusal, exit 2; member names hold any byte)
     try:
         args = parser().parse_args(argv)
         args.settle = settle

@@ -131,6 +131,31 @@ def test_a_trainer_started_without_stdout_or_stderr_ends_as_usual(tmp_path):
                           "--total-timesteps", "-5", "--output-dir", str(tmp_path / "refused")], cwd=ROOT,
                          env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and not (tmp_path / "refused").exists()
+    # the launcher alike: with `2>&-` it ended at its first look at sys.stderr (None), exit 1, nothing started
+    launched = subprocess.run(["bash", "-c", 'exec "$0" -m mpippo.launch -n 1 "$@" 2>&-', sys.executable, *TOY_SMOKE,
+                               "--output-dir", str(tmp_path / "launched")], cwd=ROOT, env=mpi_env(),
+                              capture_output=True, text=True, timeout=180)
+    assert launched.returncode == 0 and metrics(tmp_path / "launched")["finished"] is True, launched.stdout[-2000:]
+    res = subprocess.run(["bash", "-c", 'exec "$0" -m mpippo.launch -n 0 2>&-', sys.executable], cwd=ROOT,
+                         env=mpi_env(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout
+
+
+def test_a_console_that_cannot_encode_the_run_folders_name_writes_its_escape(tmp_path):
+    """PYTHONIOENCODING=ascii (or a C locale's console) and a run folder named 'résumé': the start-up
+    line raised UnicodeEncodeError, a traceback and exit 1 with the folder made. Now its escape, and
+    the run trains. Under a C locale without UTF-8 file names, that name is refused before anything is
+    made: TensorBoard writes the path as UTF-8 and the process holds its bytes as escapes."""
+    run_dir = tmp_path / "r\u00e9sum\u00e9"
+    res = subprocess.run([sys.executable, "run_mpi.py", *TOY_SMOKE, "--output-dir", str(run_dir)], cwd=ROOT,
+                         env=mpi_env() | {"PYTHONIOENCODING": "ascii"}, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0 and "r\\xe9sum\\xe9" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+    assert metrics(run_dir)["finished"] is True
+    c_locale = {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    res = subprocess.run([sys.executable, "run_mpi.py", *TOY_SMOKE, "--output-dir", str(tmp_path / "caf\u00e9")],
+                         cwd=ROOT, env=mpi_env() | c_locale, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "reads file names as ascii" in res.stderr, res.stderr[-2000:]
+    assert not (tmp_path / "caf\u00e9").exists() and len(res.stderr.splitlines()) == 1
 
 
 def test_progress_lines_show_rate_and_eta(tmp_path):
