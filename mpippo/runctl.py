@@ -356,8 +356,15 @@ def threads_per_rank(configured: int, cpu_share: int) -> int:
     "²" passes isdigit() and fails int()), below a million (torch refuses 2**31)."""
     if configured > 0:
         return configured
+    return taken[1] if (taken := threads_from_env()) else max(1, cpu_share)
+
+
+def threads_from_env() -> tuple[str, int] | None:
+    """(variable, count) of the environment's thread count that auto takes (threads_per_rank), or None.
+    The config's checks hold it to the node's cores as they hold parallel.threads_per_rank
+    (config.memory.host_problems): OMP_NUM_THREADS=100000 crashed torch's first op (SIGSEGV), 5000 hung."""
     for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
         value = os.environ.get(name, "").strip()
         if value.isascii() and value.isdigit() and len(value) <= 6 and int(value) > 0:
-            return int(value)
-    return max(1, cpu_share)
+            return name, int(value)
+    return None

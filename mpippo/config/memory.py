@@ -164,7 +164,12 @@ RANK_BASE_BYTES = 300 << 20
 
 def _slurm_nodes() -> int:
     """The allocation's node count, 1 outside Slurm or where the variable is not a count (Slurm
-    writes a plain number; anything else is not Slurm's, and one node is the cautious reading)."""
+    writes a plain number; anything else is not Slurm's, and one node is the cautious reading).
+    Outside a job (no SLURM_JOB_ID, as Slurm sets beside it), a stray SLURM_JOB_NUM_NODES=1000 let
+    500 ranks start on this one node."""
+    job = os.environ.get("SLURM_JOB_ID", "").strip()
+    if not (job.isascii() and job.isdigit()):
+        return 1
     try:
         return max(int(os.environ.get("SLURM_JOB_NUM_NODES", "1").strip()), 1)
     except ValueError:  # (words, "²", past int()'s 4,300 digits)
@@ -187,6 +192,10 @@ def host_problems(cfg: Config, world_size: int, ranks_on_node: int) -> list[str]
     if cfg.parallel.threads_per_rank > cores:
         errs.append(f"parallel.threads_per_rank: {cfg.parallel.threads_per_rank} threads per rank on a node of {cores} "
                     f"core(s); allowed: 0 (auto) to {cores}")
+    from mpippo.runctl import threads_from_env  # (what auto takes: the same bound)
+    if cfg.parallel.threads_per_rank == 0 and (taken := threads_from_env()) and taken[1] > cores:
+        errs.append(f"{taken[0]}={taken[1]}: threads per rank (parallel.threads_per_rank 0, auto, takes it) on a node of "
+                    f"{cores} core(s); allowed: 1 to {cores}, or set parallel.threads_per_rank")
     return [e for e in errs if e]
 
 

@@ -348,6 +348,11 @@ CASES = [
     Case("env-cuda-devices-two-lines", _with_env(train(*TOY, "--set", "training.device=cuda"),
                                                  CUDA_VISIBLE_DEVICES="0\nGPU-1"),
          "CUDA is not usable here (CUDA_VISIBLE_DEVICES=0\\nGPU-1)"),
+    # the thread count auto takes, past the node's cores: torch's first op died of SIGSEGV (100000), or hung (5000)
+    Case("env-omp-threads-past-the-cores", _with_env(train(*TOY), OMP_NUM_THREADS="100000"),
+         "OMP_NUM_THREADS=100000: threads per rank (parallel.threads_per_rank 0, auto, takes it) on a node of"),
+    Case("env-slurm-cpus-past-the-cores-2-ranks", _with_env(train(*TOY, ranks=2), OMP_NUM_THREADS="", SLURM_CPUS_PER_TASK="4096"),
+         "SLURM_CPUS_PER_TASK=4096: threads per rank"),
     Case("evaluate-env-fault-hook-unknown-kind", _with_env(evaluate("ppo"), MPIPPO_FAULT="kind=melt"),
          "MPIPPO_FAULT: kind 'melt' is not one of raise, kill, hang"),
     # ---- the launcher ----
@@ -357,6 +362,11 @@ CASES = [
     Case("launch-n-beyond-memory", launch("-n", "100000"), "-n: 100,000 rank(s) need at least"),  # was started
     Case("launch-slurm-node-count-not-a-count", _with_env(launch("-n", "100000"), SLURM_JOB_NUM_NODES="²"),
          "-n: 100,000 rank(s) need at least"),  # ("²".isdigit(), but int() refuses it: a traceback before)
+    # a node count with no Slurm job beside it is not an allocation's: mpirun starts every rank here
+    Case("launch-slurm-node-count-outside-a-job", _with_env(launch("-n", "100000"), SLURM_JOB_ID="", SLURM_JOB_NUM_NODES="100000"),
+         "-n: 100,000 rank(s) need at least"),
+    Case("launch-slurm-node-count-job-not-a-number", _with_env(launch("-n", "100000"), SLURM_JOB_ID="abc",
+                                                               SLURM_JOB_NUM_NODES="100000"), "-n: 100,000 rank(s) need at least"),
     Case("launch-mpirun-args-quote", launch("-n", "1", "--mpirun-args", '--map-by "core'),
          "--mpirun-args: '--map-by \"core' cannot be split as a shell would (No closing quotation)"),
     # Open MPI's session folder: mpirun's own box of text and its status 213 before
