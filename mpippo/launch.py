@@ -45,6 +45,7 @@ def mpi_env() -> dict:
     env = dict(os.environ)
     if (bad := temp_folder_problem(env)):
         raise UsageError(bad)
+    env.setdefault("HOME", os.path.expanduser("~"))  # (without one, opal_init fails: 14 lines of its own, exit 1)
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # pip Open MPI refuses root without these
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return env

@@ -124,9 +124,22 @@ class WandbStart:
 
 def _what_to_do(mode: str) -> str:
     if mode == "online":
-        return ("log in first (wandb login, or WANDB_API_KEY), check logging.wandb_project and the network, or use "
+        todo = ("log in first (wandb login, or WANDB_API_KEY), check logging.wandb_project and the network, or use "
                 "logging.wandb=offline (then wandb sync) or off")
-    return "check logging.wandb_project and the run folder's wandb/ and wandb-id, or set logging.wandb=off"
+    else:
+        todo = "check logging.wandb_project and the run folder's wandb/ and wandb-id, or set logging.wandb=off"
+    return todo + _wandb_environment()
+
+
+def _wandb_environment() -> str:
+    """The WANDB_ variables set, which W&B reads over what it is given (WANDB_MODE=garbage refused a run
+    whose config and folder were fine, and the line blamed those); secrets by name only."""
+    names = sorted(k for k in os.environ if k.startswith("WANDB_"))
+    if not names:
+        return ""
+    shown = [k if any(w in k for w in ("KEY", "TOKEN", "SECRET", "PASSWORD")) else f"{k}={show(os.environ[k])}"
+             for k in names[:6]]
+    return f"; W&B also reads {', '.join(shown)}{', ...' if len(names) > 6 else ''} from the environment"
 
 
 def _entries(folder: Path) -> set[str]:

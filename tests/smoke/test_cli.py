@@ -131,8 +131,9 @@ def test_a_trainer_started_without_stdout_or_stderr_ends_as_usual(tmp_path):
                           "--total-timesteps", "-5", "--output-dir", str(tmp_path / "refused")], cwd=ROOT,
                          env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and not (tmp_path / "refused").exists()
-    # the launcher alike: with `2>&-` it ended at its first look at sys.stderr (None), exit 1, nothing started
-    launched = subprocess.run(["bash", "-c", 'exec "$0" -m mpippo.launch -n 1 "$@" 2>&-', sys.executable, *TOY_SMOKE,
+    # the launcher alike: with `2>&-` it ended at its first look at sys.stderr (None), exit 1, nothing started;
+    # and with no HOME (a cron line's environment) mpirun's opal_init failed in 14 lines of its own, exit 1
+    launched = subprocess.run(["bash", "-c", 'unset HOME; exec "$0" -m mpippo.launch -n 1 "$@" 2>&-', sys.executable, *TOY_SMOKE,
                                "--output-dir", str(tmp_path / "launched")], cwd=ROOT, env=mpi_env(),
                               capture_output=True, text=True, timeout=180)
     assert launched.returncode == 0 and metrics(tmp_path / "launched")["finished"] is True, launched.stdout[-2000:]

@@ -177,7 +177,7 @@ WANDB_NO_NETWORK = ("class Settings:\n    def __init__(self, **kw): pass\n"
                     "def init(**kw):\n    raise ConnectionError('Network is unreachable: api.wandb.ai')\n")
 
 
-def with_wandb(setup, mode: str = "offline", fake: str | None = None, prepare=None):
+def with_wandb(setup, mode: str = "offline", fake: str | None = None, prepare=None, **more_env):
     """A trainer case with logging.wandb=`mode`, against the real wandb in a home of its own (no
     login) or a stand-in package (`fake`: its module text); prepare(run folder) edits a resumed copy."""
     def wrapped(tmp, bases):
@@ -185,7 +185,7 @@ def with_wandb(setup, mode: str = "offline", fake: str | None = None, prepare=No
         if prepare is not None:
             prepare(Path(argv[argv.index("--output-dir") + 1]))
         (tmp / "home").mkdir()
-        env = wandb_home(tmp / "home") | (fake_wandb(tmp, fake) if fake else {})
+        env = wandb_home(tmp / "home") | (fake_wandb(tmp, fake) if fake else {}) | more_env
         return ranks, [*argv, "--set", f"logging.wandb={mode}"], env
     return wrapped
 
@@ -414,6 +414,11 @@ CASES = [
          "the wandb package is installed but does not import (ImportError: libwandb_core.so"),
     Case("wandb-no-network", with_wandb(train(*TOY), "online", fake=WANDB_NO_NETWORK),
          "(ConnectionError: Network is unreachable: api.wandb.ai); log in first"),
+    # W&B reads its WANDB_ variables over what it is given: the line blamed the config and the run folder
+    Case("wandb-mode-garbled-in-the-environment", with_wandb(train(*TOY), WANDB_MODE="garbage"),
+         "W&B also reads WANDB_API_KEY, WANDB_BASE_URL=", check=lambda t: not (t / "out").exists()),  # (a key by name only)
+    Case("wandb-mode-garbled-in-the-environment-2-ranks", with_wandb(train(*TOY, ranks=2), WANDB_MODE="sometimes"),
+         "WANDB_MODE='sometimes', WANDB_SILENT='true' from the environment", check=lambda t: not (t / "out").exists()),
     Case("wandb-project-refused", train(*TOY, "--set", "logging.wandb=offline", "--set", "logging.wandb_project=lab#1"),
          "logging.wandb_project: 'lab#1' is not a W&B project name: 1 to 128 characters, none of / \\ # ? % : (it has #)"),
     Case("wandb-yaml-on", train(*TOY, "--config", "TMP/c.yaml", files={"c.yaml": "logging:\n  wandb: on\n"}),
