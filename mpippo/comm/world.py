@@ -62,8 +62,9 @@ def _orphan_check() -> None:
     started = os.environ.get("OMPI_COMM_WORLD_SIZE", "")
     if MPI is not None and MPI.Is_initialized() and started.isdecimal() and int(started) != MPI.COMM_WORLD.Get_size():
         with contextlib.suppress(Exception):
-            sys.stderr.write(f"mpippo: error: mpirun started this rank as one of {started}, but MPI made it a world "
-                             f"of {MPI.COMM_WORLD.Get_size()} (mpirun gone before MPI started?); ending it\n")
+            sys.stderr.write(f"mpippo: error: OMPI_COMM_WORLD_SIZE={started}: mpirun started this rank as one of {started}, "
+                             f"but MPI made it a world of {MPI.COMM_WORLD.Get_size()} (mpirun gone before MPI started? "
+                             f"or a variable left from another job's environment: unset it); ending it\n")
             sys.stderr.flush()
         _remove_shm_folder()
         os._exit(1)

@@ -237,8 +237,9 @@ def test_a_rank_whose_mpirun_died_before_mpi_started_ends_instead_of_training_al
     res = run([sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps",
                "2048", "--output-dir", str(tmp_path / "run")], 60, env={"OMPI_COMM_WORLD_SIZE": "2"})
     assert res.returncode == 1 and res.stderr.splitlines() == [
-        "mpippo: error: mpirun started this rank as one of 2, but MPI made it a world of 1 (mpirun gone before MPI "
-        "started?); ending it"], res.stderr[-2000:]
+        "mpippo: error: OMPI_COMM_WORLD_SIZE=2: mpirun started this rank as one of 2, but MPI made it a world of 1 "
+        "(mpirun gone before MPI started? or a variable left from another job's environment: unset it); ending it"], \
+        res.stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
 
