@@ -13,7 +13,7 @@ preemption.install()
 
 from mpippo.errors import let_readers_leave  # noqa: E402
 
-let_readers_leave()  # (`run_mpi.py | head`: the run goes on when its reader leaves; `>&-`: /dev/null)
+let_readers_leave(progress_only=True)  # (`run_mpi.py | head`, `> log` on a full disk: the run goes on; `>&-`: /dev/null)
 preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
 
 from mpippo import hostmem  # noqa: E402

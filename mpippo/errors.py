@@ -74,6 +74,7 @@ def say(line: str) -> None:
 
 
 GONE = frozenset({errno.EPIPE, errno.EIO})  # the reader left (a pipe's), the terminal hung up (a tty's EIO)
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # a console redirected to a full file system
 
 
 class ReaderMayLeave:
@@ -81,25 +82,35 @@ class ReaderMayLeave:
     terminal): the rest of its output is dropped and the work goes on (a BrokenPipeError had ended a one-rank run with
     a traceback and no checkpoint, and lost a tool's results, printed before they were written)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, progress_only: bool = False):
         self._stream = stream
+        self._progress_only = progress_only  # (see let_readers_leave)
 
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
         except OSError as e:
-            if e.errno not in GONE:
-                raise
-            self._drop()
+            self._lost(e)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except OSError as e:
-            if e.errno not in GONE:
-                raise
+            self._lost(e)
+
+    def _lost(self, e: OSError) -> None:
+        if e.errno in FULL and self._progress_only:
             self._drop()
+            if self._progress_only == "said":  # (once: the warning itself may meet the same full stream)
+                return
+            self._progress_only = "said"
+            say(f"mpippo: warning: {who()}the console's output cannot be written ({e.strerror}): "
+                f"dropped from here on; the run goes on (its outputs are in its folder)")
+            return
+        if e.errno not in GONE:
+            raise e
+        self._drop()
 
     def _drop(self) -> None:  # the descriptor itself to /dev/null: the stream's buffer and children's output too
         try:
@@ -113,12 +124,15 @@ class ReaderMayLeave:
         return getattr(self._stream, name)
 
 
-def let_readers_leave() -> tuple:
+def let_readers_leave(progress_only: bool = False) -> tuple:
     """stdout and stderr as ReaderMayLeave (once). One the process started without (`>&-`: Python's
     None, whose flush() raised after a whole run, and a refusal on a closed stderr exited 1, not 2)
     writes to /dev/null, as its descriptor does. What their encoding cannot hold is written as its
     escape (PYTHONIOENCODING=ascii, or a C locale without UTF-8, and a run folder named 'résumé': the
     start-up line's UnicodeEncodeError had ended the run; a folder's undecodable byte in a tool's table).
+    progress_only (the trainer's: its console is progress, its outputs are files): a console on a full
+    file system (`> log` on a full disk) is dropped with a warning and the run goes on; it had ended
+    the run at its first line, before any checkpoint, its folder made. A tool's console is its product.
     Returns the streams it found, for an in-process caller's to be put back."""
     for fd in (0, 1, 2):  # first, before any file is opened: one would take the closed descriptor (the signal
         try:              # log's pipe became fd 2 and read the run's stderr as signals)
@@ -136,7 +150,7 @@ def let_readers_leave() -> tuple:
             except OSError:
                 continue
         if not isinstance(stream, ReaderMayLeave):
-            setattr(sys, name, ReaderMayLeave(stream))
+            setattr(sys, name, ReaderMayLeave(stream, progress_only))
     return found
 
 
