@@ -323,6 +323,7 @@ class _Relay:
 
     def wait(self, proc, ranks: int) -> int:
         self.proc, self.ranks, self.started = proc, ranks, time.monotonic()
+        outlived = _Outlived(proc.pid)
         while True:  # poll: a signal held while we wait must be passed on without waiting for the exit
             try:
                 return proc.wait(timeout=0.05 if self.held else 0.5)
@@ -331,8 +332,41 @@ class _Relay:
                     held, self.held = self.held, []
                     for sig in held:
                         self.deliver(sig)
+                if outlived.hung():
+                    return outlived.end(proc)
             except InterruptedError:
                 continue
+
+
+class _Outlived:
+    """mpirun outliving every rank it started here: after a rank that fails inside MPI_Init (a bad
+    OMPI_MCA_btl, say) Open MPI's runtime can wait forever (PMIX_ERR_UNREACH), and the launcher with
+    it, deaf to a stop (the stop goes to ranks that are gone). Ranks on other nodes are not seen: a
+    job whose ranks were never seen here is never judged."""
+
+    GRACE_S = 30.0  # a job's normal end takes mpirun well under a second after its last rank
+
+    def __init__(self, mpirun_pid: int):
+        self.pid, self.seen, self.gone_since, self.next_look = mpirun_pid, False, None, 0.0
+
+    def hung(self) -> bool:
+        now = time.monotonic()
+        if now < self.next_look:
+            return False
+        self.next_look = now + 2.0
+        if rank_processes(self.pid):
+            self.seen, self.gone_since = True, None
+        elif self.seen and self.gone_since is None:
+            self.gone_since = now
+        return self.gone_since is not None and now - self.gone_since > self.GRACE_S
+
+    def end(self, proc) -> int:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # (its own session: start_new_session)
+        proc.wait()
+        say(f"mpippo: error: every rank of this job has ended, but mpirun (pid {proc.pid}) had not {self.GRACE_S:.0f} s "
+            f"later (Open MPI's runtime hung after a rank's failure, its messages above): ended it")
+        return 1
 
 
 HOST_OPTIONS = {"--host", "-H", "--hostfile", "--machinefile", "--default-hostfile"}  # ranks beyond this node

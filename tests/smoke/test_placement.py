@@ -6,10 +6,13 @@ rank to cores // ranks cores (--map-by slot:PE=n), or leaves ranks unbound when 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -299,3 +302,32 @@ def _ranks_of(run_dir: Path) -> list:
         if "run_mpi.py" in line and str(run_dir) in line:
             out.append(p)
     return out
+
+
+def test_the_launcher_ends_an_mpirun_that_outlives_every_rank_it_started(capsys):
+    """After a rank failed inside MPI_Init (OMPI_MCA_btl=nonsense), Open MPI's runtime waited forever
+    (PMIX_ERR_UNREACH) with every rank gone, and the launcher with it, deaf to a stop. A stand-in mpirun
+    here: one 'rank' (run_mpi.py in its command line, its rank in its environment) that lives a second,
+    then the stand-in sleeps on. The launcher's watch ends its session and says so; a job whose ranks it
+    never saw (on other nodes) is never judged."""
+    from mpippo import launch
+    rank = f'OMPI_COMM_WORLD_RANK=0 {sys.executable} -c "import time; time.sleep(1)" run_mpi.py & wait; sleep 600'
+    hung = subprocess.Popen(["bash", "-c", rank], start_new_session=True)
+    quiet = subprocess.Popen(["bash", "-c", "sleep 600"], start_new_session=True)
+    try:
+        watch, unseen = launch._Outlived(hung.pid), launch._Outlived(quiet.pid)
+        watch.GRACE_S = unseen.GRACE_S = 1.0
+        deadline = time.monotonic() + 30
+        while not watch.hung() and time.monotonic() < deadline:
+            assert not unseen.hung()
+            time.sleep(0.2)
+        assert watch.seen and not unseen.seen and time.monotonic() < deadline
+        assert watch.end(hung) == 1 and hung.returncode == -signal.SIGKILL
+        assert "every rank of this job has ended, but mpirun" in capsys.readouterr().err
+        with pytest.raises(ProcessLookupError):
+            os.killpg(hung.pid, 0)  # (the whole session: its sleep too)
+    finally:
+        for p in (hung, quiet):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
