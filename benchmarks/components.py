@@ -134,7 +134,7 @@ def _main(argv: list[str] | None) -> int:
     argv = [*(["--config", str(args.config)] if args.config else []), *(["--set", f"env.name={args.env}"] if args.env else [])]
     hang = [runctl.STARTUP_TIMEOUT_S]  # (until the config says)
     with watch_startup("components", "", lambda: hang[0], lambda code, line: runctl.end_held(ALONE, code, line)):
-        _, cfg = check_trainer(argv, 1, f"--config {args.config}" if args.config else "--env")
+        _, cfg = check_trainer(argv, 1, f"--config {args.config}" if args.config else "--env", under_mpirun=False)
         hang[0] = runctl.startup_timeout(cfg.guards.collective_timeout_s)
         spaces = spaces_of(cfg)
         env = make_env(cfg, args.envs_per_rank, seed=0)

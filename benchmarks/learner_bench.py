@@ -63,7 +63,7 @@ def _setup(argv: list[str], ranks: int, what: str):
     """The config as the trainer would resolve it (its own checks), the device, the precision made
     concrete for it and its determinism setting, as a learner rank sets them up."""
     from mpippo import runctl
-    _, cfg = check_trainer(argv, ranks, what)
+    _, cfg = check_trainer(argv, ranks, what, under_mpirun=False)
     t = cfg.training
     device = runctl.pick_device(t.device, 0, lambda *a, **k: None)
     runctl.cuda_determinism(device, t.deterministic)
@@ -225,7 +225,7 @@ def ppo_profile(device: str, table_out: Path, extra: list[str] = ()) -> dict:
     from mpippo.metrics.timers import PhaseTimer
     from mpippo.runners.sync import SyncTrainer
     argv = ["--device", device, *extra]
-    _, cfg = check_trainer(argv, 1, "the profiled PPO iteration")
+    _, cfg = check_trainer(argv, 1, "the profiled PPO iteration", under_mpirun=False)
     with launch.temp_folder("profile") as tmp:
         trainer = SyncTrainer(cfg, World(), Path(tmp))
         dev = trainer.device

@@ -84,7 +84,7 @@ class ReaderMayLeave:
 
     def __init__(self, stream, progress_only: bool = False):
         self._stream = stream
-        self._progress_only = progress_only  # (see let_readers_leave)
+        self._progress_only, self._warned = progress_only, False  # (see let_readers_leave)
 
     def write(self, text: str) -> int:
         try:
@@ -102,9 +102,9 @@ class ReaderMayLeave:
     def _lost(self, e: OSError) -> None:
         if e.errno in FULL and self._progress_only:
             self._drop()
-            if self._progress_only == "said":  # (once: the warning itself may meet the same full stream)
+            if self._warned:  # (once: the warning itself may meet the same full stream)
                 return
-            self._progress_only = "said"
+            self._warned = True
             say(f"mpippo: warning: {who()}the console's output cannot be written ({e.strerror}): "
                 f"dropped from here on; the run goes on (its outputs are in its folder)")
             return

@@ -188,9 +188,9 @@ def not_utf8(path: str | Path) -> str | None:
         return "its name holds a character no file name can (a lone surrogate)"
     except UnicodeDecodeError as e:
         return f"its name is not UTF-8 (byte 0x{raw[e.start]:02x})"
-    if not str(path).isascii() and sys.getfilesystemencoding() != "utf-8":  # (UTF-8 bytes, read as escapes)
-        return (f"this process reads file names as {sys.getfilesystemencoding()} (a C locale without UTF-8: "
-                f"LC_ALL=C.UTF-8 lets it read this one)")
+    if not str(path).isascii() and sys.getfilesystemencoding() != "utf-8":  # (its bytes read as escapes or latin-1)
+        return (f"this process's file names are {sys.getfilesystemencoding()} (its locale's), not UTF-8, so this "
+                f"path's non-ASCII part cannot be written as UTF-8 (a UTF-8 locale, e.g. LC_ALL=C.UTF-8, can)")
     return None
 
 

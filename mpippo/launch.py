@@ -45,7 +45,9 @@ def mpi_env() -> dict:
     env = dict(os.environ)
     if (bad := temp_folder_problem(env)):
         raise UsageError(bad)
-    env.setdefault("HOME", os.path.expanduser("~"))  # (without one, opal_init fails: 14 lines of its own, exit 1)
+    if "HOME" not in env:  # (without one, opal_init fails: 14 lines of its own, exit 1)
+        home = os.path.expanduser("~")
+        env["HOME"] = home if home != "~" else "/"  # (no passwd entry for this uid: a container's)
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # pip Open MPI refuses root without these
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return env
@@ -345,6 +347,7 @@ class _Outlived:
     job whose ranks were never seen here is never judged."""
 
     GRACE_S = 30.0  # a job's normal end takes mpirun well under a second after its last rank
+    LOOK_S = 2.0  # (each look reads every child's environment)
 
     def __init__(self, mpirun_pid: int):
         self.pid, self.seen, self.gone_since, self.next_look = mpirun_pid, False, None, 0.0
@@ -353,7 +356,7 @@ class _Outlived:
         now = time.monotonic()
         if now < self.next_look:
             return False
-        self.next_look = now + 2.0
+        self.next_look = now + self.LOOK_S
         if rank_processes(self.pid):
             self.seen, self.gone_since = True, None
         elif self.seen and self.gone_since is None:
@@ -361,11 +364,12 @@ class _Outlived:
         return self.gone_since is not None and now - self.gone_since > self.GRACE_S
 
     def end(self, proc) -> int:
+        end_job(proc, grace_s=5.0)  # (SIGTERM first: Open MPI removes its session folder)
         with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)  # (its own session: start_new_session)
-        proc.wait()
-        say(f"mpippo: error: every rank of this job has ended, but mpirun (pid {proc.pid}) had not {self.GRACE_S:.0f} s "
-            f"later (Open MPI's runtime hung after a rank's failure, its messages above): ended it")
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session (start_new_session)
+        say(f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {proc.pid}) had not "
+            f"{self.GRACE_S:.0f} s later (Open MPI's runtime can hang after a rank fails at its start; its messages are "
+            f"above): ended it")
         return 1
 
 

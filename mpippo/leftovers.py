@@ -23,32 +23,34 @@ def shm_chosen(env) -> bool:
     an empty value names none (Open MPI would put its files at '(null)/...'), as slurm/common.sh reads it."""
     return any(env.get(v) for v in SHM_VARS)
 
-# where Open MPI (its runtime and every rank) makes its session folder: the first of these that is set
-# and not empty, /tmp where none is (opal_tmp_directory; PMIx reads the same)
+# where Open MPI (its runtime and every rank) makes its session folder: the first of these that is set,
+# even empty (then its folder goes in /), /tmp where none is (PMIx's pmix_tmp_directory)
 TEMP_VARS = ("TMPDIR", "TEMP", "TMP")
 
 
 def temp_folder_problem(env=os.environ) -> str | None:
     """What stops Open MPI from making its session folder where `env` sends it, in one line, or None.
-    A TMPDIR that is a file (or lies under one, or that this user may not write in) ends mpirun before
-    any rank starts, in a box of Open MPI's text and its own exit status 213; the launcher, the tools
-    and the batch scripts say it first. A folder that does not exist yet is fine: Open MPI makes it."""
-    var = next((v for v in TEMP_VARS if env.get(v)), None)
+    A TMPDIR that is a file (or lies under one, or where this user may not make a folder) ends mpirun
+    before any rank starts, in a box of Open MPI's text and its own exit status 213; the launcher, the
+    tools and the batch scripts say it first. A folder that does not exist yet is fine: Open MPI makes it."""
+    var = next((v for v in TEMP_VARS if v in env), None)
     if var is None:
         return None
     value = env[var]
-    head = os.path.abspath(value)
+    said = f"{var}={show(value)}" + ("" if value else " (empty: Open MPI then makes its folder in /)")
+    head = path = os.path.abspath(value) if value else "/"
     while not os.path.lexists(head):  # the nearest part that exists ("/" always does)
         head = os.path.dirname(head)
     fix = f"set {var} to a folder you can write in, or unset it (Open MPI keeps its session files there)"
     if not os.path.isdir(head):
         kind = file_kind(os.lstat(head).st_mode)
-        where = f" is {kind}" if head == os.path.abspath(value) else f" lies under {show(head)}, which is {kind}"
-        return f"{var}={show(value)}{where}, not a folder: {fix}"
+        return f"{said}{f' is {kind}' if head == path else f' lies under {show(head)}, which is {kind}'}, not a folder: {fix}"
     try:  # (not os.access: root "may" write in /sys, where mkdir fails)
-        os.rmdir(tempfile.mkdtemp(prefix=owned_prefix("probe"), dir=head))
+        probe = tempfile.mkdtemp(prefix=owned_prefix("probe"), dir=head)
     except OSError as e:
-        return f"{var}={show(value)}: no folder can be made in {show(head)} ({e.strerror or e}): {fix}"
+        return f"{said}: no folder can be made in {show(head)} ({e.strerror or e}): {fix}"
+    with contextlib.suppress(OSError):  # (one left is swept as any folder named so: sweep_leftovers)
+        os.rmdir(probe)
     return None
 
 

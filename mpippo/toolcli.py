@@ -480,14 +480,16 @@ def conform(data: Any, spec, path: Path, what: str = "metrics file") -> Any:
 
 
 # ---- the trainer's options, checked here before any run starts ----
-def check_trainer(argv: list[str], ranks: int, what: str):
+def check_trainer(argv: list[str], ranks: int, what: str, under_mpirun: bool = True):
     """The trainer's own checks of `run_mpi.py argv` at `ranks` ranks on this node (command line,
     config file, values, memory, threads), run in this process without MPI or torch; returns
     (the parsed options, the resolved Config), or a UsageError whose lines start with `what`.
-    (A tool is no MPI job: importing the trainer's cli starts no MPI here, comm/world.py.)"""
+    under_mpirun: the run will be an mpirun job, so Open MPI's session folder is checked too (False:
+    the tool builds the trainer's parts in its own process). (A tool is no MPI job: importing the
+    trainer's cli starts no MPI here, comm/world.py.)"""
     from mpippo import cli, faults, hostmem  # the trainer's start-up and its MPI bindings: for tools that check a run
     try:
-        if (bad := hostmem.error() or faults.ERROR or temp_folder_problem()):  # (the last: mpirun's own, on this node)
+        if (bad := hostmem.error() or faults.ERROR or (under_mpirun and temp_folder_problem())):
             raise UsageError(bad)
         args = cli.make_parser().parse_args(argv)
         cfg = C.resolve(C.build(C.load_yaml(args.config or C.DEFAULT_CONFIG), cli._overrides(args), ranks), ranks)

@@ -131,10 +131,16 @@ def _what_to_do(mode: str) -> str:
     return todo + _wandb_environment()
 
 
+# read over what wandb.init is given, so named first; WANDB_SERVICE and WANDB__* are W&B's own (it sets them)
+WANDB_SETTINGS = ("WANDB_MODE", "WANDB_DISABLED", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_ID", "WANDB_RESUME",
+                  "WANDB_BASE_URL", "WANDB_DIR")
+
+
 def _wandb_environment() -> str:
     """The WANDB_ variables set, which W&B reads over what it is given (WANDB_MODE=garbage refused a run
     whose config and folder were fine, and the line blamed those); secrets by name only."""
-    names = sorted(k for k in os.environ if k.startswith("WANDB_"))
+    names = sorted((k for k in os.environ if k.startswith("WANDB_") and k != "WANDB_SERVICE"
+                    and not k.startswith("WANDB__")), key=lambda k: ((WANDB_SETTINGS + (k,)).index(k), k))
     if not names:
         return ""
     shown = [k if any(w in k for w in ("KEY", "TOKEN", "SECRET", "PASSWORD")) else f"{k}={show(os.environ[k])}"

@@ -121,7 +121,7 @@ def run_marked(cmd: list[str], tag: str, timeout: float = 90, env: dict | None =
 
 
 def _run_marked_once(cmd: list[str], tag: str, timeout: float, env: dict | None) -> tuple:
-    full_env = mpi_env() | {MARK: tag} | (env or {})
+    full_env = {k: v for k, v in (mpi_env() | {MARK: tag} | (env or {})).items() if v is not None}  # (None: unset)
     try:
         res = run_warm(cmd, full_env, ROOT, timeout)
     except BaseException:  # (the test fails on its timeout: the case's other processes go first)

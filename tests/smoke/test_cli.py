@@ -162,7 +162,7 @@ def test_a_console_that_cannot_encode_the_run_folders_name_writes_its_escape(tmp
     c_locale = {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
     res = subprocess.run([sys.executable, "run_mpi.py", *TOY_SMOKE, "--output-dir", str(tmp_path / "caf\u00e9")],
                          cwd=ROOT, env=mpi_env() | c_locale, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "reads file names as ascii" in res.stderr, res.stderr[-2000:]
+    assert res.returncode == 2 and "this process's file names are ascii" in res.stderr, res.stderr[-2000:]
     assert not (tmp_path / "caf\u00e9").exists() and len(res.stderr.splitlines()) == 1
 
 

@@ -290,7 +290,7 @@ CASES = [
         "tiny/default', which is a file, not a folder"),
     Case("local-tmpdir-a-file", suite("run", "--local", env=lambda t: (t / "tmpfile").write_text("x") and {"TMPDIR": str(t / "tmpfile")}),
          "suite run --local: TMPDIR="),  # (every member's launcher refused it in turn, after the suite's folder was made)
-    Case("local-tmp-under-a-device", suite("run", "--local", env=lambda t: {"TMPDIR": "", "TMP": "/dev/null/x"}),
+    Case("local-tmp-under-a-device", suite("run", "--local", env=lambda t: {"TMPDIR": None, "TEMP": None, "TMP": "/dev/null/x"}),
          "TMP='/dev/null/x' lies under '/dev/null', which is a character device, not a folder"),
     Case("report-out-is-a-file", suite("report", "--out", "TMP/f", prepare=lambda t: (t / "f").write_text("x")),
          "f' is not a folder (the report's files go into it)"),

@@ -234,7 +234,7 @@ CASES = [
          "training.algo: the sweep measures the sync layout (phase times of every rank: a2c, ppo); 'dqn' is not"),
     Case("sweep-tmpdir-a-device", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, env={"TMPDIR": "/dev/null"}),
          "at 1 rank(s): TMPDIR='/dev/null' is a character device, not a folder"),  # (mpirun's status 213 before)
-    Case("sweep-tmpdir-under-a-file", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, env={"TMPDIR": "", "TMP": "/proc/version/x"}),
+    Case("sweep-tmpdir-under-a-file", tool(SWEEP, "--ranks", "1", *SWEEP_OUT, env={"TMPDIR": None, "TEMP": None, "TMP": "/proc/version/x"}),
          "TMP='/proc/version/x' lies under '/proc/version', which is a file"),
     Case("sweep-out-is-file", tool(SWEEP, "--out", "TMP/f", files={"f": "a file"}), "is a file; give a folder"),
     Case("sweep-out-under-file", tool(SWEEP, "--out", "TMP/f/sweep", files={"f": "a file"}), "is a file, not a folder"),

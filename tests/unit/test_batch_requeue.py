@@ -40,6 +40,7 @@ def run_batch_script(tmp_path: Path, per_node: str, nodes: str, tasks: str, args
                MPIPPO_MPIRUN=str(stubs / "mpirun"), MPIPPO_RUN_DIR=str(tmp_path / "run"), TMPDIR=str(tmp_path),
                SLURM_JOB_ID="77", SLURM_NTASKS=tasks, SLURM_NTASKS_PER_NODE=per_node,
                SLURM_JOB_NUM_NODES=nodes, SLURM_JOB_NODELIST="n[1-2]", SLURM_TASKS_PER_NODE=per_node) | more_env
+    env = {k: v for k, v in env.items() if v is not None}  # (None: unset)
     res = subprocess.run(["bash", *script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60)
     return res.stdout + res.stderr, calls.read_text().splitlines() if calls.exists() else [], res.returncode
@@ -298,7 +299,7 @@ def test_a_tmpdir_open_mpi_cannot_use_is_refused_in_one_line(tmp_path, where):
     var, value = ("TEMP", str(bad)) if where == "temp-file" else ("TMPDIR", str(bad / "sub" if where == "under-file" else bad))
     if where == "sysfs":
         value = "/sys/mpippo-test"
-    env = {"TMPDIR": "", var: value}
+    env = {"TMPDIR": None, "TEMP": None, var: value}  # (an empty TMPDIR is Open MPI's: then it uses /)
     out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", **env)
     errors = [line for line in out.splitlines() if line.startswith("mpippo: error:")]
     assert rc == 2 and not calls, out
@@ -309,3 +310,12 @@ def test_a_tmpdir_open_mpi_cannot_use_is_refused_in_one_line(tmp_path, where):
     fine.mkdir()
     out, calls, rc = run_batch_script(fine, per_node="", nodes="1", tasks="2", TMPDIR=str(fine / "not-yet"))
     assert calls and "mpippo: error:" not in out, out
+
+
+def test_an_empty_tmpdir_is_open_mpis_choice_and_read_as_it_reads_it():
+    """Open MPI takes the first of TMPDIR, TEMP, TMP that is set, even empty (its folder then goes in /):
+    an empty TMPDIR is never passed over for a TEMP or TMP it does not read; a folder not made yet is fine."""
+    said = leftovers.temp_folder_problem({"TMPDIR": "", "TMP": "/dev/null"})
+    assert said is None or said.startswith("TMPDIR='' (empty: Open MPI then makes its folder in /): no folder"), said
+    assert leftovers.temp_folder_problem({"TEMP": "/dev/null/x", "TMP": "/tmp"}).startswith("TEMP='/dev/null/x' lies under")
+    assert leftovers.temp_folder_problem({"TMP": "/tmp/not-made-yet/x"}) is None and leftovers.temp_folder_problem({}) is None
