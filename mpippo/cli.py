@@ -482,13 +482,11 @@ def budget_note(cfg: C.Config, done: int, batch: int, ranks: int) -> str | None:
     word). None where it is whole or reached already, where the balanced cut-off varies the update's
     size (on more than one rank), and in timed training (its budget is a cap, often far off)."""
     t = cfg.training
-    left = t.total_timesteps - done
-    cut = t.rollout_cutoff is not None and ranks > 1
-    if left <= 0 or left % batch == 0 or cut or t.duration_hours is not None:
+    end = runctl.budget_end(cfg, done, batch, ranks)
+    if end is None or end == t.total_timesteps:
         return None
-    updates = -(-left // batch)
     return (f"training.total_timesteps {t.total_timesteps:,} is not a whole number of updates of {batch:,} env steps "
-            f"(envs x n_steps) from {done:,}: the run ends at {done + updates * batch:,}, after {updates:,} update(s)")
+            f"(envs x n_steps) from {done:,}: the run ends at {end:,}, after {(end - done) // batch:,} update(s)")
 
 
 def placement_words(world: World, trainer) -> str:

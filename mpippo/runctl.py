@@ -359,6 +359,17 @@ def threads_per_rank(configured: int, cpu_share: int) -> int:
     return taken[1] if (taken := threads_from_env()) else max(1, cpu_share)
 
 
+def budget_end(cfg, done: int, batch: int, ranks: int) -> int | None:
+    """The step a sync run from `done` ends at: its budget rounded up to whole updates of `batch`; None
+    where that is not known in advance (the balanced cut-off on more than one rank varies the update's
+    size; timed training's budget is a cap) or nothing is left."""
+    t = cfg.training
+    left = t.total_timesteps - done
+    if left <= 0 or (t.rollout_cutoff is not None and ranks > 1) or t.duration_hours is not None:
+        return None
+    return done + -(-left // batch) * batch
+
+
 def threads_from_env() -> tuple[str, int] | None:
     """(variable, count) of the environment's thread count that auto takes (threads_per_rank), or None.
     The config's checks hold it to the node's cores as they hold parallel.threads_per_rank

@@ -40,7 +40,7 @@ from mpippo.faults import maybe_inject, phase_timer
 from mpippo.preemption import SignalFlags
 from mpippo.metrics.sinks import WandbStart
 from mpippo.runctl import Deadline, EpisodeWindow, bf16_native, cuda_determinism, env_threads, pick_device
-from mpippo.runctl import resolve_precision, threads_per_rank
+from mpippo.runctl import budget_end, resolve_precision, threads_per_rank
 from mpippo.runctl import stop_reason as stop_reason_now
 from mpippo.metrics.reporter import FIELDS, IDX, Reporter, cpu_seconds, peak_rss_mb
 from mpippo.models.flat import flat_model_, num_params
@@ -492,8 +492,9 @@ class SyncTrainer:
         hosts = world.allgather_obj((world.hostname, world.node))
         reporter = None
         if world.is_root:
+            end = budget_end(cfg, self.global_step, self.batch_size, world.size) or t.total_timesteps
             reporter = Reporter(cfg, self.run_dir, world.size, hosts, self.global_step, self.iteration,
-                                t.total_timesteps, cfg.logging.progress, self.wandb_run)
+                                end, cfg.logging.progress, self.wandb_run)  # (the bar and ETA: where it ends)
             reporter.extra = {"device_used": str(self.device), "env_threads": self.env_threads,
                               "affinity_cores": world.affinity, "cpu_share": world.cpu_share,
                               "deterministic": t.deterministic, "policy_step": self.policy_step.mode,

@@ -44,9 +44,10 @@ def _on_terminal_once(cmd: list[str], timeout: float, env: dict | None) -> subpr
 
 
 def test_launcher_shows_a_live_bar_on_a_terminal_and_none_on_a_pipe(tmp_path):
-    # rank 0 sleeps 1.2 s in iteration 2 of 3: the bar (redrawn at most once a second) moves mid-run on any machine
+    # rank 0 sleeps 1.2 s in iteration 2 of 3: the bar (redrawn at most once a second) moves mid-run on any machine;
+    # a budget of 700 ends at the third update's 768, and the bar counts to that (it had counted to 700)
     rc, out = on_terminal([sys.executable, "-m", "mpippo.launch", "-n", "2", "--mpirun-args=--oversubscribe", *SMOKE,
-                           "--output-dir", str(tmp_path / "tty")],
+                           "--total-timesteps", "700", "--output-dir", str(tmp_path / "tty")],
                           env={"MPIPPO_FAULT": "rank=0,iteration=2,kind=slow,seconds=1.2"})
     assert rc == 0, out[-2000:]
     bars = [seg for seg in out.split("\r") if "step/s" in seg and "|" in seg]

@@ -88,6 +88,21 @@ def test_threads_policy(monkeypatch):
         assert runctl.threads_per_rank(0, 48) == 6
 
 
+def test_the_progress_bar_and_eta_count_to_where_the_run_ends():
+    """A budget between two updates ends at the next (the start-up note says so): the bar and the ETA
+    counted to the budget (a bar of 512 that the run took to 1,024). budget_end is that step, where it
+    is known in advance, and the note's arithmetic (the bar itself: test_progress_and_local_suite)."""
+    from mpippo import config as C
+
+    def cfg(*over):
+        return C.build({}, [("training", "total_timesteps", 512), *over], 1)
+    assert runctl.budget_end(cfg(), 0, 1024, 1) == 1024 and runctl.budget_end(cfg(), 256, 128, 2) == 512
+    assert runctl.budget_end(cfg(), 512, 1024, 1) is None  # reached: nothing left
+    assert runctl.budget_end(cfg(("training", "rollout_cutoff", 0.5)), 0, 1024, 2) is None  # sizes vary
+    assert runctl.budget_end(cfg(("training", "rollout_cutoff", 0.5)), 0, 1024, 1) == 1024  # (not on one rank)
+    assert runctl.budget_end(cfg(("training", "duration_hours", 1.0)), 0, 1024, 1) is None  # a cap
+
+
 def test_env_threads_policy():
     import torch
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
