@@ -174,6 +174,7 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
         pipe = subprocess.PIPE if capture else None
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True,
                                 start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        (outlived := _Outlived(proc.pid)).watch(proc)  # (an mpirun its ranks outlived: its timeout is an hour)
         try:
             err = proc.communicate(timeout=timeout)[1] or ""
         except subprocess.TimeoutExpired:
@@ -187,6 +188,7 @@ def run_trainer(ranks: int, trainer_args: list[str], out_dir: Path, threads: int
             raise TrainerError(f"{ranks} rank(s) ended on the stop (exit {proc.returncode}):\n"
                                f"{err.strip()[-3000:]}", proc.returncode) from None
     if proc.returncode != 0:
+        err += f"\n{outlived.line()}" if outlived.ended else ""
         raise TrainerError(f"{ranks} rank(s) failed (exit {proc.returncode}):\n{err.strip()[-3000:]}", proc.returncode)
     m = read_metrics(out_dir)
     m["wall_s_with_startup"] = time.perf_counter() - t0
@@ -367,10 +369,30 @@ class _Outlived:
         end_job(proc, grace_s=5.0)  # (SIGTERM first: Open MPI removes its session folder)
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session (start_new_session)
-        say(f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {proc.pid}) had not "
-            f"{self.GRACE_S:.0f} s later (Open MPI's runtime can hang after a rank fails at its start; its messages are "
-            f"above): ended it")
+        say(self.line())
         return 1
+
+    def line(self) -> str:
+        return (f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {self.pid}) had not "
+                f"{self.GRACE_S:.0f} s later (Open MPI's runtime can hang after a rank fails at its start; its messages "
+                f"are above): ended it")
+
+    def watch(self, proc) -> threading.Thread:
+        """The same watch beside a caller blocked in proc.communicate (run_trainer): it ends the job's
+        session (SIGTERM, 5 s, SIGKILL), and communicate returns; `ended` says why."""
+        def look():
+            while proc.returncode is None and not self.hung():
+                time.sleep(self.LOOK_S / 4)
+            if proc.returncode is None:
+                self.ended = True
+                for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+                    with contextlib.suppress(OSError):
+                        os.killpg(proc.pid, sig)
+                    time.sleep(wait_s)
+        self.ended = False
+        thread = threading.Thread(target=look, name="mpirun-outlived", daemon=True)
+        thread.start()
+        return thread
 
 
 HOST_OPTIONS = {"--host", "-H", "--hostfile", "--machinefile", "--default-hostfile"}  # ranks beyond this node

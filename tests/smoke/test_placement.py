@@ -332,3 +332,18 @@ def test_the_launcher_ends_an_mpirun_that_outlives_every_rank_it_started(capsys)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def test_a_tools_run_whose_mpirun_outlives_its_ranks_fails_in_one_line_not_after_its_timeout(tmp_path, monkeypatch):
+    """The tools' run_trainer waited out its timeout (up to an hour) on the same hang; a watch beside it
+    ends the job's session and the run's failure names why (the tools' line takes the last error line)."""
+    from mpippo import launch
+    rank = f'OMPI_COMM_WORLD_RANK=0 {sys.executable} -c "import time; time.sleep(3)" run_mpi.py & wait; sleep 600'
+    monkeypatch.setattr(launch, "mpirun_command", lambda ranks, argv, threads=None: (["bash", "-c", rank], mpi_env()))
+    monkeypatch.setattr(launch._Outlived, "GRACE_S", 1.0)
+    monkeypatch.setattr(launch._Outlived, "LOOK_S", 0.1)
+    t0 = time.monotonic()
+    with pytest.raises(launch.TrainerError) as e:
+        launch.run_trainer(1, [], tmp_path / "out", timeout=120)
+    assert time.monotonic() - t0 < 60 and e.value.code != 0
+    assert str(e.value).splitlines()[-1].startswith("mpippo: error: every rank of this job on this node has ended")
