@@ -23,8 +23,8 @@ import pytest
 import torch
 
 import hostile
-from conftest import (MPIRUN, ROOT, fake_wandb, finish, mpi_env, ok, rank_processes, start, trainer, wait_for_line,
-                      wait_until, wandb_home)
+from conftest import (MPIRUN, ROOT, STARTS, fake_wandb, finish, launch_failed, mpi_env, ok, rank_processes, start,
+                      trainer, wait_for_line, wait_until, wandb_home)
 from mpippo import runlock
 from mpippo.checkpoint import latest_path
 from hostile import Case
@@ -620,13 +620,16 @@ def _signal_during_startup(cmd, run_dir: Path, sig, delays, pick):
     until one lands before the first iteration; returns that run's (exit code, output). Waiting for
     the handlers (not a fixed time) keeps it independent of the machine's load."""
     for delay in delays:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        proc = start([*cmd, "--output-dir", str(run_dir)])
-        targets = pick(proc)
-        time.sleep(delay)
-        for p in targets:
-            p.send_signal(sig)
-        rc, out, err = finish(proc)
+        for _ in range(STARTS):  # (again where Open MPI failed to start the job: conftest.relaunched)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            proc = start([*cmd, "--output-dir", str(run_dir)])
+            targets = pick(proc)
+            time.sleep(delay)
+            for p in targets:
+                p.send_signal(sig)
+            rc, out, err = finish(proc)
+            if not launch_failed(rc, err + out, cmd):
+                break
         out += err
         if "iter " not in out and "starting:" not in out:
             return rc, out
