@@ -366,11 +366,23 @@ class _Outlived:
         return self.gone_since is not None and now - self.gone_since > self.GRACE_S
 
     def end(self, proc) -> int:
-        end_job(proc, grace_s=5.0)  # (SIGTERM first: Open MPI removes its session folder)
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session (start_new_session)
+        """The launcher's end of it (its own loop saw it hung): the session ended, the line said, exit 1."""
+        self._end_session(proc)
+        proc.wait()
         say(self.line())
         return 1
+
+    @staticmethod
+    def _end_session(proc) -> None:
+        """SIGTERM to mpirun's session (Open MPI removes its session folder), SIGKILL to what is left 5 s
+        later. (Not end_job: beside run_trainer's communicate, which reaps mpirun, nothing else may.)"""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, sig)  # (its own session: start_new_session)
+            for _ in range(50 if sig == signal.SIGTERM else 0):
+                if proc.poll() is not None:  # (None while another thread waits on it: the 5 s then run out)
+                    break
+                time.sleep(0.1)
 
     def line(self) -> str:
         return (f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {self.pid}) had not "
@@ -385,10 +397,7 @@ class _Outlived:
                 time.sleep(self.LOOK_S / 4)
             if proc.returncode is None:
                 self.ended = True
-                for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
-                    with contextlib.suppress(OSError):
-                        os.killpg(proc.pid, sig)
-                    time.sleep(wait_s)
+                self._end_session(proc)
         self.ended = False
         thread = threading.Thread(target=look, name="mpirun-outlived", daemon=True)
         thread.start()

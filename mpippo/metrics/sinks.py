@@ -140,7 +140,7 @@ def _wandb_environment() -> str:
     """The WANDB_ variables set, which W&B reads over what it is given (WANDB_MODE=garbage refused a run
     whose config and folder were fine, and the line blamed those); secrets by name only."""
     names = sorted((k for k in os.environ if k.startswith("WANDB_") and k != "WANDB_SERVICE"
-                    and not k.startswith("WANDB__")), key=lambda k: ((WANDB_SETTINGS + (k,)).index(k), k))
+                    and not k.startswith("WANDB__")), key=lambda k: (WANDB_SETTINGS.index(k) if k in WANDB_SETTINGS else len(WANDB_SETTINGS), k))
     if not names:
         return ""
     shown = [k if any(w in k for w in ("KEY", "TOKEN", "SECRET", "PASSWORD")) else f"{k}={show(os.environ[k])}"
