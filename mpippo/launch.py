@@ -351,8 +351,9 @@ class _Outlived:
     GRACE_S = 30.0  # a job's normal end takes mpirun well under a second after its last rank
     LOOK_S = 2.0  # (each look reads every child's environment)
 
-    def __init__(self, mpirun_pid: int):
+    def __init__(self, mpirun_pid: int, own_session: bool = True):
         self.pid, self.seen, self.gone_since, self.next_look = mpirun_pid, False, None, 0.0
+        self.own_session = own_session  # (mpirun started with start_new_session)
 
     def hung(self) -> bool:
         now = time.monotonic()
@@ -372,17 +373,25 @@ class _Outlived:
         say(self.line())
         return 1
 
-    @staticmethod
-    def _end_session(proc) -> None:
-        """SIGTERM to mpirun's session (Open MPI removes its session folder), SIGKILL to what is left 5 s
-        later. (Not end_job: beside run_trainer's communicate, which reaps mpirun, nothing else may.)"""
+    def _end_session(self, proc) -> None:
+        """SIGTERM to mpirun (Open MPI removes its session folder), SIGKILL to what is left 5 s later: the
+        session it leads (the launcher's, the tools'), or, where it leads none (a batch script's, in the
+        batch shell's group), it and what it had started. (Not end_job: beside run_trainer's communicate,
+        which reaps mpirun, nothing else may.)"""
+        import psutil
+        left = []
+        with contextlib.suppress(psutil.Error):
+            left = [] if self.own_session else psutil.Process(proc.pid).children(recursive=True)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(OSError):
-                os.killpg(proc.pid, sig)  # (its own session: start_new_session)
+                os.killpg(proc.pid, sig) if self.own_session else os.kill(proc.pid, sig)
             for _ in range(50 if sig == signal.SIGTERM else 0):
                 if proc.poll() is not None:  # (None while another thread waits on it: the 5 s then run out)
                     break
                 time.sleep(0.1)
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
     def line(self) -> str:
         return (f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {self.pid}) had not "
@@ -402,6 +411,41 @@ class _Outlived:
         thread = threading.Thread(target=look, name="mpirun-outlived", daemon=True)
         thread.start()
         return thread
+
+
+class _Theirs:
+    """A process this one did not start (the batch shell's mpirun), with Popen's pid and poll()."""
+
+    def __init__(self, pid: int):
+        import psutil
+        self.pid, self.process = pid, psutil.Process(pid)  # (psutil tells a reused pid by its start time)
+
+    def poll(self) -> int | None:
+        import psutil
+        try:
+            return None if self.process.is_running() and self.process.status() != psutil.STATUS_ZOMBIE else 0
+        except psutil.Error:
+            return 0
+
+
+def watch_batch_mpirun(pid: int) -> int:
+    """slurm/common.sh's watch beside its mpirun, which the batch shell can only wait on: the launcher's
+    end of an mpirun that outlived its ranks here (else the job waited for Slurm's time limit). 1 where it
+    ended it, 0 once mpirun ends by itself."""
+    for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # (the batch shell's to pass on: scancel --signal reaches every process)
+    try:
+        mpirun = _Theirs(pid)
+    except Exception:  # (psutil.NoSuchProcess: it ended before this started)
+        return 0
+    outlived = _Outlived(pid, own_session=False)
+    while mpirun.poll() is None:
+        if outlived.hung():
+            outlived._end_session(mpirun)
+            say(outlived.line())
+            return 1
+        time.sleep(outlived.LOOK_S / 4)
+    return 0
 
 
 HOST_OPTIONS = {"--host", "-H", "--hostfile", "--machinefile", "--default-hostfile"}  # ranks beyond this node

@@ -193,19 +193,35 @@ fi
 
 echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER${BIND[*]:+ (${BIND[*]})}, run $RUN_DIR${SHM_DIR:+, shared memory in $SHM_DIR}"
 
+# The status of a child of this shell: `wait` returns early when a trapped signal arrives, so wait on
+# until the child itself has ended (then once more: a trap's return as it ended, bash keeps its status).
+status_of() {
+    local st again
+    while true; do
+        wait "$1"; st=$?
+        kill -0 "$1" 2>/dev/null || break
+    done
+    if [ "$st" -gt 128 ]; then
+        wait "$1" 2>/dev/null; again=$?
+        [ "$again" -eq 127 ] || st=$again
+    fi
+    return "$st"
+}
 launch() {
     "${CMD[@]}" "${ARGS[@]}" "$@" &
     PID=$!
     for sig in ${PENDING[@]+"${PENDING[@]}"}; do send_when_listening "$sig"; done  # (bash < 4.4: an empty "${A[@]}" is unbound)
-    # `wait` returns early when a trapped signal arrives; keep waiting for the trainer itself.
-    while true; do
-        wait "$PID"; RC=$?
-        kill -0 "$PID" 2>/dev/null || break
-    done
-    if [ "$RC" -gt 128 ]; then  # (a trap's return from `wait`, the trainer ending meanwhile: bash keeps its status)
-        wait "$PID" 2>/dev/null; local again=$?
-        [ "$again" -eq 127 ] || RC=$again
+    # An mpirun that outlives every rank it started here (Open MPI's runtime can wait forever after a rank
+    # failed at its start) is ended 30 s after, as the launcher ends it (mpippo/launch.py, _Outlived);
+    # else the job waited for its time limit. (srun's tasks are not its children here: not watched.)
+    local watch=""
+    if [ "$LAUNCHER" = mpirun ]; then
+        "$MPIPPO_PYTHON" -c 'import sys; from mpippo.launch import watch_batch_mpirun as w; sys.exit(w(int(sys.argv[1])))' \
+            "$PID" &
+        watch=$!
     fi
+    status_of "$PID"; RC=$?
+    if [ -n "$watch" ]; then status_of "$watch"; [ $? -eq 1 ] && RC=1; fi  # (it ended mpirun, and said so)
 }
 # What the run folder holds, names, sizes and times: a launch that changed nothing in it wrote nothing.
 folder_state() { find "$RUN_DIR" -maxdepth 3 -printf '%p %s %T@\n' 2>/dev/null | sort | cksum; }

@@ -6,9 +6,11 @@ of a node range must still reset its task count, or the requeued job waits for e
 local-Slurm test of ppo_multinode.sh once waited 10 minutes for a drained node that way). Also the
 listening mark's life: made new by rank 0, removed at the job's end, and removed by the next job when a
 killed one left it."""
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -319,3 +321,28 @@ def test_an_empty_tmpdir_is_open_mpis_choice_and_read_as_it_reads_it():
     assert said is None or said.startswith("TMPDIR='' (empty: Open MPI then makes its folder in /): no folder"), said
     assert leftovers.temp_folder_problem({"TEMP": "/dev/null/x", "TMP": "/tmp"}).startswith("TEMP='/dev/null/x' lies under")
     assert leftovers.temp_folder_problem({"TMP": "/tmp/not-made-yet/x"}) is None and leftovers.temp_folder_problem({}) is None
+
+
+def test_an_mpirun_that_outlives_every_rank_it_started_is_ended_not_left_to_the_time_limit(tmp_path):
+    """After a rank failed inside MPI_Init (OMPI_MCA_btl=nonsense), Open MPI's runtime waited forever
+    with every rank gone, and the batch job with it until Slurm's time limit (the launcher already ended
+    it). A stand-in mpirun: one 'rank' that lives 3 s, then a sleep it started. The watch beside it ends
+    it (its grace shortened by a sitecustomize, a test's knob only), says so, and leaves nothing running;
+    nothing was trained, so the launch is tried once more, as any launch that failed before its ranks."""
+    hang = ('#!/bin/bash\necho trainer >> "$CALLS"\n'
+            f'OMPI_COMM_WORLD_RANK=0 {sys.executable} -c "import time; time.sleep(3)" run_mpi.py & wait\n'
+            'sleep 600 & echo $! >> "$CALLS.pids"; wait\n')
+    knob = tmp_path / "knob"
+    knob.mkdir()
+    (knob / "sitecustomize.py").write_text("from mpippo import launch\n"
+                                           "launch._Outlived.GRACE_S, launch._Outlived.LOOK_S = 1.0, 0.1\n")
+    t0 = time.monotonic()
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=hang,
+                                      PYTHONPATH=str(knob))
+    assert calls == ["trainer", "trainer"] and time.monotonic() - t0 < 50, (calls, out)
+    assert out.count("every rank of this job on this node has ended, but mpirun") == 2, out
+    assert "starting it once more" in out and "trainer exited with status 1" in out and rc == 1, out
+    import psutil
+    for pid in (tmp_path / "calls.pids").read_text().split():
+        with contextlib.suppress(psutil.NoSuchProcess):  # (killed, it may wait a moment for its reaper)
+            assert psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE, f"the stand-in's sleep {pid} was left running"
