@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mpippo import faults
 from mpippo.config import UsageError, show
+from mpippo.errors import os_reason
 from mpippo.files import atomic_write_bytes
 
 CHECKPOINTS, LATEST = "checkpoints", "latest.pt"  # a run folder's checkpoints/latest.pt: this module owns the place
@@ -33,6 +34,12 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 def latest_path(run_dir: str | Path) -> Path:
     """The checkpoint --resume, evaluate and the suite read from a run folder."""
     return checkpoint_dir(run_dir) / LATEST
+
+
+def write_failed(what: str, folder: Path, e: OSError) -> str:
+    """The line for a checkpoint write that failed (disk full, quota, a file-size limit): what is kept."""
+    kept = "the previous checkpoint is intact" if (folder / LATEST).exists() else "no checkpoint had been written yet"
+    return f"checkpoint: writing {what} to '{folder}' failed ({os_reason(e)}); {kept}"
 
 
 def save_checkpoint(ckpt_dir: str | Path, state: dict, iteration: int, keep_last: int) -> Path:
@@ -93,7 +100,7 @@ def require_checkpoint(path: str | Path) -> Path:
             raise UsageError(f"--resume: no checkpoint at '{path}' (start without --resume, or pick the run folder "
                               f"that has one)")
     except OSError as e:
-        raise UsageError(f"--resume: cannot read '{show(str(path))}' ({e.strerror or e})") from None
+        raise UsageError(f"--resume: cannot read '{show(str(path))}' ({os_reason(e)})") from None
     return path
 
 
@@ -109,7 +116,7 @@ def read_checkpoint_bytes(path: str | Path) -> bytes:
                               f"largest networks are a few hundred MB; is it one?)")
         return path.read_bytes()
     except OSError as e:
-        raise UsageError(f"checkpoint '{path}': cannot read it ({e.strerror or e})") from None
+        raise UsageError(f"checkpoint '{path}': cannot read it ({os_reason(e)})") from None
 
 
 def _memory_available() -> int:

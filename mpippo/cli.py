@@ -29,7 +29,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.files import RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
-from mpippo.errors import JobFailure, in_users_code_since, say_last
+from mpippo.errors import JobFailure, in_users_code_since, os_reason, say_last
 from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -180,7 +180,7 @@ def _choose_run_dir(args, start: _StartUp) -> Path:
     try:
         return _check_run_dir(full, args.resume, start)
     except OSError as e:  # a name too long, a read-only or full file system, permissions
-        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({e.strerror or e})") from None
+        raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' cannot be used ({os_reason(e)})") from None
 
 
 def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
@@ -198,8 +198,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         if (who := runlock.holder(run_dir)):
             raise runlock.FolderBusy(f"--output-dir: '{run_dir}' is in use: {who} is training there; one writer "
                                      f"per run folder: choose a new folder")
-        raise C.UsageError(f"--output-dir: '{run_dir}' exists and is not empty; pass --resume to continue "
-                            f"that run, or choose a new folder")
+        raise C.UsageError(f"--output-dir: '{run_dir}' exists and is not empty; {_what_to_do_with(run_dir)}")
     _not_inside_a_live_run(run_dir)
     start.created.extend(missing_folders(run_dir))
     try:
@@ -208,9 +207,20 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        raise C.UsageError(f"--output-dir: cannot write to '{run_dir}' ({e.strerror})") from None
+        raise C.UsageError(f"--output-dir: cannot write to '{run_dir}' ({os_reason(e)})") from None
     _lock(run_dir, start)
     return run_dir
+
+
+def _what_to_do_with(run_dir: Path) -> str:
+    """The advice for a folder a fresh run may not write in: --resume only where there is a checkpoint (a
+    run that failed before its first had been sent to --resume, which sent it back)."""
+    if latest_path(run_dir).is_file() or latest_path(C.agent_folder(run_dir, 0, 2)).is_file():
+        return "pass --resume to continue that run, or choose a new folder"
+    if (run_dir / RUN_CONFIG).is_file():
+        return ("it holds a run that wrote no checkpoint, so there is nothing to resume: choose a new folder, or "
+                "move that one aside (its logs are kept there)")
+    return "it holds no run of mpippo's: choose a new folder"
 
 
 def _not_inside_a_live_run(run_dir: Path) -> None:
@@ -243,7 +253,7 @@ def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:
             _lock(folder, start, f"--output-dir: agent {k}'s folder")
         except OSError as e:
             raise C.UsageError(f"--output-dir: agent {k}'s folder '{C.show(str(folder))[1:-1]}' cannot be used "
-                               f"({e.strerror or e})") from None
+                               f"({os_reason(e)})") from None
 
 
 def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
@@ -395,7 +405,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
     except C.UsageError as e:
         errors = e.errors
     except OSError as e:  # the run folder vanished or became unreadable since phase B
-        errors = [f"config file: cannot read it ({e.strerror or e})"]
+        errors = [f"config file: cannot read it ({os_reason(e)})"]
     start.agree_or_exit(errors)
     try:
         _on_root(world, lambda: _lock_agents(run_dir, cfg, start))
@@ -457,7 +467,7 @@ def _write_config(run_dir: Path, cfg: C.Config) -> None:
         if not C.actor_learner(cfg):  # (a learner makes its agent's folder)
             checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise C.UsageError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({e.strerror or e})") from None
+        raise C.UsageError(f"--output-dir: writing '{run_dir / 'config.yaml'}' failed ({os_reason(e)})") from None
 
 
 def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[int, dict]:

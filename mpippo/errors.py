@@ -6,6 +6,7 @@ of the abort path that a failure on a single rank needs.
 import contextlib
 import errno
 import os
+import resource
 import sys
 import sysconfig
 import threading
@@ -245,6 +246,49 @@ def _at(f: traceback.FrameSummary) -> str:
     return f", at {f.filename!r}:{f.lineno} in {f.name}"
 
 
+# The limits of this process (`ulimit`) that end a run with a failure that is no bug and no full disk:
+# (RLIMIT name, words, the ulimit flag, its unit in bytes or items, the unit's name)
+LIMITS = {"f": ("RLIMIT_FSIZE", "file-size limit", 1024, "KiB"), "n": ("RLIMIT_NOFILE", "open-file limit", 1, "files"),
+          "u": ("RLIMIT_NPROC", "limit on this user's processes and threads", 1, ""),
+          "v": ("RLIMIT_AS", "virtual-memory limit", 1024, "KiB")}
+LIMITED = {errno.EFBIG: "f", errno.EMFILE: "n"}  # the OS errors one causes where the file system itself is fine
+
+
+def limit_words(flag: str) -> str:
+    """': this process's <limit> (ulimit -<flag>) is N <unit>' and what to do; '' where it has no such limit."""
+    name, words, unit, unit_name = LIMITS[flag]
+    soft, hard = resource.getrlimit(getattr(resource, name))
+    if soft == resource.RLIM_INFINITY:
+        return ""
+    said = f": this process's {words} (ulimit -{flag}) is {soft // unit}{f' {unit_name}' if unit_name else ''}"
+    if hard != resource.RLIM_INFINITY and hard <= soft:  # (bash's `ulimit -f N` sets both)
+        return f"{said}, its hard limit too: run it from a shell without that limit"
+    return f"{said}; raise it (ulimit -{flag} {'unlimited' if hard == resource.RLIM_INFINITY else hard // unit})"
+
+
+def os_reason(e: OSError) -> str:
+    """An OSError in words (its strerror), naming the limit behind it where the cause is one this process
+    has (`ulimit -f`, `-n`): a checkpoint write that failed "File too large" had blamed nothing."""
+    said = e.strerror or str(e)
+    return said + limit_words(LIMITED[e.errno]) if e.errno in LIMITED else said
+
+
+def limit_failure(exc: BaseException) -> str | None:
+    """The line for an exception that a limit of this process explains (a thread that cannot start under
+    `ulimit -u`, memory or a library that cannot be mapped under `ulimit -v`, a file under `-f`, `-n`), for
+    the abort hook; None for any other (a traceback: maybe a bug)."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, OSError) and exc.errno in LIMITED and limit_words(LIMITED[exc.errno]):
+        return f"{f'{exc.filename!r}: ' if exc.filename else ''}{os_reason(exc)}"
+    if isinstance(exc, RuntimeError) and "can't start new thread" in first:
+        return f"cannot start a thread{limit_words('u') or ' (the system is out of threads: a cgroup pids.max?)'}"
+    memory = isinstance(exc, MemoryError) or (isinstance(exc, (ImportError, OSError, RuntimeError)) and any(
+        w in first for w in ("failed to map", "Cannot allocate memory", "could not create a primitive")))
+    if memory and (said := limit_words("v")):
+        return f"out of memory ({type(exc).__name__}{f': {first[:200]}' if str(exc) else ''}){said}"
+    return None
+
+
 FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the disk's, not a bug
 
 
@@ -252,5 +296,5 @@ def file_system_failure(e: OSError) -> str:
     """The line for an OSError of FILE_SYSTEM_FULL met anywhere in a run (the abort hook's)."""
     verb = "reading or writing" if e.errno == errno.EIO else "writing"  # (EIO: either; the others: a write)
     what = f"{verb} {e.filename!r}" if e.filename else f"{verb} a file (or the console)"
-    return (f"{what} failed ({e.strerror or e}); what was written before is kept: make room (or mend the file "
+    return (f"{what} failed ({os_reason(e)}); what was written before is kept: make room (or mend the file "
             f"system), then run it again (a run: --resume, from its last checkpoint)")

@@ -37,7 +37,7 @@ from mpippo.preemption import EXIT_STOPPED, EXIT_USAGE
 from mpippo.usage import Parser, reason, refusal
 from mpippo import toolcli
 from mpippo.toolcli import output_file
-from mpippo.errors import EnvFailure, say_last
+from mpippo.errors import EnvFailure, os_reason, say_last
 
 VIDEO_SCALE = 4  # 64x64 frames -> 256x256 (nearest neighbour), a size every H.264 decoder takes
 
@@ -70,7 +70,7 @@ def resolve_checkpoint(path: str) -> Path:
     try:
         return latest_path(p) if p.is_dir() else p
     except OSError as e:  # (a name too long, a loop of links: is_dir raises them, and only them)
-        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(p))[1:-1]}' ({e.strerror or e})") from None
+        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(p))[1:-1]}' ({os_reason(e)})") from None
 
 
 def build_policy(state: dict):
@@ -383,7 +383,7 @@ def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, 
         if not path.is_file():
             raise C.UsageError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
     except OSError as e:
-        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({e.strerror or e})") from None
+        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({os_reason(e)})") from None
     data = read_checkpoint_bytes(path)  # size-checked before it is read
     import mpippo.algos.implementations  # noqa: F401  (torch and the algorithms: what the checkpoint needs)
     runctl.freeze_imports()
@@ -546,7 +546,7 @@ def write_outputs(args, res: dict, video: Video | None) -> int:
             atomic_write_json(args.json, res)
             print(f"  json          {args.json}")
         except OSError as e:
-            sys.stderr.write(refusal([f"--json: writing '{args.json}' failed ({e.strerror or e})"]))
+            sys.stderr.write(refusal([f"--json: writing '{args.json}' failed ({os_reason(e)})"]))
             code = 1
     if failed is not None and video.bad_frame:  # the env broke its pictures: its user's to mend
         sys.stderr.write(refusal([f"--video: {failed}; allowed: {PICTURE}; no video written"]))

@@ -29,6 +29,7 @@ from typing import Any
 
 from mpippo import config as C
 from mpippo.config import UsageError, load_yaml, show
+from mpippo.errors import os_reason
 from mpippo.metrics import keys
 from mpippo.usage import file_kind
 
@@ -106,7 +107,7 @@ def open_append(path: str | Path, what: str):
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link, a reader-less FIFO, a folder
             check_appendable(path, what)
-        raise _problem(path, what, f"cannot write it ({e.strerror or e})") from None
+        raise _problem(path, what, f"cannot write it ({os_reason(e)})") from None
     try:
         _refuse_other_kind(path, what, os.fstat(fd).st_mode)
         os.set_blocking(fd, True)
@@ -134,7 +135,7 @@ def check_appendable(path: str | Path, what: str) -> None:
     except FileNotFoundError:
         return
     except OSError as e:
-        raise _problem(Path(path), what, f"cannot look at it ({e.strerror or e})") from None
+        raise _problem(Path(path), what, f"cannot look at it ({os_reason(e)})") from None
     _refuse_other_kind(Path(path), what, mode)
 
 
@@ -175,7 +176,7 @@ def absolute(path: Path | None, flag: str) -> Path | None:
         return None if path is None else Path(path).absolute()
     except OSError as e:
         raise UsageError(f"{flag}: '{show(str(path))[1:-1]}' is relative, and the current folder is gone "
-                         f"({e.strerror or e}); give an absolute path") from None
+                         f"({os_reason(e)}); give an absolute path") from None
 
 
 def not_utf8(path: str | Path) -> str | None:
@@ -236,7 +237,7 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> byte
     except (FileNotFoundError, NotADirectoryError):  # (a dangling link, a path through a file)
         raise _problem(path, what, "no such file") from None
     except OSError as e:  # permissions, a name too long, an I/O error, a path through a file
-        raise _problem(path, what, f"cannot read it ({e.strerror or e})") from None
+        raise _problem(path, what, f"cannot read it ({os_reason(e)})") from None
 
 
 def read_text(path: str | Path, what: str, limit: int = MAX_JSON_BYTES) -> str:

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
-from mpippo.errors import let_readers_leave, say, say_interrupted
+from mpippo.errors import let_readers_leave, os_reason, say, say_interrupted
 from mpippo.leftovers import SHM_VAR, owned_prefix, shm_chosen, sweep_leftovers, temp_folder_problem
-from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, settle
+from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, quiet_stops, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -297,8 +297,8 @@ class _Relay:
         signal.signal(signal.SIGTERM, self.on_stop)
         signal.signal(signal.SIGINT, self.on_stop)
         signal.signal(signal.SIGUSR1, lambda s, f: self.send(signal.SIGUSR1))
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (nohup's stays ignored)
-            signal.signal(signal.SIGHUP, self.on_stop)  # the terminal closed: it had killed the launcher alone
+        for sig in quiet_stops():  # (nohup's SIGHUP stays ignored)
+            signal.signal(sig, self.on_stop)  # the terminal closed, a CPU-time limit: they had killed the launcher alone
 
     def on_stop(self, signum, frame):
         """The first stop is gentle; a second Ctrl-C is hard; more SIGTERMs change nothing."""
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGUSR2))
         except OSError as e:
-            sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({e.strerror or e})\n")
+            sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({os_reason(e)})\n")
             return 2
         code = relay.wait(proc, args.np)
     settle()  # the job's outcome is known: a late signal cannot turn it into death by signal

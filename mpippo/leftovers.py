@@ -10,6 +10,7 @@ import re
 import shutil
 import tempfile
 
+from mpippo.errors import os_reason
 from mpippo.usage import file_kind, show
 
 # where Open MPI's shared-memory transport keeps each rank's file (default: /dev/shm itself); Open MPI 4
@@ -48,7 +49,7 @@ def temp_folder_problem(env=os.environ) -> str | None:
     try:  # (not os.access: root "may" write in /sys, where mkdir fails)
         probe = tempfile.mkdtemp(prefix=owned_prefix("probe"), dir=head)
     except OSError as e:
-        return f"{said}: no folder can be made in {show(head)} ({e.strerror or e}): {fix}"
+        return f"{said}: no folder can be made in {show(head)} ({os_reason(e)}): {fix}"
     with contextlib.suppress(OSError):  # (one left is swept as any folder named so: sweep_leftovers)
         os.rmdir(probe)
     return None

@@ -2,6 +2,8 @@
 
 SIGUSR1        -> checkpoint, exit EXIT_REQUEUE (3): "stopped early, requeue me" (Slurm --signal).
 SIGTERM/SIGINT -> checkpoint, exit EXIT_STOPPED (4): stopped on request, resumable with --resume.
+SIGHUP, SIGXCPU -> the same (a closed terminal; a soft CPU-time limit's warning, `ulimit -S -t` or a
+                  batch system's, before the hard limit's SIGKILL), unless the process started with them ignored.
 SIGUSR2        -> the same as SIGTERM; `python -m mpippo.launch` relays SIGTERM/SIGINT as SIGUSR2,
                   because mpirun kills the ranks right after forwarding a SIGTERM.
 A second SIGINT while the first is pending raises KeyboardInterrupt (the job then aborts with one
@@ -53,11 +55,11 @@ class PauseClock:
 
 
 _FLAGS: "SignalFlags | None" = None
-SETTLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP)
+SETTLED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU)
 
 
 def settle() -> None:
-    """The run's outcome is decided: further SIGUSR1/SIGUSR2/SIGTERM/SIGHUP are ignored from here to the
+    """The run's outcome is decided: further SIGUSR1/SIGUSR2/SIGTERM/SIGHUP/SIGXCPU are ignored from here to the
     process's end. Python's shutdown puts every signal it handled back to its default action (which
     kills) before MPI_Finalize runs, and that can wait for other ranks for a while; Slurm
     may send SIGUSR1 more than once, so a second one there would turn exit 3 into death by signal.
@@ -131,10 +133,11 @@ def install() -> "SignalFlags":
 class SignalFlags:
     def __init__(self):
         self.requeue = False  # SIGUSR1
-        self.stop = False     # SIGTERM / SIGINT / SIGUSR2 / SIGHUP
+        self.stop = False     # SIGTERM / SIGINT / SIGUSR2 / SIGHUP / SIGXCPU
         # a hangup (the terminal closed, `kill -HUP`) stops as SIGTERM does, with a checkpoint (MPI_Init's own
-        # handler had swallowed it, and before MPI it killed); unless the process started with it ignored (nohup)
-        self.stops = (*STOPS, signal.SIGHUP) if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else STOPS
+        # handler had swallowed it, and before MPI it killed); unless the process started with it ignored (nohup).
+        # So does a soft CPU-time limit's SIGXCPU (by default it killed the rank: no checkpoint, no line).
+        self.stops = (*STOPS, *quiet_stops())
 
     def install(self) -> "SignalFlags":
         for sig, handler in self._handlers().items():
@@ -170,6 +173,11 @@ class SignalFlags:
 
 
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)  # (SIGUSR1 is a requeue, no stop)
+QUIET_STOPS = (signal.SIGHUP, signal.SIGXCPU)  # stops too, where they are not ignored from the start (nohup's SIGHUP)
+
+
+def quiet_stops() -> tuple:
+    return tuple(sig for sig in QUIET_STOPS if signal.getsignal(sig) is not signal.SIG_IGN)
 
 
 def unblock(signals: list) -> list[str]:
@@ -193,13 +201,13 @@ def second_ctrl_c_in(came: list[int]) -> int | None:
     for sig in came:
         if is_second_ctrl_c(sig, stopped):
             return sig
-        stopped |= sig in STOPS or sig == signal.SIGHUP  # (a hangup is a stop where it is caught: not under nohup)
+        stopped |= sig in STOPS or sig in QUIET_STOPS  # (a hangup is a stop where it is caught: not under nohup)
     return None
 
 
 # the stops of the trainer and the tools, and the requeue (a start-up held in native code still ends on it);
 # not a profiler's timer
-LOGGED = frozenset((*STOPS, signal.SIGHUP, signal.SIGUSR1))
+LOGGED = frozenset((*STOPS, *QUIET_STOPS, signal.SIGUSR1))
 
 
 class SignalLog:

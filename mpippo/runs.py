@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mpippo.errors import os_reason
 from mpippo.usage import UsageError, reason
 from mpippo.metrics.tags import chart, readable
 from mpippo.files import LOGS, METRICS, RUN_CONFIG, not_utf8, read_metrics, read_run_config
@@ -112,7 +113,7 @@ def read_curve(logs: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     try:  # TensorBoard opens each event file plainly: a FIFO by such a name would hold it forever
         odd = [e.name for e in os.scandir(logs) if "tfevents" in e.name and not e.is_file()]
     except OSError as e:
-        raise NotARun(f"logs '{shown(logs)}': cannot list it ({e.strerror or e})") from None
+        raise NotARun(f"logs '{shown(logs)}': cannot list it ({os_reason(e)})") from None
     if odd:
         raise NotARun(f"logs '{shown(logs)}': '{shown(odd[0])}' is not a file (an event file's name on something else)")
     acc = EventAccumulator(str(logs), size_guidance={"scalars": 0})
@@ -153,7 +154,7 @@ def _exists(file: Path, run: Path) -> bool:
     try:
         return file.exists()
     except OSError as e:
-        raise NotARun(f"'{shown(run)}': cannot read it ({e.strerror or e})") from None
+        raise NotARun(f"'{shown(run)}': cannot read it ({os_reason(e)})") from None
 
 
 def load_runs(path: str | Path) -> list[Run]:
@@ -166,7 +167,7 @@ def load_runs(path: str | Path) -> list[Run]:
                           f"'{shown(path)}' is a file, not a run folder")
         agents = sorted(path.glob(f"agent_*/{METRICS}"))
     except OSError as e:
-        raise NotARun(f"'{shown(path)}': cannot read it ({e.strerror or e})") from None
+        raise NotARun(f"'{shown(path)}': cannot read it ({os_reason(e)})") from None
     folders = [a.parent for a in agents] if agents else [path]
     runs = []
     for f in folders:

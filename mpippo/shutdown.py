@@ -54,7 +54,10 @@ def _join_threads(limit_s: float) -> None:
                 with contextlib.suppress(RuntimeError):  # (one not started yet)
                     thread.join()
     ender = threading.Thread(target=end_threads, name="mpippo-threads-end", daemon=True)
-    ender.start()
+    try:
+        ender.start()
+    except RuntimeError:  # no thread can start (ulimit -u, said already): the process ends without the joins
+        return
     ender.join(limit_s)
     if ender.is_alive():
         _say_lingering(limit_s)

@@ -10,7 +10,7 @@ same, before it starts any run or writes anything:
   - reads the files mpippo wrote through mpippo/files.py, and checks the parts it uses with `conform`;
   - runs its main through `run`, which prints a UsageError as `mpippo: error: <tool>: <line>`, exit 2,
     and a `ToolFailure` (a run or a write that failed after the checks) the same way, exit 1; a
-    SIGTERM, SIGHUP or Ctrl-C unwinds the tool (its runs killed, its temporary folders removed:
+    SIGTERM, SIGHUP, SIGXCPU or Ctrl-C unwinds the tool (its runs killed, its temporary folders removed:
     launch.temp_folder), one line, exit 4.
 Outputs are written atomically (`write_bytes`, `write_json`, `save_figure`).
 """
@@ -40,7 +40,7 @@ from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import file_kind, reason, refusal
 from mpippo.leftovers import temp_folder_problem
 from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, file_system_failure, in_users_code_since, let_readers_leave,
-                           say_last)
+                           limit_failure, os_reason, say_last)
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE, unblock
 from mpippo.usage import Parser as _Parser
@@ -90,7 +90,7 @@ def stopped_line(tool: str, signum: int) -> str:
     return f"mpippo: {tool}: stopped by {signal_words(signum)}; its runs ended and its temporary folders removed"
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGXCPU)  # (SIGXCPU: a soft CPU-time limit)
 
 
 def first_stop(came: list[int]) -> int | None:
@@ -183,15 +183,20 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
         say(str(e))
         return e.exit_code
     except PermissionError as e:  # a file or folder this user may not read or search, met anywhere
-        say(f"'{shown(e.filename)}': {e.strerror or e} (check its permissions and those of its folders)" if e.filename
-            else f"{e.strerror or e} (a permission this user lacks)")
+        say(f"'{shown(e.filename)}': {os_reason(e)} (check its permissions and those of its folders)" if e.filename
+            else f"{os_reason(e)} (a permission this user lacks)")
         return EXIT_USAGE
     except OSError as e:  # any other the system raised where a tool met a path (a name too long, a full disk)
         if e.errno in FILE_SYSTEM_FULL:
             say(file_system_failure(e))
             return EXIT_FAILURE
-        say(f"'{shown(e.filename)}': {e.strerror or e}" if e.filename else f"{e.strerror or e}")
+        say(f"'{shown(e.filename)}': {os_reason(e)}" if e.filename else f"{os_reason(e)}")
         return EXIT_USAGE if e.errno in BAD_NAMES else EXIT_FAILURE  # (a name the user gave, or the machine's)
+    except (MemoryError, ImportError, RuntimeError) as e:  # a limit of this process (ulimit -v, -u), not a bug
+        if not (said := limit_failure(e)):
+            raise
+        say(said)
+        return EXIT_FAILURE
     finally:
         sys.stdout, sys.stderr = streams
 
@@ -273,7 +278,7 @@ def _probe(folder: Path, name: str, flag: str, target: Path) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as e:
-        raise UsageError(f"{flag}: cannot write '{shown(target)}' ({e.strerror or e})") from None
+        raise UsageError(f"{flag}: cannot write '{shown(target)}' ({os_reason(e)})") from None
     finally:
         remove_if_empty(made)
 
@@ -289,7 +294,7 @@ def _replaceable(path: Path, flag: str) -> None:
     except OSError as e:  # (a name too long, a path through a file: _probe names those)
         if e.errno in (errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP):
             return
-        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({os_reason(e)})") from None
     if stat.S_ISDIR(mode):
         raise UsageError(f"{flag}: '{shown(path)}' is a folder; give a file name")
     if not stat.S_ISREG(mode):
@@ -340,7 +345,7 @@ def output_folder(path: Path, flag: str, files: tuple[str, ...] = ()) -> Path:
                 raise UsageError(f"{flag}: '{shown(path / name)}' is a folder, where {flag} writes the file {name}")
             _replaceable(path / name, flag)
     except OSError as e:
-        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({e.strerror or e})") from None
+        raise UsageError(f"{flag}: cannot write '{shown(path)}' ({os_reason(e)})") from None
     _probe(path, max(files, key=len, default="x"), flag, path)
     return path
 
@@ -350,7 +355,7 @@ def write_bytes(path: Path, data: bytes, flag: str) -> Path:
     try:
         atomic_write_bytes(path, data)
     except OSError as e:
-        raise ToolFailure(f"{flag}: writing '{shown(path)}' failed ({e.strerror or e})") from None
+        raise ToolFailure(f"{flag}: writing '{shown(path)}' failed ({os_reason(e)})") from None
     return path
 
 

@@ -19,7 +19,7 @@ import traceback
 import numpy as np
 
 from mpippo import leftovers, preemption, shutdown
-from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure,
+from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure, limit_failure,
                            main_thread_at, name_rank, say_interrupted)
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
 
@@ -356,6 +356,9 @@ class World:
                 self.interrupted("a second Ctrl-C" if isinstance(exc, SecondInterrupt) else "Ctrl-C (KeyboardInterrupt)")
             if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_FULL:  # the disk, not a bug: any writer
                 sys.stderr.write(f"mpippo: error: {who}{file_system_failure(exc)}\n")  # (TensorBoard's thread too)
+                self.abort(1)
+            if (said := limit_failure(exc)):  # a limit of this process (ulimit), not a bug
+                sys.stderr.write(f"mpippo: error: {who}{said}\n")
                 self.abort(1)
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write("".join(f"[rank {self.rank}] {line}\n" for line in text.rstrip().splitlines()))

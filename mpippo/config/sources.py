@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from mpippo.config.schema import MAX_CONFIG_BYTES, SECTIONS, mapping_keys
+from mpippo.errors import os_reason
 from mpippo.rules import show
 from mpippo.usage import UsageError, file_kind
 
@@ -71,7 +72,7 @@ def _read_text(path: Path) -> str:
                               f"file (at most {MAX_CONFIG_BYTES:,} bytes)")
         raw = path.read_bytes()
     except OSError as e:  # permissions, a name too long, an I/O error
-        raise UsageError(f"config file '{show(str(path))}': cannot read it ({e.strerror or e})") from None
+        raise UsageError(f"config file '{show(str(path))}': cannot read it ({os_reason(e)})") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

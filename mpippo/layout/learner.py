@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
 from mpippo import ckpt_schema as schema
 from mpippo import hostmem
-from mpippo.checkpoint import save_checkpoint
+from mpippo.checkpoint import save_checkpoint, write_failed
 from mpippo.files import atomic_write_with, write_metrics
 from mpippo.comm.p2p import LearnerChannel
 from mpippo.errors import CheckpointError, NonFiniteError
@@ -186,8 +187,7 @@ class Learner:
             self.algo.save_side_files(a.ckpt_dir, c["updates"], atomic_write_with)
             save_checkpoint(a.ckpt_dir, state, c["updates"], self.cfg.checkpoint.keep_last)
         except OSError as e:  # disk full, quota: the previous checkpoint is intact
-            self.error = (f"checkpoint: writing update {c['updates']} of agent {a.index} to '{a.ckpt_dir}' failed "
-                          f"({e.strerror or e}); the previous checkpoint is intact")
+            self.error = write_failed(f"update {c['updates']} of agent {a.index}", Path(a.ckpt_dir), e)
             if final:
                 raise CheckpointError(self.error) from None
 

@@ -27,7 +27,7 @@ from mpippo.algos.buffers import ObsNormalizer, RolloutBuffer, RunningMeanStd
 from mpippo.algos.contracts import REPORTED_STATS
 from mpippo.algos.policy_gradient import (GumbelSampler, PolicyStep, autocast, compute_gae, device_mean_std,
                                           minibatch_shares)
-from mpippo.checkpoint import checkpoint_dir, save_checkpoint
+from mpippo.checkpoint import checkpoint_dir, save_checkpoint, write_failed
 from mpippo.comm import World
 from mpippo.comm.collectives import (GradAllreduce, RolloutCutoff, check_replicas, global_mean_std, global_moments,
                                      global_step_moments)
@@ -428,8 +428,7 @@ class SyncTrainer:
             try:
                 save_checkpoint(folder, self.state_dict(rank_states), self.iteration, self.cfg.checkpoint.keep_last)
             except OSError as e:  # disk full, quota, permissions: the previous latest.pt is untouched
-                error = (f"checkpoint: writing iteration {self.iteration} to '{folder}' failed "
-                         f"({e.strerror or e}); the previous checkpoint is intact")
+                error = write_failed(f"iteration {self.iteration}", folder, e)
         (failed,) = self.world.agree([bool(error)])
         if failed:
             raise CheckpointError(error or "checkpoint: rank 0 could not write the checkpoint")

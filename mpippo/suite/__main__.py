@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mpippo import config as C
 from mpippo import files, runlock, toolcli
-from mpippo.errors import FILE_SYSTEM_FULL, let_readers_leave
+from mpippo.errors import FILE_SYSTEM_FULL, let_readers_leave, os_reason
 from mpippo.leftovers import temp_folder_problem
 from mpippo.usage import UsageError, refusal
 from mpippo.suite import spec, state, submit
@@ -73,7 +73,7 @@ def main(argv=None, settle: bool = False) -> int:
         return 2
     except OSError as e:  # a folder that cannot be made or written: its path and the reason
         where = f"'{e.filename}': " if e.filename else ""
-        sys.stderr.write(refusal([f"{where}{e.strerror or e}"], "suite: "))
+        sys.stderr.write(refusal([f"{where}{os_reason(e)}"], "suite: "))
         return 1 if e.errno in FILE_SYSTEM_FULL else 2  # (a full disk is no bad input)
     except KeyboardInterrupt:  # Ctrl-C before a member started (then the relay takes signals)
         sys.stderr.write("\nmpippo: suite: interrupted\n")

@@ -22,6 +22,7 @@ from pathlib import Path
 from mpippo import files, runlock
 from mpippo.checkpoint import latest_path
 from mpippo.config import UsageError, canonical_env_name, show
+from mpippo.errors import os_reason
 from mpippo.suite.spec import Member, Suite, SuiteError, read_manifest, reads_mode
 
 SUBMISSIONS = "submissions.jsonl"
@@ -205,7 +206,7 @@ def queued(suite: Suite, jobs: dict[str, dict] | None = None) -> dict[str, str]:
     try:
         res = subprocess.run(cmd, capture_output=True, timeout=120)
     except OSError as e:
-        raise SuiteError(f"suite {suite.name}: cannot run squeue ({e.strerror or e}), so what is queued is "
+        raise SuiteError(f"suite {suite.name}: cannot run squeue ({os_reason(e)}), so what is queued is "
                          f"unknown; try again when Slurm's commands work") from None
     if res.returncode != 0:
         said = quote((res.stderr or res.stdout).decode(errors="replace"), 200)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from mpippo import files, runlock
 from mpippo.checkpoint import latest_path
+from mpippo.errors import os_reason
 from mpippo.launch import die_with_parent
 from mpippo.files import missing_folders, remove_if_empty
 from mpippo.usage import UsageError
@@ -164,7 +165,7 @@ def submit_slurm(suite: Suite, members: list[Member], max_parallel: int | None, 
     except KeyboardInterrupt:
         raise refuse(f"was interrupted ({cancel})") from None
     except OSError as e:
-        raise refuse(f"could not be run ({e.strerror or e})") from None
+        raise refuse(f"could not be run ({os_reason(e)})") from None
     out, err = (res.stdout.decode(errors="replace").strip(), res.stderr.decode(errors="replace").strip())
     if res.returncode != 0:
         raise refuse(f"refused the array (exit {res.returncode}): {state.quote(err or out, 300)}")
@@ -188,7 +189,7 @@ def record(suite: Suite, row: dict) -> None:
         rows = [*state.submissions(suite), row]
         files.atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in rows).encode())
     except (OSError, UsageError) as e:  # a full disk; the record changed or unreadable since the lock's check
-        why = e.errors[0] if isinstance(e, UsageError) else e.strerror or e
+        why = e.errors[0] if isinstance(e, UsageError) else os_reason(e)
         raise SuiteError(f"suite run: sbatch queued job {row['job']}, but recording it in '{path}' failed "
                          f"({why}): `suite status` will not see it; cancel it (scancel {row['job']}), "
                          f"free the folder and run again") from None

@@ -239,7 +239,7 @@ def test_existing_run_is_never_overwritten(tmp_path):
     (run_dir / "precious.txt").write_text("keep me")
     res = trainer(2, SMOKE + ["--output-dir", str(run_dir)], timeout=60)
     assert res.returncode == 2
-    assert "exists and is not empty" in res.stderr and "--resume" in res.stderr
+    assert "exists and is not empty; it holds no run of mpippo's: choose a new folder" in res.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == ["precious.txt"]
     assert (run_dir / "precious.txt").read_text() == "keep me"
 

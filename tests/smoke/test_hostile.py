@@ -315,7 +315,14 @@ CASES = [
     Case("output-name-not-utf8-resume", train("--resume", "--output-dir", "TMP/r\udce9", files={
         "r\udce9/checkpoints/latest.pt": b"not read"}), "its name is not UTF-8 (byte 0xe9)"),
     Case("output-not-empty", train(*TOY, "--output-dir", "TMP/r", files={"r/keep.txt": "keep me"}),
-         "exists and is not empty"),
+         "exists and is not empty; it holds no run of mpippo's"),
+    # a run that failed before its first checkpoint: sent to --resume, which sent it back (no checkpoint)
+    Case("output-run-without-checkpoint", train(*TOY, "--output-dir", "TMP/r", files={
+        "r/config.yaml": "training:\n  seed: 1\n", "r/logs/metrics.jsonl": ""}), "it holds a run that wrote no "
+         "checkpoint, so there is nothing to resume: choose a new folder"),
+    Case("output-run-with-checkpoint", train(*TOY, "--output-dir", "TMP/r", files={
+        "r/config.yaml": "training:\n  seed: 1\n", "r/checkpoints/latest.pt": b"not read"}),
+         "pass --resume to continue that run"),
     Case("bad-input-removes-new-folders", train(*TOY, "--output-dir", "TMP/new/run", "--set", "training.lr=1", ranks=2),
          "unknown key", check=lambda t: not (t / "new").exists()),
     Case("resume-without-checkpoint", train("--resume", "--output-dir", "TMP/empty", files={"empty/x": ""}),
@@ -687,6 +694,9 @@ REPEATED = {  # id: (command before --output-dir, a line that says training runs
                                 "--config", "configs/toy_cue.yaml", *LONG], "iter ", "mpirun", signal.SIGHUP, 4),
     "ppo-sighup-to-one-rank": ([sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml", *LONG], "iter ",
                                "mpirun", signal.SIGHUP, 4),
+    # a soft CPU-time limit's warning, sent again each CPU second until the hard limit: it killed the rank (152)
+    "ppo-sigxcpu-to-ranks": ([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config",
+                              "configs/toy_cue.yaml", *LONG], "iter ", "ranks", signal.SIGXCPU, 4),
 }
 
 
@@ -715,6 +725,77 @@ def test_signals_repeated_during_a_stop_keep_its_exit_code(name, tmp_path):
     assert sent > 3 and "Traceback" not in out + err
     assert list(run_dir.rglob("latest.pt")), "no checkpoint"
     assert not hostile.survivors(tag, timeout=10)  # none trains on, orphaned
+
+
+def _soft_cpu_limit(seconds: int) -> Callable[[], None]:
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 100))
+
+
+@pytest.mark.slow
+def test_a_soft_cpu_time_limit_stops_the_job_with_a_checkpoint(tmp_path):
+    """`ulimit -S -t` (a login node's, or a batch system's soft CPU limit, as Grid Engine's s_cpu): the
+    kernel sends a rank SIGXCPU once its CPU time reaches it, then each CPU second until the hard limit
+    kills. The rank had died of the first: status 152, no line from mpippo, nothing since the last
+    checkpoint. Now it is a stop (the ranks agree on it): a checkpoint, one line, exit 4, resumable."""
+    run_dir = tmp_path / "run"
+    proc = start([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml",
+                  *LONG, "--output-dir", str(run_dir)], preexec_fn=_soft_cpu_limit(8))
+    rc, out, err = finish(proc, timeout=150)
+    assert rc == 4 and "stopped by a signal after a checkpoint" in out + err, (rc, out[-1500:], err[-1500:])
+    assert "Traceback" not in out + err and (run_dir / "checkpoints" / "latest.pt").exists()
+
+
+def _file_size_limit(kib: int) -> Callable[[], None]:
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (kib * 1024, resource.RLIM_INFINITY))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_past_the_file_size_limit_names_the_limit_and_what_is_kept(tmp_path):
+    """`ulimit -f` below a checkpoint's size: the write fails "File too large" (Python ignores SIGXFSZ),
+    which had blamed nothing and said "the previous checkpoint is intact" of a run that had none. The
+    line names the limit and how to raise it, and what is kept; a resume without the limit goes on."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml", "--no-progress", "--output-dir",
+           str(run_dir), "--set", "checkpoint.interval_iterations=1"]
+    rc, out, err = finish(start(cmd, preexec_fn=_file_size_limit(100)), timeout=120)
+    assert rc == 1 and "Traceback" not in out + err, (rc, err[-1500:])
+    assert "File too large: this process's file-size limit (ulimit -f) is 100 KiB; raise it (ulimit -f unlimited)" in err
+    assert "no checkpoint had been written yet" in err and not (run_dir / "checkpoints" / "latest.pt").exists(), err
+    rc, out, err = finish(start([*cmd, "--total-timesteps", "4096"]), timeout=120)  # (again: its folder is a run's)
+    assert rc == 2 and "it holds a run that wrote no checkpoint, so there is nothing to resume" in err, err[-1500:]
+    rc, out, err = finish(start([*cmd[:-2], "--total-timesteps", "8192", "--set", "checkpoint.interval_iterations=1",
+                                 "--output-dir", str(tmp_path / "run2")]), timeout=120)
+    assert rc == 0, err[-1500:]
+    size = (tmp_path / "run2" / "checkpoints" / "latest.pt").stat().st_size
+    rc, out, err = finish(start([*cmd[:-4], "--output-dir", str(tmp_path / "run2"), "--resume", "--total-timesteps",
+                                 "16384", "--set", "checkpoint.interval_iterations=1"],
+                                preexec_fn=_file_size_limit(size // 2048)), timeout=120)
+    assert rc == 1 and "; the previous checkpoint is intact" in err and "(ulimit -f)" in err, err[-1500:]
+    assert (tmp_path / "run2" / "checkpoints" / "latest.pt").stat().st_size == size
+
+
+def _memory_limit(kib: int) -> Callable[[], None]:
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (kib * 1024, resource.RLIM_INFINITY))
+
+
+@pytest.mark.parametrize("entry", ["trainer", "launcher", "evaluate"])
+def test_a_virtual_memory_limit_too_small_for_torch_is_one_line_naming_it(tmp_path, entry, bases):
+    """`ulimit -v` (a login node's): torch's libraries cannot be mapped. It had been an ImportError
+    traceback on every rank; now one line per rank names the limit and how to raise it, exit 1."""
+    cmd = {"trainer": [sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml"],
+           "launcher": [sys.executable, "-m", "mpippo.launch", "-n", "2", "--config", "configs/toy_cue.yaml"],
+           "evaluate": [sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(bases["ppo"])]}[entry]
+    if entry != "evaluate":
+        cmd += ["--no-progress", "--output-dir", str(tmp_path / "run")]
+    rc, out, err = finish(start(cmd, preexec_fn=_memory_limit(300_000)), timeout=120)
+    said = [line for line in err.splitlines() if line.startswith("mpippo: error:")]
+    assert rc == 1 and "Traceback" not in err and said, (rc, err[-2000:])
+    assert all("out of memory (ImportError: " in line and "(ulimit -v) is 300000 KiB; raise it (ulimit -v unlimited)"
+               in line for line in said), said
+    assert len(said) == 1 or (entry == "launcher" and len(said) == 2), said  # (the first rank's abort may end the other first)
 
 
 @pytest.mark.slow

@@ -687,7 +687,7 @@ def test_a_damaged_sweep_is_one_line_naming_the_file(tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP+SIGTERM+SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGXCPU", "SIGHUP+SIGTERM+SIGINT"])
 def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig):
     """benchmarks/cutoff_bench.py stopped while its first run trains: that run is killed, its
     temporary run folders and its job's shared-memory folder removed; one line, exit 4 (more

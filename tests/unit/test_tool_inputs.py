@@ -387,3 +387,40 @@ def test_a_tool_takes_its_stop_handlers_back_after_a_users_code_set_its_own(tool
         toolcli.reclaim_stops()
         return 0 if all(signal.getsignal(s) is toolcli._raise_stopped for s in (signal.SIGTERM, signal.SIGINT)) else 1
     assert toolcli.run("t", main) == 0
+
+
+def test_a_failure_a_limit_of_the_process_explains_names_it_and_no_other_does():
+    """errors.limit_failure and os_reason (the abort hook's and every OS error's words): a thread that cannot
+    start under `ulimit -u`, a file too large under `-f`, too many files under `-n`, memory under `-v`, each
+    with the value and how to raise it (or that the hard limit is as low); the same errors without a
+    limit set, and others, are left as they are (a traceback: maybe a bug)."""
+    code = textwrap.dedent("""
+        import errno, json, resource
+        from mpippo.errors import limit_failure, os_reason
+        INF = resource.RLIM_INFINITY
+        said = {"no-limit-big": os_reason(OSError(errno.EFBIG, "File too large")),
+                "no-limit-memory": limit_failure(MemoryError()), "other": limit_failure(RuntimeError("other"))}
+        resource.setrlimit(resource.RLIMIT_NPROC, (7, resource.getrlimit(resource.RLIMIT_NPROC)[1]))
+        said["thread"] = limit_failure(RuntimeError("can't start new thread"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard := resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        said["files"], said["files-hard"] = limit_failure(OSError(errno.EMFILE, "Too many open files", "x.pt")), hard
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100 * 1024, 100 * 1024))
+        said["big"] = os_reason(OSError(errno.EFBIG, "File too large"))
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, INF))
+        said["memory"] = limit_failure(MemoryError())
+        said["mapped"] = limit_failure(ImportError("libtorch_cpu.so: failed to map segment from shared object"))
+        print(json.dumps(said))
+    """)
+    said = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                     cwd=ROOT).stdout)
+    assert said["no-limit-big"] == "File too large" and said["no-limit-memory"] is None and said["other"] is None
+    assert said["thread"].startswith("cannot start a thread: this process's limit on this user's processes and "
+                                     "threads (ulimit -u) is 7; raise it (ulimit -u "), said
+    hard = "unlimited" if said["files-hard"] == -1 else said["files-hard"]
+    assert said["files"] == ("'x.pt': Too many open files: this process's open-file limit (ulimit -n) is 64 files; "
+                             f"raise it (ulimit -n {hard})"), said
+    assert said["big"] == ("File too large: this process's file-size limit (ulimit -f) is 100 KiB, its hard limit "
+                           "too: run it from a shell without that limit"), said
+    assert said["memory"] == ("out of memory (MemoryError): this process's virtual-memory limit (ulimit -v) is "
+                              "4194304 KiB; raise it (ulimit -v unlimited)"), said
+    assert said["mapped"].startswith("out of memory (ImportError: libtorch_cpu.so: failed to map segment"), said
