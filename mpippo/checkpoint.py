@@ -38,7 +38,10 @@ def latest_path(run_dir: str | Path) -> Path:
 
 def write_failed(what: str, folder: Path, e: OSError) -> str:
     """The line for a checkpoint write that failed (disk full, quota, a file-size limit): what is kept."""
-    kept = "the previous checkpoint is intact" if (folder / LATEST).exists() else "no checkpoint had been written yet"
+    try:
+        kept = "the previous checkpoint is intact" if (folder / LATEST).exists() else "no checkpoint had been written yet"
+    except OSError:  # (a folder this user may no longer search: the line must still be one line)
+        kept = "whether an earlier checkpoint is intact cannot be read"
     return f"checkpoint: writing {what} to '{folder}' failed ({os_reason(e)}); {kept}"
 
 

@@ -247,7 +247,7 @@ def _at(f: traceback.FrameSummary) -> str:
 
 
 # The limits of this process (`ulimit`) that end a run with a failure that is no bug and no full disk:
-# (RLIMIT name, words, the ulimit flag, its unit in bytes or items, the unit's name)
+# ulimit's flag: (RLIMIT name, words, its unit in bytes or items, the unit's name)
 LIMITS = {"f": ("RLIMIT_FSIZE", "file-size limit", 1024, "KiB"), "n": ("RLIMIT_NOFILE", "open-file limit", 1, "files"),
           "u": ("RLIMIT_NPROC", "limit on this user's processes and threads", 1, ""),
           "v": ("RLIMIT_AS", "virtual-memory limit", 1024, "KiB")}
@@ -263,7 +263,11 @@ def limit_words(flag: str) -> str:
     said = f": this process's {words} (ulimit -{flag}) is {soft // unit}{f' {unit_name}' if unit_name else ''}"
     if hard != resource.RLIM_INFINITY and hard <= soft:  # (bash's `ulimit -f N` sets both)
         return f"{said}, its hard limit too: run it from a shell without that limit"
-    return f"{said}; raise it (ulimit -{flag} {'unlimited' if hard == resource.RLIM_INFINITY else hard // unit})"
+    if hard == resource.RLIM_INFINITY:
+        return f"{said}; raise it (ulimit -{flag} unlimited)"
+    if unit > 1:  # (a number of blocks is the shell's own unit: 1 KiB in bash, 512 bytes in others)
+        return f"{said}; raise it (up to its hard limit, {hard // unit} {unit_name})"
+    return f"{said}; raise it (ulimit -{flag} {hard})"
 
 
 def os_reason(e: OSError) -> str:
@@ -278,10 +282,11 @@ def limit_failure(exc: BaseException) -> str | None:
     `ulimit -u`, memory or a library that cannot be mapped under `ulimit -v`, a file under `-f`, `-n`), for
     the abort hook; None for any other (a traceback: maybe a bug)."""
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if isinstance(exc, OSError) and exc.errno in LIMITED and limit_words(LIMITED[exc.errno]):
-        return f"{f'{exc.filename!r}: ' if exc.filename else ''}{os_reason(exc)}"
-    if isinstance(exc, RuntimeError) and "can't start new thread" in first:
-        return f"cannot start a thread{limit_words('u') or ' (the system is out of threads: a cgroup pids.max?)'}"
+    if isinstance(exc, OSError) and exc.errno in LIMITED and (said := limit_words(LIMITED[exc.errno])):
+        return f"{f'{exc.filename!r}: ' if exc.filename else ''}{exc.strerror or exc}{said}"
+    if isinstance(exc, RuntimeError) and "can't start new thread" in first:  # (root is above ulimit -u; a thread's
+        said = (limit_words("u") if os.geteuid() else "") or limit_words("v")  # stack is virtual memory: -v too)
+        return f"cannot start a thread{said or ' (the system is out of threads: a cgroup pids.max?)'}"
     memory = isinstance(exc, MemoryError) or (isinstance(exc, (ImportError, OSError, RuntimeError)) and any(
         w in first for w in ("failed to map", "Cannot allocate memory", "could not create a primitive")))
     if memory and (said := limit_words("v")):

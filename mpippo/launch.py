@@ -348,20 +348,28 @@ class _Outlived:
     it, deaf to a stop (the stop goes to ranks that are gone). Ranks on other nodes are not seen: a
     job whose ranks were never seen here is never judged."""
 
-    GRACE_S = 30.0  # a job's normal end takes mpirun well under a second after its last rank
+    # A job's normal end takes mpirun well under a second after its last rank here, and the ranks of other
+    # nodes end within moments of these: MPI_Finalize waits for every rank (a fence) before any returns.
+    GRACE_S = 30.0
     LOOK_S = 2.0  # (each look reads every child's environment)
 
     def __init__(self, mpirun_pid: int, own_session: bool = True):
-        self.pid, self.seen, self.gone_since, self.next_look = mpirun_pid, False, None, 0.0
+        self.pid, self.gone_since, self.next_look = mpirun_pid, None, 0.0
+        self.ranks = {}  # every rank seen here, by pid: judged by its own end, not by what /proc shows of it later
         self.own_session = own_session  # (mpirun started with start_new_session)
+
+    @property
+    def seen(self) -> bool:
+        return bool(self.ranks)
 
     def hung(self) -> bool:
         now = time.monotonic()
         if now < self.next_look:
             return False
         self.next_look = now + self.LOOK_S
-        if rank_processes(self.pid):
-            self.seen, self.gone_since = True, None
+        self.ranks.update((p.pid, p) for p in rank_processes(self.pid))  # (a rank whose title a library rewrites
+        if any(map(_running, self.ranks.values())):                        # stays one: setproctitle)
+            self.gone_since = None
         elif self.seen and self.gone_since is None:
             self.gone_since = now
         return self.gone_since is not None and now - self.gone_since > self.GRACE_S
@@ -378,20 +386,20 @@ class _Outlived:
         session it leads (the launcher's, the tools'), or, where it leads none (a batch script's, in the
         batch shell's group), it and what it had started. (Not end_job: beside run_trainer's communicate,
         which reaps mpirun, nothing else may.)"""
-        import psutil
-        left = []
+        import psutil  # (here: the launcher's start imports nothing it may not need)
+        left = []  # (what it started, srun's remote daemons among them: SIGTERM lets srun end its step)
         with contextlib.suppress(psutil.Error):
             left = [] if self.own_session else psutil.Process(proc.pid).children(recursive=True)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, sig) if self.own_session else os.kill(proc.pid, sig)
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(sig)
             for _ in range(50 if sig == signal.SIGTERM else 0):
-                if proc.poll() is not None:  # (None while another thread waits on it: the 5 s then run out)
-                    break
+                if proc.poll() is not None and not any(map(_running, left)):  # (None while another thread waits
+                    break                                                      # on it: the 5 s then run out)
                 time.sleep(0.1)
-        for p in left:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
 
     def line(self) -> str:
         return (f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {self.pid}) had not "
@@ -413,27 +421,36 @@ class _Outlived:
         return thread
 
 
+def _running(process) -> bool:
+    """A psutil process that has not ended (a zombie has: only its parent's wait is left)."""
+    import psutil  # (here: the launcher's start imports nothing it may not need)
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE  # (is_running: not a reused pid)
+    except psutil.Error:
+        return False
+
+
 class _Theirs:
     """A process this one did not start (the batch shell's mpirun), with Popen's pid and poll()."""
 
     def __init__(self, pid: int):
-        import psutil
-        self.pid, self.process = pid, psutil.Process(pid)  # (psutil tells a reused pid by its start time)
+        import psutil  # (here: the launcher's start imports nothing it may not need)
+        self.pid, self.process = pid, psutil.Process(pid)
 
     def poll(self) -> int | None:
-        import psutil
-        try:
-            return None if self.process.is_running() and self.process.status() != psutil.STATUS_ZOMBIE else 0
-        except psutil.Error:
-            return 0
+        return None if _running(self.process) else 0
+
+
+WATCH_ENDED = 9  # watch_batch_mpirun's status where it ended mpirun (1 is any Python failure's)
 
 
 def watch_batch_mpirun(pid: int) -> int:
     """slurm/common.sh's watch beside its mpirun, which the batch shell can only wait on: the launcher's
-    end of an mpirun that outlived its ranks here (else the job waited for Slurm's time limit). 1 where it
-    ended it, 0 once mpirun ends by itself."""
-    for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # (the batch shell's to pass on: scancel --signal reaches every process)
+    end of an mpirun that outlived its ranks here (else the job waited for Slurm's time limit).
+    WATCH_ENDED where it ended it, 0 once mpirun ends by itself."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGXCPU):
+        signal.signal(sig, signal.SIG_IGN)  # (the batch shell's to pass on: Slurm's TERM and scancel --signal reach
+                                            # every process, and the watch is needed most while the ranks stop)
     try:
         mpirun = _Theirs(pid)
     except Exception:  # (psutil.NoSuchProcess: it ended before this started)
@@ -443,7 +460,7 @@ def watch_batch_mpirun(pid: int) -> int:
         if outlived.hung():
             outlived._end_session(mpirun)
             say(outlived.line())
-            return 1
+            return WATCH_ENDED
         time.sleep(outlived.LOOK_S / 4)
     return 0
 

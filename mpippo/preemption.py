@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import threading
 import time
 from typing import Callable
 
-from mpippo.errors import SecondInterrupt
+from mpippo.errors import SecondInterrupt, say
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # a person's second Ctrl-C: a shell's code for a command Ctrl-C ended (128 + SIGINT)
@@ -127,7 +128,16 @@ def install() -> "SignalFlags":
     global _FLAGS
     if _FLAGS is None:
         _FLAGS = SignalFlags().install()
+        os.register_at_fork(after_in_child=_cpu_limit_ends_child)
     return _FLAGS
+
+
+def _cpu_limit_ends_child() -> None:
+    """A forked child (a user's env's worker) has no one to read its stop flag: its CPU-time limit ends it,
+    as before the trainer caught SIGXCPU, and its parent sees a worker fail."""
+    with contextlib.suppress(ValueError):  # (not the child's main thread: it execs or exits soon)
+        if signal.getsignal(signal.SIGXCPU) is not signal.SIG_IGN:
+            signal.signal(signal.SIGXCPU, signal.SIG_DFL)
 
 
 class SignalFlags:
@@ -169,6 +179,10 @@ class SignalFlags:
     def _on_stop(self, signum, frame):
         if is_second_ctrl_c(signum, self.stop):
             raise SecondInterrupt  # impatient second Ctrl-C
+        if signum == signal.SIGXCPU and not self.stop:  # (no one sent it: the run's end line alone would puzzle)
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            say(f"mpippo: SIGXCPU: this process used {used.ru_utime + used.ru_stime:.0f} s of CPU, "
+                f"its soft CPU-time limit (ulimit -S -t): it checkpoints and stops")  # (the kernel moves the limit on)
         self.stop = True
 
 

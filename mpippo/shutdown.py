@@ -56,8 +56,8 @@ def _join_threads(limit_s: float) -> None:
     ender = threading.Thread(target=end_threads, name="mpippo-threads-end", daemon=True)
     try:
         ender.start()
-    except RuntimeError:  # no thread can start (ulimit -u, said already): the process ends without the joins
-        return
+    except RuntimeError:  # no thread can start (ulimit -u; what failed first for it said so): the process ends
+        return            # without the joins, as after their time limit, not with a second traceback
     ender.join(limit_s)
     if ender.is_alive():
         _say_lingering(limit_s)

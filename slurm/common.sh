@@ -114,12 +114,13 @@ elif [ "$RESTARTS" -gt 0 ]; then  # requeued before its first checkpoint: what i
     "$MPIPPO_PYTHON" - "$RUN_DIR" <<'PY' || exit 2
 import sys
 from mpippo import runlock
+from mpippo.errors import os_reason
 try:
     aside = runlock.set_aside(sys.argv[1], "MPIPPO_RUN_DIR")
 except runlock.FolderBusy as e:  # another job trains there: never moved
     sys.exit(f"mpippo: error: {e.errors[0]}")
 except OSError as e:  # (a folder it may not rename: the trainer would refuse it anyway)
-    sys.exit(f"mpippo: error: MPIPPO_RUN_DIR: cannot set {sys.argv[1]!r} aside ({e.strerror or e})")
+    sys.exit(f"mpippo: error: MPIPPO_RUN_DIR: cannot set {sys.argv[1]!r} aside ({os_reason(e)})")
 if aside:
     print(f"mpippo: no checkpoint to resume in {sys.argv[1]}: set aside as {aside.name}; starting afresh")
 PY
@@ -193,6 +194,14 @@ fi
 
 echo "mpippo: job $SLURM_JOB_ID restart $RESTARTS on $SLURM_JOB_NODELIST: $SLURM_NTASKS tasks x $THREADS cpu, launcher $LAUNCHER${BIND[*]:+ (${BIND[*]})}, run $RUN_DIR${SHM_DIR:+, shared memory in $SHM_DIR}"
 
+# What rank 0 wrote in its mark: "running" while it trained, then "exit <its status>" (mpippo/preemption.py);
+# nothing where it could not say (no mark: rank 0 on another node, a full TMPDIR). A status 3 that is not
+# rank 0's own came from code that ended a rank with it (a user's env calling os._exit(3)): requeued, the
+# job would end so again, forever.
+rank0_said() {
+    [ -f "$MPIPPO_LISTENING" ] && [ ! -L "$MPIPPO_LISTENING" ] || return 0  # (never a FIFO's blocking read)
+    head -c 16 "$MPIPPO_LISTENING" 2>/dev/null | tr -dc 'a-z0-9 '
+}
 # The status of a child of this shell: `wait` returns early when a trapped signal arrives, so wait on
 # until the child itself has ended (then once more: a trap's return as it ended, bash keeps its status).
 status_of() {
@@ -221,7 +230,12 @@ launch() {
         watch=$!
     fi
     status_of "$PID"; RC=$?
-    if [ -n "$watch" ]; then status_of "$watch"; [ $? -eq 1 ] && RC=1; fi  # (it ended mpirun, and said so)
+    [ -n "$watch" ] || return 0
+    status_of "$watch"
+    if [ $? -eq 9 ]; then  # (mpippo.launch.WATCH_ENDED: it ended mpirun, and said so): rank 0's own status if it said one
+        local said; said=$(rank0_said)
+        case "$said" in "exit "[0-9]*) RC=${said#exit } ;; *) RC=1 ;; esac
+    fi
 }
 # What the run folder holds, names, sizes and times: a launch that changed nothing in it wrote nothing.
 folder_state() { find "$RUN_DIR" -maxdepth 3 -printf '%p %s %T@\n' 2>/dev/null | sort | cksum; }
@@ -265,14 +279,6 @@ reopen_node_range() {
     echo "mpippo: could not reset the task count; the requeued job waits for $SLURM_JOB_NUM_NODES node(s)"
 }
 
-# What rank 0 wrote in its mark: "running" while it trained, then "exit <its status>" (mpippo/preemption.py);
-# nothing where it could not say (no mark: rank 0 on another node, a full TMPDIR). A status 3 that is not
-# rank 0's own came from code that ended a rank with it (a user's env calling os._exit(3)): requeued, the
-# job would end so again, forever.
-rank0_said() {
-    [ -f "$MPIPPO_LISTENING" ] && [ ! -L "$MPIPPO_LISTENING" ] || return 0  # (never a FIFO's blocking read)
-    head -c 16 "$MPIPPO_LISTENING" 2>/dev/null | tr -dc 'a-z0-9 '
-}
 SAID=$(rank0_said)
 [ "$RC" = 3 ] && [ -n "$SAID" ] && [ "$SAID" != "exit 3" ] && RC=-3
 case $RC in
@@ -286,7 +292,7 @@ case $RC in
      if unkillable_scontrol requeue "$SLURM_JOB_ID"; then RC=0; reopen_node_range
      else echo "mpippo: scontrol requeue failed (already requeued by a preemption?); to go on, submit again with" \
                "MPIPPO_RUN_DIR=$RUN_DIR"; fi ;;
-  4) echo "mpippo: checkpointed and stopped after TERM" ;;
+  4) echo "mpippo: checkpointed and stopped after a stop signal (TERM; or XCPU, a CPU-time limit)" ;;
   *) echo "mpippo: trainer exited with status $RC" ;;
 esac
 rm -f "$MPIPPO_LISTENING"

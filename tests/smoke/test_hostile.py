@@ -743,6 +743,7 @@ def test_a_soft_cpu_time_limit_stops_the_job_with_a_checkpoint(tmp_path):
                   *LONG, "--output-dir", str(run_dir)], preexec_fn=_soft_cpu_limit(8))
     rc, out, err = finish(proc, timeout=150)
     assert rc == 4 and "stopped by a signal after a checkpoint" in out + err, (rc, out[-1500:], err[-1500:])
+    assert "s of CPU, its soft CPU-time limit (ulimit -S -t): it checkpoints and stops" in err, err[-1500:]
     assert "Traceback" not in out + err and (run_dir / "checkpoints" / "latest.pt").exists()
 
 

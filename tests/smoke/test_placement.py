@@ -334,6 +334,26 @@ def test_the_launcher_ends_an_mpirun_that_outlives_every_rank_it_started(capsys)
             p.wait()
 
 
+def test_a_rank_whose_command_line_changes_is_still_a_rank_until_it_ends():
+    """A rank is judged by its own end, not by what /proc shows of it later: a library that rewrites its
+    title (setproctitle) had made a healthy job's ranks look gone, and its mpirun was ended 30 s later.
+    A stand-in rank that replaces its command line after a second (exec) and lives 5 s more."""
+    from mpippo import launch
+    rank = "OMPI_COMM_WORLD_RANK=0 bash -c 'sleep 1; exec sleep 5' run_mpi.py & wait; sleep 600"
+    job = subprocess.Popen(["bash", "-c", rank], start_new_session=True)
+    try:
+        watch = launch._Outlived(job.pid)
+        watch.GRACE_S, watch.LOOK_S = 1.0, 0.1
+        t0 = time.monotonic()
+        while not watch.hung() and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        assert watch.seen and time.monotonic() - t0 > 5, "judged gone while the rank still ran"
+        assert time.monotonic() - t0 < 30, "never judged after the rank ended"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
 def test_a_tools_run_whose_mpirun_outlives_its_ranks_fails_in_one_line_not_after_its_timeout(tmp_path, monkeypatch):
     """The tools' run_trainer waited out its timeout (up to an hour) on the same hang; a watch beside it
     ends the job's session and the run's failure names why (the tools' line takes the last error line)."""

@@ -400,7 +400,12 @@ def test_a_failure_a_limit_of_the_process_explains_names_it_and_no_other_does():
         INF = resource.RLIM_INFINITY
         said = {"no-limit-big": os_reason(OSError(errno.EFBIG, "File too large")),
                 "no-limit-memory": limit_failure(MemoryError()), "other": limit_failure(RuntimeError("other"))}
+        import os
+        os.geteuid = lambda: 0  # (root: above ulimit -u, so it is not blamed)
+        said["thread-no-limit"] = limit_failure(RuntimeError("can't start new thread"))
         resource.setrlimit(resource.RLIMIT_NPROC, (7, resource.getrlimit(resource.RLIMIT_NPROC)[1]))
+        said["thread-root"] = limit_failure(RuntimeError("can't start new thread"))
+        os.geteuid = lambda: 1000
         said["thread"] = limit_failure(RuntimeError("can't start new thread"))
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard := resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         said["files"], said["files-hard"] = limit_failure(OSError(errno.EMFILE, "Too many open files", "x.pt")), hard
@@ -408,6 +413,8 @@ def test_a_failure_a_limit_of_the_process_explains_names_it_and_no_other_does():
         said["big"] = os_reason(OSError(errno.EFBIG, "File too large"))
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, INF))
         said["memory"] = limit_failure(MemoryError())
+        os.geteuid = lambda: 0
+        said["thread-stacks"] = limit_failure(RuntimeError("can't start new thread"))
         said["mapped"] = limit_failure(ImportError("libtorch_cpu.so: failed to map segment from shared object"))
         print(json.dumps(said))
     """)
@@ -416,6 +423,9 @@ def test_a_failure_a_limit_of_the_process_explains_names_it_and_no_other_does():
     assert said["no-limit-big"] == "File too large" and said["no-limit-memory"] is None and said["other"] is None
     assert said["thread"].startswith("cannot start a thread: this process's limit on this user's processes and "
                                      "threads (ulimit -u) is 7; raise it (ulimit -u "), said
+    assert said["thread-no-limit"] == said["thread-root"] == ("cannot start a thread (the system is out of threads: "
+                                                              "a cgroup pids.max?)"), said
+    assert said["thread-stacks"].startswith("cannot start a thread: this process's virtual-memory limit (ulimit -v)"), said
     hard = "unlimited" if said["files-hard"] == -1 else said["files-hard"]
     assert said["files"] == ("'x.pt': Too many open files: this process's open-file limit (ulimit -n) is 64 files; "
                              f"raise it (ulimit -n {hard})"), said
