@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from mpippo.config.memory import ranks_fit
-from mpippo.errors import let_readers_leave, os_reason, say, say_interrupted
+from mpippo.errors import let_readers_leave, limit_words, os_reason, say, say_interrupted
 from mpippo.leftovers import SHM_VAR, owned_prefix, shm_chosen, sweep_leftovers, temp_folder_problem
 from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, quiet_stops, settle
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
@@ -402,9 +402,10 @@ class _Outlived:
                 time.sleep(0.1)
 
     def line(self) -> str:
+        limits = f"; {why}" if (why := mpirun_limits()) else ""
         return (f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {self.pid}) had not "
                 f"{self.GRACE_S:.0f} s later (Open MPI's runtime can hang after a rank fails at its start; its messages "
-                f"are above): ended it")
+                f"are above): ended it{limits}")
 
     def watch(self, proc) -> threading.Thread:
         """The same watch beside a caller blocked in proc.communicate (run_trainer): it ends the job's
@@ -514,7 +515,16 @@ def main(argv: list[str] | None = None) -> int:
         # mpirun SIGKILLed the ranks before any could say a word (its exit 1): the line and code are ours
         say_interrupted("the job ")
         return EXIT_INTERRUPTED
+    if code not in (EXIT_OK, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_INTERRUPTED) and (why := mpirun_limits()):
+        say(f"mpippo: note: {why}")  # (Open MPI's failures there are its own boxes: status 250, 213, 186, or a hang)
     return code
+
+
+def mpirun_limits() -> str:
+    """The limits of this process that Open MPI's runtime meets first (its shared-memory files under
+    `ulimit -f`, its pipes and sockets under `ulimit -n`), in words; '' where neither is set."""
+    said = [words[2:] for words in (limit_words("f"), limit_words("n")) if words]
+    return f"Open MPI's runtime may have failed on a limit: {'; and '.join(said)}" if said else ""
 
 
 if __name__ == "__main__":

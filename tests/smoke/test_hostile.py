@@ -799,6 +799,20 @@ def test_a_virtual_memory_limit_too_small_for_torch_is_one_line_naming_it(tmp_pa
     assert len(said) == 1 or (entry == "launcher" and len(said) == 2), said  # (the first rank's abort may end the other first)
 
 
+def test_a_launch_open_mpi_fails_under_a_small_open_file_limit_names_the_limit(tmp_path):
+    """`ulimit -n 20`: Open MPI's runtime fails on its pipes (its own box, status 186 or 213, or a hang the
+    watch ends) with no word of mpippo's; the launcher's last line names the limit and how to raise it."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    cmd = [sys.executable, "-m", "mpippo.launch", "-n", "2", "--config", "configs/toy_cue.yaml", "--no-progress",
+           "--output-dir", str(tmp_path / "run")]
+    rc, out, err = finish(start(cmd, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (20, hard))),
+                          timeout=150)
+    assert rc not in (0, 2) and "Traceback" not in err, (rc, err[-2000:])
+    assert "Open MPI's runtime may have failed on a limit: this process's open-file limit (ulimit -n) is 20 files" \
+        in err.strip().splitlines()[-1], err[-2000:]
+
+
 @pytest.mark.slow
 def test_a_killed_launcher_stops_its_job_with_a_checkpoint(tmp_path):
     """kill -9 of the launcher: the kernel sends mpirun SIGUSR2 (PR_SET_PDEATHSIG), the ranks
