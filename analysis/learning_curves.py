@@ -33,6 +33,10 @@ def plot_learning_curves(folders, out: Path) -> Path:
     plt = pyplot()
 
     runs = [r for f in folders for r in load_runs(f)]
+    for r in runs:  # an empty chart with exit 0 had said nothing (a run too young, an event file overwritten)
+        if not len(r.curve_returns):
+            print(f"note: {r.name}: no return to draw: its logs/ hold no readable return points "
+                  f"(none written yet, or its event files damaged)")
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
     games = []
     for r in runs:

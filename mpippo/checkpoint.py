@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mpippo import faults
 from mpippo.config import UsageError, show
-from mpippo.errors import os_reason
+from mpippo.errors import folder_gone, os_reason
 from mpippo.files import atomic_write_bytes
 
 CHECKPOINTS, LATEST = "checkpoints", "latest.pt"  # a run folder's checkpoints/latest.pt: this module owns the place
@@ -38,6 +38,8 @@ def latest_path(run_dir: str | Path) -> Path:
 
 def write_failed(what: str, folder: Path, e: OSError) -> str:
     """The line for a checkpoint write that failed (disk full, quota, a file-size limit): what is kept."""
+    if (gone := folder_gone(e)):  # (the run folder moved away: nothing of it is here to keep)
+        return f"checkpoint: writing {what} failed: {gone}"
     try:
         kept = "the previous checkpoint is intact" if (folder / LATEST).exists() else "no checkpoint had been written yet"
     except OSError:  # (a folder this user may no longer search: the line must still be one line)

@@ -294,6 +294,26 @@ def limit_failure(exc: BaseException) -> str | None:
     return None
 
 
+def folder_gone(exc: BaseException) -> str | None:
+    """The line for a file not found because a folder above it is gone (the run folder moved or deleted while
+    the run wrote in it: TensorBoard's writer thread had ended the job with a traceback), or None."""
+    if not isinstance(exc, FileNotFoundError) or not isinstance(exc.filename, (str, bytes, os.PathLike)):
+        return None
+    path = Path(os.fsdecode(exc.filename))
+    gone = None
+    try:
+        for folder in path.absolute().parents:
+            if folder.exists():
+                break
+            gone = folder
+    except OSError:  # (the working folder is gone too: absolute() cannot be read)
+        return None
+    if gone is None:
+        return None
+    return (f"'{gone}' is gone: moved or deleted while this process wrote in it ({exc.strerror}: '{path}'); if it "
+            f"was moved, the run goes on from its last checkpoint with --resume there")
+
+
 FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the disk's, not a bug
 
 

@@ -347,7 +347,7 @@ def check_options(args) -> None:
 
 def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
     """An output may not replace what the run wrote: the checkpoint, its folder's files, the
-    run's metrics and config."""
+    run's metrics and config; nor what any other run folder holds."""
     if path is None:
         return
     out, ckpt = toolcli.real(path), toolcli.real(checkpoint)
@@ -356,6 +356,7 @@ def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
     if out == ckpt or (in_run and out.parent == ckpt.parent) or out in run_files:
         raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files "
                             f"({'the checkpoint' if out == ckpt else out.name}); give another name")
+    toolcli.not_a_runs_own(path, flag)  # (any run folder's: before this run's checkpoint is read)
 
 
 def memory_problem(state: dict, num_envs: int) -> str | None:

@@ -32,8 +32,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from mpippo.checkpoint import latest_path
-from mpippo.files import atomic_write_bytes, is_count, is_number, missing_folders, not_a_number, remove_if_empty
+from mpippo.checkpoint import CHECKPOINTS, latest_path
+from mpippo.files import (METRICS, RUN_CONFIG, atomic_write_bytes, is_count, is_number, missing_folders, not_a_number,
+                          remove_if_empty)
+from mpippo.metrics.sinks import WANDB_ID
+from mpippo.runlock import LOCK_NAME
 from mpippo import config as C
 from mpippo import launch, preemption, runctl, shutdown
 from mpippo.config import INT64_MAX, UsageError, show
@@ -287,6 +290,7 @@ def _replaceable(path: Path, flag: str) -> None:
     """An output is written by renaming a new file over its name: what is there must be a file or
     nothing. A link would be replaced, not followed (--json /dev/stdout), and a device or FIFO by that
     name would become a file (--json /dev/null, as root): refused, naming what is there."""
+    not_a_runs_own(path, flag)
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -300,6 +304,30 @@ def _replaceable(path: Path, flag: str) -> None:
     if not stat.S_ISREG(mode):
         raise UsageError(f"{flag}: '{shown(path)}' is {file_kind(mode)}, which the output would replace; "
                          f"give a new file's name or a file's")
+
+
+RUNS_OWN = frozenset({RUN_CONFIG, METRICS, LOCK_NAME, WANDB_ID})  # a run folder's own files beside its subfolders
+
+
+def not_a_runs_own(path: Path, flag: str) -> None:
+    """An output never replaces what a run folder holds, live (its trainer writes there) or ended (a record):
+    its own files and anything in its subfolders (logs/ with TensorBoard's event files, checkpoints/, an
+    agent's folder). `--json runs/x/logs/events...` had replaced a run's whole TensorBoard history. A file
+    of another name beside them is the user's (runs/x/eval.json, a tool's own default there)."""
+    where = real(Path(path).parent) / Path(path).name  # (a link at that name is replaced, not followed)
+    for folder in where.parents:
+        try:
+            # (by its config or its checkpoints, not by a lock: a suite's folder holds one)
+            is_run = (folder / RUN_CONFIG).is_file() or (folder / CHECKPOINTS).is_dir()
+        except OSError:  # (a folder this user may not search: no run of theirs to protect there)
+            continue
+        inside = where.relative_to(folder).parts
+        if is_run and (len(inside) > 1 or inside[0] in RUNS_OWN):
+            what = (f"lies in {inside[0]}/ of the run folder '{shown(folder)}', which an output never writes in"
+                    if len(inside) > 1 else f"is the own {inside[0]} of the run folder '{shown(folder)}', which an output "
+                                            f"never replaces")
+            raise UsageError(f"{flag}: '{shown(path)}' {what}; give a new name beside the run's files, or a path "
+                             f"outside it")
 
 
 def real(path: Path) -> Path:

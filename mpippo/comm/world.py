@@ -19,8 +19,8 @@ import traceback
 import numpy as np
 
 from mpippo import leftovers, preemption, shutdown
-from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure, limit_failure,
-                           main_thread_at, name_rank, say_interrupted)
+from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, SecondInterrupt, file_system_failure, folder_gone,
+                           limit_failure, main_thread_at, name_rank, say_interrupted)
 from mpippo.preemption import EXIT_INTERRUPTED, PauseClock
 
 # What MPI launchers (mpirun of Open MPI, MPICH's hydra, srun --mpi=pmix|pmi2, MVAPICH) put in each
@@ -357,7 +357,7 @@ class World:
             if isinstance(exc, OSError) and exc.errno in FILE_SYSTEM_FULL:  # the disk, not a bug: any writer
                 sys.stderr.write(f"mpippo: error: {who}{file_system_failure(exc)}\n")  # (TensorBoard's thread too)
                 self.abort(1)
-            if (said := limit_failure(exc)):  # a limit of this process (ulimit), not a bug
+            if (said := limit_failure(exc) or folder_gone(exc)):  # a limit (ulimit), a folder moved away: no bug
                 sys.stderr.write(f"mpippo: error: {who}{said}\n")
                 self.abort(1)
             text = "".join(traceback.format_exception(exc_type, exc, tb))

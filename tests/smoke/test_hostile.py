@@ -814,6 +814,27 @@ def test_a_launch_open_mpi_fails_under_a_small_open_file_limit_names_the_limit(t
 
 
 @pytest.mark.slow
+def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_resumes_there(tmp_path):
+    """`mv runs/x runs/y` while x trains (a tidy-up, a clash of names): TensorBoard's writer thread met its
+    vanished file and the job ended with a traceback per rank. Now one line names the folder gone; the
+    moved folder resumes."""
+    run_dir, moved = tmp_path / "run", tmp_path / "moved"
+    proc = start([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml",
+                  *LONG, "--set", "checkpoint.interval_iterations=5", "--output-dir", str(run_dir)])
+    wait_for_line(proc, "iter ")
+    deadline = time.monotonic() + 60
+    while not (run_dir / "checkpoints" / "latest.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run_dir.rename(moved)
+    rc, out, err = finish(proc, timeout=120)
+    said = [line for line in err.splitlines() if line.startswith("mpippo: error:")]
+    assert rc == 1 and "Traceback" not in err and said, (rc, err[-2000:])
+    # (met first by the event file's writer or by a checkpoint's: the same line)
+    assert f"'{run_dir}' is gone: moved or deleted while this process wrote in it" in said[0], said
+    ok(trainer(None, ["--resume", "--output-dir", str(moved), "--total-timesteps", "4096", "--no-progress"]))
+
+
+@pytest.mark.slow
 def test_a_killed_launcher_stops_its_job_with_a_checkpoint(tmp_path):
     """kill -9 of the launcher: the kernel sends mpirun SIGUSR2 (PR_SET_PDEATHSIG), the ranks
     checkpoint and stop; nothing of the job trains on, detached."""

@@ -428,6 +428,16 @@ CASES = [
     Case("evaluate-out-json-is-config", evaluate("--json", "TMP/run/config.yaml", files=CKPT),
          "is one of the run's own files (config.yaml)"),
     Case("evaluate-out-json-is-video", evaluate("--json", "TMP/v.mp4", "--video", "TMP/v.mp4"), "both name"),
+    # any run folder's own files and subfolders, live or ended: --json over an event file had replaced a run's
+    # whole TensorBoard history (exit 0), over another run's config.yaml left that run unreadable
+    Case("evaluate-out-json-over-event-file", evaluate("--json", "TMP/run/logs/events.out.tfevents.1.vm", files={
+        **CKPT, "run/logs/events.out.tfevents.1.vm": b"history"}), "lies in logs/ of the run folder"),
+    Case("evaluate-out-json-over-other-runs-config", evaluate("--json", "TMP/other/config.yaml", files={
+        **CKPT, "other/config.yaml": "training:\n  seed: 1\n"}), "is the own config.yaml of the run folder"),
+    Case("evaluate-out-json-over-a-lock", evaluate("--json", "TMP/other/.mpippo.lock", files={
+        **CKPT, "other/.mpippo.lock": "pid 1", "other/checkpoints/": None}), "is the own .mpippo.lock of the run folder"),
+    Case("compare-out-in-checkpoints", tool(CMP, "TMP/run", "--out", "TMP/run/checkpoints", files=run_files()),
+         "lies in checkpoints/ of the run folder"),
     # ---- benchmarks/atari_throughput.py (beside CleanRL's ppo_atari_envpool.py) ----
     Case("atari-throughput-steps", tool("benchmarks/atari_throughput.py", "--steps", "100", "--runs", "TMP/r",
                                         "--out", "TMP/o"), "--steps: 100 is out of range; allowed: 1,024 to"),
@@ -810,3 +820,18 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
         assert ckpt["iteration"] == 2  # where it was: the end of the iteration the signals came in
     assert "Traceback" not in err
     assert not _still_running(job)
+
+
+def test_learning_curves_of_a_run_with_no_return_to_draw_says_so(tmp_path):
+    """A run too young for a return point, or whose event files a tool or a copy replaced: the chart had
+    empty axes, exit 0, no word. It is still drawn (other runs beside it may have curves), with a note."""
+    import subprocess
+
+    from conftest import ROOT
+    for name, data in run_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(data)
+    res = subprocess.run([sys.executable, CURVES, str(tmp_path / "run"), "--out",
+                          str(tmp_path / "c.png")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and (tmp_path / "c.png").is_file(), res.stderr[-1500:]
+    assert "note: run: no return to draw: its logs/ hold no readable return points" in res.stdout, res.stdout
