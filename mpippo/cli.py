@@ -29,7 +29,7 @@ from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read
 from mpippo.files import RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
-from mpippo.errors import JobFailure, in_users_code_since, os_reason, say_last
+from mpippo.errors import JobFailure, in_users_code_since, os_reason, run_folder_is, say_last
 from mpippo.usage import Parser, file_kind, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
@@ -294,6 +294,7 @@ def run(argv: list[str] | None = None, workers: int | None = None) -> tuple[int,
         with start.watched():
             args, overrides = _parse(world, sys.argv[1:] if argv is None else argv, start, workers)
             run_dir = _run_dir(world, args, start)
+            run_folder_is(run_dir)  # (a file of it not found later: the folder moved away, said so)
             cfg, note = _config(world, args, overrides, run_dir, start)
             trainer = _trainer(world, args, cfg, run_dir, start)
     finally:  # (the Python API's caller may start another run in this process)

@@ -294,24 +294,32 @@ def limit_failure(exc: BaseException) -> str | None:
     return None
 
 
+_RUN_FOLDER: list[Path] = []  # the run folder this process trains in, once known (cli): folder_gone's
+
+
+def run_folder_is(path: Path) -> None:
+    _RUN_FOLDER[:] = [Path(path).absolute()]
+
+
 def folder_gone(exc: BaseException) -> str | None:
-    """The line for a file not found because a folder above it is gone (the run folder moved or deleted while
-    the run wrote in it: TensorBoard's writer thread had ended the job with a traceback), or None."""
-    if not isinstance(exc, FileNotFoundError) or not isinstance(exc.filename, (str, bytes, os.PathLike)):
+    """The line for a file of this process's run folder not found because the folder itself is gone (moved
+    or deleted while the run used it: TensorBoard's writer thread had ended the job with a traceback per
+    rank), or None: any other missing file keeps its own words."""
+    if not _RUN_FOLDER or not isinstance(exc, FileNotFoundError) or \
+            not isinstance(exc.filename, (str, bytes, os.PathLike)):
         return None
-    path = Path(os.fsdecode(exc.filename))
-    gone = None
+    run, path = _RUN_FOLDER[0], Path(os.fsdecode(exc.filename))
     try:
-        for folder in path.absolute().parents:
-            if folder.exists():
-                break
-            gone = folder
-    except OSError:  # (the working folder is gone too: absolute() cannot be read)
+        if run not in path.absolute().parents:
+            return None
+        os.stat(run)
+        return None  # (it is there: some other file is missing)
+    except FileNotFoundError:
+        pass
+    except OSError:  # (a folder no longer searchable, a working folder gone: not known to be moved)
         return None
-    if gone is None:
-        return None
-    return (f"'{gone}' is gone: moved or deleted while this process wrote in it ({exc.strerror}: '{path}'); if it "
-            f"was moved, the run goes on from its last checkpoint with --resume there")
+    return (f"the run folder '{run}' is gone: moved or deleted while the run used it ({exc.strerror}: "
+            f"'{path}'); if it was moved, the run goes on from its last checkpoint with --resume there")
 
 
 FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the disk's, not a bug

@@ -28,8 +28,8 @@ import numpy as np
 from mpippo import config as C
 from mpippo import faults, leftovers, preemption, runctl
 from mpippo.algos import registry
-from mpippo.checkpoint import CHECKPOINTS, latest_path, load_checkpoint, read_checkpoint_bytes
-from mpippo.files import METRICS, RUN_CONFIG, absolute, atomic_write_json, file_mode
+from mpippo.checkpoint import latest_path, load_checkpoint, read_checkpoint_bytes
+from mpippo.files import absolute, atomic_write_json, file_mode
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
@@ -346,17 +346,14 @@ def check_options(args) -> None:
 
 
 def check_not_input(path: Path | None, flag: str, checkpoint: Path) -> None:
-    """An output may not replace what the run wrote: the checkpoint, its folder's files, the
-    run's metrics and config; nor what any other run folder holds."""
+    """An output may not replace the checkpoint it evaluates (a .pt anywhere), nor what any run folder holds
+    (toolcli.not_a_runs_own: before the checkpoint is read)."""
     if path is None:
         return
-    out, ckpt = toolcli.real(path), toolcli.real(checkpoint)
-    in_run = ckpt.parent.name == CHECKPOINTS
-    run_files = {ckpt.parent.parent / METRICS, ckpt.parent.parent / RUN_CONFIG} if in_run else set()
-    if out == ckpt or (in_run and out.parent == ckpt.parent) or out in run_files:
-        raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files "
-                            f"({'the checkpoint' if out == ckpt else out.name}); give another name")
-    toolcli.not_a_runs_own(path, flag)  # (any run folder's: before this run's checkpoint is read)
+    if toolcli.real(path) == toolcli.real(checkpoint):
+        raise C.UsageError(f"{flag}: '{C.show(str(path))[1:-1]}' is one of the run's own files (the checkpoint); "
+                            f"give another name")
+    toolcli.not_a_runs_own(path, flag)
 
 
 def memory_problem(state: dict, num_envs: int) -> str | None:

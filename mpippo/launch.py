@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -354,22 +355,22 @@ class _Outlived:
     LOOK_S = 2.0  # (each look reads every child's environment)
 
     def __init__(self, mpirun_pid: int, own_session: bool = True):
-        self.pid, self.gone_since, self.next_look = mpirun_pid, None, 0.0
-        self.ranks = {}  # every rank seen here, by pid: judged by its own end, not by what /proc shows of it later
+        self.pid, self.seen, self.gone_since, self.next_look = mpirun_pid, False, None, 0.0
+        self.ranks = {}  # the ranks seen here, by pid: judged by their own end, not by what /proc shows of them later
         self.own_session = own_session  # (mpirun started with start_new_session)
-
-    @property
-    def seen(self) -> bool:
-        return bool(self.ranks)
 
     def hung(self) -> bool:
         now = time.monotonic()
         if now < self.next_look:
             return False
         self.next_look = now + self.LOOK_S
-        self.ranks.update((p.pid, p) for p in rank_processes(self.pid))  # (a rank whose title a library rewrites
-        if any(map(_running, self.ranks.values())):                        # stays one: setproctitle)
-            self.gone_since = None
+        # a rank seen stays one while it is under mpirun, whatever its title becomes (setproctitle); one that left
+        # mpirun's tree (an env's worker orphaned by its rank) is no rank of this job's
+        under = _descendants(self.pid)
+        self.ranks = {pid: p for pid, p in self.ranks.items() if pid in under}
+        self.ranks.update((p.pid, p) for p in rank_processes(self.pid))
+        if any(map(_running, self.ranks.values())):
+            self.seen, self.gone_since = True, None
         elif self.seen and self.gone_since is None:
             self.gone_since = now
         return self.gone_since is not None and now - self.gone_since > self.GRACE_S
@@ -420,6 +421,14 @@ class _Outlived:
         thread = threading.Thread(target=look, name="mpirun-outlived", daemon=True)
         thread.start()
         return thread
+
+
+def _descendants(pid: int) -> set[int]:
+    import psutil  # (here: the launcher's start imports nothing it may not need)
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
 
 
 def _running(process) -> bool:
@@ -515,15 +524,20 @@ def main(argv: list[str] | None = None) -> int:
         # mpirun SIGKILLed the ranks before any could say a word (its exit 1): the line and code are ours
         say_interrupted("the job ")
         return EXIT_INTERRUPTED
-    if code not in (EXIT_OK, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_INTERRUPTED) and (why := mpirun_limits()):
-        say(f"mpippo: note: {why}")  # (Open MPI's failures there are its own boxes: status 250, 213, 186, or a hang)
+    if code in OPEN_MPI_FAILED and (why := mpirun_limits()):  # (a hang's line, _Outlived's, names them itself)
+        say(f"mpippo: note: {why}")
     return code
+
+
+OPEN_MPI_FAILED = (186, 213, 250)  # mpirun's own statuses where its runtime failed under ulimit -n or -f (measured)
+FEW_FILES = 256  # open files below which Open MPI's runtime may fail (2 ranks needed about 30; 1024 is the usual)
 
 
 def mpirun_limits() -> str:
     """The limits of this process that Open MPI's runtime meets first (its shared-memory files under
-    `ulimit -f`, its pipes and sockets under `ulimit -n`), in words; '' where neither is set."""
-    said = [words[2:] for words in (limit_words("f"), limit_words("n")) if words]
+    `ulimit -f`, its pipes and sockets under a low `ulimit -n`), in words; '' where neither is set."""
+    few = resource.getrlimit(resource.RLIMIT_NOFILE)[0] < FEW_FILES
+    said = [words[2:] for words in (limit_words("f"), limit_words("n") if few else "") if words]
     return f"Open MPI's runtime may have failed on a limit: {'; and '.join(said)}" if said else ""
 
 

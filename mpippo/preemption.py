@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Callable
 
-from mpippo.errors import SecondInterrupt, say
+from mpippo.errors import SecondInterrupt
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # a person's second Ctrl-C: a shell's code for a command Ctrl-C ended (128 + SIGINT)
@@ -135,7 +135,7 @@ def install() -> "SignalFlags":
 def _cpu_limit_ends_child() -> None:
     """A forked child (a user's env's worker) has no one to read its stop flag: its CPU-time limit ends it,
     as before the trainer caught SIGXCPU, and its parent sees a worker fail."""
-    with contextlib.suppress(ValueError):  # (not the child's main thread: it execs or exits soon)
+    with contextlib.suppress(ValueError):  # (signal's own refusals: the child goes on as it would have)
         if signal.getsignal(signal.SIGXCPU) is not signal.SIG_IGN:
             signal.signal(signal.SIGXCPU, signal.SIG_DFL)
 
@@ -179,11 +179,13 @@ class SignalFlags:
     def _on_stop(self, signum, frame):
         if is_second_ctrl_c(signum, self.stop):
             raise SecondInterrupt  # impatient second Ctrl-C
-        if signum == signal.SIGXCPU and not self.stop:  # (no one sent it: the run's end line alone would puzzle)
-            used = resource.getrusage(resource.RUSAGE_SELF)
-            say(f"mpippo: SIGXCPU: this process used {used.ru_utime + used.ru_stime:.0f} s of CPU, "
-                f"its soft CPU-time limit (ulimit -S -t): it checkpoints and stops")  # (the kernel moves the limit on)
-        self.stop = True
+        first, self.stop = not self.stop, True
+        if signum == signal.SIGXCPU and first:  # (no one sent it: the run's end line alone would puzzle)
+            used = resource.getrusage(resource.RUSAGE_SELF)  # (the kernel moves the limit on: not its value now)
+            line = (f"mpippo: SIGXCPU: this process used {used.ru_utime + used.ru_stime:.0f} s of CPU, its soft "
+                    f"CPU-time limit (ulimit -S -t): it checkpoints and stops\n")
+            with contextlib.suppress(OSError):  # (os.write: the signal may land inside a write to sys.stderr)
+                os.write(2, line.encode())
 
 
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)  # (SIGUSR1 is a requeue, no stop)

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpippo.checkpoint import CHECKPOINTS, latest_path
-from mpippo.files import (METRICS, RUN_CONFIG, atomic_write_bytes, is_count, is_number, missing_folders, not_a_number,
+from mpippo.files import (LOGS, METRICS, RUN_CONFIG, atomic_write_bytes, is_count, is_number, missing_folders, not_a_number,
                           remove_if_empty)
-from mpippo.metrics.sinks import WANDB_ID
+from mpippo.metrics.sinks import WANDB_DIR, WANDB_ID
 from mpippo.runlock import LOCK_NAME
 from mpippo import config as C
 from mpippo import launch, preemption, runctl, shutdown
@@ -307,27 +307,37 @@ def _replaceable(path: Path, flag: str) -> None:
 
 
 RUNS_OWN = frozenset({RUN_CONFIG, METRICS, LOCK_NAME, WANDB_ID})  # a run folder's own files beside its subfolders
+RUNS_FOLDERS = re.compile(rf"{LOGS}|{CHECKPOINTS}|{WANDB_DIR}|agent_[0-9]+")  # ... and its subfolders
+
+
+def is_run_folder(folder: Path) -> bool:
+    """mpippo's marks: its config.yaml and one thing a trainer writes beside it, its metrics, its lock or
+    checkpoints/latest.pt (a project's own config.yaml and checkpoints/, a suite's folder with its lock: no run)."""
+    return (folder / RUN_CONFIG).is_file() and ((folder / METRICS).is_file() or latest_path(folder).is_file()
+                                                or os.path.lexists(folder / LOCK_NAME))
 
 
 def not_a_runs_own(path: Path, flag: str) -> None:
     """An output never replaces what a run folder holds, live (its trainer writes there) or ended (a record):
-    its own files and anything in its subfolders (logs/ with TensorBoard's event files, checkpoints/, an
-    agent's folder). `--json runs/x/logs/events...` had replaced a run's whole TensorBoard history. A file
-    of another name beside them is the user's (runs/x/eval.json, a tool's own default there)."""
+    its own files, and anything in its own subfolders (logs/ with TensorBoard's event files, checkpoints/,
+    an agent's folder). `--json runs/x/logs/events...` had replaced a run's whole TensorBoard history. A file
+    of another name beside them, or in a folder of the user's there, is the user's (runs/x/eval.json)."""
     where = real(Path(path).parent) / Path(path).name  # (a link at that name is replaced, not followed)
     for folder in where.parents:
         try:
-            # (by its config or its checkpoints, not by a lock: a suite's folder holds one)
-            is_run = (folder / RUN_CONFIG).is_file() or (folder / CHECKPOINTS).is_dir()
+            if not is_run_folder(folder):
+                continue
         except OSError:  # (a folder this user may not search: no run of theirs to protect there)
             continue
         inside = where.relative_to(folder).parts
-        if is_run and (len(inside) > 1 or inside[0] in RUNS_OWN):
-            what = (f"lies in {inside[0]}/ of the run folder '{shown(folder)}', which an output never writes in"
-                    if len(inside) > 1 else f"is the own {inside[0]} of the run folder '{shown(folder)}', which an output "
-                                            f"never replaces")
-            raise UsageError(f"{flag}: '{shown(path)}' {what}; give a new name beside the run's files, or a path "
-                             f"outside it")
+        if len(inside) > 1 and RUNS_FOLDERS.fullmatch(inside[0]):
+            what = f"lies in {inside[0]}/ of the run folder '{shown(folder)}', which an output never writes in"
+        elif len(inside) == 1 and inside[0] in RUNS_OWN:
+            what = f"is the run's own {inside[0]} (run folder '{shown(folder)}'), which an output never replaces"
+        else:
+            continue
+        raise UsageError(f"{flag}: '{shown(path)}' {what}; give a new name beside the run's files, or a path "
+                         f"outside it")
 
 
 def real(path: Path) -> Path:

@@ -292,7 +292,7 @@ case $RC in
      if unkillable_scontrol requeue "$SLURM_JOB_ID"; then RC=0; reopen_node_range
      else echo "mpippo: scontrol requeue failed (already requeued by a preemption?); to go on, submit again with" \
                "MPIPPO_RUN_DIR=$RUN_DIR"; fi ;;
-  4) echo "mpippo: checkpointed and stopped after a stop signal (TERM; or XCPU, a CPU-time limit)" ;;
+  4) echo "mpippo: checkpointed and stopped after a stop signal (TERM, INT, HUP, USR2; XCPU: a CPU-time limit)" ;;
   *) echo "mpippo: trainer exited with status $RC" ;;
 esac
 rm -f "$MPIPPO_LISTENING"

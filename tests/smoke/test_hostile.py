@@ -830,7 +830,7 @@ def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_re
     said = [line for line in err.splitlines() if line.startswith("mpippo: error:")]
     assert rc == 1 and "Traceback" not in err and said, (rc, err[-2000:])
     # (met first by the event file's writer or by a checkpoint's: the same line)
-    assert f"'{run_dir}' is gone: moved or deleted while this process wrote in it" in said[0], said
+    assert f"the run folder '{run_dir}' is gone: moved or deleted while the run used it" in said[0], said
     ok(trainer(None, ["--resume", "--output-dir", str(moved), "--total-timesteps", "4096", "--no-progress"]))
 
 

@@ -426,16 +426,17 @@ CASES = [
     Case("evaluate-out-json-is-checkpoint", evaluate("--json", "TMP/run/checkpoints/latest.pt", files=CKPT),
          "is one of the run's own files (the checkpoint)"),
     Case("evaluate-out-json-is-config", evaluate("--json", "TMP/run/config.yaml", files=CKPT),
-         "is one of the run's own files (config.yaml)"),
+         "is the run's own config.yaml (run folder"),
     Case("evaluate-out-json-is-video", evaluate("--json", "TMP/v.mp4", "--video", "TMP/v.mp4"), "both name"),
     # any run folder's own files and subfolders, live or ended: --json over an event file had replaced a run's
     # whole TensorBoard history (exit 0), over another run's config.yaml left that run unreadable
     Case("evaluate-out-json-over-event-file", evaluate("--json", "TMP/run/logs/events.out.tfevents.1.vm", files={
         **CKPT, "run/logs/events.out.tfevents.1.vm": b"history"}), "lies in logs/ of the run folder"),
     Case("evaluate-out-json-over-other-runs-config", evaluate("--json", "TMP/other/config.yaml", files={
-        **CKPT, "other/config.yaml": "training:\n  seed: 1\n"}), "is the own config.yaml of the run folder"),
+        **CKPT, **run_files(name="other")}), "is the run's own config.yaml (run folder"),
     Case("evaluate-out-json-over-a-lock", evaluate("--json", "TMP/other/.mpippo.lock", files={
-        **CKPT, "other/.mpippo.lock": "pid 1", "other/checkpoints/": None}), "is the own .mpippo.lock of the run folder"),
+        **CKPT, "other/.mpippo.lock": "pid 1", "other/config.yaml": "training:\n  seed: 1\n"}),
+         "is the run's own .mpippo.lock (run folder"),
     Case("compare-out-in-checkpoints", tool(CMP, "TMP/run", "--out", "TMP/run/checkpoints", files=run_files()),
          "lies in checkpoints/ of the run folder"),
     # ---- benchmarks/atari_throughput.py (beside CleanRL's ppo_atari_envpool.py) ----

@@ -434,3 +434,51 @@ def test_a_failure_a_limit_of_the_process_explains_names_it_and_no_other_does():
     assert said["memory"] == ("out of memory (MemoryError): this process's virtual-memory limit (ulimit -v) is "
                               "4194304 KiB; raise it (ulimit -v unlimited)"), said
     assert said["mapped"].startswith("out of memory (ImportError: libtorch_cpu.so: failed to map segment"), said
+
+
+def test_an_output_is_refused_only_where_a_run_folder_holds_it(tmp_path):
+    """toolcli.not_a_runs_own: a run folder (its config.yaml and one thing a trainer writes beside it) keeps
+    its own files and subfolders; a project's own config.yaml, a folder of someone's checkpoints, a
+    suite's folder with its lock, and a folder of the user's inside a run are no run's."""
+    from mpippo import toolcli
+    from mpippo.config import UsageError
+    run, project = tmp_path / "runs" / "x", tmp_path / "project"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest.pt").write_text("a checkpoint")
+    (run / "config.yaml").write_text("training:\n  seed: 1\n")
+    (project / "checkpoints").mkdir(parents=True)
+    (project / "config.yaml").write_text("hydra: {}\n")  # (no metrics, no lock, no latest.pt: no run's marks)
+    (project / "checkpoints" / "model.pt").write_text("theirs")
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / ".mpippo.lock").write_text("[suite folder]")
+    for refused in (run / "config.yaml", run / ".mpippo.lock", run / "logs" / "events.out.tfevents.1.vm",
+                    run / "checkpoints" / "x.json", run / "agent_1" / "eval.json", run / "wandb" / "w.json"):
+        with pytest.raises(UsageError, match="--json: .* (lies in|is the run's own)"):
+            toolcli.not_a_runs_own(refused, "--json")
+    (run / "config.yaml").unlink()  # (a folder with only checkpoints/ is no run's either)
+    toolcli.not_a_runs_own(run / "checkpoints" / "x.json", "--json")
+    (run / "config.yaml").write_text("training:\n  seed: 1\n")
+    for allowed in (run / "eval.json", run / "videos" / "ep.mp4", project / "runs" / "y" / "eval.json",
+                    project / "figs" / "curve.png", project / "checkpoints" / "out.json", tmp_path / "suite" / "m" / "r.png",
+                    tmp_path / "runs" / "report.png"):
+        toolcli.not_a_runs_own(allowed, "--json")
+
+
+def test_a_missing_file_is_the_run_folders_going_only_where_that_folder_is_gone(tmp_path):
+    """errors.folder_gone: a file of the run folder not found because the folder moved or was deleted gets
+    the line that says so; any other missing file (a dataset an env reads, the folder still there) None."""
+    from mpippo import errors
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    lost = FileNotFoundError(2, "No such file or directory", str(run / "logs" / "events.out.tfevents.1.vm"))
+    try:
+        assert errors.folder_gone(lost) is None  # (no run folder known: an API caller, a tool)
+        errors.run_folder_is(run)
+        assert errors.folder_gone(lost) is None  # (it is there)
+        run.rename(tmp_path / "moved")
+        said = errors.folder_gone(lost)
+        assert said.startswith(f"the run folder '{run}' is gone: moved or deleted while the run used it"), said
+        assert errors.folder_gone(FileNotFoundError(2, "No such file or directory", str(tmp_path / "data" / "x"))) is None
+        assert errors.folder_gone(PermissionError(13, "Permission denied", str(run / "logs" / "x"))) is None
+    finally:
+        errors._RUN_FOLDER.clear()
