@@ -28,7 +28,7 @@ import numpy as np
 from mpippo import config as C
 from mpippo import faults, leftovers, preemption, runctl
 from mpippo.algos import registry
-from mpippo.checkpoint import latest_path, load_checkpoint, read_checkpoint_bytes
+from mpippo.checkpoint import PERIODIC, latest_path, load_checkpoint, periodic_checkpoints, read_checkpoint_bytes
 from mpippo.files import absolute, atomic_write_json, file_mode
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
@@ -63,6 +63,20 @@ def make_parser() -> argparse.ArgumentParser:
                         "Four's rules only)")
     p.add_argument("--max-steps", type=int, default=100_000, help="per env; a guard against policies that never finish")
     return p
+
+
+def _why_not_there(path: Path) -> str:
+    """What to give instead of a checkpoint that is not there: a periodic one the run pruned since (its
+    checkpoint.keep_last) is named as such, with the oldest it keeps."""
+    asked = PERIODIC.fullmatch(path.name)
+    kept = periodic_checkpoints(path.parent) if asked and path.parent.is_dir() else []
+    if not kept:
+        return "give a .pt file or a run folder"
+    these = kept[0].name if len(kept) == 1 else f"{kept[0].name} to {kept[-1].name}"
+    if int(asked[1]) < int(PERIODIC.fullmatch(kept[0].name)[1]):
+        return (f"pruned: the run keeps only its newest periodic checkpoints (checkpoint.keep_last), {these}; or "
+                f"give the run folder for its latest")
+    return f"its periodic checkpoints are {these}; or give the run folder for its latest"
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -379,7 +393,7 @@ def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, 
     check_not_input(args.video, "--video", path)
     try:
         if not path.is_file():
-            raise C.UsageError(f"--checkpoint: no checkpoint at '{path}' (give a .pt file or a run folder)")
+            raise C.UsageError(f"--checkpoint: no checkpoint at '{path}' ({_why_not_there(path)})")
     except OSError as e:
         raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({os_reason(e)})") from None
     data = read_checkpoint_bytes(path)  # size-checked before it is read

@@ -437,6 +437,15 @@ CASES = [
     Case("evaluate-out-json-over-a-lock", evaluate("--json", "TMP/other/.mpippo.lock", files={
         **CKPT, "other/.mpippo.lock": "pid 1", "other/config.yaml": "training:\n  seed: 1\n"}),
          "is the run's own .mpippo.lock (run folder"),
+    # a periodic checkpoint the run pruned since (checkpoint.keep_last): said, with what it keeps
+    Case("evaluate-checkpoint-pruned", tool("-m", "mpippo.evaluate", "--checkpoint", "TMP/run/checkpoints/ckpt_0000001.pt",
+                                            files={**CKPT, "run/checkpoints/ckpt_0000005.pt": b"x",
+                                                   "run/checkpoints/ckpt_0000006.pt": b"x"}),
+         "(pruned: the run keeps only its newest periodic checkpoints (checkpoint.keep_last), ckpt_0000005.pt to "
+         "ckpt_0000006.pt; or give the run folder for its latest)"),
+    Case("evaluate-checkpoint-not-yet", tool("-m", "mpippo.evaluate", "--checkpoint", "TMP/run/checkpoints/ckpt_0000009.pt",
+                                             files={**CKPT, "run/checkpoints/ckpt_0000005.pt": b"x"}),
+         "(its periodic checkpoints are ckpt_0000005.pt; or give the run folder for its latest)"),
     Case("compare-out-in-checkpoints", tool(CMP, "TMP/run", "--out", "TMP/run/checkpoints", files=run_files()),
          "lies in checkpoints/ of the run folder"),
     # ---- benchmarks/atari_throughput.py (beside CleanRL's ppo_atari_envpool.py) ----
