@@ -255,18 +255,24 @@ def catches_usr1(pid: int) -> bool:
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 
 
-def rank_processes(mpirun_pid: int) -> list:
-    """The trainer ranks under mpirun on this node (psutil processes), in rank order. A process mpirun
-    has forked but not yet made a rank is left out: it still has mpirun's command line (run_mpi.py in
-    it), mpirun's environment (no rank in it) and mpirun's handlers (which catch SIGUSR1, to forward
-    it). So is one that ends between the listing and the look."""
-    import psutil
+def _tree(pid: int) -> list:
+    """Every process under `pid` (psutil processes); none where it has ended."""
+    import psutil  # (here: the launcher's start imports nothing it may not need)
     try:
-        children = psutil.Process(mpirun_pid).children(recursive=True)
+        return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
+
+
+def rank_processes(mpirun_pid: int, children: list | None = None) -> list:
+    """The trainer ranks under mpirun on this node (psutil processes), in rank order, among `children`
+    (its tree, read once by a caller that needs it too). A process mpirun has forked but not yet made a
+    rank is left out: it still has mpirun's command line (run_mpi.py in it), mpirun's environment (no
+    rank in it) and mpirun's handlers (which catch SIGUSR1, to forward it). So is one that ends between
+    the listing and the look."""
+    import psutil  # (here: the launcher's start imports nothing it may not need)
     ranks = []
-    for p in children:
+    for p in _tree(mpirun_pid) if children is None else children:
         try:
             if "run_mpi.py" in " ".join(p.cmdline()):
                 env = p.environ()
@@ -366,9 +372,10 @@ class _Outlived:
         self.next_look = now + self.LOOK_S
         # a rank seen stays one while it is under mpirun, whatever its title becomes (setproctitle); one that left
         # mpirun's tree (an env's worker orphaned by its rank) is no rank of this job's
-        under = _descendants(self.pid)
+        children = _tree(self.pid)
+        under = {p.pid for p in children}
         self.ranks = {pid: p for pid, p in self.ranks.items() if pid in under}
-        self.ranks.update((p.pid, p) for p in rank_processes(self.pid))
+        self.ranks.update((p.pid, p) for p in rank_processes(self.pid, children))
         if any(map(_running, self.ranks.values())):
             self.seen, self.gone_since = True, None
         elif self.seen and self.gone_since is None:
@@ -388,9 +395,8 @@ class _Outlived:
         batch shell's group), it and what it had started. (Not end_job: beside run_trainer's communicate,
         which reaps mpirun, nothing else may.)"""
         import psutil  # (here: the launcher's start imports nothing it may not need)
-        left = []  # (what it started, srun's remote daemons among them: SIGTERM lets srun end its step)
-        with contextlib.suppress(psutil.Error):
-            left = [] if self.own_session else psutil.Process(proc.pid).children(recursive=True)
+        left = [] if self.own_session else _tree(proc.pid)  # (srun's remote daemons among them: a SIGTERM lets
+                                                             # srun end its step)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, sig) if self.own_session else os.kill(proc.pid, sig)
@@ -421,14 +427,6 @@ class _Outlived:
         thread = threading.Thread(target=look, name="mpirun-outlived", daemon=True)
         thread.start()
         return thread
-
-
-def _descendants(pid: int) -> set[int]:
-    import psutil  # (here: the launcher's start imports nothing it may not need)
-    try:
-        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
-    except psutil.Error:
-        return set()
 
 
 def _running(process) -> bool:

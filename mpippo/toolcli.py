@@ -323,12 +323,7 @@ def not_a_runs_own(path: Path, flag: str) -> None:
     an agent's folder). `--json runs/x/logs/events...` had replaced a run's whole TensorBoard history. A file
     of another name beside them, or in a folder of the user's there, is the user's (runs/x/eval.json)."""
     where = real(Path(path).parent) / Path(path).name  # (a link at that name is replaced, not followed)
-    for folder in where.parents:
-        try:
-            if not is_run_folder(folder):
-                continue
-        except OSError:  # (a folder this user may not search: no run of theirs to protect there)
-            continue
+    for folder in where.parents:  # (a folder is looked at only where the output would be one of a run's)
         inside = where.relative_to(folder).parts
         if len(inside) > 1 and RUNS_FOLDERS.fullmatch(inside[0]):
             what = f"lies in {inside[0]}/ of the run folder '{shown(folder)}', which an output never writes in"
@@ -336,8 +331,13 @@ def not_a_runs_own(path: Path, flag: str) -> None:
             what = f"is the run's own {inside[0]} (run folder '{shown(folder)}'), which an output never replaces"
         else:
             continue
-        raise UsageError(f"{flag}: '{shown(path)}' {what}; give a new name beside the run's files, or a path "
-                         f"outside it")
+        try:
+            run = is_run_folder(folder)
+        except OSError:  # (a folder this user may not search: no run of theirs to protect there)
+            run = False
+        if run:
+            raise UsageError(f"{flag}: '{shown(path)}' {what}; give a new name beside the run's files, or a path "
+                             f"outside it")
 
 
 def real(path: Path) -> Path:
