@@ -244,7 +244,12 @@ def test_a_benchmark_started_in_another_folder_finds_its_default_configs(tmp_pat
 
 
 def test_peer_paritys_trainer_options_name_configs_that_hold_from_any_folder():
-    import peer_parity
+    # benchmarks/peer_parity.py by its path: analysis/ holds a peer_parity.py too, which an earlier test in
+    # this worker may have imported under that name
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_peer_parity", ROOT / "benchmarks" / "peer_parity.py")
+    peer_parity = sys.modules["bench_peer_parity"] = importlib.util.module_from_spec(spec)  # (its dataclasses')
+    spec.loader.exec_module(peer_parity)
     for fam in peer_parity.FAMILIES.values():
         for apex in (False, True) if fam.apex else (False,):
             argv = peer_parity.mpippo_argv(fam, "Pong", 1, 64, None, apex)
