@@ -127,9 +127,9 @@ def wandb_home(folder: Path) -> dict:
 
 def error_lines(stderr: str) -> list[str]:
     """A job's `mpippo: error:` lines. Where a rank ends the job with MPI_Abort, mpirun forwards the
-    rank's line and prints its own abort banner on the same stream: the line may then come after the
-    banner with a blank before it (seen under load), or after a NUL byte of mpirun's forwarding (seen
-    on an AVX2 machine), so leading blanks and NULs are dropped here."""
+    rank's line and prints its own abort banner on the same stream, whose last byte is a NUL (Open MPI 5,
+    every time): the line may come after the banner, so after that NUL, or with a blank before it (seen
+    under load); leading blanks and NULs are dropped here."""
     return [line.lstrip(" \t\x00") for line in stderr.splitlines()
             if line.lstrip(" \t\x00").startswith("mpippo: error:")]
 

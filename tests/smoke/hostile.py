@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 import warmstart
-from conftest import MPIRUN, ROOT, mpi_env, relaunched, run_warm, warm_ranks
+from conftest import MPIRUN, ROOT, error_lines, mpi_env, relaunched, run_warm, warm_ranks
 
 MARK = "MPIPPO_HOSTILE_CASE"
 
@@ -177,7 +177,7 @@ def check(case: Case, o: Outcome) -> None:
     """The promise, for one case's outcome."""
     res = o.res
     assert res.returncode == case.code, (res.returncode, res.stdout[-1500:], res.stderr[-2500:])
-    errors = [line for line in (res.stderr + res.stdout).splitlines() if line.startswith("mpippo: error:")]
+    errors = error_lines(res.stderr + res.stdout)
     assert len(errors) == 1, res.stderr[-2500:]  # once per job, not once per rank
     assert case.expect in errors[0], errors[0]
     assert "Traceback" not in res.stderr + res.stdout, res.stderr[-2500:]

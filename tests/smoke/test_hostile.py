@@ -23,8 +23,8 @@ import pytest
 import torch
 
 import hostile
-from conftest import (MPIRUN, ROOT, STARTS, fake_wandb, finish, launch_failed, mpi_env, ok, rank_processes, start,
-                      trainer, wait_for_line, wait_until, wandb_home)
+from conftest import (MPIRUN, ROOT, STARTS, error_lines, fake_wandb, finish, launch_failed, mpi_env, ok, rank_processes,
+                      start, trainer, wait_for_line, wait_until, wandb_home)
 from mpippo import runlock
 from mpippo.checkpoint import latest_path
 from hostile import Case
@@ -792,7 +792,7 @@ def test_a_virtual_memory_limit_too_small_for_torch_is_one_line_naming_it(tmp_pa
     if entry != "evaluate":
         cmd += ["--no-progress", "--output-dir", str(tmp_path / "run")]
     rc, out, err = finish(start(cmd, preexec_fn=_memory_limit(300_000)), timeout=120)
-    said = [line for line in err.splitlines() if line.startswith("mpippo: error:")]
+    said = error_lines(err)  # (after mpirun's abort banner, whose last byte is a NUL)
     assert rc == 1 and "Traceback" not in err and said, (rc, err[-2000:])
     assert all("out of memory (ImportError: " in line and "(ulimit -v) is 300000 KiB; raise it (ulimit -v unlimited)"
                in line for line in said), said
@@ -827,7 +827,7 @@ def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_re
         time.sleep(0.1)
     run_dir.rename(moved)
     rc, out, err = finish(proc, timeout=120)
-    said = [line for line in err.splitlines() if line.startswith("mpippo: error:")]
+    said = error_lines(err)  # (after mpirun's abort banner, whose last byte is a NUL)
     assert rc == 1 and "Traceback" not in err and said, (rc, err[-2000:])
     # (met first by the event file's writer or by a checkpoint's: the same line)
     assert f"the run folder '{run_dir}' is gone: moved or deleted while the run used it" in said[0], said
