@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.runs import Run, load_runs  # noqa: E402
+from mpippo.runs import Run, load_each, no_curve_notes  # noqa: E402
 from mpippo.toolcli import UsageError, Parser, about, drawable, output_folder, pyplot, run, save_figure, write_text  # noqa: E402
 
 TOOL = "compare_results"
@@ -126,9 +126,9 @@ def _main(argv: list[str] | None) -> int:
     if not folders:
         raise UsageError("give at least one run folder (see --help)")
     output_folder(args.out, "--out", OUTPUTS)  # before the runs are read: nothing is written before all is checked
-    runs: list[Run] = [r for f in folders for r in load_runs(f)]
+    runs: list[Run] = load_each(folders)
     lines, rows = table(runs)
-    lines += straggler_lines(runs) + mismatch_lines(runs)
+    lines += straggler_lines(runs) + mismatch_lines(runs) + no_curve_notes(runs)
     print("\n".join(lines))
     png, report = args.out / OUTPUTS[0], args.out / OUTPUTS[1]
     plot(runs, png)

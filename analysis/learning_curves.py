@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.runs import load_runs  # noqa: E402
+from mpippo.runs import load_each, no_curve_notes  # noqa: E402
 from mpippo.toolcli import Parser, about, output_file, pyplot, run, save_figure  # noqa: E402
 
 TOOL = "learning_curves"
@@ -32,11 +32,9 @@ PAPER_PPO = {
 def plot_learning_curves(folders, out: Path) -> Path:
     plt = pyplot()
 
-    runs = [r for f in folders for r in load_runs(f)]
-    for r in runs:  # an empty chart with exit 0 had said nothing (a run too young, an event file overwritten)
-        if not len(r.curve_returns):
-            print(f"note: {r.name}: no return to draw: its logs/ hold no readable return points "
-                  f"(none written yet, or its event files damaged)")
+    runs = load_each(folders)
+    for note in no_curve_notes(runs):
+        print(note)
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
     games = []
     for r in runs:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mpippo, without an install
-from mpippo.runs import load_runs  # noqa: E402
+from mpippo.runs import load_each  # noqa: E402
 from mpippo.toolcli import Parser, about, panels, output_folder, pyplot, run, save_figure, shown, write_json, write_text  # noqa: E402
 
 from mpippo.usage import UsageError  # noqa: E402
@@ -133,11 +133,10 @@ def _main(argv) -> int:
     output_folder(args.out, "--out", OUTPUTS)
     ref = reference_curves(args.reference)
     groups = defaultdict(list)
-    for folder in args.runs:
-        for r in load_runs(folder):
-            key = (r.metrics.get("env") or "unknown", variant(r))
-            if len(r.curve_steps):
-                groups[key].append(r)
+    for r in load_each(args.runs):
+        key = (r.metrics.get("env") or "unknown", variant(r))
+        if len(r.curve_steps):
+            groups[key].append(r)
     if not groups:
         raise UsageError("no run has logged an episode yet")
     rows = score(groups, ref)

@@ -149,21 +149,6 @@ class _StartUp:
         runctl.end_held(self.world, code, line)
 
 
-def _on_root(world: World, fn):
-    """fn() on rank 0 only (file system decisions); every rank gets its result, or raises the
-    same UsageError, so the next agreement sees one verdict."""
-    outcome = None
-    if world.is_root:
-        try:
-            outcome = ("ok", fn())
-        except C.UsageError as e:
-            outcome = ("error", e.errors)
-    outcome = world.bcast_obj(outcome)
-    if outcome[0] == "error":
-        raise C.UsageError(outcome[1])
-    return outcome[1]
-
-
 def _choose_run_dir(args, start: _StartUp) -> Path:
     """Rank 0 only: the run folder (checked: new and writable, or holding a checkpoint to resume),
     locked for this job (one writer per run folder). Folders it makes are appended to
@@ -379,7 +364,7 @@ def _run_dir(world: World, args, start: _StartUp) -> Path:
     """B. rank 0 decides the run folder; everyone gets the outcome."""
     run_dir = errors = None
     try:
-        run_dir = _on_root(world, lambda: _choose_run_dir(args, start))
+        run_dir = runctl.on_root(world, lambda: _choose_run_dir(args, start))
     except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)
@@ -409,7 +394,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
         errors = [f"config file: cannot read it ({os_reason(e)})"]
     start.agree_or_exit(errors)
     try:
-        _on_root(world, lambda: _lock_agents(run_dir, cfg, start))
+        runctl.on_root(world, lambda: _lock_agents(run_dir, cfg, start))
     except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)
@@ -432,7 +417,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
             state = None
             if args.resume:
                 path = latest_path(run_dir)
-                state = load_checkpoint(_on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
+                state = load_checkpoint(runctl.on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
                                         str(path), cfg.training.algo)
             trainer = SyncTrainer(cfg, world, run_dir, resume_state=state)
     except C.UsageError as e:
@@ -447,7 +432,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     try:
         # config.yaml says what ran: a resume at its budget trains nothing, and keeps the file as it is
         keep = args.resume and _at_budget(trainer, cfg, world)
-        _on_root(world, lambda: None if keep and (run_dir / RUN_CONFIG).is_file() else _write_config(run_dir, cfg))
+        runctl.on_root(world, lambda: None if keep and (run_dir / RUN_CONFIG).is_file() else _write_config(run_dir, cfg))
     except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)

@@ -388,15 +388,9 @@ def memory_problem(state: dict, num_envs: int) -> str | None:
 def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, C.Config, list[str], bool]:
     """Options, checkpoint, network, env settings and outputs, all checked before any episode."""
     check_options(args)
-    path = resolve_checkpoint(args.checkpoint)
-    check_not_input(args.json, "--json", path)
-    check_not_input(args.video, "--video", path)
-    try:
-        if not path.is_file():
-            raise C.UsageError(f"--checkpoint: no checkpoint at '{path}' ({_why_not_there(path)})")
-    except OSError as e:
-        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({os_reason(e)})") from None
-    data = read_checkpoint_bytes(path)  # size-checked before it is read
+    # rank 0 reads the checkpoint for every rank: each rank's own read could meet another latest.pt (a live
+    # run replaces it), and ranks on other nodes need not see the file at all
+    path, data = runctl.on_root(world, lambda: _read_checkpoint(args))
     import mpippo.algos.implementations  # noqa: F401  (torch and the algorithms: what the checkpoint needs)
     runctl.freeze_imports()
     state = load_checkpoint(data, str(path))
@@ -419,6 +413,20 @@ def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, 
         if world.is_root and path_ is not None:  # only rank 0 writes; a path it cannot write is refused now, not
             output_file(path_, flag)             # after the whole evaluation
     return path, state, net, cfg, notes, two_player
+
+
+def _read_checkpoint(args) -> tuple[Path, bytes]:
+    """The checkpoint's path and bytes (size-checked before it is read), its outputs checked first: no output
+    may replace what it reads."""
+    path = resolve_checkpoint(args.checkpoint)
+    check_not_input(args.json, "--json", path)
+    check_not_input(args.video, "--video", path)
+    try:
+        if not path.is_file():
+            raise C.UsageError(f"--checkpoint: no checkpoint at '{path}' ({_why_not_there(path)})")
+    except OSError as e:
+        raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({os_reason(e)})") from None
+    return path, read_checkpoint_bytes(path)
 
 
 class _StartUp:

@@ -131,6 +131,21 @@ STOP_GRACE_S = 5.0  # a start-up held after a stop: how long it may take to reac
 STARTUP_TIMEOUT_S = 300.0
 
 
+def on_root(world, fn: Callable):
+    """fn() on rank 0 only (file system decisions, a file read once for every rank); every rank gets its
+    result, or raises the same UsageError, so the next agreement sees one verdict."""
+    outcome = None
+    if world.is_root:
+        try:
+            outcome = ("ok", fn())
+        except UsageError as e:
+            outcome = ("error", e.errors)
+    outcome = world.bcast_obj(outcome)
+    if outcome[0] == "error":
+        raise UsageError(outcome[1])
+    return outcome[1]
+
+
 def startup_timeout(configured: float) -> float:
     """The watchdog's timeout through start-up (0, off, stays off)."""
     return max(configured, STARTUP_TIMEOUT_S) if configured > 0 else 0.0

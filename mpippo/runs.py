@@ -183,3 +183,28 @@ def load_runs(path: str | Path) -> list[Run]:
         steps, returns, wall = read_curve(f / LOGS)
         runs.append(Run(f, name, metrics, cfg.training.duration_hours if cfg else None, cfg, steps, returns, wall))
     return runs
+
+
+def load_each(folders: list[Path]) -> list[Run]:
+    """The runs of the folders a tool was given, each once: a run given twice (by two names: x and ./x/, a
+    link to it; or as a multi-agent run's folder and one of its agents' own) had been drawn and scored as
+    two runs, a speedup of 1.00x over itself. One line names the folder that repeats it."""
+    runs: list[Run] = []
+    seen: dict[str, Path] = {}
+    for folder in folders:
+        for r in load_runs(folder):
+            key = os.path.realpath(r.path)  # (never raises, a link loop included)
+            if key in seen:
+                what = f"'{shown(Path(folder))}'" + ("" if r.path == Path(folder) else f": its run '{shown(r.path)}'")
+                also = "" if seen[key] == Path(folder) else f" (also as '{shown(seen[key])}')"
+                raise NotARun(f"{what} is given twice{also}: give each run once")
+            seen[key] = Path(folder)
+            runs.append(r)
+    return runs
+
+
+def no_curve_notes(runs: list[Run]) -> list[str]:
+    """A note for each run with no return to draw: an empty chart with exit 0 had said nothing (a run too
+    young, an event file overwritten). The tools that draw curves print them."""
+    return [f"note: {r.name}: no return to draw: its logs/ hold no readable return points (none written yet, "
+            f"or its event files damaged)" for r in runs if not len(r.curve_returns)]

@@ -89,8 +89,10 @@ def signal_words(signum: int) -> str:
 
 
 def stopped_line(tool: str, signum: int) -> str:
-    """A tool's last line after a stop signal (its `with` blocks unwound, or the hang watch's end)."""
-    return f"mpippo: {tool}: stopped by {signal_words(signum)}; its runs ended and its temporary folders removed"
+    """A tool's last line after a stop signal (its `with` blocks unwound, or the hang watch's end). Said alike
+    by the tools that start runs (the suite, the benchmarks) and those that start none (evaluate)."""
+    return (f"mpippo: {tool}: stopped by {signal_words(signum)}; nothing it started is left running and its "
+            f"temporary folders are removed")
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGXCPU)  # (SIGXCPU: a soft CPU-time limit)

@@ -59,6 +59,25 @@ def test_evaluate_splits_episodes_over_ranks_and_plays_unseen_levels(two_runs, t
     assert (r["levels"], r["num_levels"], r["start_level"]) == ("test", 0, 10) and r["deterministic"]
 
 
+def test_a_two_rank_evaluate_plays_the_checkpoint_rank_0_read(two_runs, tmp_path):
+    """Each rank had read the checkpoint itself: under a live run that replaces latest.pt, or on nodes that
+    see different files at one path, the ranks played different checkpoints in one result. Here the same
+    relative --checkpoint names a good run for rank 0 (its working folder a) and a damaged file for rank 1
+    (b): rank 1 had refused it (exit 2); now rank 0 reads it for both."""
+    from conftest import MPIRUN
+    _, par = two_runs
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "run").symlink_to(par)
+    (tmp_path / "b" / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "b" / "run" / "checkpoints" / "latest.pt").write_bytes(b"not a checkpoint")
+    out = tmp_path / "eval.json"
+    args = ["-m", "mpippo.evaluate", "--checkpoint", "run", "--num-episodes", "4", "--json", str(out)]
+    ok(run([MPIRUN, "--oversubscribe", "-n", "1", "--wdir", str(tmp_path / "a"), sys.executable, *args, ":",
+            "-n", "1", "--wdir", str(tmp_path / "b"), sys.executable, *args], 180))
+    r = json.loads(out.read_text())
+    assert r["episodes"] == 4 and r["ranks"] == 2 and r["trained_timesteps"] == metrics(par)["total_timesteps"]
+
+
 def test_evaluate_whose_episodes_outlast_max_steps_says_so_and_writes_nothing(two_runs, tmp_path):
     seq, _ = two_runs  # starpilot's episodes last far more than 3 steps
     out = tmp_path / "eval.json"
@@ -93,8 +112,8 @@ def test_evaluate_stopped_mid_video_says_so_in_one_line_and_leaves_no_file(two_r
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 4 and "Traceback" not in stderr, (proc.returncode, stderr[-2000:])
     assert [ln for ln in stderr.splitlines() if ln.startswith("mpippo:")] == [
-        f"mpippo: evaluate: stopped by {'Ctrl-C' if sig == 'SIGINT' else sig}; its runs ended and its temporary "
-        f"folders removed"], stderr
+        f"mpippo: evaluate: stopped by {'Ctrl-C' if sig == 'SIGINT' else sig}; nothing it started is left running "
+        f"and its temporary folders are removed"], stderr
     assert list(out.iterdir()) == []
 
 

@@ -223,8 +223,8 @@ def _evaluate_stopped_while_its_env_hangs_in_native_code(tmp_path, run_dir) -> N
     naming where (it had waited forever). (SIGTERM: the test's worker ignores SIGINT, and a tool keeps
     an ignored one ignored.)"""
     (tmp_path / "hung").unlink()
-    for fault, last in [("hang-native@3", "mpippo: evaluate: stopped by SIGTERM; its runs ended and its temporary "
-                                          "folders removed"),
+    for fault, last in [("hang-native@3", "mpippo: evaluate: stopped by SIGTERM; nothing it started is left "
+                                          "running and its temporary folders are removed"),
                         ("hang-native-make@0", "mpippo: evaluate: stopped by SIGTERM during start-up, which is "
                                                "held, at '")]:
         err = _evaluate_held_then_stopped(tmp_path, run_dir, fault)

@@ -206,6 +206,15 @@ CASES = [
     Case("compare-metrics-number-huge", tool(CMP, "TMP/run", "--out", "TMP/out", files=with_metrics(fps_steady=1.7e308)),
          "fps_steady: expected a number, got 1.7e+308 (past 3.4e+38, float32's largest)"),
     Case("compare-run-missing", tool(CMP, "TMP/nothing", "--out", "TMP/out"), "nothing': no such folder"),
+    # a run given twice had been two rows and two curves, a speedup of 1.00x over itself (runs.load_each)
+    Case("compare-run-given-twice", tool(CMP, "TMP/run", "TMP/./run/", "--out", "TMP/out", files=run_files()),
+         "run' is given twice: give each run once"),
+    Case("compare-agent-given-twice", tool(CMP, "TMP/run", "--parallel", "TMP/run/agent_0", "--out", "TMP/out",
+                                           files=run_files(name="run/agent_0")),
+         "agent_0' is given twice (also as '"),
+    Case("curves-run-given-twice-by-link", tool(CURVES, "TMP/run", "TMP/link", "--out", "TMP/c.png", files=run_files(),
+                                                prepare=planted("link", link_to="run")),
+         "link' is given twice (also as '"),
     Case("compare-no-run", tool(CMP, "--out", "TMP/out"), "give at least one run folder"),
     # ---- analysis/scaling_sweep.py (make scaling) ----
     Case("sweep-world-zero", tool(SWEEP, "--ranks", "0", *SWEEP_OUT), "--ranks: 0 is out of range; allowed: 1 to"),
@@ -738,8 +747,8 @@ def test_a_tool_stopped_by_a_signal_leaves_no_run_or_folder_behind(tmp_path, sig
         os.kill(proc.pid, getattr(signal, name))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 4, err[-2000:]
-    said = {f"mpippo: benchmarks/cutoff_bench.py: stopped by {'Ctrl-C' if name == 'SIGINT' else name}; its runs ended "
-            f"and its temporary folders removed" for name in sig.split("+")}  # (pending ones: Python's order)
+    said = {f"mpippo: benchmarks/cutoff_bench.py: stopped by {'Ctrl-C' if name == 'SIGINT' else name}; nothing it "
+            f"started is left running and its temporary folders are removed" for name in sig.split("+")}  # (pending ones: Python's order)
     assert err.strip().splitlines()[-1] in said and err.count("mpippo:") == 1, err[-2000:]
     assert "Traceback" not in err and made() == [] and not (tmp_path / "r.json").exists()
     assert not _still_running(job)
@@ -821,7 +830,8 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     assert proc.returncode == 4, err[-2000:]
     last = err.strip().splitlines()[-1]
     if hard:
-        assert last == "mpippo: tool: stopped by Ctrl-C; its runs ended and its temporary folders removed", err[-2000:]
+        assert last == ("mpippo: tool: stopped by Ctrl-C; nothing it started is left running and its temporary "
+                        "folders are removed"), err[-2000:]
         assert time.monotonic() - t0 < 30 and not (run / "checkpoints" / "latest.pt").exists()
     else:
         assert last == (f"mpippo: tool: toy in '{toolcli.shown(run)}' stopped on a signal (exit 4) with its "
@@ -832,16 +842,19 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     assert not _still_running(job)
 
 
-def test_learning_curves_of_a_run_with_no_return_to_draw_says_so(tmp_path):
+@pytest.mark.parametrize("script", [CURVES, CMP])
+def test_a_tool_drawing_a_run_with_no_return_to_draw_says_so(tmp_path, script):
     """A run too young for a return point, or whose event files a tool or a copy replaced: the chart had
-    empty axes, exit 0, no word. It is still drawn (other runs beside it may have curves), with a note."""
+    empty axes (compare_results: an empty panel), exit 0, no word. It is still drawn (other runs beside it
+    may have curves), with a note."""
     import subprocess
 
     from conftest import ROOT
     for name, data in run_files().items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(data)
-    res = subprocess.run([sys.executable, CURVES, str(tmp_path / "run"), "--out",
-                          str(tmp_path / "c.png")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and (tmp_path / "c.png").is_file(), res.stderr[-1500:]
+    out = tmp_path / ("c.png" if script == CURVES else "out")
+    res = subprocess.run([sys.executable, script, str(tmp_path / "run"), "--out", str(out)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and out.exists(), res.stderr[-1500:]
     assert "note: run: no return to draw: its logs/ hold no readable return points" in res.stdout, res.stdout
