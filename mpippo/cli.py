@@ -475,9 +475,12 @@ def _train_actor_learner(world: World, trainer, signals: SignalFlags) -> tuple[i
 def budget_note(cfg: C.Config, done: int, batch: int, ranks: int) -> str | None:
     """The sync layout trains whole updates: a budget that is not a whole number of them from here ends
     past it, said at start (a budget below one update ran it once, 16,384 steps for 2,048, without a
-    word). None where it is whole or reached already, where the balanced cut-off varies the update's
-    size (on more than one rank), and in timed training (its budget is a cap, often far off)."""
+    word), as is a budget reached already (runctl.spent_note). None where it is whole, where the balanced
+    cut-off varies the update's size (on more than one rank), and in timed training (its budget is a cap,
+    often far off)."""
     t = cfg.training
+    if (spent := runctl.spent_note(t.total_timesteps, done)) is not None:
+        return spent
     end = runctl.budget_end(cfg, done, batch, ranks)
     if end is None or end == t.total_timesteps:
         return None

@@ -374,6 +374,15 @@ def threads_per_rank(configured: int, cpu_share: int) -> int:
     return taken[1] if (taken := threads_from_env()) else max(1, cpu_share)
 
 
+def spent_note(budget: int, done: int, whose: str = "training.total_timesteps") -> str | None:
+    """A resume whose step budget is spent already trains nothing and ends as finished: said at start
+    (`--resume --total-timesteps 4096` of a run at 8,192 steps had ended in silence, as if it trained)."""
+    if done < budget or done == 0:
+        return None
+    return (f"{whose} {budget:,} is reached already ({done:,} env steps done): nothing is trained and the run "
+            f"ends as it is; a larger --total-timesteps trains on")
+
+
 def budget_end(cfg, done: int, batch: int, ranks: int) -> int | None:
     """The step a sync run from `done` ends at: its budget rounded up to whole updates of `batch`; None
     where that is not known in advance (the balanced cut-off on more than one rank varies the update's

@@ -27,7 +27,7 @@ import numpy as np
 import psutil
 import torch
 
-from mpippo import models, resume
+from mpippo import models, resume, runctl
 from mpippo.algos import implementations
 from mpippo.algos.policy_gradient import autocast
 from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes
@@ -232,6 +232,10 @@ class ActorLearnerRun:
         note = ch.talking_while(lambda: start_on(device, learner, state))
         for line in self.resume_notes:
             print(f"mpippo: agent {a.index}: warning: {line}", flush=True)
+        share = "its share of " if a.section.num_agents > 1 else ""  # (each agent: total_timesteps // agents)
+        if (spent := runctl.spent_note(self.cfg.training.total_timesteps // a.section.num_agents, a.steps_before,
+                                       f"{share}training.total_timesteps")) is not None:
+            print(f"mpippo: agent {a.index}: note: {spent}", flush=True)
         a.run_dir.mkdir(parents=True, exist_ok=True)
         verb = f"resuming at {a.steps_before:,} env steps, {learner.c['updates']:,} updates{note}" if a.resumes else "starting"
         print(f"mpippo: agent {a.index}: {verb}: {self.algo.name} on {cfg.env.name}, learner on {device} in "

@@ -233,6 +233,21 @@ def test_a_budget_between_two_updates_ends_at_the_next_and_says_so_at_start(tmp_
     assert "whole number of updates" not in res.stdout and metrics(run_dir)["total_timesteps"] == 4096
 
 
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_a_resume_whose_budget_is_spent_already_says_it_trains_nothing(tmp_path, algo):
+    """`--resume --total-timesteps 2048` of a run at 4,096 steps ended at once as finished, in silence, as
+    if it had trained: now a note at start says the budget is reached and nothing is trained (each layout).
+    (A DQN budget too small for any update at all is still refused by its config check, resume or not.)"""
+    run_dir = tmp_path / "run"
+    n, config = (None, "configs/toy_cue.yaml") if algo == "ppo" else (3, "configs/dqn_toy.yaml")
+    ok(trainer(n, ["--config", config, "--total-timesteps", "4096", "--no-progress", "--output-dir", str(run_dir)]))
+    done = metrics(run_dir)["total_timesteps"]
+    res = ok(trainer(n, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "2048", "--no-progress"]))
+    assert (f"note: training.total_timesteps 2,048 is reached already ({done:,} env steps done): nothing is "
+            f"trained") in res.stdout, res.stdout
+    assert metrics(run_dir)["total_timesteps"] == done
+
+
 def test_existing_run_is_never_overwritten(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -444,15 +444,19 @@ def test_exponent_floats_are_numbers_as_typed_and_a_run_config_reads_back_as_wri
 
 
 def test_the_budget_note_says_where_a_sync_run_ends_past_its_budget():
-    """Whole updates of 1,024 steps: 1,500 ends at 2,048; whole budgets, a budget reached, timed
-    training and the balanced cut-off on several ranks (its updates vary) say nothing; the cut-off
-    on one rank, where it does nothing, still does."""
+    """Whole updates of 1,024 steps: 1,500 ends at 2,048; whole budgets, timed training and the balanced
+    cut-off on several ranks (its updates vary) say nothing; the cut-off on one rank, where it does nothing,
+    still does. A budget reached already (a resume), timed or not, says that nothing is trained."""
     from mpippo.cli import budget_note
     cfg = lambda *sets: C.build({}, [("training", "total_timesteps", 1500), *sets], 1)  # noqa: E731
     assert budget_note(cfg(), 0, 1024, 1).endswith("the run ends at 2,048, after 2 update(s)")
     assert budget_note(cfg(), 1024, 1024, 1).endswith("from 1,024: the run ends at 2,048, after 1 update(s)")
     assert budget_note(cfg(("training", "total_timesteps", 2048)), 0, 1024, 1) is None
-    assert budget_note(cfg(), 2048, 1024, 1) is None
+    assert budget_note(cfg(), 2048, 1024, 1) == ("training.total_timesteps 1,500 is reached already (2,048 env "
+                                                 "steps done): nothing is trained and the run ends as it is; a "
+                                                 "larger --total-timesteps trains on")
+    assert budget_note(cfg(("training", "duration_hours", 1.0)), 1500, 1024, 1).startswith("training.total_timesteps "
+                                                                                         "1,500 is reached already")
     assert budget_note(cfg(("training", "duration_hours", 1.0)), 0, 1024, 1) is None
     assert budget_note(cfg(("training", "rollout_cutoff", 0.75)), 0, 1024, 2) is None
     assert budget_note(cfg(("training", "rollout_cutoff", 0.75)), 0, 1024, 1) is not None
