@@ -417,8 +417,8 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
             state = None
             if args.resume:
                 path = latest_path(run_dir)
-                state = load_checkpoint(runctl.on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo)),
-                                        str(path), cfg.training.algo)
+                data = runctl.on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo))
+                state = load_checkpoint(data, str(path), cfg.training.algo)
             trainer = SyncTrainer(cfg, world, run_dir, resume_state=state)
     except C.UsageError as e:
         errors = e.errors

@@ -260,8 +260,8 @@ esac
 # Open MPI's runtime that failed in its own words (statuses 186, 213, 250) under `ulimit -f`, or an open-file
 # limit below 256: its box names no limit, so a line does, as the launcher's does (mpippo.launch.mpirun_limits)
 case $RC in
-  186|213|250) "$MPIPPO_PYTHON" -c 'import sys; from mpippo.launch import mpirun_limits as m
-sys.stderr.write(f"mpippo: note: {w}\n" if (w := m()) else "")' 2>&1 || true ;;
+  186|213|250) "$MPIPPO_PYTHON" -c 'from mpippo.launch import mpirun_limits as m
+if (w := m()): print(f"mpippo: note: {w}")' 2>/dev/null || true ;;  # (a python that fails here adds nothing)
 esac
 
 # Slurm answers a requeue by sending TERM to every process of this allocation, scontrol included:
