@@ -74,8 +74,19 @@ def say(line: str) -> None:
         pass
 
 
-GONE = frozenset({errno.EPIPE, errno.EIO})  # the reader left (a pipe's), the terminal hung up (a tty's EIO)
+# the reader left (a pipe's), the terminal hung up (a tty's EIO), a descriptor not open for writing (`1</dev/null`,
+# `2</dev/null`: the trainer's first line had ended it with a traceback, its folder left unusable; a refusal exit 1)
+GONE = frozenset({errno.EPIPE, errno.EIO, errno.EBADF})
 FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})  # a console redirected to a full file system
+_STDOUT_LOST: list[str] = []  # why a tool's stdout could not be written (FULL), once it failed: console_lost()
+
+
+def console_lost(lost: str = "what it printed from there on is lost; the files it was asked to write are written"
+                 ) -> str | None:
+    """A tool's line for its stdout that a full file system refused (`evaluate ... > out.txt` on a full disk):
+    its output is dropped from there and its work goes on, so the files it was asked for are still written
+    (they had been lost with the console); it then ends with this line, exit 1. None where nothing was lost."""
+    return f"its console (stdout) could not be written ({_STDOUT_LOST[0]}): {lost}" if _STDOUT_LOST else None
 
 
 class ReaderMayLeave:
@@ -83,8 +94,8 @@ class ReaderMayLeave:
     terminal): the rest of its output is dropped and the work goes on (a BrokenPipeError had ended a one-rank run with
     a traceback and no checkpoint, and lost a tool's results, printed before they were written)."""
 
-    def __init__(self, stream, progress_only: bool = False):
-        self._stream = stream
+    def __init__(self, stream, progress_only: bool = False, name: str = "stdout"):
+        self._stream, self._name = stream, name
         self._progress_only, self._warned = progress_only, False  # (see let_readers_leave)
 
     def write(self, text: str) -> int:
@@ -101,8 +112,12 @@ class ReaderMayLeave:
             self._lost(e)
 
     def _lost(self, e: OSError) -> None:
-        if e.errno in FULL and self._progress_only:
+        if e.errno in FULL:
             self._drop()
+            if not self._progress_only:  # a tool's: said at its end (console_lost); a full stderr says nothing
+                if self._name == "stdout" and not _STDOUT_LOST:
+                    _STDOUT_LOST.append(e.strerror or str(e))
+                return
             if self._warned:  # (once: the warning itself may meet the same full stream)
                 return
             self._warned = True
@@ -133,7 +148,8 @@ def let_readers_leave(progress_only: bool = False) -> tuple:
     start-up line's UnicodeEncodeError had ended the run; a folder's undecodable byte in a tool's table).
     progress_only (the trainer's: its console is progress, its outputs are files): a console on a full
     file system (`> log` on a full disk) is dropped with a warning and the run goes on; it had ended
-    the run at its first line, before any checkpoint, its folder made. A tool's console is its product.
+    the run at its first line, before any checkpoint, its folder made. A tool's console is its product:
+    dropped too, so that its files are still written, and said at its end (console_lost), exit 1.
     Returns the streams it found, for an in-process caller's to be put back."""
     for fd in (0, 1, 2):  # first, before any file is opened: one would take the closed descriptor (the signal
         try:              # log's pipe became fd 2 and read the run's stderr as signals)
@@ -151,7 +167,7 @@ def let_readers_leave(progress_only: bool = False) -> tuple:
             except OSError:
                 continue
         if not isinstance(stream, ReaderMayLeave):
-            setattr(sys, name, ReaderMayLeave(stream, progress_only))
+            setattr(sys, name, ReaderMayLeave(stream, progress_only, name))
     return found
 
 

@@ -42,8 +42,8 @@ from mpippo import launch, preemption, runctl, shutdown
 from mpippo.config import INT64_MAX, UsageError, show
 from mpippo.usage import file_kind, reason, refusal
 from mpippo.leftovers import temp_folder_problem
-from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, file_system_failure, in_users_code_since, let_readers_leave,
-                           limit_failure, os_reason, say_last)
+from mpippo.errors import (FILE_SYSTEM_FULL, RankFailure, console_lost, file_system_failure, in_users_code_since,
+                           let_readers_leave, limit_failure, os_reason, say_last)
 from mpippo.config.memory import ranks_fit  # noqa: F401 (the tools' check, with theirs)
 from mpippo.preemption import EXIT_REQUEUE, unblock
 from mpippo.usage import Parser as _Parser
@@ -171,7 +171,16 @@ def run(tool: str, main: Callable[[list[str] | None], int], argv: list[str] | No
             _installed.add(sig)
     streams = let_readers_leave()
     try:
-        return main(argv)
+        code = main(argv)
+        if code == 0 and (lost := console_lost()):  # (its files are written; what it printed is not)
+            say(lost)
+            return EXIT_FAILURE
+        return code
+    except SystemExit as e:  # --help, into a full file system: not a silent exit 0
+        if e.code in (0, None) and (lost := console_lost("its help is lost")):
+            say(lost)
+            return EXIT_FAILURE
+        raise
     except Stopped as e:
         say_last(stopped_line(tool, e.signum), final=False)
         return EXIT_STOPPED

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mpippo import config as C
 from mpippo import files, runlock, toolcli
-from mpippo.errors import FILE_SYSTEM_FULL, let_readers_leave, os_reason
+from mpippo.errors import FILE_SYSTEM_FULL, console_lost, let_readers_leave, os_reason
 from mpippo.leftovers import temp_folder_problem
 from mpippo.usage import UsageError, refusal
 from mpippo.suite import spec, state, submit
@@ -67,7 +67,11 @@ def main(argv=None, settle: bool = False) -> int:
         if args.cmd == "member":
             return cmd_member(args)
         suite = spec.load(args.suite, args.root)
-        return {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.cmd](suite, args)
+        code = {"run": cmd_run, "status": cmd_status, "report": cmd_report}[args.cmd](suite, args)
+        if code == 0 and (lost := console_lost(f"its {args.cmd}'s lines from there on are lost")):  # (not exit 0)
+            sys.stderr.write(refusal([lost], "suite: "))
+            return 1
+        return code
     except UsageError as e:  # SuiteError, a damaged file of the suite's (mpippo.files), a folder in use
         sys.stderr.write(refusal(e.errors))
         return 2

@@ -78,6 +78,20 @@ def test_a_two_rank_evaluate_plays_the_checkpoint_rank_0_read(two_runs, tmp_path
     assert r["episodes"] == 4 and r["ranks"] == 2 and r["trained_timesteps"] == metrics(par)["total_timesteps"]
 
 
+def test_evaluate_whose_console_is_on_a_full_disk_still_writes_its_json(two_runs, tmp_path):
+    """`evaluate ... --json r.json > log` on a full disk: the table's first line had ended it, exit 1, and the
+    JSON (on another disk) was never written; now it is, and the last line says the console was lost."""
+    import subprocess
+    seq, _ = two_runs
+    out = tmp_path / "eval.json"
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(seq), "--num-episodes",
+                              "2", "--json", str(out)], cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True,
+                             timeout=180)
+    assert res.returncode == 1 and "its console (stdout) could not be written" in res.stderr, res.stderr[-2000:]
+    assert json.loads(out.read_text())["episodes"] == 2
+
+
 def test_evaluate_whose_episodes_outlast_max_steps_says_so_and_writes_nothing(two_runs, tmp_path):
     seq, _ = two_runs  # starpilot's episodes last far more than 3 steps
     out = tmp_path / "eval.json"

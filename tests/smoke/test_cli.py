@@ -149,6 +149,25 @@ def test_a_trainer_started_without_stdout_or_stderr_ends_as_usual(tmp_path):
     assert res.returncode == 2, res.stdout
 
 
+def test_a_console_descriptor_open_only_for_reading_is_a_console_nobody_reads(tmp_path):
+    """`1</dev/null`, `2</dev/null` (a descriptor open, but not for writing): the trainer's first line had
+    ended it with a traceback, exit 1, its folder left with no checkpoint (neither resumable nor reusable);
+    a refusal exited 1, not 2, at every entry point. Both are a console nobody reads now, as `>&-` is."""
+    run_dir = tmp_path / "run"
+    res = subprocess.run(["bash", "-c", 'exec "$0" run_mpi.py "$@" 1</dev/null', sys.executable, *TOY_SMOKE,
+                          "--output-dir", str(run_dir)], cwd=ROOT, env=mpi_env(), capture_output=True, text=True,
+                         timeout=180)
+    assert res.returncode == 0 and res.stderr == "", res.stderr[-3000:]
+    assert metrics(run_dir)["finished"] is True
+    for entry in (["run_mpi.py", "--total-timesteps", "-5", "--output-dir", str(tmp_path / "refused")],
+                  ["-m", "mpippo.launch", "-n", "0"], ["-m", "mpippo.evaluate", "--checkpoint", str(tmp_path / "no")],
+                  ["analysis/learning_curves.py", str(tmp_path / "no")]):
+        res = subprocess.run(["bash", "-c", 'exec "$0" "$@" 2</dev/null', sys.executable, *entry], cwd=ROOT,
+                             env=mpi_env(), capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, (entry, res.stdout[-2000:])
+    assert not (tmp_path / "refused").exists()
+
+
 def test_a_console_that_cannot_encode_the_run_folders_name_writes_its_escape(tmp_path):
     """PYTHONIOENCODING=ascii (or a C locale's console) and a run folder named 'résumé': the start-up
     line raised UnicodeEncodeError, a traceback and exit 1 with the folder made. Now its escape, and

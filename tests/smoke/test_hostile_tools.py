@@ -858,3 +858,27 @@ def test_a_tool_drawing_a_run_with_no_return_to_draw_says_so(tmp_path, script):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and out.exists(), res.stderr[-1500:]
     assert "note: run: no return to draw: its logs/ hold no readable return points" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("args, lost", [(("TMP/run", "--out", "TMP/out"), "what it printed from there on is lost; "
+                                         "the files it was asked to write are written"),
+                                        (("--help",), "its help is lost")])
+def test_a_tool_whose_console_is_on_a_full_disk_writes_its_files_and_ends_in_one_line(tmp_path, args, lost):
+    """`compare_results ... > report.txt` on a full disk: the table's first line had ended the tool, exit 1,
+    and the figure and report it was asked for were never written (evaluate's JSON alike: test_analysis).
+    Its console is dropped now, its files are written, and its last line says what was lost, exit 1; its
+    --help into a full disk had exited 0 with nothing shown."""
+    import subprocess
+
+    from conftest import ROOT
+    for name, data in run_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(data)
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, CMP, *[a.replace("TMP/", f"{tmp_path}/") for a in args]], cwd=ROOT,
+                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    said = [line for line in res.stderr.splitlines() if line.startswith("mpippo:")]
+    assert res.returncode == 1 and said == [f"mpippo: error: compare_results: its console (stdout) could not be "
+                                            f"written (No space left on device): {lost}"], res.stderr[-2000:]
+    if args[0] != "--help":
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["comparison.png", "comparison_report.txt"]
