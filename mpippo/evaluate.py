@@ -386,8 +386,7 @@ def memory_problem(state: dict, num_envs: int) -> str | None:
 
 
 def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, C.Config, list[str], bool]:
-    """Options, checkpoint, network, env settings and outputs, all checked before any episode."""
-    check_options(args)
+    """Checkpoint, network, env settings and outputs (the options checked before), all before any episode."""
     # rank 0 reads the checkpoint for every rank: each rank's own read could meet another latest.pt (a live
     # run replaces it), and ranks on other nodes need not see the file at all
     path, data = runctl.on_root(world, lambda: _read_checkpoint(args))
@@ -467,13 +466,19 @@ def _start(argv: list[str] | None, world, start: _StartUp):
     """The checks, then the envs: an exit code (a refusal, agreed by every rank; --help), or what the
     episodes need."""
     error = None
-    try:
+    try:  # the options first, agreed: a rank that refused them must not meet rank 0 in its checkpoint's bcast
         args = make_parser().parse_args(argv)
-        path, state, net, cfg, notes, two_player = load_and_check(args, world, start)
+        check_options(args)
     except C.UsageError as e:
         error = e.errors[0]
     except SystemExit as e:  # --help
         return int(e.code or 0)
+    if _refused(world, error):
+        return EXIT_USAGE
+    try:
+        path, state, net, cfg, notes, two_player = load_and_check(args, world, start)
+    except C.UsageError as e:
+        error = e.errors[0]
     if _refused(world, error):
         return EXIT_USAGE
     import torch  # after the checks: a bad option or file is refused without loading torch

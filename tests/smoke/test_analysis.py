@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, metrics, mpirun, ok, run, trainer
+from conftest import ROOT, error_lines, metrics, mpirun, ok, run, trainer
 
 pytestmark = pytest.mark.slow
 
@@ -76,6 +76,13 @@ def test_a_two_rank_evaluate_plays_the_checkpoint_rank_0_read(two_runs, tmp_path
             "-n", "1", "--wdir", str(tmp_path / "b"), sys.executable, *args], 180))
     r = json.loads(out.read_text())
     assert r["episodes"] == 4 and r["ranks"] == 2 and r["trained_timesteps"] == metrics(par)["total_timesteps"]
+    # a rank that refuses its options (here its own MPIPPO_FAULT, a test hook each node may set) is agreed on
+    # before rank 0 sends the checkpoint: the ranks had met in different collectives, held till the watchdog
+    here = ["--wdir", str(tmp_path / "a")]
+    res = run([MPIRUN, "--oversubscribe", "-n", "1", *here, sys.executable, *args, ":", "-n", "1", *here, "env",
+               "MPIPPO_FAULT=rank=1,kind=nonsense", sys.executable, *args], 120)
+    said = error_lines(res.stderr)
+    assert res.returncode == 2 and len(said) == 1 and "MPIPPO_FAULT" in said[0], res.stderr[-2000:]
 
 
 def test_evaluate_whose_console_is_on_a_full_disk_still_writes_its_json(two_runs, tmp_path):
