@@ -479,7 +479,8 @@ def budget_note(cfg: C.Config, done: int, batch: int, ranks: int) -> str | None:
     cut-off varies the update's size (on more than one rank), and in timed training (its budget is a cap,
     often far off)."""
     t = cfg.training
-    if (spent := runctl.spent_note(t.total_timesteps, done)) is not None:
+    if (spent := runctl.spent_note(f"training.total_timesteps {t.total_timesteps:,}", t.total_timesteps, done,
+                                   max(t.total_timesteps - done, 0))) is not None:
         return spent
     end = runctl.budget_end(cfg, done, batch, ranks)
     if end is None or end == t.total_timesteps:

@@ -522,13 +522,19 @@ def main(argv: list[str] | None = None) -> int:
         # mpirun SIGKILLed the ranks before any could say a word (its exit 1): the line and code are ours
         say_interrupted("the job ")
         return EXIT_INTERRUPTED
-    if code in OPEN_MPI_FAILED and (why := mpirun_limits()):  # (a hang's line, _Outlived's, names them itself)
-        say(f"mpippo: note: {why}")
+    if (note := limits_note(code)):  # (a hang's line, _Outlived's, names them itself)
+        say(note)
     return code
 
 
 OPEN_MPI_FAILED = (186, 213, 250)  # mpirun's own statuses where its runtime failed under ulimit -n or -f (measured)
 FEW_FILES = 256  # open files below which Open MPI's runtime may fail (2 ranks needed about 30; 1024 is the usual)
+
+
+def limits_note(code: int) -> str:
+    """The line after mpirun's status `code` where Open MPI's runtime failed in its own words under a limit
+    of this process ('' otherwise): the launcher's, and a batch script's (slurm/common.sh)."""
+    return f"mpippo: note: {why}" if code in OPEN_MPI_FAILED and (why := mpirun_limits()) else ""
 
 
 def mpirun_limits() -> str:

@@ -374,13 +374,18 @@ def threads_per_rank(configured: int, cpu_share: int) -> int:
     return taken[1] if (taken := threads_from_env()) else max(1, cpu_share)
 
 
-def spent_note(budget: int, done: int, whose: str = "training.total_timesteps") -> str | None:
-    """A resume whose step budget is spent already trains nothing and ends as finished: said at start
-    (`--resume --total-timesteps 4096` of a run at 8,192 steps had ended in silence, as if it trained)."""
-    if done < budget or done == 0:
+RUN_ENDS = "nothing is trained and the run ends as it is; a larger --total-timesteps trains on"
+
+
+def spent_note(what: str, budget: int, done: int, left: int, ending: str = RUN_ENDS) -> str | None:
+    """A resume with nothing left to train ends at once as finished: said at start (`--resume
+    --total-timesteps 4096` of a run at 8,192 steps had ended in silence, as if it trained). `what`
+    names the budget with its value; `left`: the env steps it will still take (an actor-learner run's
+    actors step in whole rounds: none where less than one round is left)."""
+    if done == 0 or left > 0:
         return None
-    return (f"{whose} {budget:,} is reached already ({done:,} env steps done): nothing is trained and the run "
-            f"ends as it is; a larger --total-timesteps trains on")
+    state = "is reached already" if done >= budget else "leaves less than one round of its actors' steps"
+    return f"{what} {state} ({done:,} env steps done): {ending}"
 
 
 def budget_end(cfg, done: int, batch: int, ranks: int) -> int | None:

@@ -190,15 +190,16 @@ def load_each(folders: list[Path]) -> list[Run]:
     link to it; or as a multi-agent run's folder and one of its agents' own) had been drawn and scored as
     two runs, a speedup of 1.00x over itself. One line names the folder that repeats it."""
     runs: list[Run] = []
-    seen: dict[str, Path] = {}
-    for folder in folders:
+    seen: dict[str, tuple[Path, Path]] = {}  # a run's real path: (its folder, the folder given that holds it)
+    for folder in map(Path, folders):
         for r in load_runs(folder):
             key = os.path.realpath(r.path)  # (never raises, a link loop included)
             if key in seen:
-                what = f"'{shown(Path(folder))}'" + ("" if r.path == Path(folder) else f": its run '{shown(r.path)}'")
-                also = "" if seen[key] == Path(folder) else f" (also as '{shown(seen[key])}')"
+                was, given = seen[key]
+                what = f"'{shown(folder)}'" + ("" if r.path == folder else f": its run '{shown(r.path)}'")
+                also = "" if given == folder else f" (also {'as' if was == given else 'in'} '{shown(given)}')"
                 raise NotARun(f"{what} is given twice{also}: give each run once")
-            seen[key] = Path(folder)
+            seen[key] = (r.path, folder)
             runs.append(r)
     return runs
 

@@ -257,12 +257,12 @@ case $RC in
          launch "$@"
      fi ;;
 esac
-# Open MPI's runtime that failed in its own words (statuses 186, 213, 250) under `ulimit -f`, or an open-file
-# limit below 256: its box names no limit, so a line does, as the launcher's does (mpippo.launch.mpirun_limits)
-case $RC in
-  186|213|250) "$MPIPPO_PYTHON" -c 'from mpippo.launch import mpirun_limits as m
-if (w := m()): print(f"mpippo: note: {w}")' 2>/dev/null || true ;;  # (a python that fails here adds nothing)
-esac
+# Open MPI's runtime that failed in its own words under `ulimit -f`, or a low open-file limit: its box names no
+# limit, so a line does, the launcher's (mpippo.launch.limits_note); a python that fails here adds nothing
+if [ "$LAUNCHER" = mpirun ] && [ "$RC" -ne 0 ]; then
+    "$MPIPPO_PYTHON" -c 'import sys; from mpippo.launch import limits_note as n
+(w := n(int(sys.argv[1]))) and print(w)' "$RC" 2>/dev/null || true
+fi
 
 # Slurm answers a requeue by sending TERM to every process of this allocation, scontrol included:
 # one still running when it lands dies of it (under load it often is), and its requeue or update

@@ -232,9 +232,7 @@ class ActorLearnerRun:
         note = ch.talking_while(lambda: start_on(device, learner, state))
         for line in self.resume_notes:
             print(f"mpippo: agent {a.index}: warning: {line}", flush=True)
-        share = "its share of " if a.section.num_agents > 1 else ""  # (each agent: total_timesteps // agents)
-        if (spent := runctl.spent_note(self.cfg.training.total_timesteps // a.section.num_agents, a.steps_before,
-                                       f"{share}training.total_timesteps")) is not None:
+        if (spent := self._spent_note()) is not None:
             print(f"mpippo: agent {a.index}: note: {spent}", flush=True)
         a.run_dir.mkdir(parents=True, exist_ok=True)
         verb = f"resuming at {a.steps_before:,} env steps, {learner.c['updates']:,} updates{note}" if a.resumes else "starting"
@@ -242,6 +240,17 @@ class ActorLearnerRun:
               f"{cfg.training.precision} ({self.precision_why}), {self.num_actors} actor(s) x {a.num_envs} envs, "
               f"{self.algo.describe()}", flush=True)
         return learner.run(signals)
+
+    def _spent_note(self) -> str | None:
+        """The learner's word for a resume whose actors have no step left (runctl.spent_note)."""
+        a, total = self.agent, self.cfg.training.total_timesteps
+        budget = total // a.section.num_agents  # (each agent's share)
+        left = sum(self.algo.actor_steps(max(budget - a.steps_before, 0), self.num_actors, i, a.num_envs)
+                   for i in range(self.num_actors))
+        if a.section.num_agents == 1:
+            return runctl.spent_note(f"training.total_timesteps {total:,}", budget, a.steps_before, left)
+        return runctl.spent_note(f"its share, {budget:,}, of training.total_timesteps {total:,}", budget,
+                                 a.steps_before, left, "this agent trains nothing")
 
     def greedy_policy(self, q, device):
         precision = self.cfg.training.precision

@@ -265,6 +265,11 @@ def test_a_resume_whose_budget_is_spent_already_says_it_trains_nothing(tmp_path,
     assert (f"note: training.total_timesteps 2,048 is reached already ({done:,} env steps done): nothing is "
             f"trained") in res.stdout, res.stdout
     assert metrics(run_dir)["total_timesteps"] == done
+    if algo == "dqn":  # its actors step in whole rounds (2 actors x 8 envs here): 4 steps more are none
+        res = ok(trainer(n, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", str(done + 4),
+                             "--no-progress"]))
+        assert (f"note: training.total_timesteps {done + 4:,} leaves less than one round of its actors' steps "
+                f"({done:,} env steps done): nothing is trained") in res.stdout, res.stdout
 
 
 def test_existing_run_is_never_overwritten(tmp_path):

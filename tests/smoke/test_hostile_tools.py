@@ -211,7 +211,7 @@ CASES = [
          "run' is given twice: give each run once"),
     Case("compare-agent-given-twice", tool(CMP, "TMP/run", "--parallel", "TMP/run/agent_0", "--out", "TMP/out",
                                            files=run_files(name="run/agent_0")),
-         "agent_0' is given twice (also as '"),
+         "agent_0' is given twice (also in '"),
     Case("curves-run-given-twice-by-link", tool(CURVES, "TMP/run", "TMP/link", "--out", "TMP/c.png", files=run_files(),
                                                 prepare=planted("link", link_to="run")),
          "link' is given twice (also as '"),

@@ -457,6 +457,12 @@ def test_the_budget_note_says_where_a_sync_run_ends_past_its_budget():
                                                  "larger --total-timesteps trains on")
     assert budget_note(cfg(("training", "duration_hours", 1.0)), 1500, 1024, 1).startswith("training.total_timesteps "
                                                                                          "1,500 is reached already")
+    from mpippo.runctl import spent_note  # (the actor-learner layout's words: a share, less than a round)
+    assert spent_note("its share, 1,024, of training.total_timesteps 2,048", 1024, 1024, 0, "this agent trains "
+                      "nothing") == ("its share, 1,024, of training.total_timesteps 2,048 is reached already (1,024 "
+                                     "env steps done): this agent trains nothing")
+    assert spent_note("x 1,030", 1030, 1024, 0).startswith("x 1,030 leaves less than one round of its actors' steps")
+    assert spent_note("x 1,030", 1030, 1024, 6) is None and spent_note("x 0", 0, 0, 0) is None
     assert budget_note(cfg(("training", "duration_hours", 1.0)), 0, 1024, 1) is None
     assert budget_note(cfg(("training", "rollout_cutoff", 0.75)), 0, 1024, 2) is None
     assert budget_note(cfg(("training", "rollout_cutoff", 0.75)), 0, 1024, 1) is not None
