@@ -30,7 +30,8 @@ from pathlib import Path
 from mpippo.config.memory import ranks_fit
 from mpippo.errors import let_readers_leave, limit_words, os_reason, say, say_interrupted
 from mpippo.leftovers import SHM_VAR, owned_prefix, shm_chosen, sweep_leftovers, temp_folder_problem
-from mpippo.preemption import EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, quiet_stops, settle
+from mpippo.preemption import (EXIT_INTERRUPTED, EXIT_OK, EXIT_REQUEUE, EXIT_STOPPED, LISTENING_ENV, quiet_stops,
+                               rank0_status, settle)
 from mpippo.usage import EXIT_USAGE, Parser, UsageError, refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +86,24 @@ def own_shm_folder(env: dict):
         yield env
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # files of ranks killed by a signal included
+
+
+@contextlib.contextmanager
+def own_mark(env: dict):
+    """Rank 0's listening mark for the job (preemption.announce_listening) in `env`, in a folder of this
+    launcher's: it says rank 0's status once the job has ended, which _Outlived.end takes. Its path, or
+    None where no folder can be made (a full TMPDIR: then none); one already set (a batch script's) is kept."""
+    if env.get(LISTENING_ENV):
+        yield env[LISTENING_ENV]
+        return
+    try:
+        folder = temp_folder("mark")
+    except OSError:
+        yield None
+        return
+    with folder as path:
+        env[LISTENING_ENV] = os.path.join(path, "listening")
+        yield env[LISTENING_ENV]
 
 
 def terminal_env(env: dict) -> dict:
@@ -332,7 +351,7 @@ class _Relay:
         self.proc.send_signal(sig)
         self.killed = self.killed or sig == signal.SIGTERM
 
-    def wait(self, proc, ranks: int) -> int:
+    def wait(self, proc, ranks: int, mark: str | None = None) -> int:
         self.proc, self.ranks, self.started = proc, ranks, time.monotonic()
         outlived = _Outlived(proc.pid)
         while True:  # poll: a signal held while we wait must be passed on without waiting for the exit
@@ -344,7 +363,7 @@ class _Relay:
                     for sig in held:
                         self.deliver(sig)
                 if outlived.hung():
-                    return outlived.end(proc)
+                    return outlived.end(proc, mark)
             except InterruptedError:
                 continue
 
@@ -382,12 +401,15 @@ class _Outlived:
             self.gone_since = now
         return self.gone_since is not None and now - self.gone_since > self.GRACE_S
 
-    def end(self, proc) -> int:
-        """The launcher's end of it (its own loop saw it hung): the session ended, the line said, exit 1."""
+    def end(self, proc, mark: str | None = None) -> int:
+        """The launcher's end of it (its own loop saw it hung): the session ended, the line said; rank 0's
+        status where its mark says one (a run that finished, or checkpointed on a stop, whose mpirun was held
+        writing to a console nobody read: it had been exit 1, blamed on a failed start), else 1."""
         self._end_session(proc)
         proc.wait()
-        say(self.line())
-        return 1
+        status = rank0_status(mark)
+        say(self.line(status))
+        return 1 if status is None else status
 
     def _end_session(self, proc) -> None:
         """SIGTERM to mpirun (Open MPI removes its session folder), SIGKILL to what is left 5 s later: the
@@ -408,7 +430,12 @@ class _Outlived:
                     break                                                      # on it: the 5 s then run out)
                 time.sleep(0.1)
 
-    def line(self) -> str:
+    def line(self, status: int | None = None) -> str:
+        """Its words: rank 0's `status` where it said one (the job's outcome is that), else a failure's."""
+        if status is not None:
+            return (f"mpippo: note: every rank of this job on this node has ended, rank 0 with exit {status}, but "
+                    f"mpirun (pid {self.pid}) had not {self.GRACE_S:.0f} s later (held writing its output to a console "
+                    f"that stopped reading, or Open MPI's runtime hung): ended it; the job's status is rank 0's")
         limits = f"; {why}" if (why := mpirun_limits()) else ""
         return (f"mpippo: error: every rank of this job on this node has ended, but mpirun (pid {self.pid}) had not "
                 f"{self.GRACE_S:.0f} s later (Open MPI's runtime can hang after a rank fails at its start; its messages "
@@ -467,7 +494,7 @@ def watch_batch_mpirun(pid: int) -> int:
     while mpirun.poll() is None:
         if outlived.hung():
             outlived._end_session(mpirun)
-            say(outlived.line())
+            say(outlived.line(rank0_status(os.environ.get(LISTENING_ENV))))  # (the script then takes that status)
             return WATCH_ENDED
         time.sleep(outlived.LOOK_S / 4)
     return 0
@@ -510,13 +537,13 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [mpirun_path(), *user, *where, "-n", str(args.np), sys.executable,
            str(ROOT / "run_mpi.py"), *trainer_args]
     # own session: a Ctrl-C at the terminal reaches only this launcher, which relays it gently
-    with own_shm_folder(terminal_env(base | extra)) as env:
+    with own_shm_folder(terminal_env(base | extra)) as env, own_mark(env) as mark:
         try:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGUSR2))
         except OSError as e:
             sys.stderr.write(f"mpippo: error: cannot start '{cmd[0]}' ({os_reason(e)})\n")
             return 2
-        code = relay.wait(proc, args.np)
+        code = relay.wait(proc, args.np, mark)
     settle()  # the job's outcome is known: a late signal cannot turn it into death by signal
     if relay.killed and code not in (EXIT_OK, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_INTERRUPTED):
         # mpirun SIGKILLed the ranks before any could say a word (its exit 1): the line and code are ours

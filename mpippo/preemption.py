@@ -25,6 +25,7 @@ import contextlib
 import os
 import resource
 import signal
+import stat
 import threading
 import time
 from typing import Callable
@@ -120,6 +121,24 @@ def announce_exit(code: int) -> None:
             line = f"exit {code}\n".encode()
             os.pwrite(fd, line, 0)
             os.ftruncate(fd, len(line))
+
+
+def rank0_status(path: str | None) -> int | None:
+    """The status rank 0 wrote into its listening mark at `path` ("exit N": announce_exit), or None (no mark,
+    still "running", not a regular file: never followed or blocked on). slurm/common.sh's rank0_said alike."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        said = os.read(fd, 16).decode("ascii", "replace").split() if stat.S_ISREG(os.fstat(fd).st_mode) else []
+    except OSError:
+        said = []
+    finally:
+        os.close(fd)
+    return int(said[1]) if len(said) == 2 and said[0] == "exit" and said[1].isdigit() else None
 
 
 def install() -> "SignalFlags":

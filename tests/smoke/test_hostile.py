@@ -9,6 +9,7 @@ The cases run two at a time; each has its own test.
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -832,6 +833,29 @@ def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_re
     # (met first by the event file's writer or by a checkpoint's: the same line)
     assert f"the run folder '{run_dir}' is gone: moved or deleted while the run used it" in said[0], said
     ok(trainer(None, ["--resume", "--output-dir", str(moved), "--total-timesteps", "4096", "--no-progress"]))
+
+
+@pytest.mark.slow
+def test_a_launcher_whose_console_stopped_reading_ends_with_the_runs_own_status(tmp_path):
+    """The launcher's stdout a pipe its reader stopped reading (`launch ... | less`, not scrolled): mpirun is held
+    writing the ranks' lines after they finished, and the launcher ended it 30 s later with exit 1 and a line
+    blaming a failed start. It ends it still, but the job's status is rank 0's own (its mark), said so."""
+    import fcntl
+    read, write = os.pipe()
+    fcntl.fcntl(write, 1031, 4096)  # (F_SETPIPE_SZ: the smallest pipe, full after a few dozen lines)
+    proc = subprocess.Popen([sys.executable, "-m", "mpippo.launch", "-n", "2", "--config", "configs/toy_cue.yaml",
+                             "--total-timesteps", "30720", "--no-progress", "--set", "training.n_steps=8", "--set",
+                             "logging.print_interval=1", "--output-dir", str(tmp_path / "run")], cwd=ROOT,
+                            env=mpi_env(), stdout=write, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    os.close(write)
+    try:
+        err = proc.communicate(timeout=150)[1]
+    finally:
+        os.close(read)
+    assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err[-2000:])
+    assert ("mpippo: note: every rank of this job on this node has ended, rank 0 with exit 0, but mpirun" in err
+            and "the job's status is rank 0's" in err), err[-2000:]
+    assert json.loads((tmp_path / "run" / "benchmark_metrics.json").read_text())["finished"] is True
 
 
 @pytest.mark.slow

@@ -348,6 +348,24 @@ def test_an_mpirun_that_outlives_every_rank_it_started_is_ended_not_left_to_the_
             assert psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE, f"the stand-in's sleep {pid} was left running"
 
 
+def test_an_mpirun_held_after_rank_0_said_its_status_ends_with_that_status(tmp_path):
+    """The same hold after the run finished (mpirun writing to a console that stopped reading): rank 0's mark
+    says `exit 0`, so the watch's line is a note naming it and the job ends with it (the line had blamed a
+    failed start, and the job took 1)."""
+    hang = ('#!/bin/bash\necho trainer >> "$CALLS"\n'
+            f'OMPI_COMM_WORLD_RANK=0 {sys.executable} -c "import time; time.sleep(3)" run_mpi.py & wait\n'
+            'printf "exit 0\\n" > "$MPIPPO_LISTENING"\n'
+            'sleep 600 & echo $! >> "$CALLS.pids"; wait\n')
+    knob = tmp_path / "knob"
+    knob.mkdir()
+    (knob / "sitecustomize.py").write_text("from mpippo import launch\n"
+                                           "launch._Outlived.GRACE_S, launch._Outlived.LOOK_S = 1.0, 0.1\n")
+    out, calls, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2", trainer=hang,
+                                      PYTHONPATH=str(knob))
+    assert calls == ["trainer"] and rc == 0, (calls, out)
+    assert "mpippo: note: every rank of this job on this node has ended, rank 0 with exit 0, but mpirun" in out, out
+
+
 @pytest.mark.parametrize("status", [213, 1])
 def test_open_mpis_own_failure_under_a_small_open_file_limit_names_the_limit(tmp_path, status):
     """`ulimit -n 100` in the batch shell: Open MPI's runtime fails in a box of its own words (status 213 here
