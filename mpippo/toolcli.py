@@ -29,6 +29,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -426,6 +427,9 @@ def pyplot():
     matplotlib.use("Agg")
     matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
+    # a name in a script its font lacks (a run folder named in CJK) is drawn as boxes: four warnings, each
+    # with a line of our source, had followed a figure that was written
+    warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
     return plt
 
 

@@ -78,7 +78,7 @@ class Reporter:
         if progress:
             from tqdm import tqdm
             self.bar = tqdm(total=total_timesteps, initial=start_step, unit="step", unit_scale=True,
-                            dynamic_ncols=True, file=sys.stderr, smoothing=0.1, mininterval=1.0,
+                            **_bar_width(), file=sys.stderr, smoothing=0.1, mininterval=1.0,
                             # on a terminal only; under mpirun the launcher says whether there is one
                             disable=False if os.environ.get("MPIPPO_TTY") == "1" else None)
 
@@ -194,3 +194,12 @@ class Reporter:
             self.bar.close()
         if self.writer is not None:
             self.writer.close()
+
+
+def _bar_width() -> dict:
+    """The bar's width: the terminal's, or under the launcher (stderr a pipe to mpirun, which tqdm cannot
+    measure: it drew 140 columns on a 5-column terminal) the COLUMNS it passes with MPIPPO_TTY."""
+    cols = os.environ.get("COLUMNS", "") if os.environ.get("MPIPPO_TTY") == "1" else ""
+    if cols.isascii() and cols.isdigit() and 0 < int(cols) <= 10_000:
+        return {"ncols": int(cols), "dynamic_ncols": False}
+    return {"dynamic_ncols": True}

@@ -185,6 +185,16 @@ def test_a_console_that_cannot_encode_the_run_folders_name_writes_its_escape(tmp
     assert not (tmp_path / "caf\u00e9").exists() and len(res.stderr.splitlines()) == 1
 
 
+def test_the_progress_bar_fits_the_terminal_the_launcher_names(tmp_path):
+    """Under the launcher a rank's stderr is a pipe to mpirun, which tqdm cannot measure: the bar was drawn
+    about 140 columns wide on a 5-column terminal. It takes the COLUMNS the launcher passes with MPIPPO_TTY."""
+    res = subprocess.run([sys.executable, "run_mpi.py", *SMOKE_TOY, "--output-dir", str(tmp_path / "r")], cwd=ROOT,
+                         capture_output=True, text=True, env=mpi_env() | {"MPIPPO_TTY": "1", "COLUMNS": "40"},
+                         timeout=180)
+    bars = [b for b in res.stderr.replace("\r", "\n").splitlines() if "step" in b and "|" in b]
+    assert res.returncode == 0 and bars and max(map(len, bars)) <= 40, res.stderr[-2000:]
+
+
 def test_progress_lines_show_rate_and_eta(tmp_path):
     # Without a terminal (mpirun, batch logs) the bar stays off and these lines carry progress.
     res = ok(trainer(2, SMOKE_TOY + ["--output-dir", str(tmp_path / "r"), "--set", "logging.print_interval=1"]))

@@ -842,6 +842,20 @@ def test_a_tool_stopped_during_a_run_that_resumes_passes_the_stop_on(tmp_path, s
     assert not _still_running(job)
 
 
+def test_a_run_named_in_a_script_the_font_lacks_is_drawn_without_warnings(tmp_path):
+    """A run folder named in CJK: its figure was written (the name as boxes) but four matplotlib warnings,
+    each with a line of our source, followed it on a successful run."""
+    import subprocess
+
+    from conftest import ROOT
+    for name, data in run_files(name="\u8bad\u7ec3").items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(data)
+    res = subprocess.run([sys.executable, CURVES, str(tmp_path / "\u8bad\u7ec3"), "--out", str(tmp_path / "c.png")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and (tmp_path / "c.png").is_file() and "Warning" not in res.stderr, res.stderr[-1500:]
+
+
 @pytest.mark.parametrize("script", [CURVES, CMP])
 def test_a_tool_drawing_a_run_with_no_return_to_draw_says_so(tmp_path, script):
     """A run too young for a return point, or whose event files a tool or a copy replaced: the chart had
