@@ -89,6 +89,23 @@ def console_lost(lost: str = "what it printed from there on is lost; the files i
     return f"its console (stdout) could not be written ({_STDOUT_LOST[0]}): {lost}" if _STDOUT_LOST else None
 
 
+class ConsoleHeld(Exception):
+    """A stop's handler raises it into a console write held CONSOLE_HELD_S or more (a pipe whose reader
+    stopped reading, `run_mpi.py | less` not scrolled; a terminal paused with Ctrl-S): the write is given up
+    and the console dropped, so the stop reaches its checkpoint. The trainer had waited in the write for as
+    long as the reader did, deaf to SIGTERM."""
+
+
+CONSOLE_HELD_S = 2.0
+_WRITING: list = [None]  # (thread, since) of the console write in progress: console_held()
+
+
+def console_held() -> bool:
+    """Whether this thread (a handler's: the main one) is in a console write held CONSOLE_HELD_S or more."""
+    w = _WRITING[0]
+    return w is not None and w[0] == threading.get_ident() and time.monotonic() - w[1] >= CONSOLE_HELD_S
+
+
 class ReaderMayLeave:
     """A console stream whose reader may go away (`run_mpi.py | head -3`, `bench.py | head -3`, a closed
     terminal): the rest of its output is dropped and the work goes on (a BrokenPipeError had ended a one-rank run with
@@ -99,17 +116,43 @@ class ReaderMayLeave:
         self._progress_only, self._warned = progress_only, False  # (see let_readers_leave)
 
     def write(self, text: str) -> int:
+        _WRITING[0] = (threading.get_ident(), time.monotonic())
         try:
             return self._stream.write(text)
+        except ConsoleHeld:
+            self._held()
+            return len(text)
         except OSError as e:
             self._lost(e)
             return len(text)
+        finally:
+            _WRITING[0] = None
 
     def flush(self) -> None:
+        _WRITING[0] = (threading.get_ident(), time.monotonic())
         try:
             self._stream.flush()
+        except ConsoleHeld:
+            self._held()
         except OSError as e:
             self._lost(e)
+        finally:
+            _WRITING[0] = None
+
+    def _held(self) -> None:
+        """A console nobody takes output from: dropped, and stdout and stderr with it where both are that one
+        (a terminal paused with Ctrl-S holds both: the next line would wait there again)."""
+        try:
+            mine = os.fstat(self._stream.fileno())
+        except (OSError, ValueError):
+            return
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino, st.st_rdev) == (mine.st_dev, mine.st_ino, mine.st_rdev):
+                    null = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(null, fd)
+                    os.close(null)
 
     def _lost(self, e: OSError) -> None:
         if e.errno in FULL:

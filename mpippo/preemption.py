@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable
 
-from mpippo.errors import SecondInterrupt
+from mpippo.errors import ConsoleHeld, SecondInterrupt, console_held
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_REQUEUE, EXIT_STOPPED = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # a person's second Ctrl-C: a shell's code for a command Ctrl-C ended (128 + SIGINT)
@@ -194,10 +194,15 @@ class SignalFlags:
 
     def _on_usr1(self, signum, frame):
         self.requeue = True
+        if console_held():  # (the main thread held in a console write nobody takes: it must reach the checkpoint)
+            raise ConsoleHeld
 
     def _on_stop(self, signum, frame):
         if is_second_ctrl_c(signum, self.stop):
             raise SecondInterrupt  # impatient second Ctrl-C
+        if console_held():  # (raised out of the write alone: ReaderMayLeave drops that console and goes on)
+            self.stop = True
+            raise ConsoleHeld
         first, self.stop = not self.stop, True
         if signum == signal.SIGXCPU and first:  # (no one sent it: the run's end line alone would puzzle)
             used = resource.getrusage(resource.RUSAGE_SELF)  # (the kernel moves the limit on: not its value now)

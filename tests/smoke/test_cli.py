@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -116,6 +118,35 @@ def test_plain_python_is_the_sequential_mode_and_goes_on_when_its_reader_leaves(
         os.close(write)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     check_outputs(run_dir, world_size=1, envs_per_rank=8, timesteps=512, env="toy-cue")
+
+
+def test_a_stop_reaches_its_checkpoint_while_nobody_takes_the_console(tmp_path):
+    """`run_mpi.py | less`, not scrolled (or a terminal paused with Ctrl-S): the trainer waits in a console
+    write, as any program does, but a SIGTERM then had waited there too, as long as the reader did. Now the
+    held write is given up, the console dropped, and the stop checkpoints: exit 4."""
+    import fcntl
+    import termios
+    read, write = os.pipe()
+    fcntl.fcntl(write, 1031, 4096)  # (F_SETPIPE_SZ: the smallest pipe, full after a few dozen lines)
+    proc = subprocess.Popen([sys.executable, "run_mpi.py", *TOY_SMOKE, "--total-timesteps", "100000000", "--set",
+                             "training.n_steps=8", "--set", "logging.print_interval=1", "--output-dir",
+                             str(tmp_path / "run")], cwd=ROOT, env=mpi_env(), stdout=write, stderr=subprocess.PIPE,
+                            text=True)
+    os.close(write)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:  # until the pipe is full, and held there
+            if int.from_bytes(fcntl.ioctl(read, termios.FIONREAD, b"\0" * 4), sys.byteorder) >= 4096 - 256:
+                break
+            time.sleep(0.1)
+        time.sleep(4)  # (past errors.CONSOLE_HELD_S)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+        os.close(read)
+    assert proc.returncode == 4 and "Traceback" not in err, (proc.returncode, err[-2000:])
+    assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file()
 
 
 def test_a_trainer_started_without_stdout_or_stderr_ends_as_usual(tmp_path):
