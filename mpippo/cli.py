@@ -30,7 +30,7 @@ from mpippo.files import RUN_CONFIG, absolute, atomic_write_bytes, is_number, mi
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
 from mpippo.errors import JobFailure, in_users_code_since, os_reason, run_folder_is, say_last
-from mpippo.usage import Parser, file_kind, refusal
+from mpippo.usage import Parser, file_kind, one_line, refusal
 from mpippo.preemption import EXIT_FAILURE, EXIT_REQUEUE, EXIT_STOPPED, EXIT_USAGE, SignalFlags
 
 
@@ -307,7 +307,7 @@ def run(argv: list[str] | None = None, workers: int | None = None) -> tuple[int,
               f"{trainer.threads} thread(s)/rank, {placement_words(world, trainer)}, device {trainer.device}, "
               f"{cfg.training.precision} ({trainer.precision_why}){', deterministic' if cfg.training.deterministic and trainer.device.type == 'cuda' else ''}"
               f"{', policy step as a CUDA graph' if trainer.policy_step.mode == 'graph' else ''}"
-              f"; output {run_dir}", flush=True)
+              f"; output {one_line(run_dir)}", flush=True)
     try:
         with runctl.watch_alone(trainer.timer, cfg.guards.collective_timeout_s if world.size == 1 else 0, world.abort,
                                 stop_due=preemption.unheard(preemption.second_ctrl_c_in),
@@ -514,7 +514,7 @@ def print_summary(s: dict, run_dir: Path) -> None:
         ("peak memory", f"{num(s.get('peak_rss_mb_total'), '.0f')} MB total, "
                         f"{num(max(per_rank) if per_rank else None, '.0f')} MB max per rank"),
         ("phases (s, mean/rank)", ", ".join(f"{k} {v:.1f}" for k, v in phases.items() if is_number(v)) or "-"),
-        ("outputs", f"{run_dir}/ (config.yaml, logs/, checkpoints/, benchmark_metrics.json)"),
+        ("outputs", f"{one_line(run_dir)}/ (config.yaml, logs/, checkpoints/, benchmark_metrics.json)"),
     ]
     width = max(len(k) for k, _ in rows)
     print(f"\nmpippo: {runctl.STOP_WHY.get(s.get('stop_reason'), 'run ended')}")

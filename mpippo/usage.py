@@ -43,7 +43,12 @@ def refusal(errors: list[str], prefix: str = "") -> str:
     """The one line an entry point prints for its bad input (or a run for its failure): every problem,
     '; ' between them (a config's all at once), line breaks escaped, so a value holding one cannot make
     two lines."""
-    return f"mpippo: error: {prefix}{'; '.join(errors)}".replace("\r", "\\r").replace("\n", "\\n") + "\n"
+    return one_line(f"mpippo: error: {prefix}{'; '.join(errors)}") + "\n"
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks escaped: a name holding one (a run folder's) cannot split a line in two."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 class UsageError(ValueError):

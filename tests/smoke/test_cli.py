@@ -199,6 +199,17 @@ def test_a_console_descriptor_open_only_for_reading_is_a_console_nobody_reads(tm
     assert not (tmp_path / "refused").exists()
 
 
+def test_a_run_folder_named_with_a_line_break_keeps_each_line_whole(tmp_path):
+    """A folder name holding a newline (a script's stray $'\\n') split the start-up line and the summary's
+    outputs line in two; error lines already escaped it. Each line is whole now, the break written as \\n."""
+    run_dir = tmp_path / "a\nb"
+    res = subprocess.run([sys.executable, "run_mpi.py", *TOY_SMOKE, "--output-dir", str(run_dir)], cwd=ROOT,
+                         env=mpi_env(), capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0 and metrics(run_dir)["finished"] is True, res.stderr[-2000:]
+    named = [line for line in res.stdout.splitlines() if "a\\nb" in line]
+    assert len(named) == 2 and not any(line.startswith("b") for line in res.stdout.splitlines()), res.stdout
+
+
 def test_a_console_that_cannot_encode_the_run_folders_name_writes_its_escape(tmp_path):
     """PYTHONIOENCODING=ascii (or a C locale's console) and a run folder named 'résumé': the start-up
     line raised UnicodeEncodeError, a traceback and exit 1 with the folder made. Now its escape, and
