@@ -29,7 +29,7 @@ from mpippo import config as C
 from mpippo import faults, leftovers, preemption, runctl
 from mpippo.algos import registry
 from mpippo.checkpoint import PERIODIC, latest_path, load_checkpoint, periodic_checkpoints, read_checkpoint_bytes
-from mpippo.files import absolute, atomic_write_json, file_mode
+from mpippo.files import absolute, atomic_write_json, file_mode, path_text
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
 from mpippo.envs import make_env, rank_seed
@@ -540,7 +540,7 @@ def _play_and_report(args, world, checked: tuple, env, act, quota: np.ndarray, v
                          f"--max-steps {args.max_steps} per env; raise it to the episodes per env ({int(quota.max())}) x "
                          f"the longest episode (an Atari game: up to 27,000 steps), or --num-envs\n")
         return 1
-    res = {"checkpoint": str(path), "algo": state["algo"], "env": cfg.env.name,
+    res = {"checkpoint": path_text(path), "algo": state["algo"], "env": cfg.env.name,
            "distribution_mode": cfg.env.distribution_mode, "levels": args.levels,
            "num_levels": cfg.env.num_levels, "start_level": cfg.env.start_level,
            "deterministic": greedy(state["algo"], args.deterministic),
@@ -563,7 +563,7 @@ def write_outputs(args, res: dict, video: Video | None) -> int:
     loses no result."""
     failed = video.finish() if video is not None else None
     if video is not None and failed is None:
-        res["video"], res["video_frames"] = str(args.video), video.frames
+        res["video"], res["video_frames"] = path_text(args.video), video.frames
     print_table(res)
     code = 0
     if args.json is not None:

@@ -179,6 +179,17 @@ def absolute(path: Path | None, flag: str) -> Path | None:
                          f"({os_reason(e)}); give an absolute path") from None
 
 
+def path_text(path: str | Path) -> str:
+    """A path as text to show or to write into JSON: its bytes read as UTF-8, what is not written as its
+    escape. Under a locale whose file names are not UTF-8 (LC_ALL=C without UTF-8 mode) Python holds a
+    UTF-8 name's bytes as lone surrogates, which went into evaluate's JSON as such (no reader can open
+    that path) and into messages as unreadable escapes; a name holding a surrogate of its own stays as it is."""
+    try:
+        return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return str(path)
+
+
 def not_utf8(path: str | Path) -> str | None:
     """Why a path is no UTF-8 text, or None. TensorBoard's writer and reader encode a run's path as
     UTF-8: a folder whose name holds another encoding's byte failed there with a traceback."""

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from mpippo.checkpoint import CHECKPOINTS, latest_path
 from mpippo.files import (LOGS, METRICS, RUN_CONFIG, atomic_write_bytes, is_count, is_number, missing_folders, not_a_number,
-                          remove_if_empty)
+                          path_text, remove_if_empty)
 from mpippo.metrics.sinks import WANDB_DIR, WANDB_ID
 from mpippo.runlock import LOCK_NAME
 from mpippo import config as C
@@ -232,8 +232,8 @@ def exit_process(code: int):
 
 
 def shown(path) -> str:
-    """A path for a message: short and on one line, whatever its name holds."""
-    return show(str(path))[1:-1]
+    """A path for a message: short and on one line, whatever its name holds (its bytes as UTF-8: path_text)."""
+    return show(path_text(path))[1:-1]
 
 
 # ---- option types: each names the bad value and what is allowed ----

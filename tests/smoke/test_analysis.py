@@ -99,6 +99,19 @@ def test_evaluate_whose_console_is_on_a_full_disk_still_writes_its_json(two_runs
     assert json.loads(out.read_text())["episodes"] == 2
 
 
+def test_evaluate_under_a_c_locale_writes_a_non_ascii_paths_own_text(two_runs, tmp_path):
+    """LC_ALL=C without UTF-8 mode: Python holds a UTF-8 name's bytes as lone surrogates, which went into the
+    JSON as such ("\\udcc3\\udcbc": no reader could open that path). Its bytes read as UTF-8 now."""
+    seq, _ = two_runs
+    (tmp_path / "r\u00fcn").symlink_to(seq)
+    out = tmp_path / "eval.json"
+    c_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    ok(run([sys.executable, "-m", "mpippo.evaluate", "--checkpoint", str(tmp_path / "r\u00fcn"), "--num-episodes",
+            "2", "--json", str(out)], 180, env=c_locale))
+    written = json.loads(out.read_text(encoding="utf-8"))["checkpoint"]
+    assert written.startswith(str(tmp_path / "r\u00fcn")), written
+
+
 def test_evaluate_whose_episodes_outlast_max_steps_says_so_and_writes_nothing(two_runs, tmp_path):
     seq, _ = two_runs  # starpilot's episodes last far more than 3 steps
     out = tmp_path / "eval.json"
