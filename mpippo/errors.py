@@ -360,6 +360,12 @@ def run_folder_is(path: Path) -> None:
     _RUN_FOLDER[:] = [Path(path).absolute()]
 
 
+def run_folder_gone(path: Path) -> bool:
+    """Whether `path` lies in this process's run folder and that folder is gone (moved or deleted while the
+    run used it): a write there must not make it again (files.atomic_write_with)."""
+    return bool(_RUN_FOLDER) and _RUN_FOLDER[0] in Path(path).absolute().parents and not _RUN_FOLDER[0].is_dir()
+
+
 def folder_gone(exc: BaseException) -> str | None:
     """The line for a file of this process's run folder not found because the folder itself is gone (moved
     or deleted while the run used it: TensorBoard's writer thread had ended the job with a traceback per

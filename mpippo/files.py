@@ -29,7 +29,7 @@ from typing import Any
 
 from mpippo import config as C
 from mpippo.config import UsageError, load_yaml, show
-from mpippo.errors import os_reason
+from mpippo.errors import os_reason, run_folder_gone
 from mpippo.metrics import keys
 from mpippo.usage import file_kind
 
@@ -72,6 +72,9 @@ def atomic_write_with(path: str | Path, write) -> None:
     """Call write(binary file) on a temp file next to `path`, fsync, rename over `path`, fsync the folder.
     For outputs too large to build in memory first (the replay buffer)."""
     path = Path(path)
+    if run_folder_gone(path):  # a run folder moved away (`mv runs/x runs/y`) had been made again, empty and
+        # unlocked, by the next write, which went on there (a second --resume of the old path was let in)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

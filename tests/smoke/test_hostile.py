@@ -815,13 +815,16 @@ def test_a_launch_open_mpi_fails_under_a_small_open_file_limit_names_the_limit(t
 
 
 @pytest.mark.slow
-def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_resumes_there(tmp_path):
+@pytest.mark.parametrize("tensorboard", ["true", "false"])
+def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_resumes_there(tmp_path, tensorboard):
     """`mv runs/x runs/y` while x trains (a tidy-up, a clash of names): TensorBoard's writer thread met its
-    vanished file and the job ended with a traceback per rank. Now one line names the folder gone; the
-    moved folder resumes."""
+    vanished file and the job ended with a traceback per rank; without TensorBoard the next checkpoint made
+    the old folder again, empty and unlocked, and trained on there. Now one line names the folder gone,
+    nothing is made at the old path, and the moved folder resumes."""
     run_dir, moved = tmp_path / "run", tmp_path / "moved"
     proc = start([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml",
-                  *LONG, "--set", "checkpoint.interval_iterations=5", "--output-dir", str(run_dir)])
+                  *LONG, "--set", "checkpoint.interval_iterations=5", "--set", f"logging.tensorboard={tensorboard}",
+                  "--output-dir", str(run_dir)])
     wait_for_line(proc, "iter ")
     deadline = time.monotonic() + 60
     while not (run_dir / "checkpoints" / "latest.pt").exists() and time.monotonic() < deadline:
@@ -832,6 +835,7 @@ def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_re
     assert rc == 1 and "Traceback" not in err and said, (rc, err[-2000:])
     # (met first by the event file's writer or by a checkpoint's: the same line)
     assert f"the run folder '{run_dir}' is gone: moved or deleted while the run used it" in said[0], said
+    assert not run_dir.exists()
     ok(trainer(None, ["--resume", "--output-dir", str(moved), "--total-timesteps", "4096", "--no-progress"]))
 
 
