@@ -76,6 +76,35 @@ def periodic_checkpoints(ckpt_dir: Path, up_to: int | None = None) -> list[Path]
     return [p for _, p in sorted(found)]
 
 
+# the hidden names a writer of ours uses while it writes: files.atomic_write_with's temporary file beside its
+# target (.latest.pt.k3j9x2.tmp), _atomic_link_or_copy's hard link (.latest.pt.4242.link)
+_PARTIAL = re.compile(r"\.(latest\.pt|ckpt_\d{7,}\.pt|replay[\w.-]*\.npz|config\.yaml|benchmark_metrics\.json|"
+                      r"wandb-id)\.\w+\.(tmp|link)")
+
+
+def sweep_partial(run_dir: Path) -> str | None:
+    """What a writer killed mid-write (kill -9, a lost node, a preemption past its grace) left in a run folder
+    and its checkpoints/: hidden temporary files, a whole checkpoint's size each, and hard links that kept
+    pruned checkpoints on disk; they had piled up over preemptions, toward the quota. Removed by the next job
+    that holds the folder's lock (so that none is being written by another); a note saying so, or None."""
+    gone, size = 0, 0
+    for folder in (run_dir, checkpoint_dir(run_dir)):
+        try:
+            entries = [e for e in os.scandir(folder) if _PARTIAL.fullmatch(e.name) and e.is_file(follow_symlinks=False)]
+        except OSError:  # (no checkpoints/ yet)
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+                size += st.st_size if st.st_nlink == 1 else 0  # (a link to a checkpoint that stays frees nothing)
+                os.unlink(e.path)
+                gone += 1
+            except OSError:
+                pass
+    return (f"removed {gone} partial file(s) a killed writer had left in '{show(str(run_dir))[1:-1]}' "
+            f"({size / 2**20:.1f} MiB)") if gone else None
+
+
 def _atomic_link_or_copy(src: Path, dst: Path, data: bytes) -> None:
     """Point dst at src's bytes atomically: a hard link (no second write), else a copy."""
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")

@@ -25,7 +25,8 @@ import yaml
 
 from mpippo import config as C
 from mpippo import envs, faults, hostmem, preemption, runctl, runlock
-from mpippo.checkpoint import checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint
+from mpippo.checkpoint import (checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint,
+                               sweep_partial)
 from mpippo.files import RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
@@ -223,6 +224,8 @@ def _lock(run_dir: Path, start: _StartUp, what: str = "--output-dir") -> None:
     """Hold a folder's lock for the job's life: a second trainer there is refused in one line."""
     if runlock.acquire(run_dir, what):
         start.locked.append(run_dir)
+        if (note := sweep_partial(run_dir)):  # (held: no other writer can be mid-write there)
+            print(f"mpippo: note: {note}", flush=True)
 
 
 def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:

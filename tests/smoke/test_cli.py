@@ -149,6 +149,27 @@ def test_a_stop_reaches_its_checkpoint_while_nobody_takes_the_console(tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file()
 
 
+def test_partial_files_a_killed_writer_left_are_removed_by_the_next_job_that_holds_the_folder(tmp_path):
+    """kill -9 in a checkpoint write leaves its hidden temporary file (a whole checkpoint's size) and, between
+    link and rename, a hard link: nothing removed them, and they piled up over preemptions toward the quota.
+    The next job that holds the folder's lock removes them, says so, and leaves every other file as it was."""
+    run_dir = tmp_path / "run"
+    ok(trainer(None, [*TOY_SMOKE, "--output-dir", str(run_dir)]))
+    ckpts = run_dir / "checkpoints"
+    left = [ckpts / ".latest.pt.k3j9x2ab.tmp", ckpts / ".ckpt_0000002.pt.q1w2e3r4.tmp", run_dir / ".config.yaml.a1b2.tmp"]
+    for path in left:
+        path.write_bytes(b"x" * 2**20)
+    os.link(ckpts / "latest.pt", ckpts / ".latest.pt.4242.link")
+    kept = [ckpts / ".notes.tmp", run_dir / "my.latest.pt.x.tmp", ckpts / ".latest.pt.zz.tmp.bak"]
+    for path in kept:
+        path.write_text("the user's")
+    (ckpts / ".latest.pt.lnk0.tmp").symlink_to(tmp_path / "elsewhere")  # (a link by that name: not ours to remove)
+    res = ok(trainer(None, ["--resume", "--output-dir", str(run_dir), "--total-timesteps", "1024", "--no-progress"]))
+    assert "mpippo: note: removed 4 partial file(s) a killed writer had left in" in res.stdout, res.stdout
+    assert "(3.0 MiB)" in res.stdout and not any(p.exists() for p in left) and all(p.exists() for p in kept)
+    assert (ckpts / ".latest.pt.lnk0.tmp").is_symlink() and not (ckpts / ".latest.pt.4242.link").exists()
+
+
 def test_a_trainer_started_without_stdout_or_stderr_ends_as_usual(tmp_path):
     """`run_mpi.py ... >&-` (a cron line, a daemon): Python has no sys.stdout then, and the summary's
     flush after the whole run raised (a traceback on stderr, exit 1); with `2>&-`, a refusal exited 1,
