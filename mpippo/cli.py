@@ -17,8 +17,10 @@ import argparse
 import contextlib
 import datetime
 import io
+import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -189,9 +191,9 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
     start.created.extend(missing_folders(run_dir))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write_test.")  # (a name of its own: another trainer
+        os.close(fd)                                                      # probing the same new folder this instant)
+        os.unlink(probe)
     except OSError as e:
         raise C.UsageError(f"--output-dir: cannot write to '{run_dir}' ({os_reason(e)})") from None
     _lock(run_dir, start)

@@ -176,10 +176,13 @@ esac
 # Named as mpippo/leftovers.py names its own (mpippo-sm-<boot>.<pid namespace>.<pid>-...): a job killed with no
 # chance to remove it (kill -9, a node reboot spares /dev/shm only by accident) leaves a folder that
 # the next job here, or the next launcher or tool, removes once that batch shell is gone.
-# (a node whose boot id cannot be read sweeps /dev/shm only: its TMPDIR may hold other nodes' marks)
+# (a node whose boot id cannot be read sweeps /dev/shm only: its TMPDIR may hold other nodes' marks; one whose pid
+# namespace cannot be read sweeps nothing, as mpippo/leftovers.py: a container's pid is not judged from another's)
 MARKS=("${TMPDIR:-/tmp}"/mpippo-listening-"$OWNER".*-*)
 [ "$BOOT" = 00000000 ] && MARKS=()
-for d in /dev/shm/mpippo-*-"$OWNER".*-* ${MARKS[@]+"${MARKS[@]}"}; do
+SWEPT=(/dev/shm/mpippo-*-"$OWNER".*-*)
+case "$OWNER" in *.0) SWEPT=(); MARKS=() ;; esac
+for d in ${SWEPT[@]+"${SWEPT[@]}"} ${MARKS[@]+"${MARKS[@]}"}; do
     [ -d "$d" ] || [ -f "$d" ] || continue
     [ ! -L "$d" ] && [ -O "$d" ] || continue
     pid=${d##*/mpippo-*-"$OWNER".}; pid=${pid%%-*}

@@ -348,6 +348,27 @@ def test_an_mpirun_that_outlives_every_rank_it_started_is_ended_not_left_to_the_
             assert psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE, f"the stand-in's sleep {pid} was left running"
 
 
+def test_a_batch_shell_that_cannot_read_its_pid_namespace_sweeps_nothing(tmp_path):
+    """Containers sharing /dev/shm without a readable /proc/self/ns/pid all name their folders '<boot>.0': a pid
+    there is not this shell's to judge (leftovers.sweep_leftovers already refused), but the batch script's
+    sweep removed such a folder whose pid it could not see, another container's live job's."""
+    boot = leftovers.owner().split(".")[0]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    theirs = Path("/dev/shm") / f"mpippo-sm-{boot}.0.{dead.pid}-job9.test{os.getpid()}"
+    theirs.mkdir()
+    try:
+        stubs = tmp_path / "stat-bin"
+        stubs.mkdir()
+        (stubs / "stat").write_text('#!/bin/bash\n[ "${!#}" = /proc/self/ns/pid ] && exit 1\nexec /usr/bin/stat "$@"\n')
+        (stubs / "stat").chmod(0o755)
+        out, _, rc = run_batch_script(tmp_path, per_node="", nodes="1", tasks="2",
+                                      script=("-c", f'PATH={stubs}:$PATH exec bash "$0" "$@"', "slurm/ppo_multinode.sh"))
+        assert theirs.is_dir(), out
+    finally:
+        theirs.rmdir()
+
+
 def test_an_mpirun_held_after_rank_0_said_its_status_ends_with_that_status(tmp_path):
     """The same hold after the run finished (mpirun writing to a console that stopped reading): rank 0's mark
     says `exit 0`, so the watch's line is a note naming it and the job ends with it (the line had blamed a
