@@ -16,7 +16,10 @@ On a CPU the code is the same; the guard is read after every update there (a rea
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import re
 
 import numpy as np
 import torch
@@ -33,7 +36,8 @@ from mpippo.errors import NonFiniteError
 from mpippo.metrics import tags
 from mpippo.selfplay import LearnerHook
 
-REPLAY_FILE = "replay.npz"
+REPLAY_FILE = "replay.npz"  # the one name of checkpoints written before each had its own (still read)
+REPLAY_NAMED = re.compile(r"replay_(\d{10,})\.npz")  # replay_<updates>.npz: the checkpoint of that update names it
 
 
 def chunk_fields(obs_shape, legal_words: int = 1) -> list[tuple[str, type, tuple]]:
@@ -229,7 +233,7 @@ class ApeX:
         self.adam.sync()
         return {"target": self.target.state_dict(), "optimizer": self.opt.state_dict(),
                 "replay_rng": self.replay.rng.bit_generator.state, "replay_generator": self.replay.generator.get_state(),
-                "torch_rng": torch.get_rng_state(), "replay_file": REPLAY_FILE if self.d.save_replay else None}
+                "torch_rng": torch.get_rng_state(), "replay_file": None}  # (save_side_files names it)
 
     def load_state_dict(self, st: dict, ckpt_dir, updates: int) -> str:
         """Restore from a checkpoint (already checked by ckpt_schema); returns a note for the start-up line.
@@ -255,10 +259,26 @@ class ApeX:
         return note + (f"; restored replay of {self.replay.size:,} transitions" if why is None else
                        f"; warning: replay file not used ({why}), the buffer refills from empty")
 
-    def save_side_files(self, ckpt_dir, updates: int, write) -> None:
-        """Files a checkpoint names, written before it (write = atomic_write_with)."""
-        if self.d.save_replay:
-            write(ckpt_dir / REPLAY_FILE, lambda f: self.replay.save(f, updates))
+    def save_side_files(self, ckpt_dir, updates: int, write) -> dict:
+        """Files a checkpoint names, written before it (write = atomic_write_with); the checkpoint's keys
+        naming them. Each replay has its update's name: one fixed name, replaced before the checkpoint, had
+        left a replay newer than the checkpoint wherever the writer died between the two (kill -9, a full
+        disk), and the resume started from an empty buffer."""
+        if not self.d.save_replay:
+            return {}
+        name = f"replay_{updates:010d}.npz"
+        write(ckpt_dir / name, lambda f: self.replay.save(f, updates))
+        return {"replay_file": name}
+
+    def prune_side_files(self, ckpt_dir, named: dict) -> None:
+        """The replays no checkpoint of this run's line will be resumed from (every one but `named`'s, which
+        latest.pt now names): each is as large as the buffer."""
+        keep = named.get("replay_file")
+        for entry in os.scandir(ckpt_dir):
+            if entry.name != keep and (entry.name == REPLAY_FILE or REPLAY_NAMED.fullmatch(entry.name)) \
+                    and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
     @staticmethod
     def check_checkpoint(state: dict, cfg, net) -> None:
@@ -271,8 +291,10 @@ class ApeX:
         schema.torch_generator(state["torch_rng"], "torch_rng")
         if state.get("replay_generator") is not None:  # the replay's device generator (CPU or CUDA: the learner's)
             schema.tensor(state["replay_generator"], "replay_generator", None, torch.uint8)
-        schema.need(state.get("replay_file") in (None, REPLAY_FILE), "replay_file", f"expected null or '{REPLAY_FILE}' "
-                    f"(a file beside the checkpoint), got {schema.show(state.get('replay_file'))}")
+        named = state.get("replay_file")
+        schema.need(named in (None, REPLAY_FILE) or (isinstance(named, str) and REPLAY_NAMED.fullmatch(named)),
+                    "replay_file", f"expected null, '{REPLAY_FILE}' or replay_<update>.npz (a file beside the "
+                    f"checkpoint), got {schema.show(named)}")
         if "selfplay" in state:
             LearnerHook.check_state(state["selfplay"], net)
 

@@ -416,8 +416,12 @@ class APPOLearning:
         lag.hist[:], lag.dropped, lag.accepted = st["lag_hist"], int(st["lag_dropped"]), int(st["lag_accepted"])
         return ""
 
-    def save_side_files(self, ckpt_dir, updates: int, write) -> None:
+    def save_side_files(self, ckpt_dir, updates: int, write) -> dict:
         """Nothing beside the checkpoint (a partial batch is not kept: its env steps are few)."""
+        return {}
+
+    def prune_side_files(self, ckpt_dir, named: dict) -> None:
+        """Nothing to prune."""
 
 
 class APPO(APPOLearning):

@@ -46,7 +46,7 @@ class DQNConfig:
     max_inflight: int = setting(4, "Chunks an actor may have unacknowledged before it waits for the learner.")
     checkpoint_interval_updates: int = setting(0, "Learner updates between periodic checkpoints; 0 = off (checkpoint.interval_minutes, signals and the end still save).")
     mirror_augment: bool = setting(False, "Train on a left-right mirrored copy of half of each batch (games symmetric under it: connect4).")
-    save_replay: bool = setting(False, "Write the replay buffer to checkpoints/replay.npz with each checkpoint, so a resume starts with a full buffer (as large on disk as in memory).")
+    save_replay: bool = setting(False, "Write the replay buffer to checkpoints/replay_<update>.npz with each checkpoint, so a resume starts with a full buffer (as large on disk as in memory; the one before is removed once the checkpoint naming the new one is written).")
 
 
 def check(cfg, world_size: int, earlier: list[str]) -> list[str]:

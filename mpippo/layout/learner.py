@@ -184,8 +184,9 @@ class Learner:
                  "resumes": a.resumes,
                  **({"selfplay": self.hook.state_dict()} if self.hook is not None else {})}
         try:
-            self.algo.save_side_files(a.ckpt_dir, c["updates"], atomic_write_with)
-            save_checkpoint(a.ckpt_dir, state, c["updates"], self.cfg.checkpoint.keep_last)
+            named = self.algo.save_side_files(a.ckpt_dir, c["updates"], atomic_write_with)
+            save_checkpoint(a.ckpt_dir, {**state, **named}, c["updates"], self.cfg.checkpoint.keep_last)
+            self.algo.prune_side_files(a.ckpt_dir, named)  # (only now: latest.pt names the new ones)
         except OSError as e:  # disk full, quota: the previous checkpoint is intact
             self.error = write_failed(f"update {c['updates']} of agent {a.index}", Path(a.ckpt_dir), e)
             if final:

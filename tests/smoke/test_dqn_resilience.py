@@ -36,7 +36,7 @@ def test_sigusr1_checkpoints_replay_requeues_and_resume_finishes_the_budget(tmp_
     assert 0 < first["total_timesteps"] < TOTAL
     state = load(run_dir)
     assert state["timesteps"] == first["total_timesteps"] and state["iteration"] == first["updates"] > 0
-    with np.load(run_dir / "checkpoints" / "replay.npz") as z:
+    with np.load(run_dir / "checkpoints" / state["replay_file"]) as z:
         assert int(z["tag"]) == state["iteration"] and int(z["size"]) == first["replay_size"] > 0
 
     monkeypatch.setenv("MPIPPO_FAULT", "rank=0,kind=slow_restore,seconds=8")  # the learner's restore: 8 s

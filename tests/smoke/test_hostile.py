@@ -219,7 +219,7 @@ CASES = [
     Case("ckpt-procgen-state", resume("coinrun", lambda s: s["ranks"][0].update(env=[b"garbage"] * 8)),
          "ranks[0].env[0]: not a saved coinrun game state"),
     Case("dqn-replay-file-path", resume("dqn", set_key("replay_file", "../../../etc/passwd"), ranks=2),
-         "replay_file: expected null or 'replay.npz'"),
+         "replay_file: expected null, 'replay.npz' or replay_<update>.npz"),
     Case("ckpt-appo-version", resume("appo", set_key("version", 10**6), ranks=2),
          "version: 1000000 is not the counters'"),
     Case("ckpt-truncated", lambda t, b: _truncated(t, b), "unreadable checkpoint"),

@@ -557,8 +557,8 @@ def _resumed_pair(tmp_path, **kw):
     a = _apex_learner(returns=0.5, sets=[("dqn", "save_replay", True)], **kw)
     for k in range(5):
         a.update(k, k / 20)
-    a.save_side_files(tmp_path, 5, write_with)
-    torch.save({"model": a.q.state_dict(), **a.state_dict()}, tmp_path / "ckpt.pt")
+    named = a.save_side_files(tmp_path, 5, write_with)
+    torch.save({"model": a.q.state_dict(), **a.state_dict(), **named}, tmp_path / "ckpt.pt")
     for k in range(5, 10):
         a.update(k, k / 20)
     st = torch.load(tmp_path / "ckpt.pt", weights_only=False)
@@ -573,11 +573,30 @@ def _resumed_pair(tmp_path, **kw):
 def test_a_learner_resumed_from_its_checkpoint_goes_on_exactly(tmp_path):
     """Exact resume on the CPU: the state_dict (through torch.save), the model and the replay file of
     learner A after 5 updates, loaded into a fresh learner B: the next 5 updates are A's, bit for bit."""
-    from mpippo.algos.apex import REPLAY_FILE
     a, b = _resumed_pair(tmp_path)
-    assert (tmp_path / REPLAY_FILE).exists()
+    assert (tmp_path / "replay_0000000005.npz").exists()
     assert torch.equal(a.adam.p, b.adam.p) and torch.equal(a.adam.m, b.adam.m) and torch.equal(a.replay.prio, b.replay.prio)
     assert all(torch.equal(x, y) for x, y in zip(a.target.parameters(), b.target.parameters()))
+
+
+def test_a_writer_killed_between_its_replay_and_its_checkpoint_keeps_the_checkpoints_replay(tmp_path):
+    """The replay had one name, replaced before the checkpoint: a writer killed between the two (kill -9, a
+    full disk) left a replay of a newer update than latest.pt, and the resume refilled from empty. Each replay
+    has its update's name now; the checkpoint names its own, and the older ones go only once it is written."""
+    from mpippo.algos.apex import REPLAY_FILE
+    a = _apex_learner(returns=0.5, sets=[("dqn", "save_replay", True)])
+    for k in range(5):
+        a.update(k, k / 20)
+    named = a.save_side_files(tmp_path, 5, write_with)
+    (tmp_path / REPLAY_FILE).write_bytes(b"a replay of an earlier checkpoint's kind")
+    torch.save({"model": a.q.state_dict(), **a.state_dict(), **named}, tmp_path / "ckpt.pt")
+    a.prune_side_files(tmp_path, named)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "replay_0000000005.npz"]
+    a.update(5, 0.25)
+    a.save_side_files(tmp_path, 6, write_with)  # ... and killed here, before its checkpoint
+    st = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    b = _apex_learner(returns=9.0)
+    assert b.load_state_dict(st, tmp_path, 5) == "; restored replay of 64 transitions"
 
 
 def test_a_checkpoint_of_the_numpy_replay_still_loads():
