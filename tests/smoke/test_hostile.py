@@ -481,7 +481,8 @@ SCHEMA = [  # (id, base run, edit of its latest.pt's state, what the message say
     ("other-algo", "ppo", set_key("algo", "dqn"), "it is from algorithm 'dqn', this run is ppo"),
     ("appo-lag-histogram", "appo", set_key("lag_hist", np.zeros(3, dtype=np.int64)),
      "lag_hist: expected a i array of shape (17,)"),
-    ("dqn-replay-outside", "dqn", set_key("replay_file", "/etc/passwd"), "replay_file: expected null or 'replay.npz'"),
+    ("dqn-replay-outside", "dqn", set_key("replay_file", "/etc/passwd"),
+     "replay_file: expected null, 'replay.npz' or replay_<update>.npz"),
     ("dqn-resumes", "dqn", set_key("resumes", -1), "resumes: expected an int in [0"),
     ("appo-resumes", "appo", set_key("resumes", "twice"), "resumes: expected an int in [0"),
 ]
