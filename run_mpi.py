@@ -11,7 +11,7 @@ from mpippo import preemption  # noqa: E402
 
 preemption.install()
 
-from mpippo.errors import let_readers_leave  # noqa: E402
+from mpippo.errors import console_lost, let_readers_leave, say  # noqa: E402
 
 let_readers_leave(progress_only=True)  # (`run_mpi.py | head`, `> log` on a full disk: the run goes on; `>&-`: /dev/null)
 preemption.log_signals()  # (the hang watch reads them: a main thread in native code may never)
@@ -27,8 +27,11 @@ from mpippo.cli import main  # noqa: E402
 if __name__ == "__main__":
     try:
         code = main()
-    except SystemExit as e:  # (start-up's refusals, a stop after a signal)
+    except SystemExit as e:  # (start-up's refusals, a stop after a signal; --help)
         code = e.code
+        if code in (0, None) and (lost := console_lost("its help is lost")):  # (--help into a full disk)
+            say(f"mpippo: error: {lost}")
+            code = 1
     finally:  # decided (start-up exits too): a late signal cannot change the exit code in MPI's shutdown
         preemption.settle()
     from mpippo.shutdown import end_process

@@ -157,15 +157,15 @@ class ReaderMayLeave:
     def _lost(self, e: OSError) -> None:
         if e.errno in FULL:
             self._drop()
-            if not self._progress_only:  # a tool's: said at its end (console_lost); a full stderr says nothing
-                if self._name == "stdout" and not _STDOUT_LOST:
-                    _STDOUT_LOST.append(e.strerror or str(e))
+            if self._name == "stdout" and not _STDOUT_LOST:  # (a tool says it at its end: console_lost)
+                _STDOUT_LOST.append(e.strerror or str(e))
+            if not self._progress_only:  # a tool's; a full stderr says nothing
                 return
             if self._warned:  # (once: the warning itself may meet the same full stream)
                 return
             self._warned = True
             say(f"mpippo: warning: {who()}the console's output cannot be written ({e.strerror}): "
-                f"dropped from here on; the run goes on (its outputs are in its folder)")
+                f"dropped from here on (a run goes on: its outputs are in its folder)")
             return
         if e.errno not in GONE:
             raise e

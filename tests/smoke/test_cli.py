@@ -190,6 +190,10 @@ def test_a_trainer_started_without_stdout_or_stderr_ends_as_usual(tmp_path):
                          text=True, timeout=180)
     assert res.returncode == 0 and metrics(tmp_path / "full")["finished"] is True, res.stderr[-2000:]
     assert res.stderr.count("the console's output cannot be written (No space left on device)") == 1, res.stderr
+    res = subprocess.run(["bash", "-c", 'exec "$0" run_mpi.py --help >/dev/full', sys.executable], cwd=ROOT,
+                         env=mpi_env(), capture_output=True, text=True, timeout=60)  # (it had exited 0, nothing shown)
+    assert res.returncode == 1 and res.stderr.strip().splitlines()[-1] == (
+        "mpippo: error: its console (stdout) could not be written (No space left on device): its help is lost"), res.stderr
     # the launcher alike: with `2>&-` it ended at its first look at sys.stderr (None), exit 1, nothing started;
     # and with no HOME (a cron line's environment) mpirun's opal_init failed in 14 lines of its own, exit 1
     launched = subprocess.run(["bash", "-c", 'unset HOME; exec "$0" -m mpippo.launch -n 1 "$@" 2>&-', sys.executable, *TOY_SMOKE,
