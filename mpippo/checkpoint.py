@@ -21,7 +21,8 @@ from pathlib import Path
 from mpippo import faults
 from mpippo.config import UsageError, show
 from mpippo.errors import folder_gone, os_reason
-from mpippo.files import atomic_write_bytes
+from mpippo.files import METRICS, RUN_CONFIG, atomic_write_bytes
+from mpippo.metrics.sinks import WANDB_ID
 
 CHECKPOINTS, LATEST = "checkpoints", "latest.pt"  # a run folder's checkpoints/latest.pt: this module owns the place
 
@@ -77,9 +78,10 @@ def periodic_checkpoints(ckpt_dir: Path, up_to: int | None = None) -> list[Path]
 
 
 # the hidden names a writer of ours uses while it writes: files.atomic_write_with's temporary file beside its
-# target (.latest.pt.k3j9x2.tmp), _atomic_link_or_copy's hard link (.latest.pt.4242.link)
-_PARTIAL = re.compile(r"\.(latest\.pt|ckpt_\d{7,}\.pt|replay[\w.-]*\.npz|config\.yaml|benchmark_metrics\.json|"
-                      r"wandb-id)\.\w+\.(tmp|link)")
+# target (.latest.pt.k3j9x2.tmp), _atomic_link_or_copy's hard link (.latest.pt.4242.link); the targets by their
+# owners' names (a periodic checkpoint, a saved replay: replay_<update>.npz, algos/apex.py)
+_PARTIAL = re.compile(rf"\.({'|'.join(map(re.escape, (LATEST, RUN_CONFIG, METRICS, WANDB_ID)))}|{PERIODIC.pattern}|"
+                      r"replay[\w.-]*\.npz)\.\w+\.(tmp|link)")
 
 
 def sweep_partial(run_dir: Path) -> str | None:

@@ -150,9 +150,7 @@ class ReaderMayLeave:
             with contextlib.suppress(OSError):
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino, st.st_rdev) == (mine.st_dev, mine.st_ino, mine.st_rdev):
-                    null = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(null, fd)
-                    os.close(null)
+                    _to_null(fd)
 
     def _lost(self, e: OSError) -> None:
         if e.errno in FULL:
@@ -173,14 +171,19 @@ class ReaderMayLeave:
 
     def _drop(self) -> None:  # the descriptor itself to /dev/null: the stream's buffer and children's output too
         try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self._stream.fileno())
-            os.close(null)
+            _to_null(self._stream.fileno())
         except (OSError, ValueError):  # (a stream without a descriptor: its writes keep failing, caught above)
             pass
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+def _to_null(fd: int) -> None:
+    """Descriptor `fd` writes to /dev/null from now on."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 def let_readers_leave(progress_only: bool = False) -> tuple:
