@@ -54,9 +54,27 @@ class _Held:
     file_fd: int | None    # the lock file's, locked (None without file locks)
     ino: tuple[int, int]   # (device, inode) of the lock file this process made
     before: tuple[bytes, int] | None  # text and mode of the lock file this one replaced (None: none)
+    passed_on: bool = False  # a child this process starts on purpose holds it too (the suite's members)
 
 
 _HELD: dict[str, _Held] = {}  # lock file -> what this process holds, kept for the process's life
+
+
+def _drop_in_child() -> None:
+    """A child forked without exec (a user's env worker under multiprocessing's fork) would share our
+    locks and hold the folder after this process died; it lets go of its copies (closing a copy leaves
+    the parent's lock whole). A suite's locks stay: its member's launcher is given them on purpose."""
+    for path, held in list(_HELD.items()):
+        if not held.passed_on:
+            del _HELD[path]
+            for fd in (held.folder_fd, held.file_fd):
+                try:
+                    _close(fd)
+                except OSError:
+                    pass
+
+
+os.register_at_fork(after_in_child=_drop_in_child)
 
 
 def lock_path(folder: str | Path) -> Path:
@@ -153,11 +171,12 @@ def _lock_folder(folder: Path) -> tuple[int | None, bool]:
     return None, got is False
 
 
-def acquire(folder: str | Path, what: str = "run folder", warn=None, tag: str = "") -> bool:
+def acquire(folder: str | Path, what: str = "run folder", warn=None, tag: str = "", passed_on: bool = False) -> bool:
     """Hold `folder`'s locks until this process ends (creating the lock file); True when held (or
     already held by this process), False when the file system has no locks (after one warning).
     FolderBusy, one line naming the holder, when another process holds it; BadLockFile when the
-    lock file is something else (a link, a FIFO, a folder). `tag` goes into the holder's line (SUITE_TAG)."""
+    lock file is something else (a link, a FIFO, a folder). `tag` goes into the holder's line (SUITE_TAG);
+    `passed_on`: children forked from this process keep the locks (else they let go at the fork)."""
     folder = Path(folder)
     if str(lock_path(folder)) in _HELD:
         return True
@@ -180,6 +199,7 @@ def acquire(folder: str | Path, what: str = "run folder", warn=None, tag: str = 
         (warn or _warn)(f"mpippo: warning: {what} '{folder}': this file system has no locks; nothing stops a second "
                         f"trainer from writing this folder")
         return False
+    held.passed_on = passed_on
     _HELD[str(lock_path(folder))] = held
     return True
 

@@ -86,7 +86,7 @@ class SuiteLock:
         self.made = missing_folders(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
-            runlock.acquire(self.folder, "suite folder", tag=runlock.SUITE_TAG)
+            runlock.acquire(self.folder, "suite folder", tag=runlock.SUITE_TAG, passed_on=True)
         except BaseException:
             remove_if_empty(self.made)
             raise

@@ -153,6 +153,31 @@ def test_deleting_the_lock_file_lets_no_second_writer_in(tmp_path):
     assert runlock.acquire(tmp_path)
 
 
+def test_a_child_forked_without_exec_does_not_keep_the_folder_after_its_parent_died(tmp_path):
+    """A user's env worker under multiprocessing's fork shares the holder's descriptors: it lets go of
+    them at the fork, so the folder is free once the holder is gone, though the worker lives on."""
+    proc = holder_process(tmp_path, then="child = os.fork(); child == 0 and (time.sleep(60), os._exit(0)); "
+                                         "open(sys.argv[1] + '/worker', 'w').write(str(child))")
+    worker = int((tmp_path / "worker").read_text())
+    try:
+        proc.kill()
+        proc.wait()
+        os.kill(worker, 0)  # the worker outlived its parent
+        assert runlock.holder(tmp_path) is None
+        assert runlock.acquire(tmp_path)
+    finally:
+        os.kill(worker, 9)
+
+
+def test_a_suite_passes_its_lock_on_to_the_children_it_forks(tmp_path):
+    """The suite hands its lock to each member's launcher on purpose (Popen pass_fds): kept."""
+    assert runlock.acquire(tmp_path, passed_on=True)
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if runlock.held_fds(tmp_path) else 1)
+    assert os.waitpid(child, 0)[1] == 0
+
+
 def test_where_folders_cannot_be_locked_the_lock_file_still_is(tmp_path, monkeypatch):
     """NFS emulates flock with byte-range locks, which a folder's read-only descriptor cannot take:
     the lock file alone then keeps a second writer out."""
