@@ -22,9 +22,11 @@ def _save(fig, path: Path) -> None:
     atomic_write_bytes(path, render_figure(fig, path, "the report's figure", dpi=100))
 
 
-def member_curves(suite: Suite) -> dict:
-    """{(variant, game): [(steps, returns, done), ...]} of every member that has logged a return."""
-    out = {}
+def member_curves(suite: Suite) -> tuple[dict, list[str]]:
+    """{(variant, game): [(steps, returns, done), ...]} of every member that has logged a return, and
+    the keys of the members whose runs hold none to draw (logs/ damaged or lost): left out in silence,
+    a panel would look complete."""
+    out, blank = {}, []
     for m in suite.members():
         try:
             runs = load_runs(m.folder)
@@ -34,7 +36,9 @@ def member_curves(suite: Suite) -> dict:
         for r in runs:
             if len(r.curve_steps):
                 out.setdefault((m.variant, m.game), []).append((r.curve_steps, r.curve_returns, done))
-    return out
+            elif m.key not in blank:
+                blank.append(m.key)
+    return out, blank
 
 
 def _seed_mean(cs: list) -> tuple[np.ndarray, np.ndarray, int]:
@@ -45,11 +49,12 @@ def _seed_mean(cs: list) -> tuple[np.ndarray, np.ndarray, int]:
     return grid, np.mean([np.interp(grid, s, r) for s, r, _ in use], axis=0), len(use)
 
 
-def curves(suite: Suite, ref: dict, path: Path) -> dict:
+def curves(suite: Suite, ref: dict, path: Path) -> tuple[dict, list[str]]:
     """One panel per game: each member thin, each variant's seed mean thick, the paper's PPO mean
-    dashed with its +-1 std band behind. Returns {game: reference points drawn}."""
+    dashed with its +-1 std band behind. Returns {game: reference points drawn} and the members with
+    no curve to draw."""
     plt = _plt()
-    data = member_curves(suite)
+    data, blank = member_curves(suite)
     fig, axes = panels(plt, len(suite.games), 4.2, 3.3, "games", dpi=100)
     drawn = {}
     for ax, game in zip(axes, suite.games):
@@ -75,7 +80,7 @@ def curves(suite: Suite, ref: dict, path: Path) -> dict:
     fig.supylabel("mean return, last 100 episodes", fontsize=9)
     fig.suptitle(f"suite {suite.name} ({suite.distribution_mode}) against the Procgen paper", fontsize=11)
     _save(fig, path)
-    return drawn
+    return drawn, blank
 
 
 def aggregate(agg: dict, path: Path) -> None:

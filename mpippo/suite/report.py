@@ -193,13 +193,14 @@ def main(suite: Suite, out: str | None, reps: int) -> int:
     mats, common = score_matrices(rows)
     agg = aggregates(mats, reps)
     from mpippo.suite import figures  # matplotlib: loaded for the figures only
-    drawn = figures.curves(suite, ref, out_dir / "curves.png")
+    drawn, blank = figures.curves(suite, ref, out_dir / "curves.png")
+    scored = {f"{r['variant']}/{r['game']}/seed_{r['seed']}" for r in rows}
     if agg:
         figures.aggregate(agg, out_dir / "aggregate.png")
     result = {"suite": suite.name, "mode": suite.distribution_mode, "budget": suite.budget, "members": rows,
               "games": games, "verdicts": verdicts(games), "aggregate_games": common, "aggregate": agg,
               "missing": missing,
-              "reference_drawn": drawn}
+              "reference_drawn": drawn, "undrawn": [k for k in blank if k in scored]}
     atomic_write_bytes(out_dir / "report.json", (json.dumps(result, indent=1) + "\n").encode())
     text = markdown(suite, result)
     atomic_write_bytes(out_dir / "report.md", text.encode(errors="backslashreplace"))
@@ -243,6 +244,10 @@ def markdown(suite: Suite, r: dict) -> str:
             f.write(f"\nP({a} > {b}) = {p['p']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]")
         f.write("\n")
     f.write("\n![curves against the paper](curves.png)\n")
+    if r["undrawn"]:
+        n = len(r["undrawn"])
+        f.write(f"\nNot drawn: {n} scored member{'s' * (n > 1)} whose logs/ hold no readable return points "
+                f"(event files lost or damaged): {', '.join(r['undrawn'])}.\n")
     if r["aggregate"]:
         f.write("\n![aggregate normalized scores](aggregate.png)\n")
     if r["missing"]:

@@ -246,6 +246,27 @@ def test_a_variants_mean_curve_is_over_its_finished_seeds():
     assert n == 2 and grid[-1] == 50 and avg[-1] == pytest.approx((5.0 + 0.5) / 2)
 
 
+def test_the_report_names_the_scored_members_its_curves_cannot_draw(tmp_path):
+    """A member scored from its metrics whose logs/ hold no return (event files lost) is named under the
+    figure; one with a curve, and one not done (already listed as missing), are not."""
+    from torch.utils.tensorboard import SummaryWriter
+    from mpippo.metrics import tags
+    s = spec.load(TINY, tmp_path)
+    drawn, lost, young = s.members()[:3]
+    for m in s.members():
+        fake_member(m, s.budget if m.key != young.key else 256, 3.0, finished=m.key != young.key)
+    with SummaryWriter(str(drawn.folder / "logs")) as w:
+        for step in (256, 512):
+            w.add_scalar(tags.chart("episode_return_mean"), 1.0, step)
+    assert report.main(s, None, reps=50) == 0
+    r = json.loads((s.folder / "report" / "report.json").read_text())
+    want = [m.key for m in s.members() if m.key not in (drawn.key, young.key)]
+    assert r["undrawn"] == want and lost.key in want
+    md = (s.folder / "report" / "report.md").read_text()
+    assert f"Not drawn: {len(want)} scored members whose logs/ hold no readable return points" in md
+    assert drawn.key not in md.split("Not drawn:")[1].split("\n")[0]
+
+
 def test_the_notebook_runs_the_report(tmp_path):
     import os
 
