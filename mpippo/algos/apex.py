@@ -254,10 +254,17 @@ class ApeX:
                 note = f"; replay sampling reseeded (its generator state is not one of {self.replay.device.type})"
         torch.set_rng_state(st["torch_rng"])
         if not st.get("replay_file"):
-            return note
+            return note + f"; {'no replay in the checkpoint' if self.d.save_replay else 'dqn.save_replay is off'}: " \
+                          f"{self._refills()}"
         why = self.replay.load(ckpt_dir / st["replay_file"], updates, self.num_actions)
         return note + (f"; restored replay of {self.replay.size:,} transitions" if why is None else
-                       f"; warning: replay file not used ({why}), the buffer refills from empty")
+                       f"; warning: replay file not used ({why}), {self._refills()}")
+
+    def _refills(self) -> str:
+        """A resume without its replay trains nothing until the buffer holds learning_starts again: said,
+        or a short resume's 0 updates looks like a hang."""
+        wait = f" (no update before dqn.learning_starts {self.d.learning_starts:,} new transitions)"
+        return "the buffer refills from empty" + (wait if self.d.learning_starts > 0 else "")
 
     def save_side_files(self, ckpt_dir, updates: int, write) -> dict:
         """Files a checkpoint names, written before it (write = atomic_write_with); the checkpoint's keys

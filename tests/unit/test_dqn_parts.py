@@ -599,6 +599,17 @@ def test_a_writer_killed_between_its_replay_and_its_checkpoint_keeps_the_checkpo
     assert b.load_state_dict(st, tmp_path, 5) == "; restored replay of 64 transitions"
 
 
+@pytest.mark.parametrize("sets, said", [
+    ((("dqn", "save_replay", True),), "; no replay in the checkpoint: the buffer refills from empty (no update before "
+                                       "dqn.learning_starts 1,000 new transitions)"),
+    ((("dqn", "learning_starts", 0),), "; dqn.save_replay is off: the buffer refills from empty")])
+def test_a_resume_without_its_replay_says_the_updates_wait_for_learning_starts(sets, said):
+    """A short resume's 0 updates had looked like a hang: the start-up line says why there are none."""
+    a = _apex_learner()
+    b = _apex_learner(sets=sets)
+    assert b.load_state_dict(a.state_dict(), None, 0) == said
+
+
 def test_a_checkpoint_of_the_numpy_replay_still_loads():
     """Before the device replay: no replay_generator, Adam's moments per parameter, step on the host."""
     from mpippo import ckpt_schema
@@ -609,7 +620,8 @@ def test_a_checkpoint_of_the_numpy_replay_still_loads():
     old = {k: v for k, v in st.items() if k != "replay_generator"}
     old["optimizer"] = copy.deepcopy(old["optimizer"])  # separate tensors per parameter, as torch's Adam saved
     b = _apex_learner(returns=0.5)
-    assert b.load_state_dict(old, None, 3) == ""
+    assert b.load_state_dict(old, None, 3) == ("; dqn.save_replay is off: the buffer refills from empty (no update "
+                                               "before dqn.learning_starts 1,000 new transitions)")
     assert torch.equal(b.adam.m, a.adam.m) and float(b.adam.steps) == 3.0
     assert b.opt.state_dict()["state"][0]["exp_avg"].data_ptr() == b.adam.m.data_ptr()  # views of the flat buffer
     b.update(3, 0.0)  # and it trains on
