@@ -140,19 +140,36 @@ def require_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def read_checkpoint_bytes(path: str | Path) -> bytes:
+def read_checkpoint_bytes(path: str | Path, copies: int = 1) -> bytes:
     """The checkpoint's bytes, once its size is known to fit: a file (or a sparse one, or a device)
-    larger than the memory that would hold it and its tensors is refused before it is read."""
+    larger than the memory that would hold it and its tensors is refused before it is read. `copies`:
+    the ranks of this node that will each hold it (rank 0 reads it for them)."""
     path = require_checkpoint(path)
     try:
-        size = path.stat().st_size
-        if 2 * size > (have := _memory_available()):  # the bytes, then the tensors built from them
-            raise UsageError(f"checkpoint '{path}': {size / 2**30:,.1f} GiB, and reading it needs twice that; "
-                              f"{have / 2**30:,.1f} GiB of memory are available (mpippo's checkpoints of the "
-                              f"largest networks are a few hundred MB; is it one?)")
+        if (problem := reading_problem(path, checkpoint_size(path), copies)):
+            raise UsageError(problem)
         return path.read_bytes()
     except OSError as e:
         raise UsageError(f"checkpoint '{path}': cannot read it ({os_reason(e)})") from None
+
+
+def checkpoint_size(path: Path) -> int:
+    """Its size in bytes (UsageError where it cannot be read)."""
+    try:
+        return require_checkpoint(path).stat().st_size
+    except OSError as e:
+        raise UsageError(f"checkpoint '{path}': cannot read it ({os_reason(e)})") from None
+
+
+def reading_problem(path: Path, size: int, copies: int = 1) -> str | None:
+    """The checkpoint's bytes and the tensors built from them, held by each of `copies` ranks of this
+    node, against its available memory (every node asks its own: rank 0's node says nothing of others)."""
+    if 2 * size * copies <= (have := _memory_available()):
+        return None
+    each = f" on each of this node's {copies} ranks" if copies > 1 else ""
+    return (f"checkpoint '{path}': {size / 2**30:,.1f} GiB, and reading it needs twice that{each}; "
+            f"{have / 2**30:,.1f} GiB of memory are available (mpippo's checkpoints of the largest networks are "
+            f"a few hundred MB; is it one?)")
 
 
 def _memory_available() -> int:

@@ -27,8 +27,8 @@ import yaml
 
 from mpippo import config as C
 from mpippo import envs, faults, hostmem, preemption, runctl, runlock
-from mpippo.checkpoint import (checkpoint_dir, latest_path, load_checkpoint, read_checkpoint_bytes, require_checkpoint,
-                               sweep_partial)
+from mpippo.checkpoint import (checkpoint_dir, checkpoint_size, latest_path, load_checkpoint, reading_problem,
+                               read_checkpoint_bytes, require_checkpoint, sweep_partial)
 from mpippo.files import RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
@@ -246,11 +246,27 @@ def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:
                                f"({os_reason(e)})") from None
 
 
-def _sync_checkpoint_bytes(run_dir: Path, algo: str) -> bytes:
+def _resume_state(world: World, run_dir: Path, cfg: C.Config, start: _StartUp) -> dict:
+    """The sync run's checkpoint: rank 0 measures it, every rank asks its own node's memory for the copies
+    that node's ranks will hold (agreed: a node short of it refuses instead of being killed in the bcast),
+    then rank 0 reads it for everyone (each rank's own read could meet another latest.pt)."""
+    path, errors = latest_path(run_dir), None
+    try:
+        size = runctl.on_root(world, lambda: _sync_checkpoint_size(run_dir, cfg.training.algo))
+        if (problem := reading_problem(path, size, world.local_size)):
+            raise C.UsageError(problem)
+    except C.UsageError as e:
+        errors = e.errors
+    start.agree_or_exit(errors)
+    data = runctl.on_root(world, lambda: read_checkpoint_bytes(path, world.local_size))
+    return load_checkpoint(data, str(path), cfg.training.algo)
+
+
+def _sync_checkpoint_size(run_dir: Path, algo: str) -> int:
     if not latest_path(run_dir).is_file():
         raise C.UsageError(f"--resume: '{run_dir}' holds actor-learner agent checkpoints (agent_*/), not a "
                             f"{algo} run")
-    return read_checkpoint_bytes(latest_path(run_dir))
+    return checkpoint_size(latest_path(run_dir))
 
 
 def _console_lines() -> None:
@@ -419,11 +435,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
         else:
             from mpippo.runners.sync import SyncTrainer  # torch: after the config is agreed
             runctl.freeze_imports()
-            state = None
-            if args.resume:
-                path = latest_path(run_dir)
-                data = runctl.on_root(world, lambda: _sync_checkpoint_bytes(run_dir, cfg.training.algo))
-                state = load_checkpoint(data, str(path), cfg.training.algo)
+            state = _resume_state(world, run_dir, cfg, start) if args.resume else None
             trainer = SyncTrainer(cfg, world, run_dir, resume_state=state)
     except C.UsageError as e:
         errors = e.errors

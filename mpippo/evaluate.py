@@ -28,7 +28,8 @@ import numpy as np
 from mpippo import config as C
 from mpippo import faults, leftovers, preemption, runctl
 from mpippo.algos import registry
-from mpippo.checkpoint import PERIODIC, latest_path, load_checkpoint, periodic_checkpoints, read_checkpoint_bytes
+from mpippo.checkpoint import (PERIODIC, checkpoint_size, latest_path, load_checkpoint, reading_problem,
+                               periodic_checkpoints, read_checkpoint_bytes)
 from mpippo.files import absolute, atomic_write_json, file_mode, path_text
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
@@ -385,11 +386,20 @@ def memory_problem(state: dict, num_envs: int) -> str | None:
             f"available; lower it")
 
 
-def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, C.Config, list[str], bool]:
+def _checkpoint_fits(args, world) -> Path:
+    """The checkpoint rank 0 found (its outputs checked first: none may replace it), and its size against
+    the memory of each rank's node, for the copies that node's ranks will hold."""
+    path, size = runctl.on_root(world, lambda: _find_checkpoint(args))
+    if (problem := reading_problem(path, size, world.local_size)):
+        raise C.UsageError(problem)
+    return path
+
+
+def load_and_check(args, world, start: "_StartUp", path: Path) -> tuple[Path, dict, object, C.Config, list[str], bool]:
     """Checkpoint, network, env settings and outputs (the options checked before), all before any episode."""
     # rank 0 reads the checkpoint for every rank: each rank's own read could meet another latest.pt (a live
     # run replaces it), and ranks on other nodes need not see the file at all
-    path, data = runctl.on_root(world, lambda: _read_checkpoint(args))
+    data = runctl.on_root(world, lambda: read_checkpoint_bytes(path, world.local_size))
     import mpippo.algos.implementations  # noqa: F401  (torch and the algorithms: what the checkpoint needs)
     runctl.freeze_imports()
     state = load_checkpoint(data, str(path))
@@ -414,9 +424,8 @@ def load_and_check(args, world, start: "_StartUp") -> tuple[Path, dict, object, 
     return path, state, net, cfg, notes, two_player
 
 
-def _read_checkpoint(args) -> tuple[Path, bytes]:
-    """The checkpoint's path and bytes (size-checked before it is read), its outputs checked first: no output
-    may replace what it reads."""
+def _find_checkpoint(args) -> tuple[Path, int]:
+    """The checkpoint's path and size, its outputs checked first: no output may replace what it reads."""
     path = resolve_checkpoint(args.checkpoint)
     check_not_input(args.json, "--json", path)
     check_not_input(args.video, "--video", path)
@@ -425,7 +434,7 @@ def _read_checkpoint(args) -> tuple[Path, bytes]:
             raise C.UsageError(f"--checkpoint: no checkpoint at '{path}' ({_why_not_there(path)})")
     except OSError as e:
         raise C.UsageError(f"--checkpoint: cannot read '{C.show(str(path))[1:-1]}' ({os_reason(e)})") from None
-    return path, read_checkpoint_bytes(path)
+    return path, checkpoint_size(path)
 
 
 class _StartUp:
@@ -475,8 +484,14 @@ def _start(argv: list[str] | None, world, start: _StartUp):
         return int(e.code or 0)
     if _refused(world, error):
         return EXIT_USAGE
+    try:  # agreed before rank 0's bcast of its bytes: a node short of memory refuses, never meets the bcast
+        path = _checkpoint_fits(args, world)
+    except C.UsageError as e:
+        error = e.errors[0]
+    if _refused(world, error):
+        return EXIT_USAGE
     try:
-        path, state, net, cfg, notes, two_player = load_and_check(args, world, start)
+        path, state, net, cfg, notes, two_player = load_and_check(args, world, start, path)
     except C.UsageError as e:
         error = e.errors[0]
     if _refused(world, error):

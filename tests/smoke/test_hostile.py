@@ -457,6 +457,12 @@ CASES = [
     Case("ckpt-sparse-terabyte", lambda t, b: _sparse(t, b, "ppo"), "reading it needs twice that"),
     Case("ckpt-sparse-terabyte-dqn", lambda t, b: _sparse(t, b, "dqn", ranks=2), "reading it needs twice that"),
     Case("evaluate-sparse-terabyte", lambda t, b: _sparse(t, b, "ppo", evaluate=True), "reading it needs twice that"),
+    # fits one copy, not one per rank of this node (rank 0 reads it for them all): refused before any is read
+    Case("ckpt-sparse-one-copy-per-rank", lambda t, b: _sparse(t, b, "ppo", ranks=2, size=_one_copy_fits()),
+         "reading it needs twice that on each of this node's 2 ranks"),
+    Case("evaluate-sparse-one-copy-per-rank", lambda t, b: _sparse(t, b, "ppo", ranks=2, evaluate=True,
+                                                                   size=_one_copy_fits()),
+         "reading it needs twice that on each of this node's 2 ranks"),
 ]
 
 # ---- checkpoints the schema refuses, checked in-process against checkpoint.load_checkpoint, what the
@@ -550,17 +556,24 @@ def _unlock(tmp: Path) -> bool:
     return True
 
 
-def _sparse(tmp: Path, bases, base: str, ranks=None, evaluate=False):
-    """A copy of a base run whose latest.pt is a sparse file of 2**40 bytes (no disk used)."""
+def _sparse(tmp: Path, bases, base: str, ranks=None, evaluate=False, size=2**40):
+    """A copy of a base run whose latest.pt is a sparse file of `size` bytes (no disk used)."""
     run_dir = tmp / "run"
     shutil.copytree(bases[base], run_dir)
     latest = next(run_dir.rglob("latest.pt"))
     latest.unlink()
     with open(latest, "wb") as f:
-        f.truncate(2**40)
+        f.truncate(size)
     if evaluate:
-        return None, ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "2"]
+        return ranks, ["-m", "mpippo.evaluate", "--checkpoint", str(run_dir), "--num-episodes", "2"]
     return ranks, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir)]
+
+
+def _one_copy_fits() -> int:
+    """A size whose bytes and tensors (twice it) fit this node's free memory once, with room to spare
+    for what other tests take meanwhile, but not twice."""
+    import psutil
+    return int(psutil.virtual_memory().available * 0.35)
 
 
 def _truncated(tmp, bases):
