@@ -43,6 +43,8 @@ def variant(run) -> str:
     path = run.path / RUN_CONFIG if (run.path / RUN_CONFIG).exists() else run.path.parent / RUN_CONFIG
     t = {k: getattr(cfg, k) for k in read_yaml(path, "run config").get("training") or {} if hasattr(cfg, k)}
     name = t.get("precision", "fp32")
+    if name == "auto":  # (config.yaml keeps auto as asked; the metrics say what it resolved to)
+        name = run.metrics.get("precision") or name
     old = [f"{k} {t.get(k, 'rollout')}" for k, default in (("adv_norm", "minibatch"), ("reward_norm", "step"))
            if t.get(k, "rollout") != default]
     return name + (f" ({', '.join(old)})" if old else "")

@@ -82,6 +82,7 @@ class _StartUp:
         self.exiting = False  # agree_or_exit is ending start-up: the start-up watch leaves it to it
         # a start-up held in the user's code this long ends (one rank): the default's until the config is known
         self.hang_s = runctl.startup_timeout(C.GuardsConfig().collective_timeout_s)
+        self.asked: C.Config | None = None  # the config as asked, before the job resolved it (config.yaml)
 
     def agree_or_exit(self, errors: list[str] | None) -> None:
         """All ranks learn whether any rank failed or got a signal; all exit together: 2 with the
@@ -403,7 +404,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
             C.check_saved_imports(data, overrides)
         else:
             data = C.load_yaml(args.config or C.DEFAULT_CONFIG)
-        asked = C.build(data, overrides, world.size)
+        asked = start.asked = C.build(data, overrides, world.size)
         cfg = C.resolve(asked, world.size)
         note = C.envs_note(asked, cfg, world.size)
         errors = C.host_problems(cfg, world.size, world.local_size) or None
@@ -449,7 +450,7 @@ def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     try:
         # config.yaml says what ran: a resume at its budget trains nothing, and keeps the file as it is
         keep = args.resume and _at_budget(trainer, cfg, world)
-        runctl.on_root(world, lambda: None if keep and (run_dir / RUN_CONFIG).is_file() else _write_config(run_dir, cfg))
+        runctl.on_root(world, lambda: None if keep and (run_dir / RUN_CONFIG).is_file() else _write_config(run_dir, cfg, start.asked))
     except C.UsageError as e:
         errors = e.errors
     start.agree_or_exit(errors)
@@ -464,9 +465,9 @@ def _at_budget(trainer, cfg: C.Config, world: World) -> bool:
     return not world.agree([int(trainer.actor_steps() > 0)])[0]
 
 
-def _write_config(run_dir: Path, cfg: C.Config) -> None:
+def _write_config(run_dir: Path, cfg: C.Config, asked: C.Config) -> None:
     try:
-        atomic_write_bytes(run_dir / RUN_CONFIG, yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
+        atomic_write_bytes(run_dir / RUN_CONFIG, yaml.safe_dump(C.saved_form(cfg, asked), sort_keys=False).encode())
         if not C.actor_learner(cfg):  # (a learner makes its agent's folder)
             checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:

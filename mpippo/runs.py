@@ -27,6 +27,7 @@ class NotARun(UsageError):
 
 # the metrics keys the tools use beyond those mpippo/files.py checks
 METRICS_USED = {"algo": Maybe(TEXT), "env": Maybe(TEXT), "device": Maybe(TEXT), "device_used": Maybe(TEXT),
+                "precision": Maybe(TEXT),
                 "peak_rss_mb_total": Maybe(NUMBER), "peak_rss_mb_learner": Maybe(NUMBER),
                 # sync PPO's straggler statistics (compare_results prints them); absent in older runs
                 **{k: Maybe({q: NUMBER for q in ("p50", "p90", "p99", "max")})

@@ -24,6 +24,6 @@ from mpippo.config.schema import (ALGOS, ARCHS, check_saved_imports, CheckpointC
 from mpippo.config.sources import (load_yaml, merge_overrides, parse_override)
 from mpippo.config.checks import (build, validate, wandb_missing, WANDB_PROJECT_FORBIDDEN, world_size_problems)
 from mpippo.config.layout import (actor_learner, agent_folder, algorithm, envs_note, ignored_note, layout_section,
-                                  local_num_envs, resolve, stepping_ranks, sync_minibatches)
+                                  local_num_envs, resolve, saved_form, stepping_ranks, sync_minibatches)
 from mpippo.config.memory import (chunk_bytes, first_conv_bytes, host_problems, layout_memory, LayoutSizes,
                                   memory_available, memory_floor, memory_problem, mlp_params, network_params)

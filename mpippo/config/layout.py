@@ -3,6 +3,7 @@ envs and the envs each runs, the agents' folders, and the config as it ran (`res
 start-up's notes on what differs from what was asked."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 
@@ -84,12 +85,31 @@ def ignored_note(cfg: Config) -> str | None:
     return "; ".join(said) or None
 
 
+# Keys a job derives from its machine and size: auto precision and threads, the envs per rank that a
+# total over the ranks gives, and that total rounded up to the ranks. config.yaml keeps them as asked, so
+# a plain --resume on another node or world size derives them again there (re-sharding the same total,
+# fp32 on a CPU without bf16; a total saved rounded would round up again at each resize); the metrics
+# file says what they were. A value the user set stays set.
+AS_ASKED = (("env", "num_envs"), ("env", "num_envs_per_rank"), ("parallel", "threads_per_rank"),
+            ("training", "precision"))
+
+
+def saved_form(ran: Config, asked: Config) -> dict:
+    """config.yaml's content: what ran (`ran`, resolved, as the trainer settled it), with AS_ASKED as asked."""
+    data = ran.to_dict()
+    for section, key in AS_ASKED:
+        data[section][key] = getattr(getattr(asked, section), key)
+    return data
+
+
 def resolve(cfg: Config, world_size: int) -> Config:
-    """Fill derived values so the saved config.yaml states what actually ran."""
+    """Fill derived values: the envs per rank and in all, the env's canonical name (config.yaml keeps
+    what saved_form says)."""
     # parallel.expected_world_size guards one launch (validate checked it) and is no part of the
     # run: kept in config.yaml, it would refuse a resume from that file on another allocation
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env),
-                              parallel=dataclasses.replace(cfg.parallel, expected_world_size=None))
+    # a copy throughout: the trainer settles auto values in it, and the config as asked must keep them
+    cfg = copy.deepcopy(cfg)
+    cfg.parallel.expected_world_size = None
     per_rank = local_num_envs(cfg, world_size)
     cfg.env.num_envs_per_rank = per_rank
     cfg.env.num_envs = per_rank * stepping_ranks(cfg, world_size)

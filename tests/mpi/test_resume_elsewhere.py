@@ -121,3 +121,21 @@ def test_a_config_saved_with_the_launch_guard_resumes_on_another_world_size(two_
     assert "expected_world_size" not in res.stdout + res.stderr
     assert latest(tmp_path / "run")["world_size"] == 1 and latest(tmp_path / "run")["timesteps"] == 4 * 48
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["parallel"]["expected_world_size"] is None
+
+
+def test_a_plain_resume_on_another_world_size_keeps_the_total_and_derives_the_rest_again(two_ranks, tmp_path):
+    """`--resume` alone reads the run's config.yaml, which keeps what the job derived from its size and
+    machine as asked: the 8 envs of 2 ranks x 4 run as 1 x 8 with every episode carried over (a frozen
+    4 per rank had halved the job), and auto precision and threads are settled again here."""
+    import json
+
+    import yaml
+    shutil.copytree(two_ranks, tmp_path / "run")
+    res = ok(trainer(None, ["--resume", "--no-progress", "--total-timesteps", str(4 * 48),
+                            "--output-dir", str(tmp_path / "run")]))
+    assert "8 env states (episodes in progress) carried over" in res.stdout, res.stdout
+    m = json.loads((tmp_path / "run" / "benchmark_metrics.json").read_text())
+    assert (m["world_size"], m["num_envs"], m["num_envs_per_rank"]) == (1, 8, 8)
+    cfg = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (cfg["env"]["num_envs"], cfg["env"]["num_envs_per_rank"]) == (8, None)
+    assert (cfg["training"]["precision"], cfg["parallel"]["threads_per_rank"]) == ("auto", 0)

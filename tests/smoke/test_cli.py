@@ -28,7 +28,9 @@ TB_TAGS = {"losses/policy_loss", "losses/value_loss",
 
 def check_outputs(run_dir, world_size, envs_per_rank, timesteps, env="coinrun"):
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert cfg["env"]["num_envs_per_rank"] == envs_per_rank
+    # config.yaml keeps what the job derives from its size and machine as asked (a resume elsewhere derives
+    # them again); the metrics say what they were
+    assert cfg["env"]["num_envs_per_rank"] is None and cfg["parallel"]["threads_per_rank"] == 0
     assert cfg["env"]["num_envs"] == envs_per_rank * world_size
 
     # readable as the umask allows (a teammate on the cluster reads the run), not mkstemp's 0600
@@ -37,6 +39,7 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps, env="coinrun"):
         assert (run_dir / name).stat().st_mode & 0o777 == file_mode(), name
     m = metrics(run_dir)
     assert BENCH_KEYS <= set(m), BENCH_KEYS - set(m)
+    assert m["num_envs_per_rank"] == envs_per_rank and m["threads_per_rank"] >= 1
     assert m["world_size"] == world_size and m["total_timesteps"] == timesteps
     assert set(m["phase_seconds"]) == PHASES
     assert all(len(v) == world_size for v in m["phase_seconds_per_rank"].values())
@@ -45,9 +48,9 @@ def check_outputs(run_dir, world_size, envs_per_rank, timesteps, env="coinrun"):
     assert len(m["hostnames"]) == world_size
     check_stragglers(m, world_size)
     assert m["host_allocator"] == "retain"  # run_mpi.py set glibc up to keep freed memory (mpippo/hostmem.py)
-    # precision auto became what this machine computes natively, with the evidence, in config and metrics
+    # precision auto became what this machine computes natively, with the evidence, in the metrics
     native, evidence = runctl.bf16_native(torch.device("cpu"))
-    assert m["precision"] == cfg["training"]["precision"] == ("bf16" if native else "fp32")
+    assert cfg["training"]["precision"] == "auto" and m["precision"] == ("bf16" if native else "fp32")
     assert m["precision_why"] == f"auto: {evidence}"
 
     ckpt = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
@@ -312,7 +315,8 @@ def test_envs_that_do_not_divide_round_up_and_say_so(tmp_path):
                          "--no-progress", "--output-dir", str(run_dir)]))
     assert "note: env.num_envs 63 does not divide over 2 env-stepping rank(s): 32 per rank, 64 in all" in res.stdout
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert (cfg["env"]["num_envs"], cfg["env"]["num_envs_per_rank"]) == (64, 32)
+    assert (cfg["env"]["num_envs"], cfg["env"]["num_envs_per_rank"]) == (63, None)  # as asked: a resume rounds again
+    assert (metrics(run_dir)["num_envs"], metrics(run_dir)["num_envs_per_rank"]) == (64, 32)
 
 
 def test_a_budget_between_two_updates_ends_at_the_next_and_says_so_at_start(tmp_path):

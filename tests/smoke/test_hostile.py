@@ -899,7 +899,7 @@ def test_a_resume_with_another_env_count_and_precision_goes_on_and_says_so(bases
     import yaml
     run_dir = tmp_path / "run"
     shutil.copytree(bases["ppo"], run_dir)
-    was = yaml.safe_load((run_dir / "config.yaml").read_text())["training"]["precision"]  # as auto resolved here
+    was = json.loads((run_dir / "benchmark_metrics.json").read_text())["precision"]  # as auto resolved here
     now = {"bf16": "fp32", "fp32": "bf16"}[was]
     res = ok(trainer(None, ["--resume", "--no-progress", "--output-dir", str(run_dir), "--num-envs-per-rank", "8",
                             "--total-timesteps", "2048", "--set", f"training.precision={now}"]))

@@ -466,3 +466,22 @@ def test_the_budget_note_says_where_a_sync_run_ends_past_its_budget():
     assert budget_note(cfg(("training", "duration_hours", 1.0)), 0, 1024, 1) is None
     assert budget_note(cfg(("training", "rollout_cutoff", 0.75)), 0, 1024, 2) is None
     assert budget_note(cfg(("training", "rollout_cutoff", 0.75)), 0, 1024, 1) is not None
+
+
+def test_config_yaml_keeps_what_the_job_derives_as_asked_so_resizes_never_drift():
+    """A run resized at every resume (3, 4, 3, 2, 4, 5, 3 ranks) from its own config.yaml: each size
+    rounds the asked 64 envs up for itself, never a total an earlier size rounded (64 -> 66 -> 68 ... had
+    crept to 75); auto precision and threads stay auto for the next node to settle."""
+    asked = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "toy_cue.yaml"), [("env", "num_envs", 64)], 3)
+    totals = []
+    for ranks in (3, 4, 3, 2, 4, 5, 3):
+        asked = C.build(asked if isinstance(asked, dict) else asked.to_dict(), [], ranks)
+        ran = C.resolve(asked, ranks)
+        ran.training.precision, ran.parallel.threads_per_rank = "bf16", 2  # as the trainer settles them
+        totals.append(ran.env.num_envs)
+        asked = yaml.safe_load(yaml.safe_dump(C.saved_form(ran, asked)))
+        assert (asked["env"]["num_envs"], asked["env"]["num_envs_per_rank"]) == (64, None)
+        assert (asked["training"]["precision"], asked["parallel"]["threads_per_rank"]) == ("auto", 0)
+    assert totals == [66, 64, 66, 64, 64, 65, 66]
+    weak = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "toy_cue.yaml"), [("env", "num_envs_per_rank", 5)], 3)
+    assert C.saved_form(C.resolve(weak, 3), weak)["env"]["num_envs_per_rank"] == 5  # set: kept as set

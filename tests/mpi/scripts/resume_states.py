@@ -3,8 +3,8 @@ checkpoint on W ranks, as `--resume` does, and save every rank's state right aft
 
     resume_states.py RUN_DIR OUT [section.key=value ...]
 
-The config is the run's own config.yaml with env.num_envs_per_rank unset (so env.num_envs, the
-job's total, is divided over W ranks, as a --config resume does) and the overrides applied. Rank 0
+The config is the run's own config.yaml (its env.num_envs_per_rank unset, as asked: env.num_envs,
+the job's total, is divided over W ranks) and the overrides applied. Rank 0
 writes OUT (torch.save): {"note": the trainer's resume note, "ranks": every rank's rank_state()}."""
 import sys
 from pathlib import Path
@@ -21,7 +21,6 @@ world = World(collective_timeout_s=120)
 world.install_abort_hook()
 run_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
 data = yaml.safe_load((run_dir / "config.yaml").read_text())
-data["env"]["num_envs_per_rank"] = None
 cfg = C.resolve(C.build(data, [C.parse_override(s) for s in sys.argv[3:]], world.size), world.size)
 state = load_checkpoint((run_dir / "checkpoints" / "latest.pt").read_bytes(), "checkpoint", "ppo")
 trainer = SyncTrainer(cfg, world, out.parent / f"scratch_{world.size}", resume_state=state)
