@@ -30,7 +30,7 @@ class DQNConfig:
     batch_size: int = setting(64, "Transitions per learner update.")
     n_step: int = setting(3, "n-step returns, computed on the actors.")
     learning_starts: int = setting(5000, "Transitions in replay before the learner starts updating.")
-    replay_ratio: float = setting(4.0, "Samples trained per env step received; actors wait for the learner beyond it.")
+    replay_ratio: float = setting(4.0, "Samples trained per env step received; actors wait for the learner beyond it. 0: the learner only collects, no update (a throughput measurement).")
     target_update_period: int = setting(2000, "Learner updates between target-network copies.")
     weight_sync_period: int = setting(25, "Learner updates between weight sends to the actors (non-blocking).")
     eps: float = setting(0.4, "Ape-X exploration base: env i of the N envs of all actors (actor by actor) uses eps ** (1 + eps_alpha * i / (N - 1)).")

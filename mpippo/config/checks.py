@@ -175,6 +175,10 @@ def _check_ranges(cfg: Config) -> list[str]:
         errs.append(f"model.downsample: false is for the DQN network (small boards); training.algo is '{t.algo}'")
     if not m.channels or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in m.channels):
         errs.append(f"model.channels: must be a non-empty list of positive ints, got {show(m.channels)}")
+    if not isinstance(m.mlp_sizes, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0
+                                                    for c in m.mlp_sizes):
+        errs.append(f"model.mlp_sizes: must be a list of positive ints (hidden layer widths; [] for a linear "
+                    f"policy), got {show(m.mlp_sizes)}")
 
     return errs
 

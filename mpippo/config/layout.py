@@ -4,7 +4,6 @@ start-up's notes on what differs from what was asked."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
 
 from mpippo.algos import registry

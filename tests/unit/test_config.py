@@ -485,3 +485,13 @@ def test_config_yaml_keeps_what_the_job_derives_as_asked_so_resizes_never_drift(
     assert totals == [66, 64, 66, 64, 64, 65, 66]
     weak = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "toy_cue.yaml"), [("env", "num_envs_per_rank", 5)], 3)
     assert C.saved_form(C.resolve(weak, 3), weak)["env"]["num_envs_per_rank"] == 5  # set: kept as set
+
+
+@pytest.mark.parametrize("value", ["[-64]", "['a']", "[1.5]", "[true]", "[0]", "[64, null]"])
+def test_mlp_sizes_are_widths_or_refused_in_one_line(value):
+    """Each had passed the checks: a traceback at the network's build (negative, float, bool), in the memory
+    check (text), or a dead network of 3 parameters (0)."""
+    errs = errors_of({"model.mlp_sizes": yaml.safe_load(value)}, 1, C.load_yaml(CONFIGS / "ppo_cartpole.yaml"))
+    assert errs == [f"model.mlp_sizes: must be a list of positive ints (hidden layer widths; [] for a linear policy), "
+                    f"got {C.show(yaml.safe_load(value))}"], errs
+    assert build({"model.mlp_sizes": []}, 1, C.load_yaml(CONFIGS / "ppo_cartpole.yaml")).model.mlp_sizes == []
