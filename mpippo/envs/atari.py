@@ -175,7 +175,8 @@ class AtariVecEnv:
             grayscale=True, stack_num=STACK, frameskip=FRAME_SKIP, maxpool=True, use_fire_reset=True)
         self.num_envs, self.obs_shape = num_envs, (SIZE, SIZE, STACK)
         self.num_actions = int(self.env.single_action_space.n)
-        obs, info = self.env.reset(seed=np.arange(num_envs, dtype=np.int64) + int(seed))
+        # ALE takes 32-bit seeds: rank seeds reach 2**31 - 2, and env i adds i (wrapped: still distinct)
+        obs, info = self.env.reset(seed=(np.arange(num_envs, dtype=np.int64) + int(seed)) % 2**31)
         self.game_return = np.zeros(num_envs, dtype=np.float64)
         self.game_length = np.zeros(num_envs, dtype=np.int64)  # agent steps since each game's start
         self.obs = self._pad(self._frames_last(obs))

@@ -71,6 +71,15 @@ def test_a_lost_life_ends_a_training_episode_and_the_real_game_is_reported_uncli
     assert firsts == len(games) >= 4  # one episode per game: every first is a game's end
 
 
+def test_a_rank_seed_near_the_top_of_its_range_starts_its_envs():
+    """rank_seed reaches 2**31 - 2 (training.seed 623,693,952 on rank 0): env i adds i, past ALE's 32-bit
+    seeds, which had ended the start in a TypeError traceback."""
+    top = envs.rank_seed(623_693_952, 0)
+    assert top == 2**31 - 2
+    env = envs.make_env(cfg_of("atari:Breakout"), 3, seed=top)
+    env.close()
+
+
 def test_the_time_limit_truncates_with_the_final_frames_to_bootstrap_from():
     env = envs.make_env(cfg_of("atari:Pong", max_episode_steps=50), 3, seed=2)
     rng = np.random.default_rng(1)
