@@ -169,8 +169,9 @@ def _check(s: Suite) -> None:
     if not s.games or len({game_folder(g) for g in s.games}) != len(s.games):
         raise SuiteError(f"{where}: games: give each game once, at least one (and no two that differ only in "
                          f"characters a folder name cannot hold)")
-    if not s.seeds or not all(type(x) is int and 0 <= x < 2**31 for x in s.seeds) or len(set(s.seeds)) != len(s.seeds):
-        raise SuiteError(f"{where}: seeds: distinct integers in [0, 2^31), at least one; got {C.show(list(s.seeds))}")
+    # below 2^31 - 1: the per-rank seeds are taken modulo that prime, where 2^31 - 1 would run as seed 0
+    if not s.seeds or not all(type(x) is int and 0 <= x < 2**31 - 1 for x in s.seeds) or len(set(s.seeds)) != len(s.seeds):
+        raise SuiteError(f"{where}: seeds: distinct integers in [0, 2^31 - 1), at least one; got {C.show(list(s.seeds))}")
     members = len(s.games) * len(s.seeds) * max(len(s.variants), 1)
     if members > MAX_MEMBERS:
         raise SuiteError(f"{where}: {members} members (games x seeds x variants) is more than {MAX_MEMBERS}, "

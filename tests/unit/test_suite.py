@@ -68,6 +68,7 @@ def test_members_have_stable_indices_folders_and_options(tmp_path):
     ({"games": ["starpilot", "starpilot"]}, "give each game once"),
     ({"seeds": [1, 1]}, "seeds: distinct integers"),
     ({"seeds": [1, "two"]}, "seeds: distinct integers"),
+    ({"seeds": [0, 2**31 - 1]}, "seeds: distinct integers in [0, 2^31 - 1)"),  # (2^31 - 1 had run as seed 0)
     ({"budget": 0}, "budget: must be >= 1"),
     ({"seeds": list(range(300))}, "1200 members (games x seeds x variants) is more than 1000"),
     ({"budget": "1M"}, "budget: expected int"),
