@@ -399,7 +399,11 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
     Returns (config, a note when the envs that run differ from those asked for)."""
     cfg = note = errors = None
     try:
-        if args.config is None and args.resume and (run_dir / RUN_CONFIG).is_file():
+        if args.config is None and args.resume:
+            if not (run_dir / RUN_CONFIG).is_file():  # the defaults in its place had changed every setting in silence
+                raise C.UsageError(f"--resume: '{C.show(str(run_dir / RUN_CONFIG))[1:-1]}' is missing, and a resume "
+                                   f"continues with the run's own settings: copy it back from where the run came "
+                                   f"from, or pass --config with the run's settings")
             data = C.with_earlier_defaults(C.load_yaml(run_dir / RUN_CONFIG, ours=True))  # the run's own, as it ran
             C.check_saved_imports(data, overrides)
         else:

@@ -223,6 +223,11 @@ CASES = [
     Case("ckpt-appo-version", resume("appo", set_key("version", 10**6), ranks=2),
          "version: 1000000 is not the counters'"),
     Case("ckpt-truncated", lambda t, b: _truncated(t, b), "unreadable checkpoint"),
+    # a copy of a run without its config.yaml: the defaults in its place had changed every setting, exit 0
+    Case("resume-without-config-yaml", lambda t, b: _without(t, b, "ppo", "config.yaml"),
+         "config.yaml' is missing, and a resume continues with the run's own settings"),
+    Case("resume-dqn-without-config-yaml", lambda t, b: _without(t, b, "dqn", "config.yaml", ranks=2),
+         "config.yaml' is missing, and a resume continues with the run's own settings"),
     # ---- config files ----
     Case("config-not-utf8", train("--config", "TMP/c.yaml", files={"c.yaml": b"training:\n  seed: \xe9\n"}),
          "is not UTF-8 text (byte 0xe9"),
@@ -574,6 +579,14 @@ def _one_copy_fits() -> int:
     for what other tests take meanwhile, but not twice."""
     import psutil
     return int(psutil.virtual_memory().available * 0.35)
+
+
+def _without(tmp: Path, bases, base: str, name: str, ranks=None):
+    """A copy of a base run without one of its files."""
+    run_dir = tmp / "run"
+    shutil.copytree(bases[base], run_dir)
+    (run_dir / name).unlink()
+    return ranks, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir)]
 
 
 def _truncated(tmp, bases):
