@@ -29,7 +29,7 @@ from mpippo import config as C
 from mpippo import envs, faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import (checkpoint_dir, checkpoint_size, latest_path, load_checkpoint, reading_problem,
                                read_checkpoint_bytes, require_checkpoint, sweep_partial)
-from mpippo.files import RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
+from mpippo.files import LOGS, RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
 from mpippo.errors import JobFailure, in_users_code_since, os_reason, run_folder_is, say_last
@@ -179,6 +179,7 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         _not_inside_a_live_run(run_dir)
         if not latest_path(C.agent_folder(run_dir, 0, 2)).is_file():  # several agents (DQN, APPO): one folder each
             require_checkpoint(latest_path(run_dir))
+        _resume_writable(run_dir)
         return run_dir
     if run_dir.exists() and not run_dir.is_dir():  # (a file, a device: /dev/null)
         raise C.UsageError(f"--output-dir: '{C.show(str(run_dir))[1:-1]}' is {file_kind(run_dir.stat().st_mode)}, "
@@ -199,6 +200,24 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
         raise C.UsageError(f"--output-dir: cannot write to '{run_dir}' ({os_reason(e)})") from None
     _lock(run_dir, start)
     return run_dir
+
+
+def _resume_writable(run_dir: Path) -> None:
+    """A resume writes in the run folder, its checkpoints/ and logs/, and each agent's: a restored copy with
+    one of them read-only had failed an iteration in (checkpoints/) or in TensorBoard's thread (logs/, a
+    traceback). One line now, before anything is written."""
+    for top in (run_dir, *sorted(run_dir.glob("agent_*"))):
+        for folder in (top, checkpoint_dir(top), top / LOGS):
+            if not folder.is_dir():
+                continue
+            try:
+                fd, probe = tempfile.mkstemp(dir=folder, prefix=".write_test.")
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as e:
+                raise C.UsageError(f"--resume: '{folder}' cannot be written ({os_reason(e)}), "
+                                   f"and the run writes its checkpoints and logs there: make it writable "
+                                   f"(chmod -R u+w), or copy the run to a folder you can write") from None
 
 
 def _what_to_do_with(run_dir: Path) -> str:
@@ -401,7 +420,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
     try:
         if args.config is None and args.resume:
             if not (run_dir / RUN_CONFIG).is_file():  # the defaults in its place had changed every setting in silence
-                raise C.UsageError(f"--resume: '{C.show(str(run_dir / RUN_CONFIG))[1:-1]}' is missing, and a resume "
+                raise C.UsageError(f"--resume: '{run_dir / RUN_CONFIG}' is missing, and a resume "
                                    f"continues with the run's own settings: copy it back from where the run came "
                                    f"from, or pass --config with the run's settings")
             data = C.with_earlier_defaults(C.load_yaml(run_dir / RUN_CONFIG, ours=True))  # the run's own, as it ran

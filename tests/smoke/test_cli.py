@@ -389,3 +389,27 @@ def test_the_cut_off_on_one_rank_says_it_has_no_effect(tmp_path):
     assert said == ["mpippo: warning: training.rollout_cutoff=0.5 has no effect on 1 rank (no other rank to wait "
                     "for): every rollout collects training.n_steps"], res.stdout
     assert metrics(tmp_path / "run")["rollout_cutoff"] is None
+
+
+@pytest.mark.parametrize("where", ["logs", "checkpoints"])
+def test_a_restored_run_with_a_read_only_folder_is_refused_before_anything_is_written(tmp_path, where):
+    """A copy restored read-only: a resume writes in logs/ and checkpoints/. Before, logs/ ended it in
+    TensorBoard's thread (two tracebacks, exit 1) and checkpoints/ an iteration in. As root the permission
+    bits bind only without CAP_DAC_OVERRIDE: setpriv drops it for the trainer."""
+    run_dir = tmp_path / "run"
+    ok(trainer(None, TOY_SMOKE + ["--output-dir", str(run_dir)]))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    (run_dir / where).chmod(0o555)
+    drop = ["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+            "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    try:
+        res = subprocess.run([*drop, sys.executable, "run_mpi.py", "--resume", "--no-progress", "--total-timesteps",
+                              "1024", "--output-dir", str(run_dir)], cwd=ROOT, env=mpi_env(), capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        (run_dir / where).chmod(0o755)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert res.stderr.strip() == (f"mpippo: error: --resume: '{run_dir / where}' cannot be written (Permission denied), "
+                                  f"and the run writes its checkpoints and logs there: make it writable (chmod -R u+w), "
+                                  f"or copy the run to a folder you can write")
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
