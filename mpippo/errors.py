@@ -356,17 +356,32 @@ def limit_failure(exc: BaseException) -> str | None:
     return None
 
 
-_RUN_FOLDER: list[Path] = []  # the run folder this process trains in, once known (cli): folder_gone's
+_RUN_FOLDER: list = []  # the run folder this process trains in, once known (cli), and its (device, inode)
 
 
 def run_folder_is(path: Path) -> None:
-    _RUN_FOLDER[:] = [Path(path).absolute()]
+    st = os.stat(path)
+    _RUN_FOLDER[:] = [Path(path).absolute(), (st.st_dev, st.st_ino)]
+
+
+def _run_folder_state() -> str | None:
+    """'gone' when the run folder's path names nothing, 'replaced' when it names another folder (moved
+    away, then a copy restored or a folder made at its path: the run must not write into that one, a second
+    trainer's), else None (here, or not known)."""
+    try:
+        st = os.stat(_RUN_FOLDER[0])
+    except FileNotFoundError:
+        return "gone"
+    except OSError:  # (no longer searchable: not known to be moved)
+        return None
+    return "replaced" if (st.st_dev, st.st_ino) != _RUN_FOLDER[1] else None
 
 
 def run_folder_gone(path: Path) -> bool:
-    """Whether `path` lies in this process's run folder and that folder is gone (moved or deleted while the
-    run used it): a write there must not make it again (files.atomic_write_with)."""
-    return bool(_RUN_FOLDER) and _RUN_FOLDER[0] in Path(path).absolute().parents and not _RUN_FOLDER[0].is_dir()
+    """Whether `path` lies in this process's run folder and that folder is gone or replaced (moved away
+    while the run used it): a write there must not make it again, nor land in another run's copy
+    (files.atomic_write_with)."""
+    return bool(_RUN_FOLDER) and _RUN_FOLDER[0] in Path(path).absolute().parents and _run_folder_state() is not None
 
 
 def folder_gone(exc: BaseException) -> str | None:
@@ -380,14 +395,14 @@ def folder_gone(exc: BaseException) -> str | None:
     try:
         if run not in path.absolute().parents:
             return None
-        os.stat(run)
-        return None  # (it is there: some other file is missing)
-    except FileNotFoundError:
-        pass
-    except OSError:  # (a folder no longer searchable, a working folder gone: not known to be moved)
+    except OSError:  # (a working folder gone: not known to be moved)
         return None
-    return (f"the run folder '{run}' is gone: moved or deleted while the run used it ({exc.strerror}: "
-            f"'{path}'); if it was moved, the run goes on from its last checkpoint with --resume there")
+    state = _run_folder_state()
+    if state is None:
+        return None  # (it is there: some other file is missing)
+    how = "is gone: moved or deleted" if state == "gone" else "was replaced: moved away, and another folder put at its path,"
+    return (f"the run folder '{run}' {how} while the run used it ({exc.strerror}: '{path}'); if it was moved, the "
+            f"run goes on from its last checkpoint with --resume there")
 
 
 FILE_SYSTEM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the disk's, not a bug

@@ -28,7 +28,7 @@ from conftest import (MPIRUN, ROOT, STARTS, error_lines, fake_wandb, finish, lau
                       start, trainer, wait_for_line, wait_until, wandb_home)
 from mpippo import runlock
 from mpippo.checkpoint import latest_path
-from hostile import Case
+from hostile import Case, hashes
 from mpippo.launch import catches_usr1
 
 TOY = ["--config", "configs/toy_cue.yaml", "--no-progress", "--total-timesteps", "1024"]
@@ -842,12 +842,15 @@ def test_a_launch_open_mpi_fails_under_a_small_open_file_limit_names_the_limit(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tensorboard", ["true", "false"])
-def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_resumes_there(tmp_path, tensorboard):
+@pytest.mark.parametrize("tensorboard, then", [("true", None), ("false", None), ("true", "made"), ("false", "restored")])
+def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_resumes_there(tmp_path, tensorboard,
+                                                                                             then):
     """`mv runs/x runs/y` while x trains (a tidy-up, a clash of names): TensorBoard's writer thread met its
     vanished file and the job ended with a traceback per rank; without TensorBoard the next checkpoint made
     the old folder again, empty and unlocked, and trained on there. Now one line names the folder gone,
-    nothing is made at the old path, and the moved folder resumes."""
+    nothing is made at the old path, and the moved folder resumes. A folder put at the old path meanwhile
+    (`mkdir`, or a copy restored there, which a second trainer may resume) is never written by the first:
+    it had ended in a traceback (made), or both wrote one checkpoints/ (restored)."""
     run_dir, moved = tmp_path / "run", tmp_path / "moved"
     proc = start([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, "run_mpi.py", "--config", "configs/toy_cue.yaml",
                   *LONG, "--set", "checkpoint.interval_iterations=5", "--set", f"logging.tensorboard={tensorboard}",
@@ -857,12 +860,18 @@ def test_a_run_folder_moved_away_while_it_trains_ends_the_run_in_one_line_and_re
     while not (run_dir / "checkpoints" / "latest.pt").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     run_dir.rename(moved)
+    if then == "made":
+        run_dir.mkdir()
+    elif then == "restored":
+        shutil.copytree(moved, run_dir, ignore=shutil.ignore_patterns(".*"))  # (a copy as it was a moment ago)
+    before = hashes(run_dir) if then else None
     rc, out, err = finish(proc, timeout=120)
     said = error_lines(err)  # (after mpirun's abort banner, whose last byte is a NUL)
     assert rc == 1 and "Traceback" not in err and said, (rc, err[-2000:])
     # (met first by the event file's writer or by a checkpoint's: the same line)
-    assert f"the run folder '{run_dir}' is gone: moved or deleted while the run used it" in said[0], said
-    assert not run_dir.exists()
+    how = "is gone: moved or deleted" if then is None else "was replaced: moved away, and another folder put at its path,"
+    assert f"the run folder '{run_dir}' {how} while the run used it" in said[0], said
+    assert not run_dir.exists() if then is None else hashes(run_dir) == before
     ok(trainer(None, ["--resume", "--output-dir", str(moved), "--total-timesteps", "4096", "--no-progress"]))
 
 

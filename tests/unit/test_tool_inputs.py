@@ -485,5 +485,9 @@ def test_a_missing_file_is_the_run_folders_going_only_where_that_folder_is_gone(
         assert said.startswith(f"the run folder '{run}' is gone: moved or deleted while the run used it"), said
         assert errors.folder_gone(FileNotFoundError(2, "No such file or directory", str(tmp_path / "data" / "x"))) is None
         assert errors.folder_gone(PermissionError(13, "Permission denied", str(run / "logs" / "x"))) is None
+        run.mkdir()  # another folder at its path (a copy restored, a mkdir): not the run's, never written
+        said = errors.folder_gone(lost)
+        assert said.startswith(f"the run folder '{run}' was replaced: moved away, and another folder put at its path,")
+        assert errors.run_folder_gone(run / "checkpoints" / "latest.pt")
     finally:
         errors._RUN_FOLDER.clear()
