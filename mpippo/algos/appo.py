@@ -86,6 +86,8 @@ class PolicyLag:
         return True
 
     def mean(self) -> float:
+        """Over every segment received, admitted or dropped; a lag of `bins` or more counts as `bins` (the
+        histogram's last bin, which the checkpoint keeps: its size is the format's)."""
         n = self.hist.sum()
         return float((self.hist * np.arange(self.bins + 1)).sum() / n) if n else 0.0
 

@@ -36,7 +36,7 @@ LEARNER = {
     "samples_per_s": ("learner/samples_per_s", "samples trained per second"),
     "weight_lag": ("learner/weight_lag", "mean updates between an item's weights and its arrival"),
     "replay_size": ("learner/replay_size", "transitions in the replay (DQN)"),
-    "policy_lag_mean": ("learner/policy_lag_mean", "mean policy lag of the admitted segments (APPO)"),
+    "policy_lag_mean": ("learner/policy_lag_mean", "mean policy lag of the segments received, admitted or dropped (16 or more counts as 16) (APPO)"),
     "segments_dropped": ("learner/segments_dropped", "segments dropped as too old, so far (APPO)"),
     "policy_lag": ("learner/policy_lag", "histogram of the policy lags of the interval (APPO)"),
 }
