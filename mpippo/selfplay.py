@@ -252,6 +252,17 @@ class OpponentCache:
         return {"cached": sorted(self.nets), "games": self.games}
 
 
+SUMMARY_ROWS = 2000  # rating rounds and dropped ids in benchmark_metrics.json (a curve needs no more)
+
+
+def thinned(rows: list, limit: int) -> list:
+    """At most `limit` of `rows`, evenly spread over them, the first and the last among them."""
+    if len(rows) <= limit:
+        return list(rows)
+    keep = np.unique(np.linspace(0, len(rows) - 1, limit).round().astype(int))
+    return [rows[i] for i in keep]
+
+
 class LearnerHook:
     """Self-play on the learner of the actor-learner layout: the pool, its snapshots and sampling
     table, the game results from the chunks, the rating games, and their part of checkpoints,
@@ -358,7 +369,13 @@ class LearnerHook:
         return f"; restored opponent pool of {len(self.pool.members)} (ids {[m['id'] for m in self.pool.members]})"
 
     def summary(self) -> dict:
-        return dict(self.pool.summary(), ratings=self.ratings, illegal_moves=self.illegal_moves)
+        """The metrics file's block: at most SUMMARY_ROWS rating rounds (evenly spread, the first and last
+        kept) and the last SUMMARY_ROWS dropped ids with their count. One row a round and one id a drop
+        had grown a long run's file past what its readers take (64 MiB: 184,000 rounds); the checkpoint
+        and TensorBoard keep every round."""
+        out = dict(self.pool.summary(), ratings=thinned(self.ratings, SUMMARY_ROWS), illegal_moves=self.illegal_moves)
+        out["dropped_count"], out["dropped"] = len(out["dropped"]), out["dropped"][-SUMMARY_ROWS:]
+        return out
 
     def closing_line(self, agent: int) -> str:
         first, last = self.ratings[0], self.ratings[-1]

@@ -229,3 +229,14 @@ def test_scores_against_the_pool_and_each_heuristic():
     pool.record(1, wins=0, draws=2, losses=0)
     pool.record(RANDOM, wins=3, draws=0, losses=1)
     assert pool.scores() == {"pool": 0.75, "random": 0.75}
+
+
+def test_the_metrics_block_of_a_long_run_stays_bounded_and_keeps_both_ends():
+    """One row a rating round and one id a drop had grown benchmark_metrics.json past what its readers take
+    (64 MiB at about 184,000 rounds); the block keeps SUMMARY_ROWS of each, the curve's first and last."""
+    from mpippo.selfplay import SUMMARY_ROWS, thinned
+    rows = [{"update": u} for u in range(10 * SUMMARY_ROWS + 7)]
+    kept = thinned(rows, SUMMARY_ROWS)
+    assert len(kept) == SUMMARY_ROWS and kept[0] is rows[0] and kept[-1] is rows[-1]
+    assert [r["update"] for r in kept] == sorted({r["update"] for r in kept})  # in order, none twice
+    assert thinned(rows[:5], SUMMARY_ROWS) == rows[:5]
