@@ -77,6 +77,36 @@ def periodic_checkpoints(ckpt_dir: Path, up_to: int | None = None) -> list[Path]
     return [p for _, p in sorted(found)]
 
 
+def latest_missing(ckpt_dir: Path) -> str | None:
+    """Where latest.pt is missing (a copy that dropped links, a dangling one) but periodic checkpoints are
+    there: the words for linking the newest as latest.pt, else None."""
+    try:
+        if (ckpt_dir / LATEST).is_file() or not ckpt_dir.is_dir() or not (found := periodic_checkpoints(ckpt_dir)):
+            return None
+    except OSError:
+        return None
+    return (f"{ckpt_dir.name}/ holds {found[-1].name}, its newest: link it as {LATEST} (ln -sf {found[-1].name} "
+            f"'{ckpt_dir / LATEST}'), then pass --resume")
+
+
+def _older(where: str) -> str:
+    """For a damaged latest.pt: the newest periodic checkpoint that is another file, to resume from."""
+    path = Path(where)
+    try:
+        if path.name != LATEST or not path.parent.is_dir():
+            return ""
+        mine = os.stat(path)
+        others = [p for p in periodic_checkpoints(path.parent) if not os.path.samestat(os.stat(p), mine)]
+    except OSError:
+        return ""
+    return (f"; {path.parent.name}/ also holds {others[-1].name}, the newest periodic checkpoint: link it as "
+            f"{LATEST} (ln -sf {others[-1].name} '{path}') to resume from it") if others else ""
+
+
+def _link_words(path: Path) -> str:
+    return f" (a link to '{os.readlink(path)}', which is not there)" if path.is_symlink() else ""
+
+
 # the hidden names a writer of ours uses while it writes: files.atomic_write_with's temporary file beside its
 # target (.latest.pt.k3j9x2.tmp), _atomic_link_or_copy's hard link (.latest.pt.4242.link); the targets by their
 # owners' names (a periodic checkpoint, a saved replay: replay_<update>.npz, algos/apex.py)
@@ -133,8 +163,10 @@ def require_checkpoint(path: str | Path) -> Path:
     path = Path(path)
     try:
         if not path.is_file():
-            raise UsageError(f"--resume: no checkpoint at '{path}' (start without --resume, or pick the run folder "
-                              f"that has one)")
+            if (newest := latest_missing(path.parent)):
+                raise UsageError(f"--resume: no checkpoint at '{path}'{_link_words(path)}, but {newest}")
+            raise UsageError(f"--resume: no checkpoint at '{path}'{_link_words(path)} (start without --resume, or "
+                              f"pick the run folder that has one)")
     except OSError as e:
         raise UsageError(f"--resume: cannot read '{show(str(path))}' ({os_reason(e)})") from None
     return path
@@ -199,7 +231,10 @@ def load_checkpoint(data: bytes, where: str = "checkpoint", algo: str | None = N
         if (needs := _refusal(e)) is not None:
             raise UsageError(f"{where}: refused: it holds Python objects that mpippo never writes ({needs}); "
                               f"checkpoints load without running code") from None
-        raise UsageError(f"{where}: unreadable checkpoint (not a file torch can read)") from None
+        raise UsageError(f"{where}: unreadable checkpoint (not a file torch can read){_older(where)}") from None
     except Exception as e:  # truncated, corrupted, not a torch file
-        raise UsageError(f"{where}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+        said = str(e).splitlines()[0] if str(e) else "cut short"
+        said = said if len(said) <= 120 else said[:120].rsplit(" ", 1)[0] + " ..."  # (whole words)
+        raise UsageError(f"{where}: unreadable checkpoint, damaged or cut short ({type(e).__name__}: {said})"
+                         f"{_older(where)}") from None
     return validate(state, where, CLASSES, algo)

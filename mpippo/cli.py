@@ -27,9 +27,10 @@ import yaml
 
 from mpippo import config as C
 from mpippo import envs, faults, hostmem, preemption, runctl, runlock
-from mpippo.checkpoint import (checkpoint_dir, checkpoint_size, latest_path, load_checkpoint, reading_problem,
-                               read_checkpoint_bytes, require_checkpoint, sweep_partial)
+from mpippo.checkpoint import (CHECKPOINTS, LATEST, checkpoint_dir, checkpoint_size, latest_missing, latest_path,
+                               load_checkpoint, reading_problem, read_checkpoint_bytes, require_checkpoint, sweep_partial)
 from mpippo.files import LOGS, RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
+from mpippo.metrics.sinks import WANDB_DIR
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
 from mpippo.errors import JobFailure, in_users_code_since, os_reason, run_folder_is, say_last
@@ -225,6 +226,8 @@ def _what_to_do_with(run_dir: Path) -> str:
     run that failed before its first had been sent to --resume, which sent it back)."""
     if latest_path(run_dir).is_file() or latest_path(C.agent_folder(run_dir, 0, 2)).is_file():
         return "pass --resume to continue that run, or choose a new folder"
+    if (newest := latest_missing(checkpoint_dir(run_dir))):  # (its latest.pt lost in a copy: not "no checkpoint")
+        return f"it holds a run without its {LATEST}, but {newest}; or choose a new folder"
     if (run_dir / RUN_CONFIG).is_file():
         return ("it holds a run that wrote no checkpoint, so there is nothing to resume: choose a new folder, or "
                 "move that one aside (its logs are kept there)")
@@ -243,11 +246,19 @@ def _not_inside_a_live_run(run_dir: Path) -> None:
 
 
 def _lock(run_dir: Path, start: _StartUp, what: str = "--output-dir") -> None:
-    """Hold a folder's lock for the job's life: a second trainer there is refused in one line."""
+    """Hold a folder's lock for the job's life: a second trainer there is refused in one line. So are its
+    subfolders that link elsewhere (checkpoints/ on a larger file system): a copy of the run (cp -r keeps
+    the link) shares them, and had written the original's checkpoints while it trained."""
     if runlock.acquire(run_dir, what):
         start.locked.append(run_dir)
         if (note := sweep_partial(run_dir)):  # (held: no other writer can be mid-write there)
             print(f"mpippo: note: {note}", flush=True)
+    for name in (CHECKPOINTS, LOGS, WANDB_DIR):
+        if (run_dir / name).is_symlink() and (run_dir / name).is_dir():
+            where = (f"{what}: {name}/ links to '{os.path.realpath(run_dir / name)}' (a copy of a run shares what "
+                     f"its links point to), and")
+            if runlock.acquire(run_dir / name, where):
+                start.locked.append(run_dir / name)
 
 
 def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:
@@ -283,7 +294,10 @@ def _resume_state(world: World, run_dir: Path, cfg: C.Config, start: _StartUp) -
 
 
 def _sync_checkpoint_size(run_dir: Path, algo: str) -> int:
-    if not latest_path(run_dir).is_file():
+    if not run_dir.is_dir():  # (checked at phase B: moved or deleted since)
+        raise C.UsageError(f"--output-dir: the run folder '{run_dir}' is gone: moved or deleted during start-up; if "
+                           f"it was moved, --resume there")
+    if not latest_path(run_dir).is_file() and any(latest_path(a).is_file() for a in run_dir.glob("agent_*")):
         raise C.UsageError(f"--resume: '{run_dir}' holds actor-learner agent checkpoints (agent_*/), not a "
                             f"{algo} run")
     return checkpoint_size(latest_path(run_dir))

@@ -28,8 +28,8 @@ import numpy as np
 from mpippo import config as C
 from mpippo import faults, leftovers, preemption, runctl
 from mpippo.algos import registry
-from mpippo.checkpoint import (PERIODIC, checkpoint_size, latest_path, load_checkpoint, reading_problem,
-                               periodic_checkpoints, read_checkpoint_bytes)
+from mpippo.checkpoint import (LATEST, PERIODIC, checkpoint_size, latest_missing, latest_path, load_checkpoint,
+                               periodic_checkpoints, read_checkpoint_bytes, reading_problem)
 from mpippo.files import absolute, atomic_write_json, file_mode, path_text
 from mpippo.metrics.timers import Stopwatch
 from mpippo import envs
@@ -70,6 +70,11 @@ def _why_not_there(path: Path) -> str:
     """What to give instead of a checkpoint that is not there: a periodic one the run pruned since (its
     checkpoint.keep_last) is named as such, with the oldest it keeps."""
     asked = PERIODIC.fullmatch(path.name)
+    run = path.parent.parent
+    if path.name == LATEST and (agents := sorted(a.name for a in run.glob("agent_*") if latest_path(a).is_file())):
+        return f"a multi-agent run: each agent has its own, give one of its folders ({', '.join(agents)})"
+    if path.name == LATEST and (newest := latest_missing(path.parent)):
+        return newest.replace(", then pass --resume", "; or give that file")
     kept = periodic_checkpoints(path.parent) if asked and path.parent.is_dir() else []
     if not kept:
         return "give a .pt file or a run folder"

@@ -223,7 +223,15 @@ CASES = [
     Case("ckpt-appo-version", resume("appo", set_key("version", 10**6), ranks=2),
          "version: 1000000 is not the counters'"),
     Case("ckpt-truncated", lambda t, b: _truncated(t, b), "unreadable checkpoint"),
+    # a copy's latest.pt cut short (an interrupted copy), its periodic checkpoint whole: named, to resume from
+    Case("ckpt-truncated-copy", lambda t, b: _truncated(t, b, copy=True),
+         "); checkpoints/ also holds ckpt_"),
     # a copy of a run without its config.yaml: the defaults in its place had changed every setting, exit 0
+    # a copy that dropped latest.pt (a link): both commands had sent the user to the other, "no checkpoint"
+    Case("resume-latest-lost-in-a-copy", lambda t, b: _without(t, b, "ppo", "checkpoints/latest.pt"),
+         "its newest: link it as latest.pt (ln -sf ckpt_"),
+    Case("fresh-in-a-copy-that-lost-latest", lambda t, b: _without(t, b, "ppo", "checkpoints/latest.pt", resume=False),
+         "it holds a run without its latest.pt, but checkpoints/ holds ckpt_"),
     Case("resume-without-config-yaml", lambda t, b: _without(t, b, "ppo", "config.yaml"),
          "config.yaml' is missing, and a resume continues with the run's own settings"),
     Case("resume-dqn-without-config-yaml", lambda t, b: _without(t, b, "dqn", "config.yaml", ranks=2),
@@ -581,19 +589,22 @@ def _one_copy_fits() -> int:
     return int(psutil.virtual_memory().available * 0.35)
 
 
-def _without(tmp: Path, bases, base: str, name: str, ranks=None):
+def _without(tmp: Path, bases, base: str, name: str, ranks=None, resume=True):
     """A copy of a base run without one of its files."""
     run_dir = tmp / "run"
     shutil.copytree(bases[base], run_dir)
     (run_dir / name).unlink()
-    return ranks, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir)]
+    return ranks, ["run_mpi.py", *(["--resume"] if resume else []), "--no-progress", "--output-dir", str(run_dir)]
 
 
-def _truncated(tmp, bases):
+def _truncated(tmp, bases, copy=False):
     run_dir = tmp / "run"
     shutil.copytree(bases["ppo"], run_dir)
     latest = latest_path(run_dir)
-    latest.write_bytes(latest.read_bytes()[:1000])
+    data = latest.read_bytes()
+    if copy:  # (a file of its own, as cp -r makes of the hard link)
+        latest.unlink()
+    latest.write_bytes(data[:1000])
     return None, ["run_mpi.py", "--resume", "--no-progress", "--output-dir", str(run_dir)]
 
 
@@ -929,3 +940,29 @@ def test_a_resume_with_another_env_count_and_precision_goes_on_and_says_so(bases
     assert "warning: env.num_envs_per_rank is 8, the checkpoint's run had 32" in out, out[-2000:]
     assert f"warning: training.precision is {now}, the checkpoint's run used {was}" in out, out[-2000:]
     assert "Traceback" not in out and "resuming at 1,024 steps" in out
+
+
+@pytest.mark.slow
+def test_a_copy_of_a_run_whose_checkpoints_link_elsewhere_is_refused_while_the_original_trains(bases, tmp_path):
+    """checkpoints/ linked to a larger file system; `cp -r` of the run keeps the link, so the copy's resume
+    wrote the original's checkpoints while it trained (two writers; the copy's latest.pt was the
+    original's). The linked folder is locked with the run folder: the copy is refused in one line."""
+    run_dir, copy, store = tmp_path / "run", tmp_path / "copy", tmp_path / "store"
+    shutil.copytree(bases["ppo"], run_dir, ignore=shutil.ignore_patterns(".*"))
+    (run_dir / "checkpoints").rename(store)
+    (run_dir / "checkpoints").symlink_to(store)
+    shutil.copytree(run_dir, copy, symlinks=True)
+    proc = start([sys.executable, "run_mpi.py", "--resume", *LONG, "--output-dir", str(run_dir)])
+    try:
+        wait_for_line(proc, "iter ")
+        before = hashes(copy / "logs"), (copy / "config.yaml").read_bytes(), (copy / "benchmark_metrics.json").read_bytes()
+        res = trainer(None, ["--resume", "--no-progress", "--total-timesteps", "4096", "--output-dir", str(copy)])
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+        assert res.stderr.strip().startswith(f"mpippo: error: --output-dir: checkpoints/ links to '{store}' (a copy of "
+                                             f"a run shares what its links point to), and '{copy / 'checkpoints'}' is "
+                                             f"in use: process {proc.pid} on "), res.stderr
+        assert (hashes(copy / "logs"), (copy / "config.yaml").read_bytes(),
+                (copy / "benchmark_metrics.json").read_bytes()) == before
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        finish(proc, timeout=120)

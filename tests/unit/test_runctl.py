@@ -712,3 +712,19 @@ def test_a_processes_leftover_children_are_ended_but_services_that_end_with_it(m
         for p in (service, stray):
             p.kill()
             p.wait()
+
+
+def test_a_sync_resume_names_a_folder_gone_since_and_an_actor_learner_run(tmp_path):
+    """Phase D's checkpoint: a run folder moved away after phase B is named gone (it had been called an
+    actor-learner run); a folder of agents' checkpoints is one; a copy without latest.pt keeps its own words."""
+    from mpippo import cli  # (the command line: its phase D helper alone, no job)
+    with pytest.raises(UsageError, match=f"the run folder '{tmp_path / 'moved'}' is gone: moved or deleted during"):
+        cli._sync_checkpoint_size(tmp_path / "moved", "ppo")
+    (tmp_path / "agents" / "agent_0" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "agents" / "agent_0" / "checkpoints" / "latest.pt").write_bytes(b"x")
+    with pytest.raises(UsageError, match="holds actor-learner agent checkpoints"):
+        cli._sync_checkpoint_size(tmp_path / "agents", "ppo")
+    (tmp_path / "copy" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "copy" / "checkpoints" / "ckpt_0000003.pt").write_bytes(b"x")
+    with pytest.raises(UsageError, match="but checkpoints/ holds ckpt_0000003.pt, its newest: link it as latest.pt"):
+        cli._sync_checkpoint_size(tmp_path / "copy", "ppo")
