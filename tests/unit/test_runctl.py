@@ -728,3 +728,20 @@ def test_a_sync_resume_names_a_folder_gone_since_and_an_actor_learner_run(tmp_pa
     (tmp_path / "copy" / "checkpoints" / "ckpt_0000003.pt").write_bytes(b"x")
     with pytest.raises(UsageError, match="but checkpoints/ holds ckpt_0000003.pt, its newest: link it as latest.pt"):
         cli._sync_checkpoint_size(tmp_path / "copy", "ppo")
+
+
+def test_evaluate_names_what_to_give_where_a_run_folder_has_no_latest_pt(tmp_path):
+    """evaluate --checkpoint on a multi-agent run's folder names its agents' folders (it had said to give a
+    run folder: it was one); on a copy that lost latest.pt, the newest periodic checkpoint."""
+    from mpippo import evaluate  # (evaluate's own words, no job)
+    from mpippo.checkpoint import latest_path
+    for k in (0, 1):
+        (tmp_path / "two" / f"agent_{k}" / "checkpoints").mkdir(parents=True)
+        latest_path(tmp_path / "two" / f"agent_{k}").write_bytes(b"x")
+    said = evaluate._why_not_there(latest_path(tmp_path / "two"))
+    assert said == "a multi-agent run: each agent has its own, give one of its folders (agent_0, agent_1)"
+    (tmp_path / "copy" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "copy" / "checkpoints" / "ckpt_0000009.pt").write_bytes(b"x")
+    said = evaluate._why_not_there(latest_path(tmp_path / "copy"))
+    assert said.startswith("checkpoints/ holds ckpt_0000009.pt, its newest: link it as latest.pt (ln -sf") and \
+        said.endswith("; or give that file"), said
