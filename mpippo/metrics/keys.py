@@ -23,7 +23,7 @@ COMMON = {
     "duration_s": ("number", "seconds of training in this process (since the last start or resume)"),
     "fps": ("number", "env steps per second over that time"),
     "fps_steady": ("number?", "the same from the first logged point on (start-up excluded)"),
-    "episode_return_mean": ("number?", "mean return of the last 100 finished episodes"),
+    "episode_return_mean": ("number?", "mean return of the last finished episodes, about 100: each rank's last ceil(100 / ranks) (sync PPO; an agent's last 100 in the actor-learner layouts)"),
     "episodes": ("int", "episodes finished"),
     "peak_rss_mb_per_rank": ("list", "peak resident memory of each rank (kernel high-water mark), MB; "
                                      "actor-learner: the learner first, then its actors"),

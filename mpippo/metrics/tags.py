@@ -24,7 +24,7 @@ STAT_NAMES = {"pg_loss": "policy_loss", "v_loss": "value_loss"}  # the code's sh
 CHARTS = {
     "episode_return": ("charts/episodic_return", "mean return of the episodes finished since the last point"),
     "episode_length": ("charts/episodic_length", "their mean length (sync layout)"),
-    "episode_return_mean": ("charts/episode_return_mean", "mean return of the last 100 episodes"),
+    "episode_return_mean": ("charts/episode_return_mean", "mean return of the last finished episodes, about 100 (each rank's last ceil(100 / ranks) in sync PPO)"),
     "learning_rate": ("charts/learning_rate", "the learning rate (sync layout)"),
     "skipped_steps": ("charts/skipped_steps", "optimizer steps skipped for a non-finite loss (sync layout)"),
     "steps_per_s": ("charts/steps_per_s", "env steps per second since the last point"),
