@@ -115,7 +115,9 @@ def steady_sps(text: str, batch: int) -> tuple[float, float] | None:
     if not sps:
         return None
     times = [(i + 1) * batch / s for i, s in enumerate(sps)]  # elapsed seconds at the end of each iteration
-    steady = (len(times) - 1) * batch / (times[-1] - times[0]) if len(times) > 1 else sps[-1]
+    # (whole-number rates: the first and last times may round to one instant, or cross: the overall then)
+    span = times[-1] - times[0]
+    steady = (len(times) - 1) * batch / span if len(times) > 1 and span > 0 else sps[-1]
     return steady, float(sps[-1])
 
 

@@ -187,3 +187,13 @@ def test_a_run_folder_without_a_checkpoint_is_set_aside_never_removed(tmp_path, 
     (folder / "checkpoints" / "latest.pt").write_bytes(b"weights")
     peer_parity.run_mpippo(fam, "Hopper-v5", 1, 4096, folder)
     assert started[-1] == (True, True)
+
+
+def test_cleanrl_rates_that_round_to_one_instant_give_the_overall_rate():
+    """CleanRL prints whole steps/s: two iterations whose end times round to one instant (or cross) had
+    divided by zero, or given a negative rate."""
+    import peers  # (benchmarks/: on the path above)
+    assert peers.steady_sps("SPS: 500\nSPS: 1000\n", 100) == (1000, 1000.0)
+    assert peers.steady_sps("SPS: 500\nSPS: 1200\n", 100) == (1200, 1200.0)
+    steady, overall = peers.steady_sps("SPS: 100\nSPS: 150\nSPS: 180\n", 100)
+    assert steady == pytest.approx(2 * 100 / (300 / 180 - 1)) and overall == 180.0
