@@ -111,7 +111,7 @@ def _link_words(path: Path) -> str:
 # target (.latest.pt.k3j9x2.tmp), _atomic_link_or_copy's hard link (.latest.pt.4242.link); the targets by their
 # owners' names (a periodic checkpoint, a saved replay: replay_<update>.npz, algos/apex.py)
 _PARTIAL = re.compile(rf"\.({'|'.join(map(re.escape, (LATEST, RUN_CONFIG, METRICS, WANDB_ID)))}|{PERIODIC.pattern}|"
-                      r"replay[\w.-]*\.npz)\.\w+\.(tmp|link)")
+                      r"replay[\w.-]*\.npz)\.\w+\.(tmp|link)|\.write_test\.\w+")  # (the last: cli's write probes)
 
 
 def sweep_partial(run_dir: Path) -> str | None:

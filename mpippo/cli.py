@@ -30,7 +30,6 @@ from mpippo import envs, faults, hostmem, preemption, runctl, runlock
 from mpippo.checkpoint import (CHECKPOINTS, LATEST, checkpoint_dir, checkpoint_size, latest_missing, latest_path,
                                load_checkpoint, reading_problem, read_checkpoint_bytes, require_checkpoint, sweep_partial)
 from mpippo.files import LOGS, RUN_CONFIG, absolute, atomic_write_bytes, is_number, missing_folders, not_utf8, remove_if_empty
-from mpippo.metrics.sinks import WANDB_DIR
 from mpippo.comm import World
 from mpippo.envs import gym as gym_envs
 from mpippo.errors import JobFailure, in_users_code_since, os_reason, run_folder_is, say_last
@@ -246,19 +245,23 @@ def _not_inside_a_live_run(run_dir: Path) -> None:
 
 
 def _lock(run_dir: Path, start: _StartUp, what: str = "--output-dir") -> None:
-    """Hold a folder's lock for the job's life: a second trainer there is refused in one line. So are its
-    subfolders that link elsewhere (checkpoints/ on a larger file system): a copy of the run (cp -r keeps
-    the link) shares them, and had written the original's checkpoints while it trained."""
-    if runlock.acquire(run_dir, what):
+    """Hold a folder's lock for the job's life: a second trainer there is refused in one line. So is its
+    checkpoints/ where it links elsewhere (a larger file system): a copy of the run (cp -r keeps the link)
+    shares it, and had written the original's checkpoints while it trained. What killed writers left is
+    swept once both are held: never a live writer's file met through the link."""
+    held = runlock.acquire(run_dir, what)
+    if held:
         start.locked.append(run_dir)
-        if (note := sweep_partial(run_dir)):  # (held: no other writer can be mid-write there)
-            print(f"mpippo: note: {note}", flush=True)
-    for name in (CHECKPOINTS, LOGS, WANDB_DIR):
-        if (run_dir / name).is_symlink() and (run_dir / name).is_dir():
-            where = (f"{what}: {name}/ links to '{os.path.realpath(run_dir / name)}' (a copy of a run shares what "
-                     f"its links point to), and")
-            if runlock.acquire(run_dir / name, where):
-                start.locked.append(run_dir / name)
+    ckpts = checkpoint_dir(run_dir)
+    if ckpts.is_symlink() and ckpts.is_dir() and os.path.realpath(ckpts) != os.path.realpath(run_dir):
+        where = (f"{what}: {CHECKPOINTS}/ links to '{os.path.realpath(ckpts)}' (a copy of a run shares what its "
+                 f"links point to), and")
+        linked = runlock.acquire(ckpts, where)
+        if linked:
+            start.locked.append(ckpts)
+        held = held and linked
+    if held and (note := sweep_partial(run_dir)):  # (held: no other writer can be mid-write there)
+        print(f"mpippo: note: {note}", flush=True)
 
 
 def _lock_agents(run_dir: Path, cfg: C.Config, start: _StartUp) -> None:
@@ -462,7 +465,7 @@ def _config(world: World, args, overrides, run_dir: Path, start: _StartUp):
 
 def _trainer(world: World, args, cfg: C.Config, run_dir: Path, start: _StartUp):
     """D. checkpoint (rank 0 reads it for everyone; every rank checks it) and trainer; then rank 0
-    records the resolved config in the run folder."""
+    records the config in the run folder (config.layout.saved_form)."""
     trainer = errors = None
     faults.start_delay(world.rank)  # tests only: MPIPPO_FAULT kind=slow_start
     try:

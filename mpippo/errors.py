@@ -360,8 +360,13 @@ _RUN_FOLDER: list = []  # the run folder this process trains in, once known (cli
 
 
 def run_folder_is(path: Path) -> None:
-    st = os.stat(path)
-    _RUN_FOLDER[:] = [Path(path).absolute(), (st.st_dev, st.st_ino)]
+    """On every rank; only rank 0 need see the folder (a node-local one): elsewhere its identity is None."""
+    try:
+        st = os.stat(path)
+        ident = (st.st_dev, st.st_ino)
+    except OSError:
+        ident = None
+    _RUN_FOLDER[:] = [Path(path).absolute(), ident]
 
 
 def _run_folder_state() -> str | None:
@@ -374,7 +379,7 @@ def _run_folder_state() -> str | None:
         return "gone"
     except OSError:  # (no longer searchable: not known to be moved)
         return None
-    return "replaced" if (st.st_dev, st.st_ino) != _RUN_FOLDER[1] else None
+    return "replaced" if _RUN_FOLDER[1] not in (None, (st.st_dev, st.st_ino)) else None
 
 
 def run_folder_gone(path: Path) -> bool:

@@ -307,7 +307,8 @@ def read_yaml(path: str | Path, what: str) -> dict:
 
 
 def read_run_config(folder: str | Path):
-    """A run folder's config.yaml as a Config (types checked; values as that run resolved them)."""
+    """A run folder's config.yaml as a Config (types checked; what the job derives from its size and machine as
+    asked, config.layout.saved_form; the metrics say what those were)."""
     path = Path(folder) / RUN_CONFIG
     data = C.with_earlier_defaults(read_yaml(path, "run config"))
     errors: list[str] = []

@@ -330,6 +330,7 @@ def held_fds(folder: str | Path) -> tuple[int, ...]:
     """The descriptors of `folder`'s locks while this process holds them (none otherwise): a child
     that inherits them (Popen pass_fds) keeps the folder locked after this process is gone."""
     held = _HELD.get(str(lock_path(folder)))
+    # (to pass them to a child, take the lock passed_on: the child's at-fork hook closes the others first)
     return tuple(fd for fd in (held.folder_fd, held.file_fd) if fd is not None) if held else ()
 
 

@@ -1,6 +1,6 @@
 """What a config means for a job of N ranks: its algorithm's entry and layout, the ranks that step
-envs and the envs each runs, the agents' folders, and the config as it ran (`resolve`), with the
-start-up's notes on what differs from what was asked."""
+envs and the envs each runs, the agents' folders, the config as it runs (`resolve`) and as config.yaml
+keeps it (`saved_form`), with the start-up's notes on what differs from what was asked."""
 from __future__ import annotations
 
 import copy
@@ -84,13 +84,13 @@ def ignored_note(cfg: Config) -> str | None:
     return "; ".join(said) or None
 
 
-# Keys a job derives from its machine and size: auto precision and threads, the envs per rank that a
-# total over the ranks gives, and that total rounded up to the ranks. config.yaml keeps them as asked, so
+# Keys a job derives from its machine and size: auto precision, torch's and the envs' threads, the envs
+# per rank that a total over the ranks gives, and that total rounded up to the ranks. config.yaml keeps them as asked, so
 # a plain --resume on another node or world size derives them again there (re-sharding the same total,
 # fp32 on a CPU without bf16; a total saved rounded would round up again at each resize); the metrics
 # file says what they were. A value the user set stays set.
-AS_ASKED = (("env", "num_envs"), ("env", "num_envs_per_rank"), ("parallel", "threads_per_rank"),
-            ("training", "precision"))
+AS_ASKED = (("env", "num_envs"), ("env", "num_envs_per_rank"), ("env", "num_threads"),
+            ("parallel", "threads_per_rank"), ("training", "precision"))
 
 
 def saved_form(ran: Config, asked: Config) -> dict:

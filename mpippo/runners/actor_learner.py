@@ -100,7 +100,7 @@ class ActorLearnerRun:
         self.is_learner = self.group.rank == 0
         self.num_actors = per_agent - 1
         cfg.parallel.threads_per_rank = threads_per_rank(cfg.parallel.threads_per_rank, world.cpu_share)
-        torch.set_num_threads(cfg.parallel.threads_per_rank)  # (config.yaml and the metrics say what ran)
+        torch.set_num_threads(cfg.parallel.threads_per_rank)  # (the metrics say what ran)
         torch.manual_seed(rank_seed(cfg.training.seed, index))  # same init on a group's ranks
         self.seed = rank_seed(cfg.training.seed, world.rank)
         num_envs = cfg.env.num_envs_per_rank

@@ -69,7 +69,7 @@ class SyncTrainer:
 
         self.num_envs = cfg.env.num_envs_per_rank
         self.env_threads = env_threads(cfg.env.num_threads, self.device, self.threads)
-        cfg.env.num_threads = self.env_threads  # config.yaml states what ran
+        cfg.env.num_threads = self.env_threads  # the metrics state what ran (config.yaml keeps it as asked)
         self.family = envs.family(cfg)
         self.env = make_env(cfg, self.num_envs, seed=seed, num_threads=self.env_threads)
         self.bootstraps = hasattr(self.env, "truncated")  # episodes a time limit cuts: bootstrapped

@@ -67,7 +67,7 @@ def collect(suite: Suite) -> tuple[list[dict], list[str]]:
             missing.append(f"{m.key} (done, but its return is NaN)")
             continue
         steps = met.get("total_timesteps") or met.get("target_timesteps") or suite.budget
-        rows.append({"variant": m.variant, "game": m.game, "seed": m.seed, "steps": int(steps),
+        rows.append({"member": m.key, "variant": m.variant, "game": m.game, "seed": m.seed, "steps": int(steps),
                      "return": ret, "normalized": normalized(m.game, suite.distribution_mode, ret),
                      "folder": str(m.folder),
                      "differs": differs_from_default(suite, read_run_config(m.folder).to_dict())
@@ -194,7 +194,7 @@ def main(suite: Suite, out: str | None, reps: int) -> int:
     agg = aggregates(mats, reps)
     from mpippo.suite import figures  # matplotlib: loaded for the figures only
     drawn, blank = figures.curves(suite, ref, out_dir / "curves.png")
-    scored = {f"{r['variant']}/{r['game']}/seed_{r['seed']}" for r in rows}
+    scored = {r["member"] for r in rows}
     if agg:
         figures.aggregate(agg, out_dir / "aggregate.png")
     result = {"suite": suite.name, "mode": suite.distribution_mode, "budget": suite.budget, "members": rows,

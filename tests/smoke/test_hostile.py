@@ -956,6 +956,8 @@ def test_a_copy_of_a_run_whose_checkpoints_link_elsewhere_is_refused_while_the_o
     try:
         wait_for_line(proc, "iter ")
         before = hashes(copy / "logs"), (copy / "config.yaml").read_bytes(), (copy / "benchmark_metrics.json").read_bytes()
+        writing = store / ".latest.pt.k3j9x2.tmp"  # as the original's next checkpoint is while it is written
+        writing.write_bytes(b"half a checkpoint")
         res = trainer(None, ["--resume", "--no-progress", "--total-timesteps", "4096", "--output-dir", str(copy)])
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
         assert res.stderr.strip().startswith(f"mpippo: error: --output-dir: checkpoints/ links to '{store}' (a copy of "
@@ -963,6 +965,7 @@ def test_a_copy_of_a_run_whose_checkpoints_link_elsewhere_is_refused_while_the_o
                                              f"in use: process {proc.pid} on "), res.stderr
         assert (hashes(copy / "logs"), (copy / "config.yaml").read_bytes(),
                 (copy / "benchmark_metrics.json").read_bytes()) == before
+        assert writing.exists()  # the copy's sweep of what killed writers left never met a live writer's file
     finally:
         proc.send_signal(signal.SIGTERM)
         finish(proc, timeout=120)

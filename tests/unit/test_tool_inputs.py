@@ -489,5 +489,7 @@ def test_a_missing_file_is_the_run_folders_going_only_where_that_folder_is_gone(
         said = errors.folder_gone(lost)
         assert said.startswith(f"the run folder '{run}' was replaced: moved away, and another folder put at its path,")
         assert errors.run_folder_gone(run / "checkpoints" / "latest.pt")
+        errors.run_folder_is(tmp_path / "elsewhere")  # a rank that cannot see it (node-local): no traceback
+        assert errors.folder_gone(lost) is None  # (a file of another folder)
     finally:
         errors._RUN_FOLDER.clear()
