@@ -477,11 +477,12 @@ def test_config_yaml_keeps_what_the_job_derives_as_asked_so_resizes_never_drift(
     for ranks in (3, 4, 3, 2, 4, 5, 3):
         asked = C.build(asked if isinstance(asked, dict) else asked.to_dict(), [], ranks)
         ran = C.resolve(asked, ranks)
-        ran.training.precision, ran.parallel.threads_per_rank = "bf16", 2  # as the trainer settles them
+        ran.training.precision, ran.parallel.threads_per_rank, ran.env.num_threads = "bf16", 2, 5  # as settled
         totals.append(ran.env.num_envs)
         asked = yaml.safe_load(yaml.safe_dump(C.saved_form(ran, asked)))
         assert (asked["env"]["num_envs"], asked["env"]["num_envs_per_rank"]) == (64, None)
         assert (asked["training"]["precision"], asked["parallel"]["threads_per_rank"]) == ("auto", 0)
+        assert asked["env"]["num_threads"] == C.EnvConfig().num_threads
     assert totals == [66, 64, 66, 64, 64, 65, 66]
     weak = C.build(C.load_yaml(C.DEFAULT_CONFIG.parent / "toy_cue.yaml"), [("env", "num_envs_per_rank", 5)], 3)
     assert C.saved_form(C.resolve(weak, 3), weak)["env"]["num_envs_per_rank"] == 5  # set: kept as set
