@@ -216,6 +216,23 @@ STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)  # (SIGUSR1 is a requeue
 QUIET_STOPS = (signal.SIGHUP, signal.SIGXCPU)  # stops too, where they are not ignored from the start (nohup's SIGHUP)
 
 
+@contextlib.contextmanager
+def lent_signals():
+    """The Python API's call: mpippo's signal handlers for its length, then the caller's back and the flags
+    cleared. Left installed, they had swallowed every later Ctrl-C and SIGTERM of the caller's process, and
+    a stop between two calls had ended the next at start-up (exit 4, 'nothing was trained yet')."""
+    sigs = (signal.SIGUSR1, *STOPS, *QUIET_STOPS)
+    before = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:  # (None: set from C, not restorable from Python)
+                signal.signal(sig, handler)
+        if _FLAGS is not None:
+            _FLAGS.requeue = _FLAGS.stop = False
+
+
 def quiet_stops() -> tuple:
     return tuple(sig for sig in QUIET_STOPS if signal.getsignal(sig) is not signal.SIG_IGN)
 

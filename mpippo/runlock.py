@@ -319,6 +319,21 @@ def release(folder: str | Path) -> None:
         _close(held.folder_fd)
 
 
+def held() -> set[str]:
+    """The lock files this process holds now (for let_go: the Python API's call lets go of its own)."""
+    return set(_HELD)
+
+
+def let_go(lock_files: set[str]) -> None:
+    """Stop holding these locks, leaving their files as they are (a run that ended: its holder's line stays,
+    as at a process's exit); the kernel lets go with the descriptors."""
+    for path in lock_files:
+        held_ = _HELD.pop(path, None)
+        if held_ is not None:
+            _close(held_.file_fd)
+            _close(held_.folder_fd)
+
+
 def _ident_or_none(path: Path) -> tuple[int, int] | None:
     try:
         return _ident(os.lstat(path))

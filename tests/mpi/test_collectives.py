@@ -1,4 +1,5 @@
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -83,3 +84,26 @@ def test_train_dqn_api_rejects_a_worker_count_that_is_not_the_job(tmp_path):
     assert res.returncode == 2 and error_lines(res.stderr) == [
         "mpippo: error: num_workers: 5 actor rank(s), but this job has 3 rank(s), a learner and 2 actor(s); allowed: 2, "
         "or a job of 6 ranks (mpirun -n 6)"], res.stderr[-2000:]
+
+
+def test_two_train_dqn_calls_leave_the_callers_process_as_it_was(tmp_path):
+    """Signal handlers given back, the stop flag cleared, the run folder's lock let go: a Ctrl-C between
+    two calls is the caller's KeyboardInterrupt, the second call trains, and the first run's folder
+    resumes from the command line while the script lives on."""
+    res = ok(mpirun(2, [f"{SCRIPTS}/train_dqn_api_twice.py", str(tmp_path / "a"), str(tmp_path / "b")], timeout=240))
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 2 and [r["first"] for r in rows].count(True) == 1, res.stdout[-2000:]
+    for r in rows:
+        assert r["handler_back"] and r["held"] == [] and r["interrupted"], r
+    assert [r["second"] for r in rows].count(True) == 1
+
+
+def test_an_exception_a_train_dqn_caller_catches_still_ends_the_job_at_once(tmp_path):
+    """Fail-stop through the API: the actor's failure ends the job naming its rank (an injected fault, a bug's
+    kind: its traceback), though the script catches it; the learner is not left waiting for the watchdog."""
+    from conftest import run as run_cmd
+    env = {"MPIPPO_FAULT": "rank=1,kind=raise,iteration=300"}
+    res = run_cmd([MPIRUN, "--oversubscribe", "-n", "2", sys.executable, f"{SCRIPTS}/train_dqn_api_caught.py",
+                   str(tmp_path / "r")], timeout=120, env=env)
+    assert res.returncode != 0 and "the script went on" not in res.stdout, res.stdout[-2000:]
+    assert "[rank 1]" in res.stderr and "InjectedFault: injected fault on rank 1" in res.stderr, res.stderr[-2000:]

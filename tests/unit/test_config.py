@@ -496,3 +496,24 @@ def test_mlp_sizes_are_widths_or_refused_in_one_line(value):
     assert errs == [f"model.mlp_sizes: must be a list of positive ints (hidden layer widths; [] for a linear policy), "
                     f"got {C.show(yaml.safe_load(value))}"], errs
     assert build({"model.mlp_sizes": []}, 1, C.load_yaml(CONFIGS / "ppo_cartpole.yaml")).model.mlp_sizes == []
+
+
+def test_train_dqns_overrides_reach_the_config_as_python_gave_them(capsys):
+    """train_dqn had written each value with str() into a --set: None arrived as 'None', backslashes
+    doubled, a quote or a tuple refused in words that named neither, "2024" read as an int."""
+    from mpippo import api
+    given = {"env.kwargs": {"x": None, "path": "C:\\data\\x", "q": "it's \"q\"", "deep": [1, {"b": None}]},
+             "model.mlp_sizes": (32, 32), "logging.wandb_project": "2024"}
+    argv = api._argv({}, given, None, None, "~/runs/x")
+    sets = {f"{s}.{k}": v for s, k, v in (C.parse_override(a) for a in argv[argv.index("--set") + 1::2])}
+    assert sets == {"env.kwargs": {"x": None, "path": "C:\\data\\x", "q": "it's \"q\"", "deep": [1, {"b": None}]},
+                    "model.mlp_sizes": [32, 32], "logging.wandb_project": "2024"}
+    assert argv[argv.index("--output-dir") + 1] == os.path.expanduser("~/runs/x")
+    for bad, said in (({"overrides": "dqn.x=1"}, "overrides: expected a dict"),
+                      ({"num_workers": "1"}, "num_workers: expected a whole number >= 1 or None, got '1'"),
+                      ({"output_dir": b"/x"}, "output_dir: expected a path (str or pathlib.Path) or None, got bytes"),
+                      ({"overrides": {"training.algo": "ppo"}}, "train_dqn trains dqn; run run_mpi.py for ppo")):
+        args = {"overrides": None, "num_workers": None, "config": None, "output_dir": None, **bad}
+        with pytest.raises(SystemExit) as e:
+            api._argv({}, args["overrides"], args["num_workers"], args["config"], args["output_dir"])
+        assert e.value.code == 2 and said in capsys.readouterr().err
