@@ -202,6 +202,20 @@ def load_each(folders: list[Path]) -> list[Run]:
                 raise NotARun(f"{what} is given twice{also}: give each run once")
             seen[key] = (r.path, folder)
             runs.append(r)
+    return distinct_names(runs)
+
+
+def distinct_names(runs: list[Run]) -> list[Run]:
+    """Runs whose names repeat (a run and its copy, both 'run' in two folders) named by as many of their
+    parent folders as tell them apart: the tables and legends had shown two rows alike."""
+    given = {id(r): len(Path(r.name).parts) for r in runs}  # (a multi-agent run's 'run/agent_0': two)
+    for depth in range(1, 9):
+        names = [r.name for r in runs]
+        if len(set(names)) == len(runs):
+            break
+        for r, name in zip(runs, names):
+            if names.count(name) > 1:
+                r.name = "/".join(r.path.absolute().parts[-given[id(r)] - depth:])
     return runs
 
 

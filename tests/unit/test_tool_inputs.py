@@ -493,3 +493,13 @@ def test_a_missing_file_is_the_run_folders_going_only_where_that_folder_is_gone(
         assert errors.folder_gone(lost) is None  # (a file of another folder)
     finally:
         errors._RUN_FOLDER.clear()
+
+
+def test_runs_of_one_name_in_two_folders_are_told_apart_by_their_folders():
+    """A run and its copy, both 'run': compare_results and learning_curves had shown two rows and two legend
+    entries alike. Each is named by as many parent folders as tell them apart; other names stay."""
+    from mpippo.runs import Run, distinct_names
+    runs = distinct_names([Run(Path("/s/a/x/run"), "run", {}), Run(Path("/s/b/x/run"), "run", {}),
+                           Run(Path("/s/c"), "c", {}), Run(Path("/p/x/run/agent_0"), "run/agent_0", {}),
+                           Run(Path("/q/x/run/agent_0"), "run/agent_0", {})])
+    assert [r.name for r in runs] == ["a/x/run", "b/x/run", "c", "p/x/run/agent_0", "q/x/run/agent_0"]
