@@ -10,6 +10,7 @@ the caller's process as it found it: its signal handlers, and no lock on the run
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -48,7 +49,7 @@ def train_dqn(n_episodes: int = 1000, num_workers: int | None = None, episodes_p
         sets["dqn.num_agents"] = 1  # (the job's ranks: one learner and num_workers actors, checked by cli.run)
     argv = _argv(sets, overrides, num_workers, config, output_dir)
     before = runlock.held()
-    with preemption.lent_signals():
+    with preemption.lent_signals(), _consoles_open():
         try:
             _, summary = cli.run(argv, workers=num_workers)
         except (Exception, KeyboardInterrupt) as e:  # fail-stop: a caller's `except` had left the others hung
@@ -57,6 +58,22 @@ def train_dqn(n_episodes: int = 1000, num_workers: int | None = None, episodes_p
         finally:
             runlock.let_go(runlock.held() - before)  # (a later call, or run_mpi.py, may resume the folder)
     return summary if summary is not None and summary.get("algo") == "dqn" else None
+
+
+@contextlib.contextmanager
+def _consoles_open():
+    """A caller's closed sys.stdout or sys.stderr (a closed StringIO) writes to /dev/null for the call, as a
+    console nobody reads: the first print had ended rank 0 in a ValueError traceback, the others hung."""
+    saved = sys.stdout, sys.stderr
+    swapped = [name for name in ("stdout", "stderr") if getattr(getattr(sys, name), "closed", False)]
+    for name in swapped:
+        setattr(sys, name, open(os.devnull, "w"))
+    try:
+        yield
+    finally:
+        for name in swapped:
+            getattr(sys, name).close()
+        sys.stdout, sys.stderr = saved
 
 
 def _argv(sets: dict, overrides, num_workers, config, output_dir) -> list[str]:

@@ -107,3 +107,12 @@ def test_an_exception_a_train_dqn_caller_catches_still_ends_the_job_at_once(tmp_
                    str(tmp_path / "r")], timeout=120, env=env)
     assert res.returncode != 0 and "the script went on" not in res.stdout, res.stdout[-2000:]
     assert "[rank 1]" in res.stderr and "InjectedFault: injected fault on rank 1" in res.stderr, res.stderr[-2000:]
+
+
+def test_train_dqn_with_the_callers_stdout_closed_trains_and_returns(tmp_path):
+    """A closed sys.stdout had ended rank 0 at its first line (ValueError: I/O operation on closed file) and
+    left the actor hung; the call now writes its lines nowhere and gives the caller's stream back."""
+    res = ok(mpirun(2, [f"{SCRIPTS}/train_dqn_api_closed_stdout.py", str(tmp_path / "r")], timeout=180))
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["learner"] for r in rows) == [False, True] and all(r["stdout_still_closed"] for r in rows), \
+        res.stdout[-2000:] + res.stderr[-2000:]
