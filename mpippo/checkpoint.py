@@ -77,30 +77,39 @@ def periodic_checkpoints(ckpt_dir: Path, up_to: int | None = None) -> list[Path]
     return [p for _, p in sorted(found)]
 
 
-def latest_missing(ckpt_dir: Path) -> str | None:
-    """Where latest.pt is missing (a copy that dropped links, a dangling one) but periodic checkpoints are
-    there: the words for linking the newest as latest.pt, else None."""
+def periodic_instead(ckpt_dir: Path, latest: os.stat_result | None = None) -> Path | None:
+    """The newest periodic checkpoint to resume from where latest.pt cannot be: missing (a copy that dropped
+    links, a dangling one; `latest` None) or damaged (`latest`: its stat, so that it is another file)."""
     try:
-        if (ckpt_dir / LATEST).is_file() or not ckpt_dir.is_dir() or not (found := periodic_checkpoints(ckpt_dir)):
+        if (latest is None and (ckpt_dir / LATEST).is_file()) or not ckpt_dir.is_dir():
             return None
+        found = [p for p in periodic_checkpoints(ckpt_dir)
+                 if latest is None or not os.path.samestat(os.stat(p), latest)]
     except OSError:
         return None
-    return (f"{ckpt_dir.name}/ holds {found[-1].name}, its newest: link it as {LATEST} (ln -sf {found[-1].name} "
-            f"'{ckpt_dir / LATEST}'), then pass --resume")
+    return found[-1] if found else None
+
+
+def link_as_latest(ckpt: Path) -> str:
+    """The words that make `ckpt` the one --resume reads."""
+    return f"link it as {LATEST} (ln -sf {ckpt.name} '{ckpt.parent / LATEST}')"
+
+
+def latest_missing(ckpt_dir: Path) -> str | None:
+    """Where latest.pt is missing but periodic checkpoints are there: the words for resuming the newest."""
+    newest = periodic_instead(ckpt_dir)
+    return f"{ckpt_dir.name}/ holds {newest.name}, its newest: {link_as_latest(newest)}" if newest else None
 
 
 def _older(where: str) -> str:
     """For a damaged latest.pt: the newest periodic checkpoint that is another file, to resume from."""
     path = Path(where)
     try:
-        if path.name != LATEST or not path.parent.is_dir():
-            return ""
-        mine = os.stat(path)
-        others = [p for p in periodic_checkpoints(path.parent) if not os.path.samestat(os.stat(p), mine)]
+        other = periodic_instead(path.parent, os.stat(path)) if path.name == LATEST else None
     except OSError:
         return ""
-    return (f"; {path.parent.name}/ also holds {others[-1].name}, the newest periodic checkpoint: link it as "
-            f"{LATEST} (ln -sf {others[-1].name} '{path}') to resume from it") if others else ""
+    return (f"; {path.parent.name}/ also holds {other.name}, the newest periodic checkpoint: "
+            f"{link_as_latest(other)} to resume from it") if other else ""
 
 
 def _link_words(path: Path) -> str:
@@ -164,7 +173,8 @@ def require_checkpoint(path: str | Path) -> Path:
     try:
         if not path.is_file():
             if (newest := latest_missing(path.parent)):
-                raise UsageError(f"--resume: no checkpoint at '{path}'{_link_words(path)}, but {newest}")
+                raise UsageError(f"--resume: no checkpoint at '{path}'{_link_words(path)}, but {newest}, then pass "
+                                 f"--resume")
             raise UsageError(f"--resume: no checkpoint at '{path}'{_link_words(path)} (start without --resume, or "
                               f"pick the run folder that has one)")
     except OSError as e:
@@ -176,7 +186,7 @@ def read_checkpoint_bytes(path: str | Path, copies: int = 1) -> bytes:
     """The checkpoint's bytes, once its size is known to fit: a file (or a sparse one, or a device)
     larger than the memory that would hold it and its tensors is refused before it is read. `copies`:
     the ranks of this node that will each hold it (rank 0 reads it for them)."""
-    path = require_checkpoint(path)
+    path = Path(path)
     try:
         if (problem := reading_problem(path, checkpoint_size(path), copies)):
             raise UsageError(problem)

@@ -193,13 +193,19 @@ def _check_run_dir(run_dir: Path, resume: bool, start: _StartUp) -> Path:
     start.created.extend(missing_folders(run_dir))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write_test.")  # (a name of its own: another trainer
-        os.close(fd)                                                      # probing the same new folder this instant)
-        os.unlink(probe)
+        _write_probe(run_dir)
     except OSError as e:
         raise C.UsageError(f"--output-dir: cannot write to '{run_dir}' ({os_reason(e)})") from None
     _lock(run_dir, start)
     return run_dir
+
+
+def _write_probe(folder: Path) -> None:
+    """OSError where a file cannot be made in `folder`. The probe has a name of its own (another trainer may
+    probe the same new folder this instant; one killed here leaves what sweep_partial removes)."""
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".write_test.")
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _resume_writable(run_dir: Path) -> None:
@@ -211,9 +217,7 @@ def _resume_writable(run_dir: Path) -> None:
             if not folder.is_dir():
                 continue
             try:
-                fd, probe = tempfile.mkstemp(dir=folder, prefix=".write_test.")
-                os.close(fd)
-                os.unlink(probe)
+                _write_probe(folder)
             except OSError as e:
                 raise C.UsageError(f"--resume: '{folder}' cannot be written ({os_reason(e)}), "
                                    f"and the run writes its checkpoints and logs there: make it writable "
@@ -226,7 +230,7 @@ def _what_to_do_with(run_dir: Path) -> str:
     if latest_path(run_dir).is_file() or latest_path(C.agent_folder(run_dir, 0, 2)).is_file():
         return "pass --resume to continue that run, or choose a new folder"
     if (newest := latest_missing(checkpoint_dir(run_dir))):  # (its latest.pt lost in a copy: not "no checkpoint")
-        return f"it holds a run without its {LATEST}, but {newest}; or choose a new folder"
+        return f"it holds a run without its {LATEST}, but {newest}, then pass --resume; or choose a new folder"
     if (run_dir / RUN_CONFIG).is_file():
         return ("it holds a run that wrote no checkpoint, so there is nothing to resume: choose a new folder, or "
                 "move that one aside (its logs are kept there)")

@@ -74,7 +74,7 @@ def _why_not_there(path: Path) -> str:
     if path.name == LATEST and (agents := sorted(a.name for a in run.glob("agent_*") if latest_path(a).is_file())):
         return f"a multi-agent run: each agent has its own, give one of its folders ({', '.join(agents)})"
     if path.name == LATEST and (newest := latest_missing(path.parent)):
-        return newest.replace(", then pass --resume", "; or give that file")
+        return f"{newest}; or give that file"
     kept = periodic_checkpoints(path.parent) if asked and path.parent.is_dir() else []
     if not kept:
         return "give a .pt file or a run folder"

@@ -20,6 +20,7 @@ had: the run goes on with one warning, as it did before locks existed.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import fcntl
@@ -64,14 +65,10 @@ def _drop_in_child() -> None:
     """A child forked without exec (a user's env worker under multiprocessing's fork) would share our
     locks and hold the folder after this process died; it lets go of its copies (closing a copy leaves
     the parent's lock whole). A suite's locks stay: its member's launcher is given them on purpose."""
-    for path, held in list(_HELD.items()):
-        if not held.passed_on:
+    for path, held_ in list(_HELD.items()):
+        if not held_.passed_on:
             del _HELD[path]
-            for fd in (held.folder_fd, held.file_fd):
-                try:
-                    _close(fd)
-                except OSError:
-                    pass
+            _close_held(held_)
 
 
 os.register_at_fork(after_in_child=_drop_in_child)
@@ -298,6 +295,13 @@ def _close(fd: int | None) -> None:
         os.close(fd)
 
 
+def _close_held(held: _Held) -> None:
+    """Both descriptors of a lock this process no longer holds (one already closed is no matter)."""
+    for fd in (held.file_fd, held.folder_fd):
+        with contextlib.suppress(OSError):
+            _close(fd)
+
+
 def release(folder: str | Path) -> None:
     """Let go of `folder`'s lock now (a job that ends at start-up), leaving the folder as it was: a
     lock file this process made goes; one it replaced comes back with its earlier text. Neither is
@@ -315,8 +319,7 @@ def release(folder: str | Path) -> None:
     except OSError:
         pass  # the folder went read-only or away: nothing of the user's is at stake
     finally:
-        _close(held.file_fd)
-        _close(held.folder_fd)
+        _close_held(held)
 
 
 def held() -> set[str]:
@@ -328,10 +331,8 @@ def let_go(lock_files: set[str]) -> None:
     """Stop holding these locks, leaving their files as they are (a run that ended: its holder's line stays,
     as at a process's exit); the kernel lets go with the descriptors."""
     for path in lock_files:
-        held_ = _HELD.pop(path, None)
-        if held_ is not None:
-            _close(held_.file_fd)
-            _close(held_.folder_fd)
+        if (held_ := _HELD.pop(path, None)) is not None:
+            _close_held(held_)
 
 
 def _ident_or_none(path: Path) -> tuple[int, int] | None:

@@ -85,10 +85,10 @@ def ignored_note(cfg: Config) -> str | None:
 
 
 # Keys a job derives from its machine and size: auto precision, torch's and the envs' threads, the envs
-# per rank that a total over the ranks gives, and that total rounded up to the ranks. config.yaml keeps them as asked, so
-# a plain --resume on another node or world size derives them again there (re-sharding the same total,
-# fp32 on a CPU without bf16; a total saved rounded would round up again at each resize); the metrics
-# file says what they were. A value the user set stays set.
+# per rank that a total over the ranks gives, and that total rounded up to the ranks. config.yaml keeps
+# them as asked, so a plain --resume on another node or world size derives them again there (re-sharding
+# the same total, fp32 on a CPU without bf16; a total saved rounded would round up again at each resize);
+# the metrics file says what they were. A value the user set stays set.
 AS_ASKED = (("env", "num_envs"), ("env", "num_envs_per_rank"), ("env", "num_threads"),
             ("parallel", "threads_per_rank"), ("training", "precision"))
 
